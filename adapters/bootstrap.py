@@ -1,0 +1,204 @@
+"""Composition root: ``open_fabric`` wires the domain service to PostgreSQL.
+
+Following cosmicpython's ``bootstrap``: the only place that knows every adapter.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.embedders import HashEmbedder
+from memfabric.adapters.postgres import PostgresFactory, PostgresNoteRecorder, PostgresNoteStore
+from memfabric.domain.errors import FabricError
+from memfabric.domain.note import Note
+from memfabric.domain.notes import Notes
+from memfabric.domain.ports import Embedder
+from memfabric.domain.scope import Scope
+from memfabric.domain.service import Consolidation, Limits, MemoryService
+from memfabric.projections.engine import ProjectionEngine
+from memfabric.projections.recall_index import RecallIndexProjection
+
+EVENTS_TABLE = "memfabric_events"
+
+
+def _ensure_extension(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        have = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+        if have:
+            return
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.Error as exc:
+            raise FabricError(
+                "the pgvector extension is missing and could not be created "
+                f"(ask an administrator to run CREATE EXTENSION vector): {exc}"
+            ) from exc
+
+
+def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int) -> dict[str, str]:
+    info = conninfo_to_dict(dsn)
+    return {
+        "PERSISTENCE_MODULE": "memfabric.adapters.postgres:PostgresFactory",
+        "POSTGRES_DBNAME": str(info.get("dbname") or info.get("user") or "postgres"),
+        "POSTGRES_HOST": str(info.get("host") or "localhost"),
+        "POSTGRES_PORT": str(info.get("port") or "5432"),
+        "POSTGRES_USER": str(info.get("user") or os.environ.get("USER", "postgres")),
+        "POSTGRES_PASSWORD": str(info.get("password") or ""),
+        "POSTGRES_POOL_SIZE": str(pool_size),
+        "POSTGRES_MAX_OVERFLOW": str(max_overflow),
+        "POSTGRES_CONN_MAX_AGE": "3600",
+        "POSTGRES_ENABLE_DB_FUNCTIONS": "no",  # never: tailing readers would miss events
+        "POSTGRES_LOCK_TIMEOUT": "0",
+        "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
+        "CREATE_TABLE": "yes",
+    }
+
+
+class Fabric:
+    """An open memory fabric: a service on one database. Use as a context manager.
+
+    - ``scope(tenant_id, resource_id=None, thread_id=None)`` → :class:`Notes`
+    - ``catch_up()`` brings projections to the log head.
+    - ``close()`` releases the pool and, for the embedded default, this process's use
+      of the server.
+    """
+
+    def __init__(self, service: MemoryService, store: PostgresNoteStore, engine: ProjectionEngine,
+                 dsn: str, embedded: EmbeddedPostgres | None) -> None:
+        self.service = service
+        self.store = store
+        self.engine = engine
+        self.dsn = dsn
+        self._embedded = embedded
+        self._closed = False
+
+    def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
+        """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
+        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id))
+
+    def catch_up(self) -> dict[str, int]:
+        """Apply every event the projections have not seen; returns their positions."""
+        return self.engine.catch_up()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.service.close()
+        finally:
+            if self._embedded is not None:
+                self._embedded.close()
+
+    def __enter__(self) -> Fabric:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_fabric(
+    dsn: str | None = None,
+    *,
+    embedder: Embedder | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    consolidate: bool | dict[str, Any] | Consolidation = True,
+    limits: Limits | dict[str, Any] | None = None,
+    redactor: Callable[[str], str] | None = None,
+    require_consent: bool = False,
+    inline_projections: bool = True,
+    pool_size: int = 2,
+    max_overflow: int = 8,
+) -> Fabric:
+    """Open a fabric.
+
+    - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector; default
+      ``$MEMFABRIC_DSN``; with neither, the embedded PostgreSQL 18 in ``data_dir``
+      (default ``$MEMFABRIC_HOME/pg`` or the user data dir) is started or joined.
+    - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
+      ``HashEmbedder(384)``. Its ``dim`` must match an existing recall index.
+    - ``consolidate``: ``True`` (default), ``False`` or ``{"threshold": 0.85}``.
+    - ``limits``: ``{"max_entry_text_chars": 8000}``.
+    - ``redactor``: ``str -> str`` applied to content and context before embedding and
+      sealing. ``require_consent``: recall only notes with granted consent.
+    - ``inline_projections``: project in the writer's transaction (default). With
+      ``False`` run ``memfabric projections run`` elsewhere; ``remember`` then waits for
+      the runner to reach its events (read-your-writes).
+
+    Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
+    from the index; ``pydantic.ValidationError`` for bad settings.
+    """
+    embedded = None
+    dsn = dsn or os.environ.get("MEMFABRIC_DSN")
+    if not dsn:
+        embedded = EmbeddedPostgres(data_dir)
+        dsn = embedded.dsn
+    try:
+        _ensure_extension(dsn)
+        embedder = embedder or HashEmbedder()
+        if isinstance(consolidate, Consolidation):
+            consolidation = consolidate
+        elif isinstance(consolidate, bool):
+            consolidation = Consolidation(enabled=consolidate)
+        else:
+            consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
+        limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
+        service = MemoryService(
+            _env_from_dsn(dsn, pool_size, max_overflow),
+            embedder=embedder,
+            consolidation=consolidation,
+            limits=limits_model,
+            redactor=redactor,
+            require_consent=require_consent,
+        )
+        factory = service.factory
+        assert isinstance(factory, PostgresFactory)
+        recorder = service.recorder
+        assert isinstance(recorder, PostgresNoteRecorder)
+        store = PostgresNoteStore(factory.datastore, recorder, service.mapper)  # type: ignore[arg-type]
+        service.store = store
+
+        def load_notes(ids: Sequence[UUID]) -> list[Note]:
+            factory.keys.preload(list(ids))
+            notes = []
+            for aggregate_id in ids:
+                note = service.repository.get(aggregate_id)
+                assert isinstance(note, Note)
+                notes.append(note)
+            return notes
+
+        engine = ProjectionEngine(
+            factory.datastore, service.name, EVENTS_TABLE,
+            [RecallIndexProjection(embedder.dim)], load_notes,
+        )
+        _check_dim(factory.datastore, embedder.dim)
+        engine.create()
+        if inline_projections:
+            recorder.engine = engine
+        engine.catch_up()
+        return Fabric(service, store, engine, dsn, embedded)
+    except BaseException:
+        if embedded is not None:
+            embedded.close()
+        raise
+
+
+def _check_dim(datastore: Any, dim: int) -> None:
+    with datastore.get_connection() as conn:
+        row = conn.execute(
+            "SELECT format_type(a.atttypid, a.atttypmod) AS t FROM pg_attribute a"
+            " JOIN pg_class c ON c.oid = a.attrelid"
+            " WHERE c.relname = 'mf_recall_index' AND a.attname = 'embedding'"
+        ).fetchone()
+    if row is not None and row["t"] != f"vector({dim})":
+        raise FabricError(
+            f"embedder dimension {dim} does not match the recall index ({row['t']}); "
+            "migrate the embedder or use the original one"
+        )

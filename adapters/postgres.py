@@ -1,0 +1,299 @@
+"""PostgreSQL persistence for memfabric, built on ``eventsourcing.postgres``.
+
+- :class:`PostgresFactory`: eventsourcing infrastructure factory (selected with
+  ``PERSISTENCE_MODULE=memfabric.adapters.postgres``) that builds the sealing mapper and
+  :class:`PostgresNoteRecorder`.
+- :class:`PostgresNoteRecorder`: eventsourcing's application recorder (same table,
+  same ``LOCK TABLE ... IN EXCLUSIVE MODE`` ordering guarantee) that also writes new
+  data keys, destroys shredded keys and applies the projections inline, all in the
+  transaction that inserts the events. It joins an open :meth:`PostgresNoteStore.write`
+  transaction when there is one.
+- :class:`PostgresNoteStore`: the ``NoteStore`` port (scope write locks, neighbour and
+  recall queries, the fabric secret).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import hmac
+import os
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+from eventsourcing.persistence import StoredEvent, Transcoder
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
+from pgvector.psycopg.vector import register_vector_info
+from psycopg import Connection, Cursor, sql
+from psycopg.types import TypeInfo
+
+from memfabric.adapters.crypto import KEYS_DDL, KeyStore, SealingMapper
+from memfabric.domain.policy import Neighbour
+from memfabric.domain.ports import Candidate
+from memfabric.domain.scope import Scope
+from memfabric.projections import recall_index
+from memfabric.projections.engine import ProjectionEngine, advisory_key
+
+_current: contextvars.ContextVar[Connection[Any] | None] = contextvars.ContextVar(
+    "memfabric_current_tx", default=None
+)
+
+SECRETS_DDL = (
+    "CREATE TABLE IF NOT EXISTS mf_fabric_secret ("
+    " id smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1), secret bytea NOT NULL,"
+    " created_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+class PostgresNoteRecorder(PostgresApplicationRecorder):
+    """Application recorder that also flushes keys, shreds keys and projects inline."""
+
+    keys: KeyStore | None = None
+    engine: ProjectionEngine | None = None
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        conn = _current.get()
+        if conn is not None:
+            return self._insert_in(conn, stored_events, **kwargs)
+        try:
+            with self.datastore.get_connection() as conn, conn.transaction():
+                return self._insert_in(conn, stored_events, **kwargs)
+        except BaseException:
+            if self.keys is not None:
+                self.keys.discard_pending()
+            raise
+
+    def _insert_in(
+        self,
+        conn: Connection[Any],
+        stored_events: Sequence[StoredEvent],
+        *,
+        projected: Sequence[Any] = (),
+        shred: Sequence[UUID] = (),
+        **_: Any,
+    ) -> Sequence[int]:
+        if not stored_events:
+            return []
+        with conn.cursor() as cur:
+            if self.keys is not None:
+                self.keys.flush(cur)
+                if shred:
+                    self.keys.destroy(cur, list(shred))
+            self._insert_stored_events(cur, stored_events)  # locks the table, NOTIFY, INSERT
+            ids = [row["notification_id"] for row in cur.fetchall()]
+            if self.engine is not None:
+                self.engine.apply_inline(cur, projected, ids)
+        return ids
+
+
+class PostgresFactory(_EventsourcingPostgresFactory):
+    """eventsourcing ``PostgresFactory`` with memfabric's recorder and sealing mapper."""
+
+    application_recorder_class = PostgresNoteRecorder
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.keys = KeyStore(self.datastore)
+
+    def mapper(self, transcoder: Transcoder | None = None, mapper_class: Any = None) -> SealingMapper:  # type: ignore[override]
+        assert transcoder is not None
+        return SealingMapper(transcoder, self.keys)
+
+    def application_recorder(self) -> PostgresNoteRecorder:  # type: ignore[override]
+        recorder = super().application_recorder()
+        assert isinstance(recorder, PostgresNoteRecorder)
+        recorder.keys = self.keys
+        with self.datastore.transaction(commit=True) as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
+            cur.execute(KEYS_DDL)
+            cur.execute(SECRETS_DDL)
+        return recorder
+
+
+Factory = PostgresFactory
+
+
+class _VectorTypes:
+    """Registers pgvector's psycopg adapters once per pooled connection (no query after
+    the first connection)."""
+
+    def __init__(self) -> None:
+        self.info: TypeInfo | None = None
+        self.done: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
+
+    def ensure(self, conn: Connection[Any]) -> None:
+        if conn in self.done:
+            return
+        if self.info is None:
+            self.info = TypeInfo.fetch(conn, "vector")
+        register_vector_info(conn, self.info)
+        self.done.add(conn)
+
+
+class PostgresWriteTransaction:
+    """A write transaction holding a scope's advisory lock (``WriteTransaction`` port)."""
+
+    def __init__(self, conn: Connection[Any], vectors: _VectorTypes, ef_search: int) -> None:
+        self.conn = conn
+        self.vectors = vectors
+        self.ef_search = ef_search
+
+    def nearest(
+        self, scope: Scope, *, kind: str, embedding: np.ndarray, token_hash: str,
+        path: str | None, subject: str | None, now: datetime,
+    ) -> Neighbour | None:
+        t, r, th = scope.sql()
+        params = {"t": t, "r": r, "th": th, "kind": kind, "q": np.asarray(embedding, np.float32),
+                  "h": token_hash, "path": path, "subject": subject, "now": now}
+        base = (
+            "SELECT note_id, token_hash, path, subject, 1 - (embedding <=> %(q)b) AS sim"
+            " FROM mf_recall_index WHERE tenant_id = %(t)s AND resource_id = %(r)s"
+            " AND thread_id = %(th)s AND kind = %(kind)s AND superseded_by IS NULL"
+            " AND (upper(valid) IS NULL OR upper(valid) > %(now)s)"
+        )
+        if kind == "file":
+            query = base + " AND path = %(path)s ORDER BY ingested_at DESC LIMIT 1"
+        elif subject is not None:
+            query = base + " AND subject = %(subject)s ORDER BY ingested_at DESC LIMIT 1"
+        else:
+            query = (
+                f"({base} AND token_hash = %(h)s LIMIT 1) UNION ALL "
+                f"(SELECT * FROM ({base} ORDER BY embedding <=> %(q)b LIMIT 1) n)"
+            )
+        with self.conn.cursor() as cur:
+            self.vectors.ensure(self.conn)
+            if kind != "file" and subject is None:
+                cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                cur.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(self.ef_search)))
+            rows = cur.execute(query, params).fetchall()
+        if not rows:
+            return None
+        exact = [row for row in rows if row["token_hash"] == token_hash]
+        row = exact[0] if exact else rows[0]
+        return Neighbour(row["note_id"], float(row["sim"]), row["token_hash"], row["path"], row["subject"])
+
+
+class PostgresNoteStore:
+    """The ``NoteStore`` port on PostgreSQL + pgvector."""
+
+    def __init__(self, datastore: Any, recorder: PostgresNoteRecorder, mapper: SealingMapper,
+                 *, ef_search: int = 100) -> None:
+        self.datastore = datastore
+        self.recorder = recorder
+        self.mapper = mapper
+        self.vectors = _VectorTypes()
+        self.ef_search = ef_search
+        self._secret: bytes | None = None
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection[Any]]:
+        """A pooled connection with pgvector's types registered."""
+        with self.datastore.get_connection() as conn:
+            self.vectors.ensure(conn)
+            yield conn
+
+    @contextmanager
+    def write(self, scope: Scope) -> Iterator[PostgresWriteTransaction]:
+        """Transaction holding ``pg_advisory_xact_lock(scope)``: writers of one scope
+        run one at a time (so N processes remembering one fact end with one note);
+        writers of different scopes only meet at the events-table lock held from the
+        event INSERT to COMMIT."""
+        if _current.get() is not None:
+            raise RuntimeError("nested memfabric write transactions are not supported")
+        try:
+            with self.connection() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("scope:" + scope.key),))
+                token = _current.set(conn)
+                try:
+                    yield PostgresWriteTransaction(conn, self.vectors, self.ef_search)
+                finally:
+                    _current.reset(token)
+        except BaseException:
+            if self.recorder.keys is not None:
+                self.recorder.keys.discard_pending()
+            raise
+
+    # ----------------------------------------------------------------- recall
+    def recall(
+        self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
+        kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+    ) -> list[Candidate]:
+        t, r, th = scope.sql()
+        where = sql.SQL(" AND ").join([
+            recall_index.scope_filter(),
+            sql.SQL("kind = ANY(%(kinds)s)"),
+            sql.SQL("valid @> %(as_of)s::timestamptz"),
+            sql.SQL("consent_granted IS TRUE") if require_consent else sql.SQL("TRUE"),
+        ])
+        params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
+                                  "limit": limit, "text": query}
+        parts = []
+        if embedding is not None:
+            params["q"] = np.asarray(embedding, np.float32)
+            parts.append(sql.SQL(
+                "v AS MATERIALIZED (SELECT aggregate_id, embedding <=> %(q)b AS dist FROM mf_recall_index"
+                " WHERE {w} ORDER BY embedding <=> %(q)b LIMIT %(limit)s),"
+                " vr AS (SELECT aggregate_id, dist, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
+            ).format(w=where))
+        else:
+            parts.append(sql.SQL("vr AS (SELECT NULL::uuid AS aggregate_id, NULL::float8 AS dist, NULL::bigint AS rank WHERE FALSE)"))
+        if query is not None:
+            parts.append(sql.SQL(
+                "tq AS (SELECT replace(plainto_tsquery('english', %(text)s)::text, '&', '|') AS s),"
+                " l AS MATERIALIZED (SELECT aggregate_id, ts_rank_cd(tsv, to_tsquery('english', tq.s)) AS lex"
+                " FROM mf_recall_index, tq WHERE tq.s <> '' AND tsv @@ to_tsquery('english', tq.s) AND {w}"
+                " ORDER BY lex DESC, aggregate_id LIMIT %(limit)s),"
+                " lr AS (SELECT aggregate_id, lex, row_number() OVER (ORDER BY lex DESC, aggregate_id) AS rank FROM l)"
+            ).format(w=where))
+        else:
+            parts.append(sql.SQL("lr AS (SELECT NULL::uuid AS aggregate_id, NULL::float4 AS lex, NULL::bigint AS rank WHERE FALSE)"))
+        stmt = sql.SQL(
+            "WITH {parts} SELECT i.aggregate_id, {ret}, vr.dist, vr.rank AS vrank, lr.lex, lr.rank AS lrank"
+            " FROM vr FULL OUTER JOIN lr ON vr.aggregate_id = lr.aggregate_id"
+            " JOIN mf_recall_index i ON i.aggregate_id = coalesce(vr.aggregate_id, lr.aggregate_id)"
+        ).format(parts=sql.SQL(", ").join(parts), ret=sql.SQL(recall_index.RETURNED))
+        with self.connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                sql.Literal(max(self.ef_search, limit))))
+            rows = conn.execute(stmt, params).fetchall()
+        out = []
+        for row in rows:
+            dist = row.pop("dist")
+            out.append(Candidate(
+                aggregate_id=row["aggregate_id"],
+                note_id=row["note_id"],
+                similarity=None if dist is None else 1.0 - float(dist),
+                lexical=None if row["lex"] is None else float(row["lex"]),
+                vector_rank=row.pop("vrank"),
+                lexical_rank=row.pop("lrank"),
+                fields=row,
+            ))
+        return out
+
+    # ---------------------------------------------------------------- secrets
+    def secret(self) -> bytes:
+        """The fabric secret (32 random bytes created on first use, kept in
+        ``mf_fabric_secret``); keys the tombstone content hashes."""
+        if self._secret is None:
+            with self.datastore.transaction(commit=True) as cur:
+                cur.execute(
+                    "INSERT INTO mf_fabric_secret (id, secret) VALUES (1, %s) ON CONFLICT (id) DO NOTHING",
+                    (os.urandom(32),),
+                )
+                row = cur.execute("SELECT secret FROM mf_fabric_secret WHERE id = 1").fetchone()
+            self._secret = bytes(row["secret"])
+        return self._secret
+
+    def content_hmac(self, text: str) -> str:
+        return hmac.new(self.secret(), text.encode(), hashlib.sha256).hexdigest()
+
+    def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:
+        for stored in self.recorder.select_events(aggregate_id):
+            yield self.mapper.to_domain_event(stored)

@@ -1,0 +1,2 @@
+"""memfabric.domain."""
+def hello(): return 1

@@ -1,0 +1,61 @@
+"""Named errors of the memory fabric.
+
+Every error a caller can act on is a subclass of :class:`FabricError`; invalid input
+models raise pydantic's ``ValidationError`` instead (it names the field). Nothing is
+written when either is raised.
+"""
+
+from __future__ import annotations
+
+
+class FabricError(Exception):
+    """Base class of every named memfabric error."""
+
+
+class NotSupportedError(FabricError):
+    """The requested kind or operation is not supported (yet)."""
+
+
+class NoteNotFoundError(FabricError, KeyError):
+    """No note with that id exists in this scope."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "note not found"
+
+
+class NoteExistsError(FabricError):
+    """An explicit ``id`` was given for a note that already exists in the scope."""
+
+
+class ScopeError(FabricError):
+    """A request named a scope other than the handle's own, or an invalid scope."""
+
+
+class NoteForgottenError(FabricError):
+    """The note was forgotten (tombstoned) and cannot be changed or read."""
+
+
+class CapacityError(FabricError):
+    """A write would exceed a configured limit (for example ``max_entry_text_chars``)."""
+
+
+class ConflictError(FabricError):
+    """A concurrent write changed the note first; retry with fresh state."""
+
+
+class ValidatorRejectedError(FabricError):
+    """A host-supplied validator rejected a working-memory write."""
+
+
+class ProjectionError(FabricError):
+    """A projection stopped on an event; names the notification id, topic and cause."""
+
+    def __init__(self, projection: str, notification_id: int, topic: str, cause: str):
+        self.projection = projection
+        self.notification_id = notification_id
+        self.topic = topic
+        self.cause = cause
+        super().__init__(
+            f"projection {projection!r} stopped at notification {notification_id} "
+            f"({topic}): {cause}"
+        )

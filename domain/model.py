@@ -1,0 +1,291 @@
+"""Public input models (pydantic v2) and read models of the memory fabric.
+
+Input models validate everything a caller passes; they reject unknown fields and
+accept camelCase aliases (``validFrom``, ``sourceEntryIds`` ...). Read models are
+frozen dataclasses built by the fabric.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from memfabric.domain.scope import Scope
+
+Kind = Literal["fact", "procedure", "file", "working", "episode"]
+KINDS: tuple[str, ...] = ("fact", "procedure", "file", "working", "episode")
+RECALLABLE_KINDS: tuple[str, ...] = ("fact", "procedure", "file")
+NOTE_ID_RE = re.compile(r"^[0-9a-f]{12}$")
+BLOCK_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+NoteId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{12}$")]
+NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=512, strip_whitespace=True)]
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+
+DEFAULT_MAX_ENTRY_TEXT_CHARS = 8000
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True
+    )
+
+
+class Link(_Input):
+    """A typed edge to another note in the same scope: ``{id, relation?, weight?}``.
+
+    ``weight`` is in [0, 1] (default 1.0); ``relation`` is a short label such as
+    ``"related"`` (default) or ``"derived_from"``.
+    """
+
+    id: NoteId
+    relation: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "related"
+    weight: Unit = 1.0
+
+
+class Consent(_Input):
+    """Who may see a note and whether its use was granted.
+
+    ``visibility``: ``thread`` (default, only the note's own thread), ``resource``
+    (every thread of the note's resource) or ``tenant`` (the whole tenant).
+    ``granted``: ``None`` when unknown; with ``require_consent=True`` on the fabric
+    only notes with ``granted=True`` are recalled. ``purposes``: free labels.
+    """
+
+    visibility: Literal["thread", "resource", "tenant"] = "thread"
+    granted: bool | None = None
+    purposes: list[NonEmpty] = Field(default_factory=list, max_length=32)
+
+
+class RememberInput(_Input):
+    """What ``Notes.remember(**fields)`` accepts (snake_case, camelCase aliases accepted).
+
+    - ``kind``: ``fact | procedure | file | working | episode``.
+    - ``id``: 12 lowercase hex characters; derived when omitted; an existing id is never
+      overwritten (``NoteExistsError``). Not allowed for ``working`` notes.
+    - ``content``: non-empty, at most ``limits.max_entry_text_chars`` characters
+      (default 8000); for ``file`` it defaults to ``path``.
+    - ``path``: required for ``file`` notes (1-1024 chars), rejected for other kinds.
+    - ``block``: the label of a ``working`` block, ``[a-z0-9][a-z0-9._-]{0,63}``.
+    - ``t_ref`` / ``valid_from`` / ``valid_to``: timezone-aware datetimes;
+      ``valid_from`` is inclusive, ``valid_to`` exclusive, ``valid_to > valid_from``.
+    - ``keywords`` / ``tags`` / ``source_entry_ids``: lists of non-empty strings.
+    - ``context``: free text about the note (sealed like content).
+    - ``links``: list of :class:`Link`.
+    - ``supersedes``: the id of a note in the same scope this one replaces.
+    - ``subject``: a short key (1-200 chars); notes with the same subject fold or
+      supersede by subject equality instead of by similarity.
+    - ``importance``: in [0, 1] (default 0.5 when omitted).
+    - ``consent``: :class:`Consent`.
+    """
+
+    kind: Kind
+    id: NoteId | None = None
+    content: Annotated[str, StringConstraints(min_length=1)] | None = None
+    path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
+    block: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")] | None = None
+    t_ref: AwareDatetime | None = None
+    valid_from: AwareDatetime | None = None
+    valid_to: AwareDatetime | None = None
+    keywords: list[NonEmpty] = Field(default_factory=list, max_length=64)
+    tags: list[NonEmpty] = Field(default_factory=list, max_length=64)
+    source_entry_ids: list[NonEmpty] = Field(default_factory=list, max_length=256)
+    context: Annotated[str, StringConstraints(min_length=1)] | None = None
+    links: list[Link] = Field(default_factory=list, max_length=64)
+    supersedes: NoteId | None = None
+    subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    importance: Unit | None = None
+    consent: Consent | None = None
+
+    @field_validator("content", "context")
+    @classmethod
+    def _cap_text(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("must not be blank")
+        limit = (info.context or {}).get("max_entry_text_chars", DEFAULT_MAX_ENTRY_TEXT_CHARS)
+        if len(value) > limit:
+            raise ValueError(f"is {len(value)} characters; the limit is {limit}")
+        return value
+
+    @model_validator(mode="after")
+    def _check_kind_rules(self) -> RememberInput:
+        if self.kind == "file":
+            if self.path is None:
+                raise ValueError("path: required for kind 'file'")
+        elif self.path is not None:
+            raise ValueError(f"path: only allowed for kind 'file', not {self.kind!r}")
+        if self.kind == "working":
+            if self.block is None:
+                raise ValueError("block: required for kind 'working'")
+            if self.id is not None:
+                raise ValueError("id: a working note's id is derived from its block label")
+        elif self.block is not None:
+            raise ValueError(f"block: only allowed for kind 'working', not {self.kind!r}")
+        if self.content is None and self.kind != "file":
+            raise ValueError("content: required")
+        if self.valid_from and self.valid_to and self.valid_to <= self.valid_from:
+            raise ValueError("valid_to: must be later than valid_from")
+        if self.id is not None and self.supersedes == self.id:
+            raise ValueError("supersedes: a note cannot supersede itself")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The content to store (``path`` for a file note without content)."""
+        return self.content if self.content is not None else (self.path or "")
+
+
+class Scoring(_Input):
+    """Re-ranking weights for recall (see ``memfabric.domain.policy.score``).
+
+    ``recency_weight`` (default 0.1) and ``importance_weight`` (default 0.1) are
+    non-negative; ``half_life`` (default 30 days) is the age at which recency is 0.5.
+    """
+
+    recency_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
+    importance_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
+    link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
+    half_life: timedelta = timedelta(days=30)
+
+    @field_validator("half_life")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be positive")
+        return value
+
+
+class RecallInput(_Input):
+    """What ``Notes.recall(query, ...)`` accepts.
+
+    - ``query``: non-empty text (at most 8000 characters); never echoed back.
+    - ``kinds``: non-empty subset of ``fact, procedure, file`` (default ``fact, file``).
+    - ``as_of``: timezone-aware instant; notes whose window ``[valid_from, valid_to)``
+      does not contain it are omitted (default: now).
+    - ``top_k``: 1-1000 (default 10).
+    - ``budget``: 1-1,000,000 tokens; the best hit is always returned and ranking stops
+      at the first hit that would not fit.
+    - ``mode``: ``hybrid`` (default), ``vector`` or ``lexical``.
+    """
+
+    query: Annotated[str, StringConstraints(min_length=1, max_length=8000)]
+    kinds: tuple[Literal["fact", "procedure", "file"], ...] = ("fact", "file")
+    as_of: AwareDatetime | None = None
+    top_k: Annotated[int, Field(ge=1, le=1000)] = 10
+    budget: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    scoring: Scoring | None = None
+    mode: Literal["hybrid", "vector", "lexical"] = "hybrid"
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("kinds", mode="before")
+    @classmethod
+    def _kinds(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = (value,)
+        if value is not None and len(value) == 0:
+            raise ValueError("must name at least one kind")
+        return tuple(dict.fromkeys(value)) if value is not None else value
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A note as read back from the fabric (read model, not the aggregate).
+
+    Times are timezone-aware UTC datetimes; ``token_count`` is the estimate of
+    ``memfabric.domain.policy.count_tokens``.
+    """
+
+    id: str
+    kind: str
+    content: str | None
+    scope: Scope
+    ingested_at: datetime
+    token_count: int
+    path: str | None = None
+    block: str | None = None
+    subject: str | None = None
+    t_ref: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    keywords: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    source_entry_ids: tuple[str, ...] = ()
+    context: str | None = None
+    links: tuple[dict[str, Any], ...] = ()
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    importance: float = 0.5
+    consent: dict[str, Any] | None = None
+    version: int = 1
+    fold_count: int = 0
+    updated_at: datetime | None = None
+    forgotten: bool = False
+    held: bool = False
+    outcome: str = "inserted"
+
+
+@dataclass(frozen=True, slots=True)
+class Explain:
+    """Why a hit ranked where it did; ``explain[i]`` describes ``hits[i]``.
+
+    ``score`` = relevance + recency_weight·recency + importance_weight·importance
+    (+ link_weight·link); ``similarity`` is the cosine similarity in [-1, 1] (``None``
+    when the note was found only lexically); ``lexical`` the full-text rank
+    (``ts_rank_cd``, ``None`` when found only by vector); ``vector_rank`` and
+    ``lexical_rank`` are 1-based ranks in each candidate list; ``relevance`` is the
+    fused relevance in [0, 1]; ``recency`` in (0, 1]; ``importance`` in [0, 1];
+    ``link`` in [0, 1]; ``valid`` is the note's window ``(valid_from, valid_to)``.
+    """
+
+    id: str
+    score: float
+    similarity: float | None
+    recency: float
+    importance: float
+    link: float
+    valid: tuple[datetime | None, datetime | None]
+    relevance: float = 0.0
+    lexical: float | None = None
+    vector_rank: int | None = None
+    lexical_rank: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """Ranked ``hits`` and the parallel ``explain`` rows (same length, same order)."""
+
+    hits: list[Note] = field(default_factory=list)
+    explain: list[Explain] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetResult:
+    """Outcome of ``forget``: ``deleted`` is 1 for a tombstoned note or block, 0 when
+    held or when no such note is in this scope; ``held`` tells a legal hold."""
+
+    id: str | None
+    block: str | None
+    deleted: int
+    held: bool

@@ -1,0 +1,430 @@
+"""The ``Note`` aggregate and its domain events.
+
+Event classes are stored by topic (``memfabric.domain.note:Note.Remembered`` ...), so
+this module path and the class names are part of the log format: never rename them
+without registering the old topics (``eventsourcing.utils.register_topic``).
+
+Protected fields (``content``, ``context``, ``keywords``, ``embedding`` and a
+``Forgotten``-free ``text`` of appends) are sealed per note by the storage mapper;
+see ``memfabric.adapters.crypto``. The aggregate itself holds plain values.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from eventsourcing.domain import Aggregate
+
+from memfabric.domain.errors import NoteForgottenError
+from memfabric.domain.scope import Scope
+
+_NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
+
+PROTECTED_FIELDS: tuple[str, ...] = ("content", "context", "keywords", "embedding", "text")
+"""Event fields sealed with the note's data key; erased for good when the key is destroyed."""
+
+ERASED = "<erased>"
+"""What a protected field reads as once its note's key has been destroyed."""
+
+
+def note_uuid(scope: Scope, note_id: str) -> UUID:
+    """Aggregate id of note ``note_id`` in ``scope`` (UUIDv5, so the same 12-hex id in
+    two scopes is two aggregates)."""
+    return uuid5(_NOTE_NAMESPACE, f"{scope.key}#{note_id}")
+
+
+def _union(old: list[Any], new: list[Any]) -> list[Any]:
+    out = list(old)
+    for item in new:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _union_links(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_key = {(link["id"], link.get("relation", "related")): link for link in old}
+    for link in new:
+        by_key[(link["id"], link.get("relation", "related"))] = link
+    return list(by_key.values())
+
+
+_VISIBILITY_ORDER = {"thread": 0, "resource": 1, "tenant": 2}
+
+
+def narrower_consent(
+    old: dict[str, Any] | None, new: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Merge consents on a fold without ever widening visibility or granting more.
+
+    Visibility becomes the narrower of the two; ``granted`` is True only if both are;
+    purposes are intersected when both are given.
+    """
+    if new is None:
+        return old
+    if old is None:
+        return new
+    vis = min(
+        (old.get("visibility", "thread"), new.get("visibility", "thread")),
+        key=lambda v: _VISIBILITY_ORDER[v],
+    )
+    granted_old, granted_new = old.get("granted"), new.get("granted")
+    if granted_old is False or granted_new is False:
+        granted: bool | None = False
+    elif granted_old is None or granted_new is None:
+        granted = None
+    else:
+        granted = True
+    purposes_old, purposes_new = old.get("purposes") or [], new.get("purposes") or []
+    if purposes_old and purposes_new:
+        purposes = [p for p in purposes_old if p in purposes_new]
+    else:
+        purposes = purposes_old or purposes_new
+    return {"visibility": vis, "granted": granted, "purposes": purposes}
+
+
+class Note(Aggregate):
+    """A typed note in a scope; every change is a domain event.
+
+    State (plain, after applying events): scope columns, ``note_id``, ``kind``,
+    ``content``, ``path``, ``block``, ``subject``, times, annotations, ``embedding``
+    (float32 bytes, ``dim`` and ``embedder_id``), ``supersedes``/``superseded_by``,
+    ``importance``, ``consent``, ``fold_count``, ``forgotten``/``held``.
+    """
+
+    class Remembered(Aggregate.Created):
+        """A note was written for the first time (cause ``caller``)."""
+
+        tenant_id: str
+        resource_id: str | None
+        thread_id: str | None
+        note_id: str
+        kind: str
+        content: str | None
+        path: str | None
+        block: str | None
+        subject: str | None
+        t_ref: datetime | None
+        valid_from: datetime | None
+        valid_to: datetime | None
+        keywords: list[str]
+        tags: list[str]
+        source_entry_ids: list[str]
+        context: str | None
+        links: list[dict[str, Any]]
+        supersedes: str | None
+        importance: float
+        consent: dict[str, Any] | None
+        embedding: bytes | None
+        embedder_id: str | None
+        dim: int
+        token_count: int
+        cause: str
+
+    class Folded(Aggregate.Event):
+        """The same note was written again: annotations unioned, new claims win."""
+
+        content: str | None
+        context: str | None
+        keywords: list[str]
+        tags: list[str]
+        source_entry_ids: list[str]
+        links: list[dict[str, Any]]
+        embedding: bytes | None
+        embedder_id: str | None
+        token_count: int
+        importance: float | None
+        consent: dict[str, Any] | None
+        t_ref: datetime | None
+        valid_from: datetime | None
+        valid_to: datetime | None
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.content = self.content
+            if self.context is not None:
+                note.context = self.context
+            note.keywords = _union(note.keywords, self.keywords)
+            note.tags = _union(note.tags, self.tags)
+            note.source_entry_ids = _union(note.source_entry_ids, self.source_entry_ids)
+            note.links = _union_links(note.links, self.links)
+            if self.embedding is not None:
+                note.embedding = self.embedding
+                note.embedder_id = self.embedder_id
+            note.token_count = self.token_count
+            if self.importance is not None:
+                note.importance = self.importance
+            note.consent = narrower_consent(note.consent, self.consent)
+            if self.t_ref is not None:
+                note.t_ref = self.t_ref
+            if self.valid_from is not None:
+                note.valid_from = self.valid_from
+            if self.valid_to is not None:
+                note.valid_to = self.valid_to
+            note.fold_count += 1
+            note.updated_at = self.timestamp
+
+    class Superseded(Aggregate.Event):
+        """A newer note replaced this one: its window closes at ``valid_to``."""
+
+        successor_id: str
+        valid_to: datetime
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.superseded_by = self.successor_id
+            if note.valid_to is None or self.valid_to < note.valid_to:
+                note.valid_to = self.valid_to
+            note.updated_at = self.timestamp
+
+    class Linked(Aggregate.Event):
+        """Link edges were added (by a caller or a linker worker)."""
+
+        links: list[dict[str, Any]]
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.links = _union_links(note.links, self.links)
+            note.updated_at = self.timestamp
+
+    class Evolved(Aggregate.Event):
+        """A worker refined the note's context, keywords or tags (content unchanged)."""
+
+        context: str | None
+        keywords: list[str]
+        tags: list[str]
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            if self.context is not None:
+                note.context = self.context
+            note.keywords = _union(note.keywords, self.keywords)
+            note.tags = _union(note.tags, self.tags)
+            note.updated_at = self.timestamp
+
+    class Repointed(Aggregate.Event):
+        """A ``file`` note follows its file to a new path (nothing re-embedded)."""
+
+        from_path: str
+        to_path: str
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.path = self.to_path
+            note.updated_at = self.timestamp
+
+    class BlockWritten(Aggregate.Event):
+        """A ``working`` block's content was replaced."""
+
+        content: str
+        token_count: int
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.content = self.content
+            note.token_count = self.token_count
+            note.forgotten = False
+            note.forgotten_at = None
+            note.block_version += 1
+            note.updated_at = self.timestamp
+
+    class BlockAppended(Aggregate.Event):
+        """Text was appended to a ``working`` block."""
+
+        text: str
+        token_count: int
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.content = (note.content or "") + self.text
+            note.token_count = self.token_count
+            note.block_version += 1
+            note.updated_at = self.timestamp
+
+    class Forgotten(Aggregate.Event):
+        """The tombstone: content erased (or kept under legal hold), lineage kept.
+
+        ``content_hmac`` is HMAC-SHA256(fabric secret, content) in hex, so an auditor
+        holding a candidate text can check it (``verify_content``) while short texts
+        cannot be guessed from the log.
+        """
+
+        note_id: str
+        kind: str
+        tenant_id: str
+        resource_id: str | None
+        thread_id: str | None
+        content_hmac: str | None
+        supersedes: str | None
+        superseded_by: str | None
+        source_entry_ids: list[str]
+        link_ids: list[str]
+        reason: str
+        requested_by: str
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.updated_at = self.timestamp
+            if self.reason == "legal_hold":
+                note.held = True
+                return
+            note.forgotten = True
+            note.forgotten_at = self.timestamp
+            note.content_hmac = self.content_hmac
+            note.content = None
+            note.context = None
+            note.keywords = []
+            note.embedding = None
+            if note.kind == "working":
+                note.block_version += 1
+
+    def __init__(  # noqa: PLR0913 - the Remembered event's fields
+        self,
+        *,
+        tenant_id: str,
+        resource_id: str | None,
+        thread_id: str | None,
+        note_id: str,
+        kind: str,
+        content: str | None,
+        path: str | None,
+        block: str | None,
+        subject: str | None,
+        t_ref: datetime | None,
+        valid_from: datetime | None,
+        valid_to: datetime | None,
+        keywords: list[str],
+        tags: list[str],
+        source_entry_ids: list[str],
+        context: str | None,
+        links: list[dict[str, Any]],
+        supersedes: str | None,
+        importance: float,
+        consent: dict[str, Any] | None,
+        embedding: bytes | None,
+        embedder_id: str | None,
+        dim: int,
+        token_count: int,
+        cause: str,
+    ) -> None:
+        self.tenant_id = tenant_id
+        self.resource_id = resource_id
+        self.thread_id = thread_id
+        self.note_id = note_id
+        self.kind = kind
+        self.content = content
+        self.path = path
+        self.block = block
+        self.subject = subject
+        self.t_ref = t_ref
+        self.valid_from = valid_from
+        self.valid_to = valid_to
+        self.keywords = list(keywords)
+        self.tags = list(tags)
+        self.source_entry_ids = list(source_entry_ids)
+        self.context = context
+        self.links = list(links)
+        self.supersedes = supersedes
+        self.superseded_by: str | None = None
+        self.importance = importance
+        self.consent = consent
+        self.embedding = embedding
+        self.embedder_id = embedder_id
+        self.dim = dim
+        self.token_count = token_count
+        self.fold_count = 0
+        self.block_version = 1 if kind == "working" else 0
+        self.updated_at: datetime | None = None
+        self.forgotten = False
+        self.forgotten_at: datetime | None = None
+        self.content_hmac: str | None = None
+        self.held = False
+
+    # ----------------------------------------------------------------- commands
+    @classmethod
+    def remember(cls, *, scope: Scope, **fields: Any) -> Note:
+        """Create a note; ``fields`` are the ``Remembered`` event's fields."""
+        return cls._create(
+            cls.Remembered,
+            id=note_uuid(scope, fields["note_id"]),
+            tenant_id=scope.tenant_id,
+            resource_id=scope.resource_id,
+            thread_id=scope.thread_id,
+            **fields,
+        )
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(
+            tenant_id=self.tenant_id, resource_id=self.resource_id, thread_id=self.thread_id
+        )
+
+    @property
+    def ingested_at(self) -> datetime:
+        return self.created_on
+
+    @property
+    def live(self) -> bool:
+        """Neither forgotten nor held: eligible for recall, folds and links."""
+        return not self.forgotten and not self.held
+
+    def _check_live(self) -> None:
+        if self.forgotten:
+            raise NoteForgottenError(f"note {self.note_id} was forgotten")
+
+    def fold(self, **fields: Any) -> None:
+        self._check_live()
+        self.trigger_event(self.Folded, **fields)
+
+    def supersede(self, *, successor_id: str, valid_to: datetime, cause: str) -> None:
+        self._check_live()
+        self.trigger_event(
+            self.Superseded, successor_id=successor_id, valid_to=valid_to, cause=cause
+        )
+
+    def link(self, links: list[dict[str, Any]], cause: str = "caller") -> None:
+        self._check_live()
+        self.trigger_event(self.Linked, links=links, cause=cause)
+
+    def evolve(
+        self, *, context: str | None, keywords: list[str], tags: list[str], cause: str
+    ) -> None:
+        self._check_live()
+        self.trigger_event(
+            self.Evolved, context=context, keywords=keywords, tags=tags, cause=cause
+        )
+
+    def repoint(self, *, to_path: str, cause: str = "caller") -> None:
+        self._check_live()
+        self.trigger_event(
+            self.Repointed, from_path=self.path or "", to_path=to_path, cause=cause
+        )
+
+    def write_block(self, *, content: str, token_count: int, cause: str = "caller") -> None:
+        self.trigger_event(self.BlockWritten, content=content, token_count=token_count, cause=cause)
+
+    def append_block(self, *, text: str, token_count: int, cause: str = "caller") -> None:
+        self._check_live()
+        self.trigger_event(self.BlockAppended, text=text, token_count=token_count, cause=cause)
+
+    def forget(
+        self, *, content_hmac: str | None, reason: str, requested_by: str, cause: str = "caller"
+    ) -> None:
+        self._check_live()
+        self.trigger_event(
+            self.Forgotten,
+            note_id=self.note_id,
+            kind=self.kind,
+            tenant_id=self.tenant_id,
+            resource_id=self.resource_id,
+            thread_id=self.thread_id,
+            content_hmac=content_hmac,
+            supersedes=self.supersedes,
+            superseded_by=self.superseded_by,
+            source_entry_ids=list(self.source_entry_ids),
+            link_ids=[link["id"] for link in self.links],
+            reason=reason,
+            requested_by=requested_by,
+            cause=cause,
+        )

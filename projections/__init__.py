@@ -1,0 +1,1 @@
+"""memfabric.projections."""

@@ -1,0 +1,144 @@
+"""Keeps projections exactly in step with the notification log.
+
+Every projection records its position with eventsourcing's ``PostgresTrackingRecorder``
+(table ``mf_<name>_tracking``) in the same transaction as its row writes, under a
+per-projection advisory lock, so each event is applied exactly once and work resumes
+where it stopped. Rows are a function of the aggregates' current states, so applying a
+later state early (a catch-up that loads an aggregate which has moved on) is idempotent.
+
+Writers project inline (inside the event-insert transaction, after the events table
+lock: the positions are gap-free); a writer that finds the projection behind first
+catches up the gap in the same transaction. ``catch_up`` serves a separate runner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import Tracking
+from eventsourcing.postgres import PostgresTrackingRecorder
+from psycopg import Cursor
+
+from memfabric.domain.errors import ProjectionError
+from memfabric.domain.note import Note
+from memfabric.projections.base import NoteProjection
+
+LoadNotes = Callable[[Sequence[UUID]], list[Note]]
+
+
+def advisory_key(name: str) -> int:
+    """Stable signed 63-bit advisory-lock key for ``name`` (BLAKE2b)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+class ProjectionEngine:
+    """Projections of one application's notification log."""
+
+    def __init__(
+        self,
+        datastore: Any,
+        application_name: str,
+        events_table: str,
+        projections: Sequence[NoteProjection],
+        load_notes: LoadNotes,
+    ) -> None:
+        self.datastore = datastore
+        self.application_name = application_name
+        self.events_table = events_table
+        self.projections = list(projections)
+        self.load_notes = load_notes
+        self.trackers = {
+            p.name: PostgresTrackingRecorder(datastore, tracking_table_name=f"mf_{p.name}_tracking")
+            for p in self.projections
+        }
+
+    def create(self) -> None:
+        """Create the projections' tables and tracking tables (idempotent)."""
+        for p in self.projections:
+            self.trackers[p.name].create_table()
+            with self.datastore.transaction(commit=True) as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
+                p.create(cur)
+
+    def position(self, name: str, cur: Cursor[Any] | None = None) -> int:
+        tracker = self.trackers[name]
+        if cur is not None:
+            return tracker._max_tracking_id(self.application_name, cur) or 0  # noqa: SLF001
+        return tracker.max_tracking_id(self.application_name) or 0
+
+    def _record(self, cur: Cursor[Any], name: str, position: int) -> None:
+        self.trackers[name]._insert_tracking(  # noqa: SLF001 - same-transaction tracking
+            cur, Tracking(self.application_name, position)
+        )
+
+    # ----------------------------------------------------------------- inline
+    def apply_inline(self, cur: Cursor[Any], notes: Iterable[Note], ids: Sequence[int]) -> None:
+        """Project ``notes`` (just saved, events got ``ids``) in the writer's transaction."""
+        if not ids:
+            return
+        notes = list(notes)
+        first, last = min(ids), max(ids)
+        for p in self.projections:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+            pos = self.position(p.name, cur)
+            if pos < first - 1:
+                self._apply_range(cur, p, pos, first - 1)
+            p.apply(cur, notes)
+            self._record(cur, p.name, last)
+
+    # --------------------------------------------------------------- catch-up
+    def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int) -> list[dict[str, Any]]:
+        stop = "AND notification_id <= %s " if upto is not None else ""
+        params: list[Any] = [after]
+        if upto is not None:
+            params.append(upto)
+        params.append(limit)
+        return cur.execute(
+            f"SELECT notification_id, originator_id, topic FROM {self.events_table} "  # noqa: S608
+            f"WHERE notification_id > %s {stop}ORDER BY notification_id LIMIT %s",
+            params,
+        ).fetchall()
+
+    def _apply_range(
+        self, cur: Cursor[Any], p: NoteProjection, after: int, upto: int | None, limit: int = 2000
+    ) -> int:
+        """Apply events ``(after, upto]`` to ``p``; returns the last position applied."""
+        pos = after
+        while True:
+            rows = self._select(cur, pos, upto, limit)
+            if not rows:
+                return pos
+            ids = list(dict.fromkeys(r["originator_id"] for r in rows))
+            try:
+                notes = self.load_notes(ids)
+                p.apply(cur, notes)
+            except Exception as exc:  # name the event that stopped the projection
+                first = rows[0]
+                raise ProjectionError(p.name, first["notification_id"], first["topic"], repr(exc)) from exc
+            pos = rows[-1]["notification_id"]
+            if len(rows) < limit:
+                return pos
+
+    def catch_up(self, *, batch: int = 2000) -> dict[str, int]:
+        """Bring every projection up to the log head; returns the new positions."""
+        out: dict[str, int] = {}
+        for p in self.projections:
+            while True:
+                with self.datastore.transaction(commit=True) as cur:
+                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+                    pos = self.position(p.name, cur)
+                    new = self._apply_range(cur, p, pos, None, limit=batch)
+                    if new > pos:
+                        self._record(cur, p.name, new)
+                if new == pos or new - pos < batch:
+                    out[p.name] = new
+                    break
+        return out
+
+    def head(self) -> int:
+        with self.datastore.get_connection() as conn:
+            row = conn.execute(f"SELECT max(notification_id) AS m FROM {self.events_table}").fetchone()  # noqa: S608
+        return int(row["m"] or 0)

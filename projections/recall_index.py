@@ -1,0 +1,220 @@
+"""The recall index: one row per live ``fact``/``procedure``/``file`` note, in PostgreSQL
+with pgvector (HNSW, cosine) and full-text search (GIN over ``to_tsvector('english')``).
+
+Rows are a pure function of the ``Note`` aggregate's state (:func:`row_for`), so an
+inline update after a write and a replay of the log from zero give identical rows.
+Superseded notes keep their row (with their closed window) so that ``as_of`` recall
+inside their window still finds them; forgotten and held notes have no row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+from psycopg import Cursor, sql
+
+from memfabric.domain.note import Note
+from memfabric.domain.policy import normalized_tokens, token_hash
+
+NAME = "recall_index"
+TABLE = "mf_recall_index"
+RECALLABLE = ("fact", "procedure", "file")
+
+COLUMNS: tuple[str, ...] = (
+    "tenant_id", "resource_id", "thread_id", "visibility", "consent_granted", "kind",
+    "aggregate_id", "note_id", "valid", "superseded_by", "importance", "token_count",
+    "tags", "path", "subject", "token_hash", "content", "source_entry_ids", "supersedes",
+    "t_ref", "ingested_at", "version", "embedder_id", "embedding",
+)
+"""Column order of a row tuple (also the COPY order)."""
+
+RETURNED = (
+    "i.tenant_id, i.resource_id, i.thread_id, i.kind, i.note_id, i.importance, i.token_count,"
+    " i.tags, i.path, i.subject, i.content, i.source_entry_ids, i.supersedes, i.t_ref,"
+    " i.ingested_at, i.version, lower(i.valid) AS valid_from, upper(i.valid) AS valid_to,"
+    " i.visibility, i.consent_granted"
+)
+"""Columns a recall returns (table alias ``i``)."""
+
+
+def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
+    """CREATE statements of the table (without the HNSW/GIN indexes, see :func:`index_ddl`)."""
+    t = sql.Identifier(table)
+    return [
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} ("
+            " tenant_id text NOT NULL, resource_id text NOT NULL, thread_id text NOT NULL,"
+            " visibility text NOT NULL, consent_granted boolean, kind text NOT NULL,"
+            " aggregate_id uuid PRIMARY KEY, note_id text NOT NULL,"
+            " valid tstzrange NOT NULL, superseded_by text, importance real NOT NULL,"
+            " token_count integer NOT NULL, tags text[] NOT NULL, path text, subject text,"
+            " token_hash text NOT NULL, content text NOT NULL, source_entry_ids text[] NOT NULL,"
+            " supersedes text, t_ref timestamptz, ingested_at timestamptz NOT NULL,"
+            " version integer NOT NULL, embedder_id text,"
+            " embedding vector({dim}) NOT NULL,"
+            " tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED)"
+        ).format(t=t, dim=sql.Literal(dim)),
+    ]
+
+
+def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
+    """Secondary indexes: HNSW (cosine, m=16, ef_construction=64), GIN on tsv, btrees on
+    scope + token hash / path / subject."""
+    t = sql.Identifier(table)
+    name = table + suffix
+    return [
+        sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {i} ON {t} USING hnsw (embedding vector_cosine_ops)"
+            " WITH (m = 16, ef_construction = 64)"
+        ).format(i=sql.Identifier(f"{name}_hnsw"), t=t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (tsv)").format(
+            i=sql.Identifier(f"{name}_tsv"), t=t
+        ),
+        sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, kind, token_hash)"
+        ).format(i=sql.Identifier(f"{name}_hash"), t=t),
+        sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, path)"
+            " WHERE path IS NOT NULL"
+        ).format(i=sql.Identifier(f"{name}_path"), t=t),
+        sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, subject)"
+            " WHERE subject IS NOT NULL"
+        ).format(i=sql.Identifier(f"{name}_subject"), t=t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, kind)").format(
+            i=sql.Identifier(f"{name}_tenant"), t=t
+        ),
+    ]
+
+
+def _range(lo: datetime | None, hi: datetime | None) -> Any:
+    from psycopg.types.range import Range
+
+    return Range(lo, hi, bounds="[)")
+
+
+def row_for(note: Note) -> tuple[Any, ...] | None:
+    """The index row of a note, or ``None`` when the note must not be recallable
+    (forgotten, held, or not a recallable kind)."""
+    if note.kind not in RECALLABLE or note.forgotten or note.held or note.content is None:
+        return None
+    if note.embedding is None:
+        return None
+    consent = note.consent or {}
+    return (
+        note.tenant_id,
+        note.resource_id or "",
+        note.thread_id or "",
+        consent.get("visibility", "thread"),
+        consent.get("granted"),
+        note.kind,
+        note.id,
+        note.note_id,
+        _range(note.valid_from, note.valid_to),
+        note.superseded_by,
+        float(note.importance),
+        int(note.token_count),
+        list(note.tags),
+        note.path,
+        note.subject,
+        token_hash(normalized_tokens(note.content)),
+        note.content,
+        list(note.source_entry_ids),
+        note.supersedes,
+        note.t_ref,
+        note.created_on,
+        int(note.version),
+        note.embedder_id,
+        np.frombuffer(note.embedding, dtype=np.float32),
+    )
+
+
+def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
+    """Upsert or delete the rows of ``notes`` (their current aggregate state)."""
+    upserts: list[tuple[Any, ...]] = []
+    deletes: list[UUID] = []
+    for note in notes:
+        row = row_for(note)
+        if row is None:
+            deletes.append(note.id)
+        else:
+            upserts.append(row)
+    t = sql.Identifier(table)
+    if deletes:
+        cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (deletes,))
+    if upserts:
+        cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+        placeholders = sql.SQL(", ").join(
+            sql.Placeholder() if c != "embedding" else sql.SQL("%b") for c in COLUMNS
+        )
+        updates = sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
+            for c in COLUMNS if c != "aggregate_id"
+        )
+        stmt = sql.SQL(
+            "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
+        ).format(t=t, cols=cols, ph=placeholders, up=updates)
+        cur.executemany(stmt, upserts)
+
+
+def copy_rows(cur: Cursor[Any], rows: Iterable[Sequence[Any]], table: str = TABLE) -> int:
+    """Bulk-load rows with ``COPY ... FROM STDIN (FORMAT BINARY)``; returns the count."""
+    cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+    n = 0
+    with cur.copy(
+        sql.SQL("COPY {t} ({cols}) FROM STDIN (FORMAT BINARY)").format(
+            t=sql.Identifier(table), cols=cols
+        )
+    ) as copy:
+        copy.set_types([
+            "text", "text", "text", "text", "bool", "text", "uuid", "text", "tstzrange",
+            "text", "float4", "int4", "text[]", "text", "text", "text", "text", "text[]",
+            "text", "timestamptz", "timestamptz", "int4", "text", "vector",
+        ])
+        for row in rows:
+            copy.write_row(row)
+            n += 1
+    return n
+
+
+def scope_filter(alias: str = "") -> sql.Composable:
+    """Visibility rule (issue "forget"): same tenant and either the note's own
+    (resource, thread), or ``tenant`` visibility, or ``resource`` visibility with the
+    same non-empty resource. Parameters: ``%(t)s, %(r)s, %(th)s``."""
+    p = sql.SQL(alias + ".") if alias else sql.SQL("")
+    return sql.SQL(
+        "{p}tenant_id = %(t)s AND (({p}resource_id = %(r)s AND {p}thread_id = %(th)s)"
+        " OR {p}visibility = 'tenant'"
+        " OR ({p}visibility = 'resource' AND {p}resource_id = %(r)s AND %(r)s <> ''))"
+    ).format(p=p)
+
+
+class RecallIndexProjection:
+    """The recall index as a :class:`~memfabric.projections.base.NoteProjection`."""
+
+    name = NAME
+    tables = (TABLE,)
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+
+    def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        for stmt in ddl(self.dim, TABLE + table_suffix):
+            cur.execute(stmt)
+        if not table_suffix:
+            self.create_indexes(cur)
+
+    def create_indexes(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        for stmt in index_ddl(TABLE + table_suffix):
+            cur.execute(stmt)
+
+    def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
+        apply(cur, notes)
+
+    def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
+        rows = (r for r in map(row_for, notes) if r is not None)
+        return copy_rows(cur, rows, TABLE + table_suffix)
