@@ -1,2 +1,1 @@
-"""memfabric.domain."""
-def hello(): return 1
+"""memfabric.domain: the pure core (aggregate, events, policy, ports, application service)."""

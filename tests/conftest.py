@@ -1,0 +1,93 @@
+"""Shared fixtures: one real embedded PostgreSQL 18 + pgvector per test session and a
+fresh database per test (cloned from a template that has the ``vector`` extension).
+
+Set ``MEMFABRIC_TEST_DSN`` to run the suite against another server instead (the user
+needs CREATEDB; the template needs ``CREATE EXTENSION vector`` rights once).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.embedded import EmbeddedPostgres
+
+TEMPLATE = "mf_test_template"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """DSN of the session's server (embedded unless ``MEMFABRIC_TEST_DSN`` is set)."""
+    external = os.environ.get("MEMFABRIC_TEST_DSN")
+    if external:
+        yield external
+        return
+    tmp = tempfile.mkdtemp(prefix="memfabric-test-")
+    os.chmod(tmp, 0o755)
+    server = EmbeddedPostgres(Path(tmp) / "pg")
+    try:
+        yield server.dsn
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def _template(pg_server: str) -> str:
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    with psycopg.connect(make_conninfo(pg_server, dbname=TEMPLATE), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return TEMPLATE
+
+
+def new_database(pg_server: str, template: str) -> str:
+    """Create an empty database cloned from the template; return its DSN."""
+    name = "mf_t_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
+    return make_conninfo(pg_server, dbname=name)
+
+
+def drop_database(pg_server: str, dsn: str) -> None:
+    name = conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def dsn(pg_server: str, _template: str) -> Iterator[str]:
+    """A fresh, empty database (with pgvector) for this test."""
+    url = new_database(pg_server, _template)
+    try:
+        yield url
+    finally:
+        drop_database(pg_server, url)
+
+
+@pytest.fixture
+def fabric(dsn: str) -> Iterator[Fabric]:
+    """An open fabric (default settings, hash embedder) on a fresh database."""
+    with open_fabric(dsn) as fab:
+        yield fab
+
+
+def event_count(dsn: str) -> int:
+    """Rows in the event log."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM memfabric_events").fetchone()
+    return int(row[0]) if row else 0
+
+
+def fetch(dsn: str, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Run a read query on the test database."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query, params).fetchall()
