@@ -21,9 +21,18 @@ from memfabric.domain.note import Note
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Embedder
 from memfabric.domain.scope import Scope
-from memfabric.domain.service import Consolidation, Limits, MemoryService
+from memfabric.domain.service import (
+    Consolidation,
+    EraseResult,
+    EraseScopeInput,
+    Limits,
+    MemoryService,
+)
+from memfabric.domain.working import WorkingValidator
 from memfabric.projections.engine import ProjectionEngine
+from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
+from memfabric.projections.working_value import WorkingValueProjection
 
 EVENTS_TABLE = "memfabric_events"
 
@@ -83,6 +92,38 @@ class Fabric:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
         return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id))
 
+    def erase_scope(
+        self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,
+        hold: bool = False, *, requested_by: str = "operator", batch_size: int = 100,
+    ) -> EraseResult:
+        """Tombstone every un-forgotten note of a scope prefix and return exact counts.
+
+        ``resource_id``/``thread_id`` ``None`` means every resource / thread of the
+        tenant (``erase_scope("acme")`` erases the whole tenant, ``erase_scope("acme",
+        "user-1")`` one resource with all its threads). Notes of every kind are found
+        through the note-scope index (``mf_note_scope``), ``batch_size`` (1-1000,
+        default 100) per write transaction, each holding the write locks of the scopes
+        it touches; each note gets a ``Forgotten`` tombstone (``requested_by`` recorded,
+        cause ``erase_scope``), its key is destroyed and its projection rows deleted.
+        With ``hold=True`` the notes are put under legal hold instead (content kept,
+        never recalled). Notes already held are counted in ``already_held`` and kept.
+        Other tenants, resources and threads are never touched. Projections are caught
+        up first, so the erasure also covers notes a separate runner has not projected yet.
+
+        Returns :class:`~memfabric.domain.service.EraseResult`. Raises
+        ``pydantic.ValidationError`` (naming the field) for a bad id, ``hold``,
+        ``requested_by`` or ``batch_size``; nothing is written then.
+        """
+        args = EraseScopeInput(
+            tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
+            requested_by=requested_by, batch_size=batch_size,
+        )
+        self.engine.catch_up()
+        return self.service.erase_scope(
+            args.tenant_id, args.resource_id, args.thread_id, hold=args.hold,
+            requested_by=args.requested_by, batch_size=args.batch_size,
+        )
+
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
         return self.engine.catch_up()
@@ -114,6 +155,8 @@ def open_fabric(
     redactor: Callable[[str], str] | None = None,
     require_consent: bool = False,
     inline_projections: bool = True,
+    catch_up: bool = True,
+    working_validator: WorkingValidator | None = None,
     pool_size: int = 2,
     max_overflow: int = 8,
 ) -> Fabric:
@@ -131,6 +174,13 @@ def open_fabric(
     - ``inline_projections``: project in the writer's transaction (default). With
       ``False`` run ``memfabric projections run`` elsewhere; ``remember`` then waits for
       the runner to reach its events (read-your-writes).
+    - ``catch_up``: bring the projections to the log head on open (default). Admin
+      tools pass ``False`` so that a projection stopped on an event (``ProjectionError``)
+      does not prevent opening the fabric to inspect or rebuild it.
+    - ``working_validator``: a pydantic model class or a callable that sees the working
+      value every block write or append would produce (``Notes.working_value()``
+      shape) and rejects it by failing validation, raising or returning ``False``
+      (``ValidatorRejectedError``; nothing is stored).
 
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
@@ -157,6 +207,7 @@ def open_fabric(
             limits=limits_model,
             redactor=redactor,
             require_consent=require_consent,
+            working_validator=working_validator,
         )
         factory = service.factory
         assert isinstance(factory, PostgresFactory)
@@ -176,13 +227,15 @@ def open_fabric(
 
         engine = ProjectionEngine(
             factory.datastore, service.name, EVENTS_TABLE,
-            [RecallIndexProjection(embedder.dim)], load_notes,
+            [RecallIndexProjection(embedder.dim), WorkingValueProjection(), NoteScopeProjection()],
+            load_notes,
         )
         _check_dim(factory.datastore, embedder.dim)
         engine.create()
         if inline_projections:
             recorder.engine = engine
-        engine.catch_up()
+        if catch_up:
+            engine.catch_up()
         return Fabric(service, store, engine, dsn, embedded)
     except BaseException:
         if embedded is not None:

@@ -15,6 +15,11 @@ Stored state layout (``state`` column of ``memfabric_events``)::
 The AES-GCM associated data is ``originator_id.bytes + u64 originator_version``, so a
 ciphertext cannot be moved to another event. The sealed payload is
 ``u32 len(json) | JSON of protected text fields | raw float32 embedding bytes``.
+
+Snapshots (when ``IS_SNAPSHOTTING_ENABLED`` is set) are sealed the same way: the
+protected attributes of the snapshotted aggregate state are moved into the sealed
+payload (with the note's latest existing key) and their names are listed in the plain
+``_sealed`` entry of the state, so an erased snapshot still says what it lost.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 from uuid import UUID
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from eventsourcing.domain import CanSnapshotAggregate
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 from psycopg import Cursor
@@ -88,6 +94,14 @@ class KeyStore:
         pending.append((originator_id, version, key))
         return version, key
 
+    def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
+        """(gen, key) to seal a snapshot of an existing note: its latest key (pending or
+        stored), or ``None`` when the note has no key (it was forgotten)."""
+        for oid, gen, key in reversed(_pending.get() or []):
+            if oid == originator_id:
+                return gen, key
+        return self._select_latest(originator_id)
+
     def flush(self, cur: Cursor[Any]) -> None:
         """Insert the keys generated since the last flush (inside the caller's transaction)."""
         pending = _pending.get()
@@ -113,8 +127,9 @@ class KeyStore:
     def destroy(self, cur: Cursor[Any], originator_ids: list[UUID]) -> int:
         """Delete every key of the given notes (crypto-shredding); returns rows deleted."""
         cur.execute(f"DELETE FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)", (originator_ids,))
+        doomed = set(originator_ids)
         with self._lock:
-            for key in [k for k in self._cache if k[0] in set(originator_ids)]:
+            for key in [k for k in self._cache if k[0] in doomed]:
                 del self._cache[key]
         return cur.rowcount
 
@@ -186,14 +201,30 @@ class SealingMapper(Mapper[UUID]):
         originator_id = state.pop("originator_id")
         version = state.pop("originator_version")
         state.pop("_erased", None)
-        protected = {k: state.pop(k) for k in PROTECTED_FIELDS if k in state}
+        found: tuple[int, bytes] | None = None
+        if isinstance(domain_event, CanSnapshotAggregate):
+            inner = dict(state["state"])
+            protected = {k: inner.pop(k) for k in PROTECTED_FIELDS if k in inner}
+            found = self.keys.key_for_snapshot(originator_id) if protected else None
+            if found is None:
+                if any(v not in (None, [], b"") for v in protected.values()):
+                    raise ValueError(
+                        f"cannot snapshot note {originator_id}: it has protected content but no data key"
+                    )
+                inner.update(protected)  # a forgotten note: nothing left to seal
+                protected = {}
+            else:
+                inner["_sealed"] = list(protected)
+            state["state"] = inner
+        else:
+            protected = {k: state.pop(k) for k in PROTECTED_FIELDS if k in state}
         plain = self.transcoder.encode(state)
         out = [MAGIC, _U32.pack(len(plain)), plain]
         if protected:
             embedding = protected.pop("embedding", None)
             text = json.dumps(protected, separators=(",", ":"), ensure_ascii=False).encode()
             payload = _U32.pack(len(text)) + text + (embedding or b"")
-            gen, key = self.keys.key_for_write(originator_id, version)
+            gen, key = found or self.keys.key_for_write(originator_id, version)
             nonce = os.urandom(12)
             sealed = AESGCM(key).encrypt(nonce, payload, originator_id.bytes + _AAD.pack(version))
             out += [_U32.pack(gen), nonce, sealed]
@@ -220,20 +251,25 @@ class SealingMapper(Mapper[UUID]):
             oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
             key = self.keys.key_for_read(oid, gen)
             cls = resolve_topic(stored.topic)
-            fields = [f for f in PROTECTED_FIELDS if f in getattr(cls, "__dataclass_fields__", {})]
+            target = state
+            if isinstance(cls, type) and issubclass(cls, CanSnapshotAggregate):
+                target = state["state"] = dict(state["state"])
+                fields = list(target.pop("_sealed", []))
+            else:
+                fields = [f for f in PROTECTED_FIELDS if f in getattr(cls, "__dataclass_fields__", {})]
             if key is None:
                 erased = fields
                 for f in fields:
-                    state[f] = [] if f == "keywords" else (None if f == "embedding" else ERASED)
+                    target[f] = [] if f == "keywords" else (None if f == "embedding" else ERASED)
             else:
                 payload = AESGCM(key).decrypt(
                     nonce, sealed, oid.bytes + _AAD.pack(stored.originator_version)
                 )
                 (m,) = _U32.unpack_from(payload, 0)
-                state.update(json.loads(payload[4 : 4 + m]))
+                target.update(json.loads(payload[4 : 4 + m]))
                 if "embedding" in fields:
                     emb = payload[4 + m :]
-                    state["embedding"] = bytes(emb) if emb else None
+                    target["embedding"] = bytes(emb) if emb else None
         return state, erased
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:

@@ -35,9 +35,10 @@ from psycopg.types import TypeInfo
 
 from memfabric.adapters.crypto import KEYS_DDL, KeyStore, SealingMapper
 from memfabric.domain.policy import Neighbour
-from memfabric.domain.ports import Candidate
+from memfabric.domain.ports import Candidate, NoteRef
 from memfabric.domain.scope import Scope
-from memfabric.projections import recall_index
+from memfabric.domain.working import BlockEntry
+from memfabric.projections import note_scope, recall_index, working_value
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 
 _current: contextvars.ContextVar[Connection[Any] | None] = contextvars.ContextVar(
@@ -152,7 +153,8 @@ class PostgresWriteTransaction:
         params = {"t": t, "r": r, "th": th, "kind": kind, "q": np.asarray(embedding, np.float32),
                   "h": token_hash, "path": path, "subject": subject, "now": now}
         base = (
-            "SELECT note_id, token_hash, path, subject, 1 - (embedding <=> %(q)b) AS sim"
+            "SELECT note_id, token_hash, path, subject, 1 - (embedding <=> %(q)b) AS sim,"
+            " lower(valid) AS valid_from, upper(valid) AS valid_to"
             " FROM mf_recall_index WHERE tenant_id = %(t)s AND resource_id = %(r)s"
             " AND thread_id = %(th)s AND kind = %(kind)s AND superseded_by IS NULL"
             " AND (upper(valid) IS NULL OR upper(valid) > %(now)s)"
@@ -176,7 +178,21 @@ class PostgresWriteTransaction:
             return None
         exact = [row for row in rows if row["token_hash"] == token_hash]
         row = exact[0] if exact else rows[0]
-        return Neighbour(row["note_id"], float(row["sim"]), row["token_hash"], row["path"], row["subject"])
+        return Neighbour(row["note_id"], float(row["sim"]), row["token_hash"], row["path"],
+                         row["subject"], row["valid_from"], row["valid_to"])
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        with self.conn.cursor() as cur:
+            return working_value.select_blocks(cur, scope)
+
+    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
+        t, r, th = scope.sql()
+        rows = self.conn.execute(
+            f"SELECT note_id FROM {note_scope.TABLE} WHERE tenant_id = %s AND resource_id = %s"  # noqa: S608
+            " AND thread_id = %s AND path = %s ORDER BY note_id",
+            (t, r, th, path),
+        ).fetchall()
+        return [row["note_id"] for row in rows]
 
 
 class PostgresNoteStore:
@@ -204,11 +220,19 @@ class PostgresNoteStore:
         run one at a time (so N processes remembering one fact end with one note);
         writers of different scopes only meet at the events-table lock held from the
         event INSERT to COMMIT."""
+        with self.write_scopes([scope]) as tx:
+            yield tx
+
+    @contextmanager
+    def write_scopes(self, scopes: Sequence[Scope]) -> Iterator[PostgresWriteTransaction]:
+        """Like :meth:`write`, holding the write locks of several scopes (taken in sorted
+        scope-key order, so two multi-scope writers cannot deadlock)."""
         if _current.get() is not None:
             raise RuntimeError("nested memfabric write transactions are not supported")
         try:
             with self.connection() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("scope:" + scope.key),))
+                for key in sorted({s.key for s in scopes}):
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("scope:" + key),))
                 token = _current.set(conn)
                 try:
                     yield PostgresWriteTransaction(conn, self.vectors, self.ef_search)
@@ -246,10 +270,10 @@ class PostgresNoteStore:
         if query is not None:
             parts.append(sql.SQL(
                 "tq AS (SELECT replace(plainto_tsquery('english', %(text)s)::text, '&', '|') AS s),"
-                " l AS MATERIALIZED (SELECT aggregate_id, ts_rank_cd(tsv, to_tsquery('english', tq.s)) AS lex"
+                " l AS MATERIALIZED (SELECT aggregate_id, ingested_at, ts_rank_cd(tsv, to_tsquery('english', tq.s)) AS lex"
                 " FROM mf_recall_index, tq WHERE tq.s <> '' AND tsv @@ to_tsquery('english', tq.s) AND {w}"
-                " ORDER BY lex DESC, aggregate_id LIMIT %(limit)s),"
-                " lr AS (SELECT aggregate_id, lex, row_number() OVER (ORDER BY lex DESC, aggregate_id) AS rank FROM l)"
+                " ORDER BY lex DESC, ingested_at, aggregate_id LIMIT %(limit)s),"
+                " lr AS (SELECT aggregate_id, lex, row_number() OVER (ORDER BY lex DESC, ingested_at, aggregate_id) AS rank FROM l)"
             ).format(w=where))
         else:
             parts.append(sql.SQL("lr AS (SELECT NULL::uuid AS aggregate_id, NULL::float4 AS lex, NULL::bigint AS rank WHERE FALSE)"))
@@ -276,6 +300,63 @@ class PostgresNoteStore:
                 fields=row,
             ))
         return out
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        """The blocks of exactly ``scope`` in the working-value projection."""
+        with self.datastore.get_connection() as conn, conn.cursor() as cur:
+            return working_value.select_blocks(cur, scope)
+
+    # ---------------------------------------------------------------- erasure
+    @staticmethod
+    def _prefix(tenant_id: str, resource_id: str | None, thread_id: str | None) -> tuple[str, list[Any]]:
+        where = "tenant_id = %s"
+        params: list[Any] = [tenant_id]
+        if resource_id is not None:
+            where += " AND resource_id = %s"
+            params.append(resource_id)
+        if thread_id is not None:
+            where += " AND thread_id = %s"
+            params.append(thread_id)
+        return where, params
+
+    def notes_in_scope(
+        self, tenant_id: str, resource_id: str | None, thread_id: str | None,
+        *, after: NoteRef | None, limit: int,
+    ) -> list[NoteRef]:
+        where, params = self._prefix(tenant_id, resource_id, thread_id)
+        if after is not None:
+            after_r, after_th = after.scope.resource_id or "", after.scope.thread_id or ""
+            where += " AND (resource_id, thread_id, aggregate_id) > (%s, %s, %s)"
+            params += [after_r, after_th, after.aggregate_id]
+        with self.connection() as conn:
+            rows = conn.execute(
+                f"SELECT aggregate_id, tenant_id, resource_id, thread_id, note_id, held"  # noqa: S608
+                f" FROM {note_scope.TABLE} WHERE {where}"
+                " ORDER BY resource_id, thread_id, aggregate_id LIMIT %s",
+                [*params, limit],
+            ).fetchall()
+        return [
+            NoteRef(
+                aggregate_id=row["aggregate_id"],
+                scope=Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
+                            thread_id=row["thread_id"] or None),
+                note_id=row["note_id"],
+                held=row["held"],
+            )
+            for row in rows
+        ]
+
+    def count_in_scope(
+        self, tenant_id: str, resource_id: str | None, thread_id: str | None
+    ) -> tuple[int, int]:
+        where, params = self._prefix(tenant_id, resource_id, thread_id)
+        with self.connection() as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE NOT held) AS live, count(*) FILTER (WHERE held) AS held"  # noqa: S608
+                f" FROM {note_scope.TABLE} WHERE {where}",
+                params,
+            ).fetchone()
+        return int(row["live"]), int(row["held"])
 
     # ---------------------------------------------------------------- secrets
     def secret(self) -> bytes:

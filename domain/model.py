@@ -13,8 +13,10 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -33,10 +35,14 @@ NOTE_ID_RE = re.compile(r"^[0-9a-f]{12}$")
 BLOCK_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 NoteId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{12}$")]
+BlockLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=512, strip_whitespace=True)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 
 DEFAULT_MAX_ENTRY_TEXT_CHARS = 8000
+
+WORKING_FIELDS = frozenset({"kind", "block", "content"})
+"""The only fields a ``working`` note accepts (its id is derived from the block label)."""
 
 
 class _Input(BaseModel):
@@ -80,7 +86,9 @@ class RememberInput(_Input):
     - ``content``: non-empty, at most ``limits.max_entry_text_chars`` characters
       (default 8000); for ``file`` it defaults to ``path``.
     - ``path``: required for ``file`` notes (1-1024 chars), rejected for other kinds.
-    - ``block``: the label of a ``working`` block, ``[a-z0-9][a-z0-9._-]{0,63}``.
+    - ``block``: the label of a ``working`` block, ``[a-z0-9][a-z0-9._-]{0,63}``; a
+      ``working`` note takes only ``kind``, ``block`` and ``content`` (any other field,
+      ``id`` included, is rejected).
     - ``t_ref`` / ``valid_from`` / ``valid_to``: timezone-aware datetimes;
       ``valid_from`` is inclusive, ``valid_to`` exclusive, ``valid_to > valid_from``.
     - ``keywords`` / ``tags`` / ``source_entry_ids``: lists of non-empty strings.
@@ -97,7 +105,7 @@ class RememberInput(_Input):
     id: NoteId | None = None
     content: Annotated[str, StringConstraints(min_length=1)] | None = None
     path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
-    block: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")] | None = None
+    block: BlockLabel | None = None
     t_ref: AwareDatetime | None = None
     valid_from: AwareDatetime | None = None
     valid_to: AwareDatetime | None = None
@@ -135,6 +143,9 @@ class RememberInput(_Input):
                 raise ValueError("block: required for kind 'working'")
             if self.id is not None:
                 raise ValueError("id: a working note's id is derived from its block label")
+            extra = sorted(self.model_fields_set - WORKING_FIELDS)
+            if extra:
+                raise ValueError(f"{extra[0]}: not allowed for kind 'working'")
         elif self.block is not None:
             raise ValueError(f"block: only allowed for kind 'working', not {self.kind!r}")
         if self.content is None and self.kind != "file":
@@ -149,6 +160,53 @@ class RememberInput(_Input):
     def text(self) -> str:
         """The content to store (``path`` for a file note without content)."""
         return self.content if self.content is not None else (self.path or "")
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def _recall_kinds(value: Any) -> Any:
+    if isinstance(value, str):
+        value = (value,)
+    if value is not None and len(value) == 0:
+        raise ValueError("must name at least one kind")
+    return tuple(dict.fromkeys(value)) if value is not None else value
+
+
+QueryText = Annotated[
+    str, StringConstraints(min_length=1, max_length=8000), AfterValidator(_not_blank)
+]
+"""A recall query: 1-8000 characters, not blank."""
+RecallKinds = Annotated[
+    tuple[Literal["fact", "procedure", "file"], ...], BeforeValidator(_recall_kinds)
+]
+"""A non-empty subset of the recallable kinds (a single string is accepted)."""
+TopK = Annotated[int, Field(ge=1, le=1000)]
+Budget = Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+class BlockRef(_Input):
+    """A working block named by its label: ``block`` matches ``[a-z0-9][a-z0-9._-]{0,63}``."""
+
+    block: BlockLabel
+
+
+class AppendBlockInput(BlockRef):
+    """What ``Notes.append_block(block, text, expected_version=None)`` accepts.
+
+    - ``text``: non-blank; the stored block (with the separating newline) must stay
+      within ``limits.max_entry_text_chars``.
+    - ``expected_version``: when given (>= 0), the append only lands if the block's
+      version is still this one, else ``ConflictError``: the ``version`` that
+      ``working_value()`` shows for the block, or 0 when the block is not in it (never
+      written, or forgotten).
+    """
+
+    text: Annotated[str, StringConstraints(min_length=1), AfterValidator(_not_blank)]
+    expected_version: Annotated[int, Field(ge=0)] | None = None
 
 
 class Scoring(_Input):
@@ -184,29 +242,34 @@ class RecallInput(_Input):
     - ``mode``: ``hybrid`` (default), ``vector`` or ``lexical``.
     """
 
-    query: Annotated[str, StringConstraints(min_length=1, max_length=8000)]
-    kinds: tuple[Literal["fact", "procedure", "file"], ...] = ("fact", "file")
+    query: QueryText
+    kinds: RecallKinds = ("fact", "file")
     as_of: AwareDatetime | None = None
-    top_k: Annotated[int, Field(ge=1, le=1000)] = 10
-    budget: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    top_k: TopK = 10
+    budget: Budget | None = None
     scoring: Scoring | None = None
     mode: Literal["hybrid", "vector", "lexical"] = "hybrid"
 
-    @field_validator("query")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
-        return value
 
-    @field_validator("kinds", mode="before")
-    @classmethod
-    def _kinds(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = (value,)
-        if value is not None and len(value) == 0:
-            raise ValueError("must name at least one kind")
-        return tuple(dict.fromkeys(value)) if value is not None else value
+class ContextOptions(_Input):
+    """What ``Notes.context_provider(...)`` accepts.
+
+    - ``include_working`` (default True): one ``working-memory`` block per live working
+      block of the scope, in label order.
+    - ``include_semantic`` (default True): one ``semantic-memory`` block per recalled
+      note, in rank order, under exactly the rules of ``recall`` (``kinds``, ``as_of``,
+      ``top_k``, ``budget``: same types, defaults and limits as :class:`RecallInput`).
+    - ``query``: the query used when a call gives none (no user message either); with
+      no query at all a call returns no semantic blocks.
+    """
+
+    include_working: bool = True
+    include_semantic: bool = True
+    query: QueryText | None = None
+    kinds: RecallKinds = ("fact", "file")
+    as_of: AwareDatetime | None = None
+    top_k: TopK = 10
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +307,7 @@ class Note:
     forgotten: bool = False
     held: bool = False
     outcome: str = "inserted"
+    forgotten_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

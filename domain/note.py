@@ -4,9 +4,10 @@ Event classes are stored by topic (``memfabric.domain.note:Note.Remembered`` ...
 this module path and the class names are part of the log format: never rename them
 without registering the old topics (``eventsourcing.utils.register_topic``).
 
-Protected fields (``content``, ``context``, ``keywords``, ``embedding`` and a
-``Forgotten``-free ``text`` of appends) are sealed per note by the storage mapper;
-see ``memfabric.adapters.crypto``. The aggregate itself holds plain values.
+Protected fields (``content``, ``context``, ``keywords``, ``embedding``, the ``text``
+of appends and a file note's ``path``/``from_path``/``to_path``) are sealed per note
+by the storage mapper; see ``memfabric.adapters.crypto`` and ``docs/erasure.md``. The
+aggregate itself holds plain values.
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ from memfabric.domain.scope import Scope
 
 _NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
 
-PROTECTED_FIELDS: tuple[str, ...] = ("content", "context", "keywords", "embedding", "text")
-"""Event fields sealed with the note's data key; erased for good when the key is destroyed."""
+PROTECTED_FIELDS: tuple[str, ...] = (
+    "content", "context", "keywords", "embedding", "text", "path", "from_path", "to_path",
+)
+"""Event (and snapshot) fields sealed with the note's data key; erased for good when the
+key is destroyed. ``path`` is protected because a file note without content stores its
+path as its content. Scope ids, ``subject``, ``tags``, ``source_entry_ids``, link ids,
+times and consent stay plain: they are metadata, not content (see ``docs/erasure.md``)."""
 
 ERASED = "<erased>"
 """What a protected field reads as once its note's key has been destroyed."""
@@ -123,7 +129,8 @@ class Note(Aggregate):
         cause: str
 
     class Folded(Aggregate.Event):
-        """The same note was written again: annotations unioned, new claims win."""
+        """The same note was written again: annotations unioned, new content wins, the
+        validity window widened to cover both (a bound the write did not give is kept)."""
 
         content: str | None
         context: str | None
@@ -158,10 +165,11 @@ class Note(Aggregate):
             note.consent = narrower_consent(note.consent, self.consent)
             if self.t_ref is not None:
                 note.t_ref = self.t_ref
-            if self.valid_from is not None:
-                note.valid_from = self.valid_from
-            if self.valid_to is not None:
-                note.valid_to = self.valid_to
+            # A repeat extends the window to cover both; a bound not given keeps the note's.
+            if self.valid_from is not None and note.valid_from is not None:
+                note.valid_from = min(note.valid_from, self.valid_from)
+            if self.valid_to is not None and note.valid_to is not None:
+                note.valid_to = max(note.valid_to, self.valid_to)
             note.fold_count += 1
             note.updated_at = self.timestamp
 
@@ -276,6 +284,7 @@ class Note(Aggregate):
             note.context = None
             note.keywords = []
             note.embedding = None
+            note.path = None
             if note.kind == "working":
                 note.block_version += 1
 

@@ -4,21 +4,40 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StrictBool,
+    StrictStr,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
+from memfabric.domain.context import ContextProvider
 from memfabric.domain.errors import ScopeError
 from memfabric.domain.model import (
+    AppendBlockInput,
+    ContextOptions,
     ForgetResult,
     Note,
+    NoteId,
     RecallInput,
     RecallResult,
     RememberInput,
     Scoring,
 )
 from memfabric.domain.scope import Scope
-from memfabric.domain.service import HistoryEntry, Lineage, MemoryService
+from memfabric.domain.service import (
+    HistoryEntry,
+    Lineage,
+    MemoryService,
+    PathForgetResult,
+    RepointResult,
+    Requester,
+)
 
 
 class Notes:
@@ -45,7 +64,16 @@ class Notes:
     # ----------------------------------------------------------------- writes
     def remember(self, **fields: Any) -> Note:
         """Write one note and return it (``Note.outcome``: ``inserted``, ``folded`` or
-        ``superseding``).
+        ``superseding``; for a working block ``inserted`` or ``replaced``).
+
+        ``kind="working", block=LABEL, content=TEXT`` writes a working block: its id is
+        derived from (scope, label), an explicit ``id`` or any field other than ``kind``,
+        ``block`` and ``content`` is rejected; writing the label again replaces the
+        content (a forgotten label starts afresh). The block must stay within
+        ``limits.max_entry_text_chars`` (``ValidationError`` on ``content``, or
+        ``CapacityError`` when redaction grows it past the cap); a host validator can
+        reject it (``ValidatorRejectedError``); a held block refuses writes
+        (``NoteForgottenError``). Working notes are never recalled.
 
         Fields are those of :class:`~memfabric.domain.model.RememberInput` (snake_case or
         camelCase). With consolidation on (the default), a ``fact``/``procedure``/``file``
@@ -70,7 +98,66 @@ class Notes:
         ]
         return self._service.remember_many(self.scope, validated)
 
+    def append_block(
+        self, block: str, text: str, *, expected_version: int | None = None
+    ) -> Note:
+        """Append ``text`` to working block ``block`` and return the block (``outcome``
+        ``appended``, or ``inserted`` when the block was absent or forgotten).
+
+        A newline is put between the block's content and ``text`` unless ``text``
+        starts with one. Appends of concurrent writers land one after the other, in
+        the order they take the scope's write lock; none is lost. ``expected_version``
+        (the ``version`` shown by :meth:`working_value`, 0 for an absent block) makes
+        the append conditional: ``ConflictError`` when the block has moved on.
+
+        Raises ``ValidationError`` (bad label, blank ``text``), ``CapacityError``
+        (the block would pass ``limits.max_entry_text_chars``), ``ConflictError``,
+        ``ValidatorRejectedError``, ``NoteForgottenError`` (held block). Nothing is
+        written when it raises.
+        """
+        item = AppendBlockInput(block=block, text=text, expected_version=expected_version)
+        return self._service.append_block(self.scope, item)
+
     # ------------------------------------------------------------------ reads
+    def working_value(self) -> dict[str, Any]:
+        """This scope's working value, from the ``working_value`` projection:
+        ``{"_fabric": {"blocks": {LABEL: {"content": str, "updated_at": datetime (UTC),
+        "version": int}}}}``, one entry per live block, labels sorted. ``version`` counts
+        the block's writes, appends and forgets (1 after the first write)."""
+        return self._service.working_value(self.scope)
+
+    def context_provider(
+        self,
+        include_working: bool = True,
+        include_semantic: bool = True,
+        query: str | None = None,
+        top_k: int | None = None,
+        budget: int | None = None,
+        *,
+        kinds: Iterable[str] | str = ("fact", "file"),
+        as_of: datetime | None = None,
+    ) -> ContextProvider:
+        """A callable that assembles this scope's memory for a prompt.
+
+        ``provider(current)`` (``current``: the query text, chat messages whose last
+        ``user`` message is the query, or ``None`` for ``query``) returns
+        ``[{"type": "working-memory", "text"}, ..., {"type": "semantic-memory", "text"}, ...]``:
+        every live working block in label order, then the notes ``recall`` returns for
+        the query with ``kinds`` (default fact and file; procedures only when asked),
+        ``as_of``, ``top_k`` (default 10) and ``budget`` (tokens, as in ``recall``).
+        Forgotten, held and expired notes never appear. The text format is documented
+        in :mod:`memfabric.domain.context` and ``docs/working-memory.md``.
+
+        Raises ``ValidationError`` naming the field for a bad option.
+        """
+        data: dict[str, Any] = {
+            "include_working": include_working, "include_semantic": include_semantic,
+            "query": query, "kinds": kinds, "as_of": as_of, "budget": budget,
+        }
+        if top_k is not None:
+            data["top_k"] = top_k
+        return ContextProvider(self._service, self.scope, ContextOptions.model_validate(data))
+
     def recall(
         self,
         query: str,
@@ -131,20 +218,136 @@ class Notes:
         from the log. ``hold=True`` keeps the content under legal hold; a held note is
         never recalled, never in context, never a fold or link candidate.
         ``deleted`` is 1 for a tombstoned note or block, 0 when held or not in this scope.
+        A forgotten block's content is cleared and ``forgotten_at`` stamped; its label is
+        free again (the next write starts it afresh). A held block refuses writes.
+
+        The ``Forgotten`` event is the tombstone: id, kind, scope, HMAC-SHA256 of the
+        content under the fabric secret, ``supersedes``/``superseded_by``,
+        ``source_entry_ids``, link ids, reason (``forgotten`` or ``legal_hold``), time,
+        ``requested_by`` (default: this handle's actor) and cause. A held note cannot
+        be forgotten (``deleted=0, held=True``); forgetting twice is a no-op.
+
+        Raises ``pydantic.ValidationError`` when both or neither of ``id``/``block``
+        are given, for a malformed id or label, a non-bool ``hold`` or a
+        ``requested_by`` outside 1-200 characters; nothing is written then.
         """
-        if (id is None) == (block is None):
-            raise ValueError("forget: give exactly one of id= or block=")
-        if id is not None:
-            return self._service.forget(
-                self.scope, _note_id(id), hold=hold, requested_by=requested_by or self.actor
-            )
+        args = ForgetArgs(id=id, block=block, hold=hold, requested_by=requested_by)
+        who = args.requested_by or self.actor
+        if args.id is not None:
+            return self._service.forget(self.scope, args.id, hold=args.hold, requested_by=who)
         return self._service.forget_block(
-            self.scope, block or "", hold=hold, requested_by=requested_by or self.actor
+            self.scope, args.block or "", hold=args.hold, requested_by=who
         )
 
     def verify_content(self, id: str, text: str) -> bool:  # noqa: A002
-        """Whether ``text`` matches the tombstone hash of forgotten note ``id``."""
-        return self._service.verify_content(self.scope, _note_id(id), text)
+        """Whether ``text`` matches the tombstone hash (HMAC-SHA256 under the fabric
+        secret, constant-time compare) of forgotten or held note ``id``: an auditor's
+        check that the erased content was a given text. For a note written with a
+        redactor the hash is of the redacted text.
+
+        Raises ``pydantic.ValidationError`` (malformed id, ``text`` not a string),
+        ``NoteNotFoundError`` (no such note in this scope), ``FabricError`` (the note
+        has no tombstone)."""
+        args = VerifyArgs(id=id, text=text)
+        return self._service.verify_content(self.scope, args.id, args.text)
+
+    # ------------------------------------------------------------------ files
+    def repoint(
+        self, from_path: str, to_path: str, *, scope: Scope | Mapping[str, Any] | None = None
+    ) -> RepointResult:
+        """Make the ``file`` notes of this scope recorded against ``from_path`` follow
+        their file to ``to_path`` (a rename or move).
+
+        Each live ``file`` note whose path is exactly ``from_path`` gets one
+        ``Repointed`` event; its id, content, embedding (nothing is re-embedded),
+        ``source_entry_ids`` and every other field stay as they are, and its recall
+        row shows the new path. Held notes stay on ``from_path`` (listed in
+        ``held``); other kinds and other paths are never touched. One SQL read on the
+        note-scope index selects the notes by path (never by content), under the
+        scope's write lock. ``scope``, when given (a :class:`Scope` or a mapping with
+        ``tenant_id``/``resource_id``/``thread_id``), must be this handle's own scope.
+
+        Returns :class:`~memfabric.domain.service.RepointResult`. Raises
+        ``pydantic.ValidationError`` (a path empty or over 1024 characters, or equal
+        paths), ``ScopeError`` (another scope); nothing is written then.
+        """
+        self._check_scope(scope)
+        args = RepointArgs(from_path=from_path, to_path=to_path)
+        return self._service.repoint(self.scope, args.from_path, args.to_path)
+
+    def delete_path(
+        self, path: str, hold: bool = False, *, requested_by: str | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+    ) -> PathForgetResult:
+        """Tombstone every ``file`` note of this scope recorded against ``path`` (the
+        file was deleted), exactly as :meth:`forget` does for one note: keys destroyed
+        and projection rows deleted in one transaction; with ``hold=True`` the notes
+        are put under legal hold instead. Notes already held are kept (listed in
+        ``held``). One SQL read selects the notes by path, never by content.
+        ``scope``, when given, must be this handle's own scope.
+
+        Returns :class:`~memfabric.domain.service.PathForgetResult`. Raises
+        ``pydantic.ValidationError`` (bad ``path``, ``hold`` or ``requested_by``),
+        ``ScopeError`` (another scope); nothing is written then.
+        """
+        self._check_scope(scope)
+        args = DeletePathArgs(path=path, hold=hold, requested_by=requested_by)
+        return self._service.delete_path(
+            self.scope, args.path, hold=args.hold, requested_by=args.requested_by or self.actor
+        )
+
+
+FilePath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ForgetArgs(_Args):
+    """Arguments of ``Notes.forget``: exactly one of ``id`` (12 hex) and ``block``
+    (a label, checked by ``forget_block``); ``hold`` a bool; ``requested_by`` 1-200
+    characters or ``None``."""
+
+    id: NoteId | None = None
+    block: str | None = None
+    hold: StrictBool = False
+    requested_by: Requester | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ForgetArgs:
+        if (self.id is None) == (self.block is None):
+            raise ValueError("id: give exactly one of id= or block=")
+        return self
+
+
+class VerifyArgs(_Args):
+    """Arguments of ``Notes.verify_content``: a note ``id`` and the candidate ``text``."""
+
+    id: NoteId
+    text: StrictStr
+
+
+class RepointArgs(_Args):
+    """Arguments of ``Notes.repoint``: two different paths of 1-1024 characters."""
+
+    from_path: FilePath
+    to_path: FilePath
+
+    @model_validator(mode="after")
+    def _different(self) -> RepointArgs:
+        if self.from_path == self.to_path:
+            raise ValueError("to_path: must differ from from_path")
+        return self
+
+
+class DeletePathArgs(_Args):
+    """Arguments of ``Notes.delete_path``: ``path`` (1-1024 characters), ``hold`` (a
+    bool) and ``requested_by`` (1-200 characters or ``None``)."""
+
+    path: FilePath
+    hold: StrictBool = False
+    requested_by: Requester | None = None
 
 
 def _note_id(value: str) -> str:

@@ -35,7 +35,7 @@ def count_tokens(text: str) -> int:
     return max(1, sum(1 for _ in _TOKEN.finditer(text)))
 
 
-FoldOutcome = Literal["insert", "fold", "supersede"]
+FoldOutcome = Literal["insert", "fold", "supersede", "precede"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +44,62 @@ class Neighbour:
 
     note_id: str
     similarity: float
-    tokens: tuple[str, ...]
+    tokens: str
     path: str | None
     subject: str | None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 def decide_fold(
     *,
     kind: str,
-    tokens: tuple[str, ...],
+    tokens: str,
+    path: str | None,
+    subject: str | None,
+    neighbour: Neighbour | None,
+    threshold: float,
+    valid_from: datetime | None = None,
+    valid_to: datetime | None = None,
+) -> FoldOutcome:
+    """Decide how a write consolidates with its neighbour (see :func:`_decide`), then
+    respect time: a repeat whose window is disjoint from the neighbour's is a recurrence
+    (``insert``), and a changed fact that starts before the neighbour starts is history
+    the neighbour already replaced (``precede``: inserted with its window closed at the
+    neighbour's start)."""
+    outcome = _decide(kind=kind, tokens=tokens, path=path, subject=subject,
+                      neighbour=neighbour, threshold=threshold)
+    if neighbour is None or outcome == "insert":
+        return outcome
+    if outcome == "fold" and windows_disjoint(
+        (valid_from, valid_to), (neighbour.valid_from, neighbour.valid_to)
+    ):
+        return "insert"
+    if (
+        outcome == "supersede"
+        and valid_from is not None
+        and neighbour.valid_from is not None
+        and valid_from < neighbour.valid_from
+    ):
+        return "precede"
+    return outcome
+
+
+def windows_disjoint(
+    a: tuple[datetime | None, datetime | None], b: tuple[datetime | None, datetime | None]
+) -> bool:
+    """True when half-open windows ``[from, to)`` (``None`` = unbounded) neither overlap
+    nor touch."""
+    (a_from, a_to), (b_from, b_to) = a, b
+    if a_to is not None and b_from is not None and a_to < b_from:
+        return True
+    return b_to is not None and a_from is not None and b_to < a_from
+
+
+def _decide(
+    *,
+    kind: str,
+    tokens: str,
     path: str | None,
     subject: str | None,
     neighbour: Neighbour | None,

@@ -16,6 +16,7 @@ import numpy as np
 
 from memfabric.domain.policy import Neighbour
 from memfabric.domain.scope import Scope
+from memfabric.domain.working import BlockEntry
 
 
 @runtime_checkable
@@ -67,16 +68,26 @@ class WriteTransaction(Protocol):
         vector. One bounded SQL statement."""
         ...
 
-    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
-        """Ids of live or held ``file`` notes of ``scope`` recorded against ``path``."""
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        """The working-value projection's blocks of exactly ``scope``, read in this
+        transaction (so under the scope's write lock)."""
         ...
 
-    def note_ids_in_scope(
-        self, tenant_id: str, resource_id: str | None, thread_id: str | None,
-        *, after: UUID | None, limit: int,
-    ) -> list[UUID]:
-        """Aggregate ids of un-forgotten notes in a scope prefix, ordered, paged."""
+    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
+        """Ids of live or held ``file`` notes of exactly ``scope`` recorded against
+        ``path``, sorted. One indexed SQL read on the note-scope index, selecting on
+        ``path`` (never on content), in this transaction."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class NoteRef:
+    """An un-forgotten note as the note-scope index lists it (no content)."""
+
+    aggregate_id: UUID
+    scope: Scope
+    note_id: str
+    held: bool
 
 
 class NoteStore(Protocol):
@@ -85,6 +96,25 @@ class NoteStore(Protocol):
     def write(self, scope: Scope) -> AbstractContextManager[WriteTransaction]:
         """Open a transaction that holds ``scope``'s write lock until commit; events
         saved inside it are appended, projected and tracked in that same transaction."""
+        ...
+
+    def write_scopes(self, scopes: Sequence[Scope]) -> AbstractContextManager[WriteTransaction]:
+        """Like ``write``, holding the write locks of all ``scopes`` (sorted order)."""
+        ...
+
+    def notes_in_scope(
+        self, tenant_id: str, resource_id: str | None, thread_id: str | None,
+        *, after: NoteRef | None, limit: int,
+    ) -> list[NoteRef]:
+        """Up to ``limit`` un-forgotten notes (held included, every kind) of a scope
+        prefix (``None`` = any resource / thread), ordered by ``(resource_id,
+        thread_id, aggregate_id)`` and starting after ``after`` (keyset paging)."""
+        ...
+
+    def count_in_scope(
+        self, tenant_id: str, resource_id: str | None, thread_id: str | None
+    ) -> tuple[int, int]:
+        """``(live, held)`` counts of un-forgotten notes of a scope prefix."""
         ...
 
     def recall(
@@ -100,6 +130,10 @@ class NoteStore(Protocol):
     ) -> list[Candidate]:
         """Up to ``limit`` candidates from the vector list and ``limit`` from the lexical
         list, fused; every scope, kind, validity and consent filter runs in SQL."""
+        ...
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        """The working-value projection's blocks of exactly ``scope`` (one indexed read)."""
         ...
 
     def content_hmac(self, text: str) -> str:

@@ -12,15 +12,17 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import numpy as np
 from eventsourcing.application import AggregateNotFoundError, Application
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
-from memfabric.domain import policy
+from memfabric.domain import policy, working
 from memfabric.domain.errors import (
+    CapacityError,
+    ConflictError,
     FabricError,
     NoteExistsError,
     NoteForgottenError,
@@ -30,6 +32,8 @@ from memfabric.domain.errors import (
 )
 from memfabric.domain.model import (
     DEFAULT_MAX_ENTRY_TEXT_CHARS,
+    AppendBlockInput,
+    BlockRef,
     Explain,
     ForgetResult,
     Note as NoteView,
@@ -38,9 +42,9 @@ from memfabric.domain.model import (
     RememberInput,
     Scoring,
 )
-from memfabric.domain.note import Note, note_uuid
+from memfabric.domain.note import ERASED, Note, note_uuid
 from memfabric.domain.ports import Candidate, Embedder, NoteStore
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, ScopeId
 
 OVERSAMPLE = 4
 """Candidates fetched per requested hit (each list), before re-ranking. Also used for
@@ -70,14 +74,16 @@ class Consolidation(BaseModel):
 class HistoryEntry:
     """One event of a note's history: ``version`` (1-based), ``type`` (event class
     name), ``timestamp`` (UTC), ``cause`` (``caller``, ``fold``, ``supersession:<id>``,
-    ``forget`` ...) and the decoded ``fields`` (protected fields read ``<erased>`` once
-    the note's key is destroyed)."""
+    ``forget`` ...) and the decoded ``fields``. Once the note's key is destroyed every
+    protected field of the event reads ``"<erased>"`` and ``erased`` names them (empty
+    while the content is readable)."""
 
     version: int
     type: str
     timestamp: datetime
     cause: str
     fields: dict[str, Any]
+    erased: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,68 @@ class Lineage:
     links: list[dict[str, Any]]
     tombstone: dict[str, Any] | None
     chain: list[dict[str, Any]] = field(default_factory=list)
+
+
+Requester = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+"""Who asked for a forget or an erasure (recorded in the tombstone): 1-200 characters."""
+
+
+class EraseScopeInput(BaseModel):
+    """What ``Fabric.erase_scope`` accepts: scope ids as in :class:`Scope` (``None`` =
+    every resource / thread), ``hold`` (strict bool), ``requested_by`` (1-200 chars)
+    and ``batch_size`` (1-1000 notes per transaction, default 100)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tenant_id: ScopeId
+    resource_id: ScopeId | None = None
+    thread_id: ScopeId | None = None
+    hold: StrictBool = False
+    requested_by: Requester = "operator"
+    batch_size: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+@dataclass(frozen=True, slots=True)
+class EraseResult:
+    """Exact counts of one ``erase_scope`` call over the scope prefix
+    ``(tenant_id, resource_id, thread_id)`` (``None`` = every resource / thread).
+
+    ``deleted``: notes tombstoned and crypto-shredded by this call; ``held``: notes this
+    call put under legal hold (``hold=True``); ``already_held``: notes found under an
+    earlier hold and left as they are (content kept); ``remaining``: un-forgotten notes
+    neither held nor erased after the call (0 unless notes were written into the scope
+    while it was erased: run it again); ``batches``: write transactions used."""
+
+    tenant_id: str
+    resource_id: str | None
+    thread_id: str | None
+    deleted: int
+    held: int
+    already_held: int
+    remaining: int
+    batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathForgetResult:
+    """Outcome of ``Notes.delete_path``: ids of the ``file`` notes recorded against
+    ``path`` that were tombstoned (``deleted``) or are under legal hold (``held``:
+    put on hold by this call or kept under an earlier hold)."""
+
+    path: str
+    deleted: tuple[str, ...]
+    held: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RepointResult:
+    """Outcome of ``Notes.repoint``: ids of the ``file`` notes moved from
+    ``from_path`` to ``to_path`` (``repointed``) and of held notes on ``from_path``
+    that stay where the hold froze them (``held``)."""
+
+    from_path: str
+    to_path: str
+    repointed: tuple[str, ...]
+    held: tuple[str, ...]
 
 
 def _now() -> datetime:
@@ -129,6 +197,7 @@ class MemoryService(Application[UUID]):
         limits: Limits | None = None,
         redactor: Callable[[str], str] | None = None,
         require_consent: bool = False,
+        working_validator: working.WorkingValidator | None = None,
     ) -> None:
         super().__init__(env)
         self.embedder = embedder
@@ -136,6 +205,7 @@ class MemoryService(Application[UUID]):
         self.limits = limits or Limits()
         self.redactor = redactor
         self.require_consent = require_consent
+        self.working_validator = working_validator
         self.store: NoteStore  # set by the bootstrap
 
     # ------------------------------------------------------------------ helpers
@@ -185,7 +255,13 @@ class MemoryService(Application[UUID]):
             forgotten=note.forgotten,
             held=note.held,
             outcome=outcome,
+            forgotten_at=note.forgotten_at,
         )
+
+    def _commit(self, batch: _Batch) -> None:
+        """Append the batch's events in decision order and project its aggregates, in
+        the open write transaction."""
+        self.save(*batch.events, projected=list(batch.aggregates.values()))
 
     # ------------------------------------------------------------------ remember
     def validate_remember(self, fields: dict[str, Any]) -> RememberInput:
@@ -203,28 +279,32 @@ class MemoryService(Application[UUID]):
     ) -> list[NoteView]:
         """Write notes in order inside one transaction per batch; each item is decided
         against the projection *and* the notes written earlier in the same batch, so
-        the result equals remembering the items one by one."""
+        the result equals remembering the items one by one. ``working`` items write
+        their block (see :meth:`_change_block`) and are never embedded."""
         for item in items:
             if item.kind == "episode":
                 raise NotSupportedError(
                     "kind 'episode' is a view over a conversation ledger and is not supported yet"
                 )
-            if item.kind == "working":
-                raise NotSupportedError("kind 'working' is written with Notes.write_block")
         if not items:
             return []
-        texts = [self._redact(item.text) or "" for item in items]
-        vectors = self.embedder.embed(texts)
+        texts = [self._redact(item.text) or "" for item in items if item.kind != "working"]
+        embedded = iter(zip(texts, self.embedder.embed(texts) if texts else [], strict=True))
         consolidate = self.consolidation.enabled if consolidate is None else consolidate
         results: list[NoteView] = []
         with self.store.write(scope) as tx:
             now = _now()
             batch = _Batch()
-            for item, text, vector in zip(items, texts, vectors, strict=True):
+            for item in items:
+                if item.kind == "working":
+                    assert item.block is not None and item.content is not None
+                    results.append(self._change_block(tx, scope, item.block, batch, content=item.content))
+                    continue
+                text, vector = next(embedded)
                 results.append(
                     self._remember_one(tx, scope, item, text, vector, now, consolidate, batch)
                 )
-            self.save(*batch.aggregates.values(), projected=list(batch.aggregates.values()))
+            self._commit(batch)
         return results
 
     def _remember_one(
@@ -249,6 +329,7 @@ class MemoryService(Application[UUID]):
 
         old: Note | None = None
         outcome: policy.FoldOutcome = "insert"
+        neighbour: policy.Neighbour | None = None
         if item.supersedes is not None:
             old = batch.by_note_id.get(item.supersedes) or self._load(scope, item.supersedes)
             if not old.live:
@@ -266,8 +347,9 @@ class MemoryService(Application[UUID]):
             outcome = policy.decide_fold(
                 kind=item.kind, tokens=token_hash, path=item.path, subject=item.subject,
                 neighbour=neighbour, threshold=self.consolidation.threshold,
+                valid_from=item.valid_from, valid_to=item.valid_to,
             )
-            if outcome != "insert":
+            if outcome in ("fold", "supersede"):
                 assert neighbour is not None
                 old = batch.by_note_id.get(neighbour.note_id) or self._load(scope, neighbour.note_id)
 
@@ -301,12 +383,114 @@ class MemoryService(Application[UUID]):
             embedding=embedding, embedder_id=self.embedder.id, dim=self.embedder.dim,
             token_count=token_count, cause="caller",
         )
+        if outcome == "precede" and neighbour is not None and neighbour.valid_from is not None:
+            # Older news: the neighbour already replaced it; close its window there.
+            if item.valid_to is None or item.valid_to > neighbour.valid_from:
+                note.supersede(successor_id=neighbour.note_id, valid_to=neighbour.valid_from,
+                               cause=f"supersession:{neighbour.note_id}")
+        batch.add(note, vector, token_hash)
         if outcome == "supersede" and old is not None:
-            old.supersede(successor_id=note_id, valid_to=valid_from or now,
+            close_at = valid_from or now
+            if old.valid_from is not None and close_at < old.valid_from:
+                close_at = old.valid_from  # never an inverted window: the old one becomes empty
+            old.supersede(successor_id=note_id, valid_to=close_at,
                           cause=f"supersession:{note_id}")
             batch.add(old, None, None)
-        batch.add(note, vector, token_hash)
-        return self.view(note, outcome="superseding" if outcome == "supersede" else "inserted")
+        return self.view(note, outcome={"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted"))
+
+    # ------------------------------------------------------------ working blocks
+    def append_block(self, scope: Scope, item: AppendBlockInput) -> NoteView:
+        """Append to a working block (see ``Notes.append_block``)."""
+        with self.store.write(scope) as tx:
+            batch = _Batch()
+            view = self._change_block(
+                tx, scope, item.block, batch, append=item.text,
+                expected_version=item.expected_version,
+            )
+            self._commit(batch)
+        return view
+
+    def _change_block(
+        self,
+        tx: Any,
+        scope: Scope,
+        label: str,
+        batch: _Batch,
+        *,
+        content: str | None = None,
+        append: str | None = None,
+        expected_version: int | None = None,
+    ) -> NoteView:
+        """Write (``content``) or append to (``append``) block ``label`` under the scope's
+        write lock. The block's version is read inside the lock, so concurrent changes
+        land one after the other; ``expected_version`` turns a stale read into a
+        ``ConflictError``. Nothing is recorded when a check fails: the block would pass
+        ``limits.max_entry_text_chars`` (``CapacityError``), it is held
+        (``NoteForgottenError``) or the host validator rejects it."""
+        note_id = working.block_note_id(scope, label)
+        note = batch.by_note_id.get(note_id)
+        if note is None:
+            try:
+                note = self._load(scope, note_id)
+            except NoteNotFoundError:
+                note = None
+        if note is not None and note.held:
+            raise NoteForgottenError(f"block: block {label!r} is under legal hold and cannot be written")
+        live = note is not None and not note.forgotten
+        current = note.content if live and note is not None else None
+        if expected_version is not None:
+            actual = note.block_version if live and note is not None else 0
+            if actual != expected_version:
+                raise ConflictError(
+                    f"expected_version: block {label!r} is at version {actual}, "
+                    f"not {expected_version}; read it again and retry"
+                )
+        if append is not None:
+            text = self._redact(append) or ""
+            if current and not text.startswith("\n"):
+                text = "\n" + text
+            new = (current or "") + text
+        else:
+            new = self._redact(content) or ""
+        cap = self.limits.max_entry_text_chars
+        if len(new) > cap:
+            field_name = "content" if append is None else "text"
+            raise CapacityError(
+                f"{field_name}: block {label!r} would hold {len(new)} characters; "
+                f"limits.max_entry_text_chars is {cap}"
+            )
+        tokens = policy.count_tokens(new)
+        if note is None:
+            note = Note.remember(
+                scope=scope, note_id=note_id, kind="working", content=new, path=None,
+                block=label, subject=None, t_ref=None, valid_from=None, valid_to=None,
+                keywords=[], tags=[], source_entry_ids=[], context=None, links=[],
+                supersedes=None, importance=0.5, consent=None, embedding=None,
+                embedder_id=None, dim=self.embedder.dim, token_count=tokens, cause="caller",
+            )
+            outcome = "inserted"
+        elif live and append is not None:
+            note.append_block(text=text, token_count=tokens)
+            outcome = "appended"
+        else:
+            note.write_block(content=new, token_count=tokens)
+            outcome = "replaced" if live else "inserted"
+        if self.working_validator is not None:
+            if batch.working is None:
+                batch.working = tx.working_blocks(scope)
+            entry = working.block_entry(note)
+            assert entry is not None
+            proposed = {**batch.working, label: entry}
+            working.check_working_value(
+                self.working_validator, working.working_value(proposed), label
+            )
+            batch.working = proposed
+        batch.add(note, None, None)
+        return self.view(note, outcome=outcome)
+
+    def working_value(self, scope: Scope) -> dict[str, Any]:
+        """The working value of exactly ``scope`` (see ``Notes.working_value``)."""
+        return working.working_value(self.store.working_blocks(scope))
 
     # -------------------------------------------------------------------- recall
     def recall(self, scope: Scope, query: RecallInput) -> RecallResult:
@@ -327,7 +511,7 @@ class MemoryService(Application[UUID]):
             require_consent=self.require_consent,
         )
         scored = [(self._score(c, query.mode, as_of, scoring), c) for c in candidates]
-        scored.sort(key=lambda pair: (-pair[0][0], pair[1].note_id))
+        scored.sort(key=lambda pair: (-pair[0][0], pair[1].fields["ingested_at"], pair[1].note_id))
         hits: list[NoteView] = []
         explain: list[Explain] = []
         used = 0
@@ -418,6 +602,9 @@ class MemoryService(Application[UUID]):
                 k: v for k, v in vars(event).items()
                 if k not in ("originator_id", "originator_version", "timestamp", "originator_topic")
             }
+            erased = tuple(fields.pop("_erased", ()))
+            for name in erased:
+                fields[name] = ERASED
             if isinstance(fields.get("embedding"), bytes | bytearray):
                 fields["embedding"] = f"<{len(fields['embedding'])} bytes float32>"
             out.append(
@@ -427,6 +614,7 @@ class MemoryService(Application[UUID]):
                     timestamp=event.timestamp,
                     cause=str(fields.get("cause", "caller")),
                     fields=fields,
+                    erased=erased,
                 )
             )
         return out
@@ -451,7 +639,9 @@ class MemoryService(Application[UUID]):
             cur = self._load(scope, cur.superseded_by)
         history = self.history(scope, note_id)
         folds = [h.timestamp for h in history if h.type == "Folded"]
-        tomb = next((h.fields for h in history if h.type == "Forgotten"), None)
+        tomb = None
+        if note.forgotten or note.held:  # the latest tombstone (a block can be rewritten)
+            tomb = next((h.fields for h in reversed(history) if h.type == "Forgotten"), None)
         chain = []
         for nid in [*reversed(preds), note.note_id, *succs]:
             n = self._load(scope, nid)
@@ -464,32 +654,134 @@ class MemoryService(Application[UUID]):
                        links=list(note.links), tombstone=tomb, chain=chain)
 
     # -------------------------------------------------------------------- forget
-    def forget(
-        self, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
-        block: str | None = None,
-    ) -> ForgetResult:
-        """Tombstone (or hold) one note of ``scope``; see ``Notes.forget``."""
-        with self.store.write(scope):
-            try:
-                note = self._load(scope, note_id)
-            except NoteNotFoundError:
-                return ForgetResult(id=note_id if block is None else None, block=block, deleted=0, held=False)
+    def _tombstone(
+        self, notes: Sequence[Note], *, hold: bool, requested_by: str, cause: str
+    ) -> _Tally:
+        """Inside an open write transaction: give every live note of ``notes`` its
+        ``Forgotten`` tombstone (reason ``legal_hold`` with ``hold``) and save them in
+        one go, destroying the keys of the tombstoned (not held) notes and updating
+        every projection in that same transaction. Forgotten notes are skipped; held
+        notes stay as they are (a hold is neither lifted nor erased here)."""
+        tally = _Tally()
+        changed: list[Note] = []
+        for note in notes:
             if note.forgotten:
-                return ForgetResult(id=note.note_id if block is None else None, block=block, deleted=0, held=False)
+                continue
             if note.held:
-                return ForgetResult(id=note.note_id if block is None else None, block=block, deleted=0, held=True)
+                tally.already_held.append(note.note_id)
+                continue
             digest = self.store.content_hmac(note.content) if note.content is not None else None
             note.forget(
                 content_hmac=digest,
                 reason="legal_hold" if hold else "forgotten",
                 requested_by=requested_by,
+                cause=cause,
             )
-            self.save(note, projected=[note], shred=[] if hold else [note.id])
+            changed.append(note)
+            (tally.held if hold else tally.deleted).append(note.note_id)
+        if changed:
+            self.save(*changed, projected=changed, shred=[] if hold else [n.id for n in changed])
+        return tally
+
+    def forget(
+        self, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
+        block: str | None = None,
+    ) -> ForgetResult:
+        """Tombstone (or hold) one note of ``scope``; see ``Notes.forget``. A note that
+        is absent from ``scope`` or already forgotten gives ``deleted=0, held=False``;
+        a held note gives ``deleted=0, held=True`` and is left unchanged."""
+        with self.store.write(scope):
+            try:
+                note = self._load(scope, note_id)
+            except NoteNotFoundError:
+                return ForgetResult(id=note_id if block is None else None, block=block, deleted=0, held=False)
+            tally = self._tombstone([note], hold=hold, requested_by=requested_by, cause="caller")
         return ForgetResult(
             id=note.note_id if block is None else None,
             block=block,
-            deleted=0 if hold else 1,
-            held=hold,
+            deleted=len(tally.deleted),
+            held=bool(tally.held or tally.already_held),
+        )
+
+    def delete_path(
+        self, scope: Scope, path: str, *, hold: bool, requested_by: str
+    ) -> PathForgetResult:
+        """Tombstone (or hold) every ``file`` note of ``scope`` recorded against
+        ``path``; see ``Notes.delete_path``."""
+        with self.store.write(scope) as tx:
+            notes = [self._load(scope, note_id) for note_id in tx.note_ids_by_path(scope, path)]
+            tally = self._tombstone(notes, hold=hold, requested_by=requested_by, cause="delete_path")
+        return PathForgetResult(
+            path=path, deleted=tuple(tally.deleted),
+            held=tuple(tally.held + tally.already_held),
+        )
+
+    def repoint(self, scope: Scope, from_path: str, to_path: str) -> RepointResult:
+        """Move the live ``file`` notes of ``scope`` recorded against ``from_path`` to
+        ``to_path``; see ``Notes.repoint``."""
+        with self.store.write(scope) as tx:
+            notes = [self._load(scope, note_id) for note_id in tx.note_ids_by_path(scope, from_path)]
+            moved = [n for n in notes if n.live and n.kind == "file"]
+            for note in moved:
+                note.repoint(to_path=to_path)
+            if moved:
+                self.save(*moved, projected=moved)
+        return RepointResult(
+            from_path=from_path, to_path=to_path,
+            repointed=tuple(n.note_id for n in moved),
+            held=tuple(n.note_id for n in notes if n.held),
+        )
+
+    def erase_scope(
+        self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,
+        *, hold: bool = False, requested_by: str = "operator", batch_size: int = 100,
+    ) -> EraseResult:
+        """Tombstone (or, with ``hold``, hold) every un-forgotten note of a scope
+        prefix, ``batch_size`` notes per transaction; see ``Fabric.erase_scope``."""
+        args = EraseScopeInput(
+            tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
+            requested_by=requested_by, batch_size=batch_size,
+        )
+        t, r, th = args.tenant_id, args.resource_id, args.thread_id
+        deleted = held = already_held = batches = 0
+        after = None
+        while True:
+            page = self.store.notes_in_scope(t, r, th, after=after, limit=args.batch_size)
+            if not page:
+                break
+            after = page[-1]
+            already_held += sum(1 for ref in page if ref.held)
+            targets = [ref for ref in page if not ref.held]
+            if not targets:
+                continue
+            with self.store.write_scopes([ref.scope for ref in targets]):
+                notes: list[Note] = []
+                for ref in targets:
+                    note = self.repository.get(ref.aggregate_id)
+                    assert isinstance(note, Note)
+                    notes.append(note)
+                tally = self._tombstone(
+                    notes, hold=args.hold, requested_by=args.requested_by, cause="erase_scope"
+                )
+            batches += 1
+            deleted += len(tally.deleted)
+            held += len(tally.held)
+            already_held += len(tally.already_held)  # held by someone else meanwhile
+        remaining, _ = self.store.count_in_scope(t, r, th)
+        return EraseResult(
+            tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
+            already_held=already_held, remaining=remaining, batches=batches,
+        )
+
+    def forget_block(
+        self, scope: Scope, label: str, *, hold: bool, requested_by: str
+    ) -> ForgetResult:
+        """Tombstone (or hold) working block ``label`` of ``scope``; see ``Notes.forget``.
+        Raises ``ValidationError`` for a malformed label."""
+        label = BlockRef(block=label).block
+        return self.forget(
+            scope, working.block_note_id(scope, label), hold=hold,
+            requested_by=requested_by, block=label,
         )
 
     def verify_content(self, scope: Scope, note_id: str, text: str) -> bool:
@@ -499,15 +791,23 @@ class MemoryService(Application[UUID]):
         no tombstone."""
         import hmac as _hmac
 
-        note = self._load(scope, note_id)
         tomb = next(
-            (h.fields for h in self.history(scope, note_id) if h.type == "Forgotten"), None
+            (h.fields for h in reversed(self.history(scope, note_id)) if h.type == "Forgotten"),
+            None,
         )
         if tomb is None:
-            raise FabricError(f"note {note_id!r} has no tombstone")
+            raise FabricError(f"id: note {note_id!r} has no tombstone")
         expected = tomb.get("content_hmac") or ""
-        del note
         return _hmac.compare_digest(expected, self.store.content_hmac(text))
+
+
+@dataclass
+class _Tally:
+    """Note ids a tombstoning pass changed, by outcome."""
+
+    deleted: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    already_held: list[str] = field(default_factory=list)
 
 
 class _Batch:
@@ -516,10 +816,14 @@ class _Batch:
 
     def __init__(self) -> None:
         self.aggregates: dict[UUID, Note] = {}
+        self.events: list[Any] = []
         self.by_note_id: dict[str, Note] = {}
         self.vectors: dict[str, tuple[np.ndarray, str]] = {}
+        self.working: dict[str, working.BlockEntry] | None = None
 
     def add(self, note: Note, vector: np.ndarray | None, token_hash: str | None) -> None:
+        """Track ``note`` and take its pending events (so the log keeps decision order)."""
+        self.events.extend(note.collect_events())
         self.aggregates[note.id] = note
         self.by_note_id[note.note_id] = note
         if vector is not None and token_hash is not None:
@@ -550,7 +854,8 @@ class _Batch:
                 continue
             if item.kind != "file" and item.subject is not None and note.subject != item.subject:
                 continue
-            cand = policy.Neighbour(note.note_id, float(np.dot(vec, vector)), th, note.path, note.subject)
+            cand = policy.Neighbour(note.note_id, float(np.dot(vec, vector)), th, note.path,
+                                    note.subject, note.valid_from, note.valid_to)
             best = _better(best, cand, token_hash)
         return best
 

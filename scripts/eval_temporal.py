@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -119,6 +120,14 @@ class Fact:
     key: str
     prompt: str
     answers: list[Answer]
+    index: int = 0
+
+    @property
+    def resource_id(self) -> str:
+        """A scope id (``[A-Za-z0-9._:@-]``, <= 128 chars) unique to this fact."""
+        ascii_key = unicodedata.normalize("NFKD", self.key).encode("ascii", "ignore").decode()
+        slug = re.sub(r"[^A-Za-z0-9._:@-]+", "_", ascii_key).strip("_")
+        return f"f{self.index:03d}-{slug}"[:128]
 
     def content(self, value: str) -> str:
         return f"{self.prompt} {value}"
@@ -205,7 +214,7 @@ def load_facts(path: Path, limit: int | None, stats: ParseStats) -> list[Fact]:
     facts: list[Fact] = []
     for key, body in iter_raw_facts(data):
         answers = [a for raw in body["answers"] if (a := parse_answer(raw, stats)) is not None]
-        fact = Fact(key=key, prompt=body["questions"]["generic"].strip(), answers=answers)
+        fact = Fact(key=key, prompt=body["questions"]["generic"].strip(), answers=answers, index=len(facts))
         if len(fact.open_values) > 1:
             stats.facts_multi_open.append(key)
         if not fact.open_values:
@@ -301,11 +310,13 @@ def run_explicit(facts: Sequence[Fact], args: argparse.Namespace, data_dir: str 
     out = Scored()
     tenant = common.new_tenant("dyknow-explicit")
     folded = superseded = 0
+    batch_errors: list[str] = []
+    item_errors: list[str] = []
     with common.fabric_session(
         dsn=args.dsn, embedder_name=args.embedder, consolidate=args.consolidate == "on", data_dir=data_dir
     ) as fabric:
         for fact in facts:
-            notes = fabric.scope(tenant, resource_id=fact.key)
+            notes = fabric.scope(tenant, resource_id=fact.resource_id)
             items = [
                 dict(
                     kind="fact",
@@ -317,9 +328,25 @@ def run_explicit(facts: Sequence[Fact], args: argparse.Namespace, data_dir: str 
                 )
                 for i, a in enumerate(fact.answers)
             ]
-            returned = common.remember_all(notes, items)
+            try:
+                returned: list[Any] = common.remember_all(notes, items)
+            except Exception as exc:  # the batch rolled back: retry item by item
+                batch_errors.append(f"{fact.key}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                returned = []
+                for item in items:
+                    try:
+                        returned.append(notes.remember(**item))
+                    except Exception as exc2:
+                        item_errors.append(
+                            f"{fact.key}: {item['content']!r} [{item['valid_from'].date()}, "
+                            f"{item['valid_to'].date() if item['valid_to'] else None}): "
+                            f"{type(exc2).__name__}: {str(exc2).splitlines()[0]}"
+                        )
+                        returned.append(None)
             id_value: dict[str, str] = {}
             for a, n in zip(fact.answers, returned):
+                if n is None:
+                    continue
                 nid = common.note_id(n)
                 if nid in id_value:
                     folded += 1
@@ -327,7 +354,12 @@ def run_explicit(facts: Sequence[Fact], args: argparse.Namespace, data_dir: str 
                 if common.attr(n, "supersedes"):
                     superseded += 1
             score_fact(notes, fact, id_value, args.mode, out, "explicit")
-    out.diagnostics = {"folded": folded, "supersessions": superseded}
+    out.diagnostics = {
+        "folded": folded,
+        "supersessions": superseded,
+        "batch_errors": len(batch_errors),
+        "item_errors": item_errors,
+    }
     return out
 
 
@@ -336,13 +368,14 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
     out = Scored()
     tenant = common.new_tenant("dyknow-incremental")
     folded = supersessions = expected_closures = 0
-    closed_at_successor = closed_elsewhere = never_closed = 0
+    closed_at_successor = closed_elsewhere = never_closed = emptied = 0
     examples: list[str] = []
+    errors: list[str] = []
     with common.fabric_session(
         dsn=args.dsn, embedder_name=args.embedder, consolidate=True, data_dir=data_dir
     ) as fabric:
         for fact in facts:
-            notes = fabric.scope(tenant, resource_id=fact.key)
+            notes = fabric.scope(tenant, resource_id=fact.resource_id)
             order = sorted(range(len(fact.answers)), key=lambda i: (fact.answers[i].start, i))
             id_value: dict[str, str] = {}
             id_start: dict[str, datetime] = {}
@@ -350,15 +383,20 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
             prev_id: str | None = None
             for i in order:
                 a = fact.answers[i]
-                n = notes.remember(
-                    kind="fact",
-                    content=fact.content(a.value),
-                    t_ref=a.start,
-                    valid_from=a.start,
-                    valid_to=None,
-                    source_entry_ids=[f"{fact.key}#{i}"],
-                    subject=fact.key,
-                )
+                try:
+                    n = notes.remember(
+                        kind="fact",
+                        content=fact.content(a.value),
+                        t_ref=a.start,
+                        valid_from=a.start,
+                        valid_to=None,
+                        source_entry_ids=[f"{fact.key}#{i}"],
+                        subject=fact.key,
+                    )
+                except Exception as exc:
+                    errors.append(f"{fact.key}: {a.value!r} {a.start.date()}: {type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0]}")
+                    continue
                 nid = common.note_id(n)
                 if nid in id_value:
                     folded += 1
@@ -380,6 +418,11 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
                 for h in res.hits:
                     seen.setdefault(common.note_id(h), h)
             for nid, succ in successor_start.items():
+                if succ <= id_start[nid]:
+                    # the successor starts when (or before) this value does: supersession
+                    # can only leave an empty window, so the value is invisible at every as_of
+                    emptied += 1
+                    continue
                 h = seen.get(nid)
                 vt = common.attr(h, "valid_to") if h is not None else None
                 if vt is None:
@@ -399,8 +442,10 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
         "expected_closures": expected_closures,
         "closed_at_successor_start": closed_at_successor,
         "closed_elsewhere": closed_elsewhere,
+        "emptied_same_start": emptied,
         "not_closed_or_not_seen": never_closed,
         "closure_examples": examples,
+        "errors": errors,
     }
     return out
 

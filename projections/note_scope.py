@@ -1,0 +1,127 @@
+"""The note-scope index: one row per un-forgotten note of any kind, held or not.
+
+It answers the two questions erasure needs without touching content:
+
+- which notes does a scope prefix hold (``erase_scope`` pages through it by
+  ``(resource_id, thread_id, aggregate_id)``), including held notes and kinds that have
+  no recall-index row (``working``);
+- which ``file`` notes of a scope are recorded against a path (``repoint`` and
+  ``delete_path`` select on ``path``, never on content).
+
+Rows are a pure function of the ``Note`` aggregate's state (:func:`row_for`); a
+forgotten note has no row, so neither its path nor any other field outlives the
+tombstone here. Table ``mf_note_scope``, tracking table ``mf_note_scope_tracking``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from uuid import UUID
+
+from psycopg import Cursor, sql
+
+from memfabric.domain.note import Note
+
+NAME = "note_scope"
+TABLE = "mf_note_scope"
+
+COLUMNS: tuple[str, ...] = (
+    "aggregate_id", "tenant_id", "resource_id", "thread_id", "note_id", "kind", "path", "held",
+)
+"""Column order of a row tuple (also the COPY order)."""
+
+
+def row_for(note: Note) -> tuple[Any, ...] | None:
+    """The row of a note, or ``None`` once it is forgotten."""
+    if note.forgotten:
+        return None
+    return (
+        note.id,
+        note.tenant_id,
+        note.resource_id or "",
+        note.thread_id or "",
+        note.note_id,
+        note.kind,
+        note.path if note.kind == "file" else None,
+        bool(note.held),
+    )
+
+
+def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
+    """Upsert or delete the rows of ``notes`` (their current aggregate state)."""
+    upserts: list[tuple[Any, ...]] = []
+    deletes: list[UUID] = []
+    for note in notes:
+        row = row_for(note)
+        if row is None:
+            deletes.append(note.id)
+        else:
+            upserts.append(row)
+    t = sql.Identifier(table)
+    if deletes:
+        cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (deletes,))
+    if upserts:
+        cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+        placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS)
+        updates = sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in COLUMNS[1:]
+        )
+        cur.executemany(
+            sql.SQL(
+                "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
+            ).format(t=t, cols=cols, ph=placeholders, up=updates),
+            upserts,
+        )
+
+
+class NoteScopeProjection:
+    """The note-scope index as a :class:`~memfabric.projections.base.NoteProjection`."""
+
+    name = NAME
+    tables = (TABLE,)
+
+    def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        cur.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {t} ("
+                " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
+                " resource_id text NOT NULL, thread_id text NOT NULL, note_id text NOT NULL,"
+                " kind text NOT NULL, path text, held boolean NOT NULL)"
+            ).format(t=sql.Identifier(TABLE + table_suffix))
+        )
+        if not table_suffix:
+            self.create_indexes(cur)
+
+    def create_indexes(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        table = TABLE + table_suffix
+        t = sql.Identifier(table)
+        cur.execute(
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, aggregate_id)"
+            ).format(i=sql.Identifier(f"{table}_scope"), t=t)
+        )
+        cur.execute(
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, path)"
+                " WHERE path IS NOT NULL"
+            ).format(i=sql.Identifier(f"{table}_path"), t=t)
+        )
+
+    def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
+        apply(cur, notes)
+
+    def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
+        cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+        n = 0
+        with cur.copy(
+            sql.SQL("COPY {t} ({cols}) FROM STDIN (FORMAT BINARY)").format(
+                t=sql.Identifier(TABLE + table_suffix), cols=cols
+            )
+        ) as copy:
+            copy.set_types(["uuid", "text", "text", "text", "text", "text", "text", "bool"])
+            for row in map(row_for, notes):
+                if row is not None:
+                    copy.write_row(row)
+                    n += 1
+        return n
