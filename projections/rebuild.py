@@ -1,0 +1,672 @@
+"""Projection administration: status, fast rebuild (in place or blue-green), verify,
+and the separate projection runner.
+
+A rebuild replays the notification log from zero in one pass for every selected
+projection: a server-side cursor streams the events in aggregate order
+(``ORDER BY originator_id, originator_version``) in batches, each batch's data keys are
+read in the same snapshot, events are decoded by the sealing mapper and applied to
+in-memory ``Note`` aggregates (``event.mutate``), and each aggregate's final state is
+bulk-loaded with the projections' ``copy`` (``COPY ... FROM STDIN (FORMAT BINARY)``)
+as soon as its last event is seen. Memory use is one batch plus one aggregate, not the
+log. Secondary indexes (HNSW, GIN, btrees) are built after the load, and the tracked
+position is set to the replayed head, all in one transaction per rebuild.
+
+- In place (:meth:`ProjectionAdmin.rebuild`): the projection's advisory lock is held
+  for the whole rebuild, so writers with inline projections wait at their commit and
+  readers of the table wait on the ``TRUNCATE`` lock: stop, empty, replay.
+- Blue-green (``blue_green=True``): the replay fills ``<table>_bg`` tables while
+  writers and readers keep using the live ones; then, in one short transaction holding
+  the advisory lock, the live tables are dropped, the new ones renamed (with their
+  indexes, so the next blue-green works), the events written meanwhile applied, and
+  the position recorded. Readers switch atomically at that commit.
+- Verify (:meth:`ProjectionAdmin.verify`): replays into scratch ``<table>_vf`` tables
+  inside a transaction that is rolled back, at the live projection's own tracked
+  position, and compares the two row by row (``md5`` of each row's text, matched on
+  the primary key).
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import StoredEvent
+from psycopg import Connection, Cursor, sql
+from psycopg.rows import tuple_row
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from memfabric.domain.errors import FabricError, ProjectionError
+from memfabric.domain.note import Note
+from memfabric.projections.base import NoteProjection
+from memfabric.projections.engine import ProjectionEngine, advisory_key
+
+BG_SUFFIX = "_bg"
+"""Suffix of the tables a blue-green rebuild fills before the switch."""
+
+VERIFY_SUFFIX = "_vf"
+"""Suffix of the scratch tables of a verify (never committed)."""
+
+Connect = Callable[[], AbstractContextManager[Connection[Any]]]
+"""Returns a context manager yielding a pooled connection with pgvector types registered."""
+
+
+# --------------------------------------------------------------------- progress
+class Reporter(Protocol):
+    """Progress sink: ``task(description, total)`` returns an ``advance(n)`` callable."""
+
+    def task(self, description: str, total: int | None) -> Callable[[int], None]: ...
+
+
+class _Rate(ProgressColumn):
+    """Events per second of a task."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("-- ev/s" if speed is None else f"{speed:,.0f} ev/s", style="progress.data.speed")
+
+
+class RichReporter:
+    """A rich progress bar per task (events/s and ETA); use as a context manager."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=console, transient=False,
+        )
+
+    def __enter__(self) -> RichReporter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def task(self, description: str, total: int | None) -> Callable[[int], None]:
+        task_id = self.progress.add_task(description, total=total)
+        return lambda n: self.progress.advance(task_id, n)
+
+
+class _Quiet:
+    def task(self, description: str, total: int | None) -> Callable[[int], None]:
+        return lambda n: None
+
+
+# ---------------------------------------------------------------------- reports
+@dataclass(frozen=True, slots=True)
+class ProjectionStatus:
+    """One projection's state: ``position`` (last notification id applied), ``head``
+    (last id in the log), ``lag_events`` (events after ``position``), ``lag_seconds``
+    (age of the oldest unapplied event, 0.0 when caught up) and ``error`` (``None`` or
+    ``{notification_id, topic, error, at}`` when it stopped on an event)."""
+
+    name: str
+    position: int
+    head: int
+    lag_events: int
+    lag_seconds: float
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    """Outcome of a rebuild: projections rebuilt, events replayed, notes (aggregates)
+    seen, rows loaded per projection, the position recorded, wall seconds, and the
+    seconds of the replay+COPY phase and of the index build."""
+
+    projections: list[str]
+    blue_green: bool
+    events: int
+    notes: int
+    rows: dict[str, int]
+    position: int
+    seconds: float
+    load_seconds: float
+    index_seconds: float
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RowDifference:
+    """One differing row: ``key`` (primary key values), ``kind`` (``missing``: only in
+    the replay, ``extra``: only in the live table, ``changed``) and, for ``changed``,
+    ``columns`` mapping each differing column to ``(live, replayed)`` text values."""
+
+    key: dict[str, Any]
+    kind: str
+    columns: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Verify outcome of one table of one projection at ``position``: row counts of the
+    live table and of the replay, the number of differing rows and the first ones."""
+
+    projection: str
+    table: str
+    position: int
+    head: int
+    live_rows: int
+    replayed_rows: int
+    differences: int
+    first: list[RowDifference]
+
+    @property
+    def ok(self) -> bool:
+        return self.differences == 0
+
+
+# ------------------------------------------------------------------------ replay
+class _SnapshotKeys:
+    """Data keys of one batch, read on the replay's own connection (same snapshot)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[UUID, int], bytes] = {}
+
+    def load(self, conn: Connection[Any], ids: list[UUID]) -> None:
+        self.keys = {
+            (oid, gen): bytes(key)
+            for oid, gen, key in conn.cursor(row_factory=tuple_row).execute(
+                "SELECT originator_id, gen, key FROM mf_note_keys WHERE originator_id = ANY(%s)", (ids,)
+            )
+        }
+
+    def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
+        return self.keys.get((originator_id, gen))
+
+
+def replay_notes(
+    conn: Connection[Any],
+    events_table: str,
+    mapper: Any,
+    upto: int,
+    *,
+    batch: int = 2000,
+    label: str = "replay",
+    advance: Callable[[int], None] | None = None,
+) -> Iterator[list[Note]]:
+    """Final ``Note`` states of every aggregate with events at positions ``<= upto``.
+
+    Must run inside a transaction on ``conn`` (a server-side cursor streams the events
+    in ``batch``-sized fetches); yields lists of completed aggregates between fetches, so
+    the caller may use ``conn`` (for ``COPY``) while consuming. ``mapper`` is the sealing
+    mapper (anything with ``keys`` and ``to_domain_event``); keys are read per batch in
+    the same snapshot. ``advance(n)`` is called with the number of events per batch.
+
+    Raises ``ProjectionError(label, notification_id, topic, error)`` on the first event
+    that cannot be decoded or applied.
+    """
+    keys = _SnapshotKeys()
+    local = _copy.copy(mapper)
+    local.keys = keys
+    name = "mf_replay_" + uuid.uuid4().hex[:8]
+    with conn.cursor(name=name, row_factory=tuple_row, binary=True) as cur:
+        cur.itersize = batch
+        cur.execute(
+            sql.SQL(
+                "SELECT notification_id, originator_id, originator_version, topic, state FROM {t}"
+                " WHERE notification_id <= %s ORDER BY originator_id, originator_version"
+            ).format(t=sql.Identifier(events_table)),
+            (upto,),
+        )
+        current: Any = None
+        current_id: UUID | None = None
+        while rows := cur.fetchmany(batch):
+            keys.load(conn, list({r[1] for r in rows}))
+            done: list[Note] = []
+            for nid, oid, version, topic, state in rows:
+                if oid != current_id:
+                    if current is not None:
+                        done.append(current)
+                    current, current_id = None, oid
+                try:
+                    event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
+                    current = event.mutate(current)
+                except Exception as exc:  # name the event, never skip it
+                    raise ProjectionError(label, nid, topic, repr(exc)) from exc
+            if advance is not None:
+                advance(len(rows))
+            if done:
+                yield done
+        if current is not None:
+            yield [current]
+
+
+# ----------------------------------------------------------------- SQL helpers
+def _head(cur: Cursor[Any], events_table: str) -> int:
+    row = cur.execute(
+        sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {t}").format(t=sql.Identifier(events_table))
+    ).fetchone()
+    return int(_first(row))
+
+
+def _first(row: Any) -> Any:
+    if row is None:
+        return None
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+
+
+def _count_upto(cur: Cursor[Any], events_table: str, upto: int) -> int:
+    row = cur.execute(
+        sql.SQL("SELECT count(*) FROM {t} WHERE notification_id <= %s").format(t=sql.Identifier(events_table)),
+        (upto,),
+    ).fetchone()
+    return int(_first(row))
+
+
+def _secondary_indexes(cur: Cursor[Any], table: str) -> list[str]:
+    """Indexes of ``table`` that back no constraint (safe to drop before a bulk load)."""
+    rows = cur.execute(
+        "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid"
+        " WHERE x.indrelid = to_regclass(%s)"
+        " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid)",
+        (table,),
+    ).fetchall()
+    return [_first(r) for r in rows]
+
+
+def _all_indexes(cur: Cursor[Any], table: str) -> list[str]:
+    rows = cur.execute(
+        "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid"
+        " WHERE x.indrelid = to_regclass(%s)",
+        (table,),
+    ).fetchall()
+    return [_first(r) for r in rows]
+
+
+def _drop_secondary_indexes(cur: Cursor[Any], table: str) -> None:
+    for index in _secondary_indexes(cur, table):
+        cur.execute(sql.SQL("DROP INDEX {i}").format(i=sql.Identifier(index)))
+
+
+def _columns(cur: Cursor[Any], table: str) -> list[str]:
+    rows = cur.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+        " AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (table,),
+    ).fetchall()
+    return [_first(r) for r in rows]
+
+
+def _primary_key(cur: Cursor[Any], table: str) -> list[str]:
+    rows = cur.execute(
+        "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+        " JOIN pg_attribute a ON a.attnum = k.attnum"
+        " WHERE i.indrelid = to_regclass(%s) AND i.indisprimary AND a.attrelid = i.indrelid"
+        " ORDER BY k.n",
+        (table,),
+    ).fetchall()
+    return [_first(r) for r in rows]
+
+
+def _set_work_mem(cur: Cursor[Any], maintenance_work_mem: str | None) -> None:
+    if maintenance_work_mem:
+        cur.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
+
+
+# ------------------------------------------------------------------------ admin
+class ProjectionAdmin:
+    """Status, rebuild, verify and the runner for every projection of an engine.
+
+    ``engine``: the fabric's :class:`ProjectionEngine`; ``mapper``: its sealing mapper;
+    ``connect``: a pooled-connection context manager with pgvector types registered
+    (``fabric.store.connection``). :meth:`for_fabric` wires all three from a fabric.
+    """
+
+    def __init__(self, engine: ProjectionEngine, mapper: Any, connect: Connect) -> None:
+        self.engine = engine
+        self.mapper = mapper
+        self.connect = connect
+
+    @classmethod
+    def for_fabric(cls, fabric: Any) -> ProjectionAdmin:
+        """The admin of an open ``memfabric.adapters.Fabric``."""
+        return cls(fabric.engine, fabric.service.mapper, fabric.store.connection)
+
+    @property
+    def names(self) -> list[str]:
+        """Projection names in engine order."""
+        return [p.name for p in self.engine.projections]
+
+    def select(self, names: Sequence[str] | str | None) -> list[NoteProjection]:
+        """Projections named in ``names`` (``None`` or ``"all"``: every one), in engine
+        order; raises ``FabricError`` naming the known projections for an unknown name."""
+        if names is None or names == "all" or (not isinstance(names, str) and "all" in names):
+            return list(self.engine.projections)
+        wanted = {names} if isinstance(names, str) else set(names)
+        unknown = wanted - set(self.names)
+        if unknown:
+            raise FabricError(
+                f"unknown projection(s) {sorted(unknown)}; known: {', '.join(self.names)}"
+            )
+        return [p for p in self.engine.projections if p.name in wanted]
+
+    # ---------------------------------------------------------------- status
+    def status(self) -> list[ProjectionStatus]:
+        """The position, lag and recorded error of every projection."""
+        errors = self.engine.errors()
+        t = sql.Identifier(self.engine.events_table)
+        out = []
+        with self.connect() as conn, conn.cursor() as cur:
+            head = _head(cur, self.engine.events_table)
+            for p in self.engine.projections:
+                pos = self.engine.position(p.name, cur)
+                lag = int(_first(cur.execute(
+                    sql.SQL("SELECT count(*) FROM {t} WHERE notification_id > %s").format(t=t), (pos,)
+                ).fetchone()))
+                seconds = 0.0
+                if lag:
+                    row = cur.execute(
+                        sql.SQL(
+                            "SELECT originator_id, originator_version, topic, state FROM {t}"
+                            " WHERE notification_id > %s ORDER BY notification_id LIMIT 1"
+                        ).format(t=t),
+                        (pos,),
+                    ).fetchone()
+                    seconds = self._age(row)
+                out.append(ProjectionStatus(p.name, pos, head, lag, seconds, errors.get(p.name)))
+        return out
+
+    def _age(self, row: dict[str, Any] | None) -> float:
+        if row is None:
+            return 0.0
+        try:
+            fields, _ = self.mapper.decode_state(StoredEvent(
+                row["originator_id"], row["originator_version"], row["topic"], bytes(row["state"])))
+            stamp: datetime = fields["timestamp"]
+        except Exception:  # an undecodable event: its age is unknown, status still works
+            return float("nan")
+        return max(0.0, (datetime.now(timezone.utc) - stamp).total_seconds())
+
+    # --------------------------------------------------------------- rebuild
+    def rebuild(
+        self,
+        names: Sequence[str] | str | None = None,
+        *,
+        blue_green: bool = False,
+        batch: int = 2000,
+        reporter: Reporter | None = None,
+        maintenance_work_mem: str | None = None,
+    ) -> RebuildReport:
+        """Replay the log from zero into the selected projections (default all).
+
+        ``blue_green``: build ``<table>_bg`` tables while the live ones keep serving,
+        then switch atomically (see module doc); otherwise rebuild in place while
+        holding the projections' advisory locks. ``batch``: events per fetch.
+        ``maintenance_work_mem`` (e.g. ``"1GB"``) is set for the index build only.
+        ``reporter`` receives the progress (events replayed, then index builds).
+
+        Raises ``ProjectionError`` (nothing changed) when an event cannot be decoded or
+        applied, ``FabricError`` for an unknown projection name.
+        """
+        selected = self.select(names)
+        reporter = reporter or _Quiet()
+        started = time.perf_counter()
+        rebuild_locks = [advisory_key("rebuild:" + p.name) for p in selected]
+        with self.connect() as conn:
+            for key in rebuild_locks:
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                if blue_green:
+                    report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem)
+                else:
+                    report = self._in_place(conn, selected, batch, reporter, maintenance_work_mem)
+            finally:
+                for key in reversed(rebuild_locks):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        seconds = time.perf_counter() - started
+        return RebuildReport(
+            projections=[p.name for p in selected], blue_green=blue_green, events=report[0],
+            notes=report[1], rows=report[2], position=report[3], seconds=seconds,
+            load_seconds=report[4], index_seconds=report[5],
+        )
+
+    def _load(
+        self, conn: Connection[Any], cur: Cursor[Any], selected: list[NoteProjection], upto: int,
+        suffix: str, batch: int, reporter: Reporter, label: str,
+    ) -> tuple[int, int, dict[str, int]]:
+        total = _count_upto(cur, self.engine.events_table, upto)
+        advance = reporter.task(label, total)
+        rows = {p.name: 0 for p in selected}
+        notes = 0
+        for done in replay_notes(
+            conn, self.engine.events_table, self.mapper, upto, batch=batch,
+            label=",".join(p.name for p in selected), advance=advance,
+        ):
+            notes += len(done)
+            for p in selected:
+                rows[p.name] += p.copy(cur, done, table_suffix=suffix)
+        return total, notes, rows
+
+    def _build_indexes(
+        self, cur: Cursor[Any], selected: list[NoteProjection], suffix: str, reporter: Reporter,
+        maintenance_work_mem: str | None,
+    ) -> float:
+        t0 = time.perf_counter()
+        _set_work_mem(cur, maintenance_work_mem)
+        advance = reporter.task("indexes", len(selected))
+        for p in selected:
+            p.create_indexes(cur, table_suffix=suffix)
+            advance(1)
+        return time.perf_counter() - t0
+
+    def _in_place(
+        self, conn: Connection[Any], selected: list[NoteProjection], batch: int, reporter: Reporter,
+        maintenance_work_mem: str | None,
+    ) -> tuple[int, int, dict[str, int], int, float, float]:
+        locks = [advisory_key(p.name) for p in selected]
+        for key in locks:  # engine order, like writers: no deadlock
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                upto = _head(cur, self.engine.events_table)
+                for p in selected:
+                    for table in p.tables:
+                        _drop_secondary_indexes(cur, table)
+                        cur.execute(sql.SQL("TRUNCATE {t}").format(t=sql.Identifier(table)))
+                t0 = time.perf_counter()
+                events, notes, rows = self._load(conn, cur, selected, upto, "", batch, reporter, "replay")
+                load_s = time.perf_counter() - t0
+                index_s = self._build_indexes(cur, selected, "", reporter, maintenance_work_mem)
+                for p in selected:
+                    self.engine.set_position(cur, p.name, upto)
+                    self.engine.clear_error(cur, p.name)
+        finally:
+            for key in reversed(locks):
+                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        return events, notes, rows, upto, load_s, index_s
+
+    def _blue_green(
+        self, conn: Connection[Any], selected: list[NoteProjection], batch: int, reporter: Reporter,
+        maintenance_work_mem: str | None,
+    ) -> tuple[int, int, dict[str, int], int, float, float]:
+        # 1. build the new tables at a snapshot, without blocking anyone
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            upto = _head(cur, self.engine.events_table)
+            for p in selected:
+                for table in p.tables:
+                    cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table + BG_SUFFIX)))
+                p.create(cur, table_suffix=BG_SUFFIX)
+                for table in p.tables:
+                    _drop_secondary_indexes(cur, table + BG_SUFFIX)
+            t0 = time.perf_counter()
+            events, notes, rows = self._load(conn, cur, selected, upto, BG_SUFFIX, batch, reporter, "replay")
+            load_s = time.perf_counter() - t0
+            index_s = self._build_indexes(cur, selected, BG_SUFFIX, reporter, maintenance_work_mem)
+        # 2. switch: drop the live tables, rename the new ones, apply the events since
+        with conn.transaction(), conn.cursor() as cur:
+            position = upto
+            for p in selected:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+            for p in selected:
+                for table in p.tables:
+                    new = table + BG_SUFFIX
+                    cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table)))
+                    cur.execute(sql.SQL("ALTER TABLE {a} RENAME TO {b}").format(
+                        a=sql.Identifier(new), b=sql.Identifier(table)))
+                    for index in _all_indexes(cur, table):
+                        if index.startswith(new):
+                            cur.execute(sql.SQL("ALTER INDEX {a} RENAME TO {b}").format(
+                                a=sql.Identifier(index), b=sql.Identifier(table + index[len(new):])))
+                new_pos = self.engine._apply_range(cur, p, upto, None)  # noqa: SLF001
+                position = max(position, new_pos)
+                self.engine.set_position(cur, p.name, new_pos)
+                self.engine.clear_error(cur, p.name)
+        return events, notes, rows, position, load_s, index_s
+
+    # ---------------------------------------------------------------- verify
+    def verify(
+        self,
+        names: Sequence[str] | str | None = None,
+        *,
+        batch: int = 2000,
+        show: int = 10,
+        reporter: Reporter | None = None,
+    ) -> list[VerifyReport]:
+        """Replay the log into scratch tables (rolled back) and compare them with the
+        live projections, one :class:`VerifyReport` per table (``ok`` when identical).
+
+        Each projection is compared at its own tracked position, so a lagging
+        projection is checked for what it claims to contain. ``show``: how many
+        differing rows to describe. Raises ``ProjectionError`` when the log itself
+        cannot be replayed, ``FabricError`` for an unknown name.
+        """
+        selected = self.select(names)
+        reporter = reporter or _Quiet()
+        out: list[VerifyReport] = []
+        with self.connect() as conn, conn.transaction(force_rollback=True), conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            head = _head(cur, self.engine.events_table)
+            by_position: dict[int, list[NoteProjection]] = {}
+            for p in selected:
+                by_position.setdefault(self.engine.position(p.name, cur), []).append(p)
+            for position, group in sorted(by_position.items()):
+                for p in group:
+                    for table in p.tables:
+                        cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(
+                            t=sql.Identifier(table + VERIFY_SUFFIX)))
+                    p.create(cur, table_suffix=VERIFY_SUFFIX)
+                    for table in p.tables:
+                        _drop_secondary_indexes(cur, table + VERIFY_SUFFIX)
+                self._load(conn, cur, group, position, VERIFY_SUFFIX, batch, reporter, f"replay to {position}")
+                for p in group:
+                    for table in p.tables:
+                        out.append(self._compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show))
+        return out
+
+    def _compare(
+        self, cur: Cursor[Any], name: str, live: str, scratch: str, position: int, head: int, show: int
+    ) -> VerifyReport:
+        cols = _columns(cur, live)
+        keys = _primary_key(cur, live) or ["_row_md5"]
+        lt, st = sql.Identifier(live), sql.Identifier(scratch)
+        row_text = sql.SQL("md5(ROW({c})::text)").format(c=sql.SQL(", ").join(map(sql.Identifier, cols)))
+        key_list = sql.SQL(", ").join(map(sql.Identifier, keys))
+        if keys == ["_row_md5"]:  # no primary key: compare the multisets of row hashes
+
+            def side(t: sql.Identifier) -> sql.Composed:
+                return sql.SQL("SELECT {h} AS _row_md5, count(*) AS v FROM {t} GROUP BY 1").format(h=row_text, t=t)
+        else:
+
+            def side(t: sql.Identifier) -> sql.Composed:
+                return sql.SQL("SELECT {k}, {h} AS v FROM {t}").format(k=key_list, h=row_text, t=t)
+
+        diff = sql.SQL(
+            "SELECT {k}, a.v AS live, b.v AS replayed FROM ({a}) a FULL JOIN ({b}) b USING ({k})"
+            " WHERE a.v IS DISTINCT FROM b.v"
+        ).format(k=key_list, a=side(lt), b=side(st))
+        count = int(_first(cur.execute(sql.SQL("SELECT count(*) FROM ({d}) d").format(d=diff)).fetchone()))
+        first: list[RowDifference] = []
+        if count:
+            rows = cur.execute(sql.SQL("{d} ORDER BY {o} LIMIT %s").format(d=diff, o=key_list), (show,)).fetchall()
+            for row in rows:
+                key = {k: row[k] for k in keys}
+                if row["live"] is None:
+                    first.append(RowDifference(key, "missing"))
+                elif row["replayed"] is None:
+                    first.append(RowDifference(key, "extra"))
+                elif keys == ["_row_md5"]:
+                    first.append(RowDifference(key, "changed", {"count": (row["live"], row["replayed"])}))
+                else:
+                    first.append(RowDifference(key, "changed", self._column_diff(cur, lt, st, keys, key)))
+        live_rows = int(_first(cur.execute(sql.SQL("SELECT count(*) FROM {t}").format(t=lt)).fetchone()))
+        replayed = int(_first(cur.execute(sql.SQL("SELECT count(*) FROM {t}").format(t=st)).fetchone()))
+        return VerifyReport(name, live, position, head, live_rows, replayed, count, first)
+
+    @staticmethod
+    def _column_diff(
+        cur: Cursor[Any], lt: sql.Identifier, st: sql.Identifier, keys: list[str], key: dict[str, Any]
+    ) -> dict[str, tuple[Any, Any]]:
+        where = sql.SQL(" AND ").join(
+            sql.SQL("{k} = %s").format(k=sql.Identifier(k)) for k in keys
+        )
+        params = [key[k] for k in keys]
+        live = _first(cur.execute(sql.SQL("SELECT to_jsonb(t) FROM {t} t WHERE {w}").format(t=lt, w=where), params).fetchone())
+        new = _first(cur.execute(sql.SQL("SELECT to_jsonb(t) FROM {t} t WHERE {w}").format(t=st, w=where), params).fetchone())
+        return {
+            c: (live.get(c), new.get(c))
+            for c in sorted(set(live) | set(new))
+            if live.get(c) != new.get(c)
+        }
+
+    # ---------------------------------------------------------------- runner
+    def run(
+        self,
+        dsn: str,
+        *,
+        once: bool = False,
+        poll: float = 5.0,
+        stop: Callable[[], bool] | None = None,
+        on_catch_up: Callable[[dict[str, int]], None] | None = None,
+    ) -> dict[str, int]:
+        """Keep every projection caught up from this process.
+
+        LISTENs on the events table's channel (eventsourcing NOTIFYs it at every
+        insert) on a dedicated connection to ``dsn`` and catches up after each
+        notification, and at least every ``poll`` seconds. ``once``: catch up once and
+        return. ``stop()`` is checked after every wake-up. Returns the last positions.
+        Raises ``ProjectionError`` (recorded for ``status``) when a projection stops on
+        an event; the other projections are caught up first.
+        """
+        if once:
+            positions = self.engine.catch_up()
+            if on_catch_up is not None:
+                on_catch_up(positions)
+            return positions
+        channel = self.engine.events_table.replace(".", "_")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("LISTEN {c}").format(c=sql.Identifier(channel)))
+            positions = self.engine.catch_up()
+            if on_catch_up is not None:
+                on_catch_up(positions)
+            while not (stop is not None and stop()):
+                for _ in conn.notifies(timeout=poll, stop_after=1):
+                    pass
+                positions = self.engine.catch_up()
+                if on_catch_up is not None:
+                    on_catch_up(positions)
+        return positions
