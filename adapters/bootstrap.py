@@ -230,6 +230,7 @@ def open_fabric(
             [RecallIndexProjection(embedder.dim), WorkingValueProjection(), NoteScopeProjection()],
             load_notes,
         )
+        engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
         _check_dim(factory.datastore, embedder.dim)
         engine.create()
         if inline_projections:

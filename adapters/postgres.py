@@ -81,7 +81,7 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
     ) -> Sequence[int]:
         if not stored_events:
             return []
-        with conn.cursor() as cur:
+        with conn.pipeline(), conn.cursor() as cur:
             if self.keys is not None:
                 self.keys.flush(cur)
                 if shred:

@@ -14,7 +14,8 @@ catches up the gap in the same transaction. ``catch_up`` serves a separate runne
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -57,6 +58,8 @@ class ProjectionEngine:
         self.events_table = events_table
         self.projections = list(projections)
         self.load_notes = load_notes
+        self.prepare: Callable[[Any], None] | None = None
+        """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
         self.trackers = {
             p.name: PostgresTrackingRecorder(datastore, tracking_table_name=f"mf_{p.name}_tracking")
             for p in self.projections
@@ -128,13 +131,30 @@ class ProjectionEngine:
             return
         notes = list(notes)
         first, last = min(ids), max(ids)
+        positions = self._lock_and_read_positions(cur)
         for p in self.projections:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
-            pos = self.position(p.name, cur)
+            pos = positions[p.name]
             if pos < first - 1:
                 self._apply_range(cur, p, pos, first - 1)
             p.apply(cur, notes)
             self._record(cur, p.name, last)
+
+    def _lock_and_read_positions(self, cur: Cursor[Any]) -> dict[str, int]:
+        """Take every projection's advisory lock (in list order, as every projection
+        writer does) and read their tracked positions, in one round trip."""
+        names = [p.name for p in self.projections]
+        locks = ", ".join("pg_advisory_xact_lock(%s)" for _ in names)
+        reads = " UNION ALL ".join(
+            f"(SELECT %s::text AS name, max(notification_id) AS pos FROM "  # noqa: S608
+            f"{self.trackers[n].tracking_table_name} WHERE application_name = %s)"
+            for n in names
+        )
+        params: list[Any] = [advisory_key(n) for n in names]
+        for n in names:
+            params += [n, self.application_name]
+        rows = cur.execute(f"WITH l AS MATERIALIZED (SELECT {locks}) SELECT r.* FROM l, ({reads}) r",
+                           params).fetchall()
+        return {row["name"]: int(row["pos"] or 0) for row in rows}
 
     # --------------------------------------------------------------- catch-up
     def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int) -> list[dict[str, Any]]:
@@ -163,11 +183,31 @@ class ProjectionEngine:
                 notes = self.load_notes(ids)
                 p.apply(cur, notes)
             except Exception as exc:  # name the event that stopped the projection
-                first = rows[0]
-                raise ProjectionError(p.name, first["notification_id"], first["topic"], repr(exc)) from exc
+                raise self._locate(p.name, rows, ids, exc) from exc
             pos = rows[-1]["notification_id"]
             if len(rows) < limit:
                 return pos
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Cursor[Any]]:
+        with self.datastore.get_connection() as conn:
+            if self.prepare is not None:
+                self.prepare(conn)
+            with conn.transaction(), conn.cursor() as cur:
+                yield cur
+
+    def _locate(
+        self, name: str, rows: list[dict[str, Any]], ids: list[UUID], exc: Exception
+    ) -> ProjectionError:
+        """The error naming the first event of the batch whose note cannot be loaded
+        (the batch's first event when every note loads, e.g. a failing write)."""
+        for aggregate_id in ids:
+            try:
+                self.load_notes([aggregate_id])
+            except Exception as note_exc:  # noqa: BLE001 - reported, never swallowed
+                row = next(r for r in rows if r["originator_id"] == aggregate_id)
+                return ProjectionError(name, row["notification_id"], row["topic"], repr(note_exc))
+        return ProjectionError(name, rows[0]["notification_id"], rows[0]["topic"], repr(exc))
 
     def catch_up(self, *, batch: int = 2000) -> dict[str, int]:
         """Bring every projection up to the log head; returns the new positions.
@@ -181,7 +221,7 @@ class ProjectionEngine:
         for p in self.projections:
             try:
                 while True:
-                    with self.datastore.transaction(commit=True) as cur:
+                    with self._transaction() as cur:
                         cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
                         pos = self.position(p.name, cur)
                         new = self._apply_range(cur, p, pos, None, limit=batch)

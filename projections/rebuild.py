@@ -71,15 +71,18 @@ Connect = Callable[[], AbstractContextManager[Connection[Any]]]
 
 # --------------------------------------------------------------------- progress
 class Reporter(Protocol):
-    """Progress sink: ``task(description, total)`` returns an ``advance(n)`` callable."""
+    """Progress sink: ``task(description, total, unit)`` returns an ``advance(n)``
+    callable; ``unit`` is ``"events"`` or ``"indexes"``."""
 
-    def task(self, description: str, total: int | None) -> Callable[[int], None]: ...
+    def task(self, description: str, total: int | None, unit: str = "events") -> Callable[[int], None]: ...
 
 
 class _Rate(ProgressColumn):
     """Events per second of a task."""
 
     def render(self, task: Task) -> Text:
+        if task.fields.get("unit", "events") != "events":
+            return Text("")
         speed = task.finished_speed or task.speed
         return Text("-- ev/s" if speed is None else f"{speed:,.0f} ev/s", style="progress.data.speed")
 
@@ -101,13 +104,13 @@ class RichReporter:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def task(self, description: str, total: int | None) -> Callable[[int], None]:
-        task_id = self.progress.add_task(description, total=total)
+    def task(self, description: str, total: int | None, unit: str = "events") -> Callable[[int], None]:
+        task_id = self.progress.add_task(description, total=total, unit=unit)
         return lambda n: self.progress.advance(task_id, n)
 
 
 class _Quiet:
-    def task(self, description: str, total: int | None) -> Callable[[int], None]:
+    def task(self, description: str, total: int | None, unit: str = "events") -> Callable[[int], None]:
         return lambda n: None
 
 
@@ -466,7 +469,7 @@ class ProjectionAdmin:
     ) -> float:
         t0 = time.perf_counter()
         _set_work_mem(cur, maintenance_work_mem)
-        advance = reporter.task("indexes", len(selected))
+        advance = reporter.task("indexes", len(selected), "indexes")
         for p in selected:
             p.create_indexes(cur, table_suffix=suffix)
             advance(1)

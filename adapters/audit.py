@@ -1,0 +1,538 @@
+"""The event log for auditors: decoded reading, JSONL export and tamper evidence.
+
+Reading (:func:`read_log`, :func:`export_jsonl`) streams ``memfabric_events`` in log
+order with a server-side cursor, decodes each event with the sealing mapper and names
+its note and scope (taken from the note's ``Remembered`` event, whose scope fields are
+stored in clear). Protected fields of a note whose key was destroyed read ``<erased>``;
+ciphertext is never shown.
+
+Tamper evidence (:func:`verify_chain`): each event row has a leaf hash::
+
+    leaf = SHA-256( i64 notification_id | 16-byte originator_id | i64 originator_version
+                    | i32 len(topic) | topic (UTF-8) | state )
+
+(computed inside PostgreSQL, see :data:`LEAF_SQL`) and the chain is
+``d_0 = SHA-256(b"memfabric-audit-v1")``, ``d_i = SHA-256(d_{i-1} | leaf_i)``.
+Checkpoints in ``mf_audit_chain`` cover consecutive segments of the log (``every``
+events, default 1000, the last one ending at the head) and store the segment's
+positions, leaves and the chain digest at its end. Verification recomputes the leaves
+from the events table and reports every changed, removed or inserted event row of the
+checkpointed part, and every checkpoint that no longer matches its own leaves or
+predecessor; then (when everything matched) it checkpoints the events since the last
+checkpoint. Crypto-shredding deletes keys outside the log, so it never changes a leaf.
+
+The chain proves integrity against anyone who cannot also rewrite ``mf_audit_chain``;
+to be independent of the database, record the printed head digest elsewhere and pass it
+back as ``anchor`` (``POSITION:HEX``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import StoredEvent
+from psycopg import Connection, sql
+from psycopg.rows import tuple_row
+
+from memfabric.adapters.crypto import MAGIC
+from memfabric.domain.note import ERASED
+from memfabric.projections.engine import advisory_key
+
+EVENTS_TABLE = "memfabric_events"
+REMEMBERED_TOPIC = "memfabric.domain.note:Note.Remembered"
+
+CHAIN_TABLE = "mf_audit_chain"
+CHAIN_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {CHAIN_TABLE} ("
+    " position bigint PRIMARY KEY, prev_position bigint NOT NULL, events integer NOT NULL,"
+    " digest bytea NOT NULL, positions bigint[] NOT NULL, leaves bytea NOT NULL,"
+    " created_at timestamptz NOT NULL DEFAULT now())"
+)
+"""Checkpoints: segment ``(prev_position, position]``, its event positions and 32-byte
+leaves (concatenated, in order) and the chain digest after its last event."""
+
+GENESIS = hashlib.sha256(b"memfabric-audit-v1").digest()
+
+LEAF_SQL = (
+    "sha256(int8send(notification_id) || uuid_send(originator_id)"
+    " || int8send(originator_version::bigint)"
+    " || int4send(octet_length(convert_to(topic, 'UTF8'))) || convert_to(topic, 'UTF8') || state)"
+)
+"""The leaf hash of an events-table row, in SQL (only 32 bytes per event leave the server)."""
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+
+
+def leaf_hash(position: int, originator_id: UUID, version: int, topic: str, state: bytes) -> bytes:
+    """The leaf hash of one event row (same bytes as :data:`LEAF_SQL`)."""
+    t = topic.encode()
+    return hashlib.sha256(
+        _I64.pack(position) + originator_id.bytes + _I64.pack(version) + _I32.pack(len(t)) + t + state
+    ).digest()
+
+
+# ------------------------------------------------------------------- reading
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One decoded event: ``position`` (notification id), ``timestamp`` (UTC),
+    ``aggregate_id``, ``note_id`` and scope (``tenant_id``, ``resource_id``,
+    ``thread_id``; ``None`` when the note's ``Remembered`` event is missing), ``type``
+    (event class name), ``version`` (1-based per note), ``topic``, ``fields`` (decoded
+    event fields; ``embedding`` as raw bytes) and ``erased`` (names of protected fields
+    whose key was destroyed; their value reads ``<erased>``)."""
+
+    position: int
+    timestamp: datetime | None
+    aggregate_id: UUID
+    note_id: str | None
+    tenant_id: str | None
+    resource_id: str | None
+    thread_id: str | None
+    type: str
+    version: int
+    topic: str
+    fields: dict[str, Any]
+    erased: list[str] = field(default_factory=list)
+
+    def to_dict(self, *, embeddings: bool = False) -> dict[str, Any]:
+        """JSON-ready dict; ``embeddings``: base64 of the float32 bytes, else a size note."""
+        fields = {k: _jsonable(v, embeddings) for k, v in self.fields.items()}
+        return {
+            "position": self.position,
+            "time": self.timestamp.isoformat() if self.timestamp else None,
+            "note_id": self.note_id,
+            "aggregate_id": str(self.aggregate_id),
+            "scope": {"tenant_id": self.tenant_id, "resource_id": self.resource_id, "thread_id": self.thread_id},
+            "type": self.type,
+            "version": self.version,
+            "topic": self.topic,
+            "fields": fields,
+            "erased": list(self.erased),
+        }
+
+
+def _jsonable(value: Any, embeddings: bool) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        return base64.b64encode(raw).decode() if embeddings else f"<{len(raw)} bytes float32>"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, embeddings) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, embeddings) for v in value]
+    return value
+
+
+def plain_fields(mapper: Any, state: bytes) -> dict[str, Any]:
+    """The clear (unsealed) fields of a stored state, without any key."""
+    if not state.startswith(MAGIC):
+        raise ValueError("not a memfabric event state")
+    (n,) = _U32.unpack_from(state, len(MAGIC))
+    start = len(MAGIC) + 4
+    return dict(mapper.transcoder.decode(state[start : start + n]))
+
+
+_Scope = tuple[str | None, str | None, str | None, str | None]
+
+
+class _Scopes:
+    """Bounded cache: aggregate id -> (note_id, tenant, resource, thread)."""
+
+    def __init__(self, mapper: Any, maxsize: int = 50_000) -> None:
+        self.mapper = mapper
+        self.maxsize = maxsize
+        self.cache: OrderedDict[UUID, _Scope] = OrderedDict()
+
+    def resolve(self, conn: Connection[Any], ids: list[UUID]) -> dict[UUID, _Scope]:
+        missing = [i for i in dict.fromkeys(ids) if i not in self.cache]
+        if missing:
+            rows = conn.cursor(row_factory=tuple_row, binary=True).execute(
+                sql.SQL("SELECT originator_id, state FROM {t} WHERE originator_id = ANY(%s)"
+                        " AND originator_version = 1").format(t=sql.Identifier(EVENTS_TABLE)),
+                (missing,),
+            ).fetchall()
+            found = {oid: plain_fields(self.mapper, bytes(state)) for oid, state in rows}
+            for oid in missing:
+                f = found.get(oid, {})
+                self.cache[oid] = (f.get("note_id"), f.get("tenant_id"), f.get("resource_id"), f.get("thread_id"))
+        out = {}
+        for oid in ids:
+            self.cache.move_to_end(oid)
+            out[oid] = self.cache[oid]
+        while len(self.cache) > self.maxsize:
+            self.cache.popitem(last=False)
+        return out
+
+
+def _note_aggregates(conn: Connection[Any], mapper: Any, note: str, tenant: str | None) -> list[UUID]:
+    """Aggregate ids of note ``note`` (a 12-hex note id, or an aggregate UUID)."""
+    try:
+        return [UUID(note)]
+    except ValueError:
+        pass
+    out = []
+    with conn.cursor(name="mf_note_" + uuid.uuid4().hex[:8], row_factory=tuple_row, binary=True) as cur:
+        cur.execute(
+            sql.SQL("SELECT originator_id, state FROM {t} WHERE topic = %s").format(t=sql.Identifier(EVENTS_TABLE)),
+            (REMEMBERED_TOPIC,),
+        )
+        while rows := cur.fetchmany(2000):
+            for oid, state in rows:
+                f = plain_fields(mapper, bytes(state))
+                if f.get("note_id") == note and (tenant is None or f.get("tenant_id") == tenant):
+                    out.append(oid)
+    return out
+
+
+def read_log(
+    fabric: Any,
+    *,
+    note: str | None = None,
+    tenant: str | None = None,
+    since: int = 0,
+    follow: bool = False,
+    poll: float = 1.0,
+    idle_exit: float | None = None,
+    batch: int = 500,
+) -> Iterator[LogEntry]:
+    """Decoded events after position ``since`` (exclusive, default 0: all), in log order.
+
+    ``note``: only that note's events (12-hex note id, in any scope unless ``tenant``
+    narrows it, or an aggregate UUID); ``tenant``: only that tenant's notes. With
+    ``follow`` the iterator keeps waiting for new events (LISTEN on the events channel,
+    re-checking every ``poll`` seconds) and ends after ``idle_exit`` seconds without new
+    events (``None``: never). Memory use is bounded (one batch plus a bounded scope
+    cache). ``fabric``: an open ``memfabric.adapters.Fabric``.
+    """
+    mapper = fabric.service.mapper
+    keys = fabric.service.factory.keys
+    scopes = _Scopes(mapper)
+    datastore = fabric.service.factory.datastore
+    ids: list[UUID] | None = None
+    if note is not None:
+        with datastore.get_connection() as conn, conn.transaction():
+            ids = _note_aggregates(conn, mapper, note, tenant)
+        if not ids and not follow:
+            return
+    position = since
+    listener: Connection[Any] | None = None
+    try:
+        last_new = time.monotonic()
+        while True:
+            got = 0
+            with datastore.get_connection() as conn, conn.transaction():
+                for entry in _stream(conn, mapper, keys, scopes, position, ids, batch):
+                    position = entry.position
+                    got += 1
+                    if tenant is None or entry.tenant_id == tenant:
+                        yield entry
+            if not follow:
+                return
+            now = time.monotonic()
+            if got:
+                last_new = now
+            elif idle_exit is not None and now - last_new >= idle_exit:
+                return
+            if listener is None:
+                listener = psycopg.connect(fabric.dsn, autocommit=True)
+                listener.execute(sql.SQL("LISTEN {c}").format(c=sql.Identifier(EVENTS_TABLE)))
+                continue  # events may have landed before LISTEN: read again first
+            wait = poll if idle_exit is None else max(0.0, min(poll, idle_exit - (now - last_new)))
+            for _ in listener.notifies(timeout=wait, stop_after=1):
+                pass
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def _stream(
+    conn: Connection[Any], mapper: Any, keys: Any, scopes: _Scopes, after: int,
+    ids: list[UUID] | None, batch: int,
+) -> Iterator[LogEntry]:
+    where = sql.SQL("notification_id > %s")
+    params: list[Any] = [after]
+    if ids is not None:
+        where = sql.SQL("{w} AND originator_id = ANY(%s)").format(w=where)
+        params.append(ids)
+    with conn.cursor(name="mf_log_" + uuid.uuid4().hex[:8], row_factory=tuple_row, binary=True) as cur:
+        cur.execute(
+            sql.SQL(
+                "SELECT notification_id, originator_id, originator_version, topic, state FROM {t}"
+                " WHERE {w} ORDER BY notification_id"
+            ).format(t=sql.Identifier(EVENTS_TABLE), w=where),
+            params,
+        )
+        while rows := cur.fetchmany(batch):
+            batch_ids = [r[1] for r in rows]
+            keys.preload(list(dict.fromkeys(batch_ids)))
+            named = scopes.resolve(conn, batch_ids)
+            for nid, oid, version, topic, state in rows:
+                yield _entry(mapper, named[oid], nid, oid, version, topic, bytes(state))
+
+
+def _entry(
+    mapper: Any, scope: _Scope, position: int, oid: UUID, version: int, topic: str, state: bytes
+) -> LogEntry:
+    fields, erased = mapper.decode_state(StoredEvent(oid, version, topic, state))
+    for name in erased:
+        fields[name] = ERASED
+    stamp = fields.pop("timestamp", None)
+    fields.pop("originator_topic", None)
+    note_id, tenant, resource, thread = scope
+    return LogEntry(
+        position=position, timestamp=stamp, aggregate_id=oid, note_id=note_id, tenant_id=tenant,
+        resource_id=resource, thread_id=thread, type=topic.rsplit(".", 1)[-1], version=version,
+        topic=topic, fields=fields, erased=list(erased),
+    )
+
+
+def export_jsonl(
+    fabric: Any,
+    out: str | Path | IO[str],
+    *,
+    tenant: str | None = None,
+    embeddings: bool = True,
+    batch: int = 500,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Write the log (or one ``tenant``'s part) as JSON Lines, one :meth:`LogEntry.to_dict`
+    per line in log order, streaming in constant memory; returns the number of lines.
+    ``embeddings``: include vectors as base64 (default) or only their size.
+    ``progress(position)`` is called with the position of each event written."""
+    own = not hasattr(out, "write")
+    fh: IO[str] = open(out, "w", encoding="utf-8") if own else out  # type: ignore[arg-type, assignment]  # noqa: SIM115
+    n = 0
+    try:
+        for entry in read_log(fabric, tenant=tenant, batch=batch):
+            fh.write(json.dumps(entry.to_dict(embeddings=embeddings), ensure_ascii=False) + "\n")
+            n += 1
+            if progress is not None:
+                progress(entry.position)
+    finally:
+        if own:
+            fh.close()
+    return n
+
+
+# ------------------------------------------------------------------ the chain
+@dataclass(slots=True)
+class AuditReport:
+    """Outcome of :func:`verify_chain`.
+
+    ``head``: last notification id; ``events``: rows hashed; ``checkpoints``:
+    checkpoints compared; ``written``: checkpoints added; ``head_digest``: hex chain
+    digest over the rows as they are now (record it to anchor the log);
+    ``changed``/``removed``/``inserted``: notification ids of event rows that differ
+    from, are missing from, or were not in their checkpoint; ``broken``: checkpoint rows
+    that were edited or removed; ``gaps``: ``(first, last)`` missing id ranges after
+    the last checkpoint (normal after rolled-back writes; not a failure);
+    ``anchor_ok``: result of the ``anchor`` comparison (``None`` when not given)."""
+
+    head: int = 0
+    events: int = 0
+    checkpoints: int = 0
+    written: int = 0
+    head_digest: str = GENESIS.hex()
+    changed: list[int] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+    inserted: list[int] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+    anchor_ok: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not (self.changed or self.removed or self.inserted or self.broken) and self.anchor_ok is not False
+
+
+def create_chain_table(datastore: Any) -> None:
+    """Create ``mf_audit_chain`` (idempotent)."""
+    with datastore.transaction(commit=True) as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
+        cur.execute(CHAIN_DDL)
+
+
+def _parse_anchor(anchor: str | None) -> tuple[int, bytes] | None:
+    if anchor is None:
+        return None
+    pos, _, digest = anchor.partition(":")
+    try:
+        return int(pos), bytes.fromhex(digest)
+    except ValueError:
+        raise ValueError(f"anchor must be POSITION:HEX, got {anchor!r}") from None
+
+
+def verify_chain(
+    fabric: Any,
+    *,
+    checkpoint: bool = True,
+    every: int = 1000,
+    anchor: str | None = None,
+    batch: int = 5000,
+    progress: Callable[[int], None] | None = None,
+) -> AuditReport:
+    """Recompute the audit chain from the events table and compare it with the
+    checkpoints (see module doc); with ``checkpoint`` (default) and no problem found,
+    checkpoint the events after the last checkpoint in segments of ``every`` events.
+
+    ``anchor``: ``"POSITION:HEX"`` digest recorded earlier (``head_digest`` of a past
+    report); ``anchor_ok`` tells whether the chain over today's rows still gives it.
+    ``progress(n)`` is called per batch of rows hashed. Raises ``ValueError`` for a
+    malformed anchor.
+    """
+    wanted = _parse_anchor(anchor)
+    datastore = fabric.service.factory.datastore
+    create_chain_table(datastore)
+    report = AuditReport()
+    lock = advisory_key("mf-audit")
+    with datastore.get_connection() as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
+        try:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                _verify(conn, report, checkpoint, every, wanted, batch, progress)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+    return report
+
+
+def _verify(
+    conn: Connection[Any], report: AuditReport, checkpoint: bool, every: int,
+    wanted: tuple[int, bytes] | None, batch: int, progress: Callable[[int], None] | None,
+) -> None:
+    cur = conn.cursor(row_factory=tuple_row)
+    report.head = int(cur.execute(
+        sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {t}").format(t=sql.Identifier(EVENTS_TABLE))
+    ).fetchone()[0])  # type: ignore[index]
+    checkpoints = cur.execute(
+        f"SELECT position, prev_position, events, digest FROM {CHAIN_TABLE} ORDER BY position"  # noqa: S608
+    ).fetchall()
+    rows = _leaves(conn, batch, progress)
+    pending: tuple[int, bytes] | None = None
+
+    def take(upto: int | None) -> Iterator[tuple[int, bytes]]:
+        """Rows with position <= upto (all when None), in order."""
+        nonlocal pending
+        while True:
+            if pending is None:
+                pending = next(rows, None)
+                if pending is None:
+                    return
+            if upto is not None and pending[0] > upto:
+                return
+            item, pending = pending, None
+            yield item
+
+    actual = GENESIS
+    stored_prev_pos, stored_prev = 0, GENESIS
+
+    def step(pos: int, leaf: bytes) -> None:
+        nonlocal actual
+        actual = hashlib.sha256(actual + leaf).digest()
+        report.events += 1
+        if wanted is not None and pos == wanted[0]:
+            report.anchor_ok = actual == wanted[1]
+
+    for position, prev_position, count, digest in checkpoints:
+        report.checkpoints += 1
+        if prev_position != stored_prev_pos:
+            report.broken.append(
+                f"checkpoint {position} follows {prev_position}, expected {stored_prev_pos}"
+                " (a checkpoint row was removed or inserted)"
+            )
+        positions, leaves = cur.execute(
+            f"SELECT positions, leaves FROM {CHAIN_TABLE} WHERE position = %s", (position,)  # noqa: S608
+        ).fetchone()  # type: ignore[misc]
+        leaves = bytes(leaves)
+        stored = {p: leaves[32 * i : 32 * i + 32] for i, p in enumerate(positions)}
+        d = stored_prev
+        for i in range(len(positions)):
+            d = hashlib.sha256(d + leaves[32 * i : 32 * i + 32]).digest()
+        if d != bytes(digest) or len(positions) != count or len(leaves) != 32 * count:
+            report.broken.append(f"checkpoint {position} does not match its own leaves (checkpoint edited)")
+        seen = set()
+        for pos, leaf in take(position):
+            step(pos, leaf)
+            seen.add(pos)
+            if pos not in stored:
+                report.inserted.append(pos)
+            elif stored[pos] != leaf:
+                report.changed.append(pos)
+        report.removed.extend(sorted(p for p in stored if p not in seen))
+        stored_prev_pos, stored_prev = position, bytes(digest)
+
+    # the tail after the last checkpoint
+    write = checkpoint and report.ok
+    seg_pos: list[int] = []
+    seg_leaves: list[bytes] = []
+    seg_digest = stored_prev
+    last = stored_prev_pos
+
+    def flush() -> None:
+        nonlocal seg_pos, seg_leaves, stored_prev_pos
+        if not seg_pos:
+            return
+        cur.execute(
+            f"INSERT INTO {CHAIN_TABLE} (position, prev_position, events, digest, positions, leaves)"  # noqa: S608
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (seg_pos[-1], stored_prev_pos, len(seg_pos), seg_digest, seg_pos, b"".join(seg_leaves)),
+        )
+        report.written += 1
+        stored_prev_pos = seg_pos[-1]
+        seg_pos, seg_leaves = [], []
+
+    for pos, leaf in take(None):
+        step(pos, leaf)
+        if pos > last + 1:
+            report.gaps.append((last + 1, pos - 1))
+        last = pos
+        if write:
+            seg_digest = hashlib.sha256(seg_digest + leaf).digest()
+            seg_pos.append(pos)
+            seg_leaves.append(leaf)
+            if len(seg_pos) >= every:
+                flush()
+    if write:
+        flush()
+    report.head_digest = actual.hex()
+    if wanted is not None and report.anchor_ok is None:
+        report.anchor_ok = False  # the anchored position is gone
+
+
+def _leaves(
+    conn: Connection[Any], batch: int, progress: Callable[[int], None] | None
+) -> Iterator[tuple[int, bytes]]:
+    with conn.cursor(name="mf_audit_" + uuid.uuid4().hex[:8], row_factory=tuple_row, binary=True) as cur:
+        cur.execute(
+            sql.SQL("SELECT notification_id, {leaf} FROM {t} ORDER BY notification_id").format(
+                leaf=sql.SQL(LEAF_SQL), t=sql.Identifier(EVENTS_TABLE))
+        )
+        while rows := cur.fetchmany(batch):
+            for pos, leaf in rows:
+                yield int(pos), bytes(leaf)
+            if progress is not None:
+                progress(len(rows))
+
+
+__all__ = [
+    "AuditReport", "CHAIN_DDL", "GENESIS", "LEAF_SQL", "LogEntry", "export_jsonl",
+    "leaf_hash", "plain_fields", "read_log", "verify_chain",
+]
