@@ -12,10 +12,6 @@ class FabricError(Exception):
     """Base class of every named memfabric error."""
 
 
-class InvalidRequestError(FabricError, ValueError):
-    """A call's arguments contradict each other (for example both ``id=`` and ``block=``)."""
-
-
 class NotSupportedError(FabricError):
     """The requested kind or operation is not supported (yet)."""
 

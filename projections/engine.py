@@ -209,6 +209,20 @@ class ProjectionEngine:
                 return ProjectionError(name, row["notification_id"], row["topic"], repr(note_exc))
         return ProjectionError(name, rows[0]["notification_id"], rows[0]["topic"], repr(exc))
 
+    def _advance_to(self, p: NoteProjection, upto: int) -> None:
+        """Apply the events before a failing one, so the position stops right before it
+        (best effort: the stop is reported either way)."""
+        try:
+            with self._transaction() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+                pos = self.position(p.name, cur)
+                if upto > pos:
+                    new = self._apply_range(cur, p, pos, upto)
+                    if new > pos:
+                        self._record(cur, p.name, new)
+        except ProjectionError:
+            pass
+
     def catch_up(self, *, batch: int = 2000) -> dict[str, int]:
         """Bring every projection up to the log head; returns the new positions.
 
@@ -232,6 +246,7 @@ class ProjectionEngine:
                         out[p.name] = new
                         break
             except ProjectionError as exc:
+                self._advance_to(p, exc.notification_id - 1)
                 self.record_error(exc)
                 failed = failed or exc
         if failed is not None:
