@@ -267,7 +267,7 @@ def _stream(
     conn: Connection[Any], mapper: Any, keys: Any, scopes: _Scopes, after: int,
     ids: list[UUID] | None, batch: int,
 ) -> Iterator[LogEntry]:
-    where = sql.SQL("notification_id > %s")
+    where: sql.Composable = sql.SQL("notification_id > %s")
     params: list[Any] = [after]
     if ids is not None:
         where = sql.SQL("{w} AND originator_id = ANY(%s)").format(w=where)
@@ -463,10 +463,9 @@ def _verify(
         ).fetchone()  # type: ignore[misc]
         leaves = bytes(leaves)
         stored = {p: leaves[32 * i : 32 * i + 32] for i, p in enumerate(positions)}
-        d = stored_prev
-        for i in range(len(positions)):
-            d = hashlib.sha256(d + leaves[32 * i : 32 * i + 32]).digest()
-        if d != bytes(digest) or len(positions) != count or len(leaves) != 32 * count:
+        for i in range(len(positions)):  # the chain over the stored leaves, from genesis
+            stored_prev = hashlib.sha256(stored_prev + leaves[32 * i : 32 * i + 32]).digest()
+        if stored_prev != bytes(digest) or len(positions) != count or len(leaves) != 32 * count:
             report.broken.append(f"checkpoint {position} does not match its own leaves (checkpoint edited)")
         seen = set()
         for pos, leaf in take(position):
@@ -477,7 +476,7 @@ def _verify(
             elif stored[pos] != leaf:
                 report.changed.append(pos)
         report.removed.extend(sorted(p for p in stored if p not in seen))
-        stored_prev_pos, stored_prev = position, bytes(digest)
+        stored_prev_pos = position
 
     # the tail after the last checkpoint
     write = checkpoint and report.ok

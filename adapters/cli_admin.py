@@ -123,8 +123,9 @@ def _seconds(value: float) -> str:
 # -------------------------------------------------------------- projections
 @projections_app.command("status")
 def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """Each projection's tracked position, the log head, lag in events and seconds, and
-    whether it stopped on an event (which one, which error)."""
+    """Position, log head, lag (events, seconds) and stop of each projection.
+
+    A projection stopped on an event shows that event's notification id, topic and error."""
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             rows = ProjectionAdmin.for_fabric(fabric).status()
@@ -145,14 +146,16 @@ def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: Jso
     for s in rows:
         state = Text("ok", style="green")
         if s.error is not None:
-            state = Text(
-                f"stopped at notification {s.error['notification_id']} ({s.error['topic']}): {s.error['error']}",
-                style="red",
-            )
+            state = Text(f"stopped at {s.error['notification_id']}", style="red")
         elif s.lag_events:
             state = Text("behind", style="yellow")
         table.add_row(s.name, str(s.position), str(s.head), str(s.lag_events), _seconds(s.lag_seconds), state)
     console.print(table)
+    for s in rows:
+        if s.error is not None:
+            console.print(Text(
+                f"{s.name} stopped at notification {s.error['notification_id']} ({s.error['topic']}):"
+                f" {s.error['error']}", style="red"))
 
 
 @projections_app.command("rebuild")
@@ -166,7 +169,7 @@ def rebuild_command(
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Replay the log from zero into the projection(s), with a progress bar.
+    """Replay the log from zero into the projection(s).
 
     In place (default): writers wait while the tables are emptied and reloaded. With
     --blue-green the live tables keep serving until the switch."""
@@ -215,12 +218,13 @@ def verify_command(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Replay the log into scratch tables and compare them row by row with the live
-    projection(s); exits 1 and prints the first differences when they differ."""
+    """Compare the live projection(s) with a fresh replay of the log.
+
+    The replay goes into scratch tables (rolled back) and is compared row by row; exits 1
+    and prints the first differences when they differ."""
     try:
-        with admin_fabric(dsn, data_dir) as fabric:
-            with RichReporter(err) as reporter:
-                reports = ProjectionAdmin.for_fabric(fabric).verify(projection, show=show, reporter=reporter)
+        with admin_fabric(dsn, data_dir) as fabric, RichReporter(err) as reporter:
+            reports = ProjectionAdmin.for_fabric(fabric).verify(projection, show=show, reporter=reporter)
     except ProjectionError as exc:
         _stopped(exc)
         return
@@ -262,9 +266,10 @@ def run_command(
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Keep projections caught up from this process (LISTEN/NOTIFY on the events
-    table), for writers opened with inline_projections=False. Stops with exit code 1 and
-    the notification id, topic and error when a projection fails on an event."""
+    """Keep projections caught up from this process (LISTEN/NOTIFY).
+
+    For writers opened with inline_projections=False. Stops with exit code 1 and the
+    notification id, topic and error when a projection fails on an event."""
     last: dict[str, int] = {}
 
     def show(positions: dict[str, int]) -> None:
@@ -304,6 +309,7 @@ def log_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Decoded events in log order: position, time, note id, scope, type and fields.
+
     Erased protected fields read <erased>; embeddings are shown by size only."""
     try:
         with admin_fabric(dsn, data_dir) as fabric:
@@ -327,8 +333,9 @@ def export_command(
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Export the whole log (or one tenant's part) as JSON Lines, streaming in constant
-    memory: one decoded event per line, in log order."""
+    """Export the whole log (or one tenant's part) as JSON Lines.
+
+    Streaming in constant memory: one decoded event per line, in log order."""
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             total = fabric.engine.head()
@@ -397,9 +404,10 @@ def audit_verify_command(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Recompute the audit chain from the event rows and report every changed, removed
-    or inserted row since its checkpoint (exit 1); then checkpoint new events. Prints
-    the head anchor (POSITION:DIGEST) to keep outside the database."""
+    """Recompute the audit chain and report changed, removed or inserted event rows.
+
+    Exits 1 on any difference; otherwise checkpoints new events. Prints the head anchor
+    (POSITION:DIGEST) to keep outside the database."""
     _audit(dsn, data_dir, checkpoint=checkpoint, every=every, anchor=anchor, as_json=as_json)
 
 
@@ -410,6 +418,7 @@ def audit_checkpoint_command(
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify, then checkpoint the events since the last checkpoint (refused, exit 1,
-    when verification fails); prints the head anchor."""
+    """Verify, then checkpoint the events since the last checkpoint.
+
+    Refused (exit 1) when verification fails; prints the head anchor."""
     _audit(dsn, data_dir, checkpoint=True, every=every, anchor=None, as_json=as_json)

@@ -47,7 +47,7 @@ MAGIC = b"MF1"
 _U32 = struct.Struct(">I")
 _AAD = struct.Struct(">Q")
 
-_pending: contextvars.ContextVar[list[tuple[UUID, int, bytes]] | None] = contextvars.ContextVar(
+_pending: contextvars.ContextVar[dict[UUID, tuple[int, bytes]] | None] = contextvars.ContextVar(
     "memfabric_pending_keys", default=None
 )
 
@@ -81,40 +81,39 @@ class KeyStore:
         note whose keys were destroyed), else the latest existing one."""
         pending = _pending.get()
         if pending is None:
-            pending = []
+            pending = {}
             _pending.set(pending)
-        for oid, gen, key in reversed(pending):
-            if oid == originator_id:
-                return gen, key
+        if originator_id in pending:
+            return pending[originator_id]
         if version > 1:
             found = self._select_latest(originator_id)
             if found is not None:
                 return found
         key = AESGCM.generate_key(bit_length=256)
-        pending.append((originator_id, version, key))
+        pending[originator_id] = (version, key)
         return version, key
 
     def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
         """(gen, key) to seal a snapshot of an existing note: its latest key (pending or
         stored), or ``None`` when the note has no key (it was forgotten)."""
-        for oid, gen, key in reversed(_pending.get() or []):
-            if oid == originator_id:
-                return gen, key
-        return self._select_latest(originator_id)
+        found = (_pending.get() or {}).get(originator_id)
+        return found if found is not None else self._select_latest(originator_id)
 
     def flush(self, cur: Cursor[Any]) -> None:
         """Insert the keys generated since the last flush (inside the caller's transaction)."""
         pending = _pending.get()
         if not pending:
             return
-        cur.executemany(
-            f"INSERT INTO {KEYS_TABLE} (originator_id, gen, key) VALUES (%s, %s, %s)"
+        rows = [(oid, gen, key) for oid, (gen, key) in pending.items()]
+        cur.execute(
+            f"INSERT INTO {KEYS_TABLE} (originator_id, gen, key)"
+            " SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bytea[])"
             " ON CONFLICT (originator_id, gen) DO UPDATE SET key = EXCLUDED.key",
-            pending,
+            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
         )
         now = time.monotonic()
         with self._lock:
-            for oid, gen, key in pending:
+            for oid, gen, key in rows:
                 self._put((oid, gen), key, now)
         pending.clear()
 
@@ -140,10 +139,9 @@ class KeyStore:
             hit = self._cache.get((originator_id, gen))
             if hit is not None and now - hit[0] < self.ttl:
                 return hit[1]
-        pending = _pending.get() or []
-        for oid, g, key in pending:
-            if oid == originator_id and g == gen:
-                return key
+        found = (_pending.get() or {}).get(originator_id)
+        if found is not None and found[0] == gen:
+            return found[1]
         with self.datastore.get_connection() as conn:
             row = conn.execute(
                 f"SELECT key FROM {KEYS_TABLE} WHERE originator_id = %s AND gen = %s",

@@ -48,7 +48,14 @@ class HashEmbedder:
     content-word bigrams (0.5) and character trigrams of each content word (0.25 each),
     hashed with BLAKE2b into ``dim`` signed buckets; the vector is L2-normalised. Text
     with no content words falls back to all its words. ``dim`` defaults to 384.
+
+    ``vector_weight`` (0.2) is its default weight in hybrid recall: the hash vector is a
+    second, IDF-less bag-of-words signal, so the full-text score (which weighs terms by
+    IDF) leads and the vector mostly orders notes the full-text score leaves close, and
+    catches near-misses (inflections the stemmer misses, typos via char trigrams).
     """
+
+    vector_weight = 0.2
 
     def __init__(self, dim: int = 384) -> None:
         if not 8 <= dim <= 16000:
@@ -116,6 +123,7 @@ class SentenceTransformerEmbedder:
             self._model, "get_sentence_embedding_dimension")
         self.dim = int(dim_of() or 384)
         self.id = f"st-{model}-{self.dim}"
+        self.vector_weight = 0.5
         self.batch_size = batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -155,6 +163,7 @@ class WordLlamaEmbedder:
         self._model = WordLlamaInference(table, Tokenizer.from_file(str(tokenizer)), binary=False)
         self.dim = int(table.shape[1])
         self.id = f"wordllama-{config}-{self.dim}"
+        self.vector_weight = 0.5
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -29,13 +29,14 @@ import numpy as np
 from eventsourcing.persistence import StoredEvent, Transcoder
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
+from pgvector import Vector
 from pgvector.psycopg.vector import register_vector_info
 from psycopg import Connection, Cursor, sql
 from psycopg.types import TypeInfo
 
 from memfabric.adapters.crypto import KEYS_DDL, KeyStore, SealingMapper
 from memfabric.domain.policy import Neighbour
-from memfabric.domain.ports import Candidate, NoteRef
+from memfabric.domain.ports import Candidate, NeighbourQuery, NoteRef
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import note_scope, recall_index, working_value
@@ -145,41 +146,71 @@ class PostgresWriteTransaction:
         self.vectors = vectors
         self.ef_search = ef_search
 
-    def nearest(
-        self, scope: Scope, *, kind: str, embedding: np.ndarray, token_hash: str,
-        path: str | None, subject: str | None, now: datetime,
-    ) -> Neighbour | None:
+    _NEIGHBOUR_COLS = (
+        "n.note_id, n.token_hash, n.path, n.subject, 1 - (n.embedding <=> q.vec) AS sim,"
+        " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to"
+    )
+    _CURRENT = (
+        "n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
+        " AND n.kind = q.kind AND n.superseded_by IS NULL"
+        " AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)"
+    )
+
+    def nearest_many(
+        self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime, per_query: int = 3,
+    ) -> list[list[Neighbour]]:
+        """Consolidation candidates for many writes of one scope in one statement per
+        chunk of 500 (the bounded neighbour query of the fold policy, batched).
+
+        For each query, in preference order: ``file`` notes with the same path (newest
+        first); subject-keyed writes: notes with the same subject; otherwise notes with
+        the same token hash, then the ``per_query`` nearest vectors (HNSW, iterative
+        scan). Only live, currently valid, not superseded notes of exactly ``scope`` and
+        the query's kind are candidates."""
         t, r, th = scope.sql()
-        params = {"t": t, "r": r, "th": th, "kind": kind, "q": np.asarray(embedding, np.float32),
-                  "h": token_hash, "path": path, "subject": subject, "now": now}
-        base = (
-            "SELECT note_id, token_hash, path, subject, 1 - (embedding <=> %(q)b) AS sim,"
-            " lower(valid) AS valid_from, upper(valid) AS valid_to"
-            " FROM mf_recall_index WHERE tenant_id = %(t)s AND resource_id = %(r)s"
-            " AND thread_id = %(th)s AND kind = %(kind)s AND superseded_by IS NULL"
-            " AND (upper(valid) IS NULL OR upper(valid) > %(now)s)"
-        )
-        if kind == "file":
-            query = base + " AND path = %(path)s ORDER BY ingested_at DESC LIMIT 1"
-        elif subject is not None:
-            query = base + " AND subject = %(subject)s ORDER BY ingested_at DESC LIMIT 1"
-        else:
-            query = (
-                f"({base} AND token_hash = %(h)s LIMIT 1) UNION ALL "
-                f"(SELECT * FROM ({base} ORDER BY embedding <=> %(q)b LIMIT 1) n)"
-            )
+        out: list[list[Neighbour]] = [[] for _ in queries]
+        groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": []}
+        for i, q in enumerate(queries):
+            groups["file" if q.kind == "file" else "subject" if q.subject is not None else "plain"].append(i)
+        cols, cur_ = self._NEIGHBOUR_COLS, self._CURRENT
+        lateral = {
+            "file": f"(SELECT {cols} FROM mf_recall_index n WHERE {cur_} AND n.path = q.path"
+                    f" ORDER BY n.ingested_at DESC LIMIT %(k)s)",
+            "subject": f"(SELECT {cols} FROM mf_recall_index n WHERE {cur_} AND n.subject = q.subject"
+                       f" ORDER BY n.ingested_at DESC LIMIT %(k)s)",
+            "plain": f"(SELECT {cols} FROM mf_recall_index n WHERE {cur_} AND n.token_hash = q.h"
+                     f" ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
+                     f" (SELECT {cols} FROM mf_recall_index n WHERE {cur_}"
+                     f" ORDER BY n.embedding <=> q.vec LIMIT %(k)s)",
+        }
+        self.vectors.ensure(self.conn)
         with self.conn.cursor() as cur:
-            self.vectors.ensure(self.conn)
-            if kind != "file" and subject is None:
+            if groups["plain"]:
                 cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
                 cur.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(self.ef_search)))
-            rows = cur.execute(query, params).fetchall()
-        if not rows:
-            return None
-        exact = [row for row in rows if row["token_hash"] == token_hash]
-        row = exact[0] if exact else rows[0]
-        return Neighbour(row["note_id"], float(row["sim"]), row["token_hash"], row["path"],
-                         row["subject"], row["valid_from"], row["valid_to"])
+            for name, idx in groups.items():
+                for start in range(0, len(idx), 500):
+                    chunk = idx[start : start + 500]
+                    params = {
+                        "t": t, "r": r, "th": th, "now": now, "k": per_query,
+                        "i": chunk, "kind": [queries[i].kind for i in chunk],
+                        "h": [queries[i].token_hash for i in chunk],
+                        "path": [queries[i].path for i in chunk],
+                        "subject": [queries[i].subject for i in chunk],
+                        "vec": [Vector(np.asarray(queries[i].embedding, np.float32)) for i in chunk],
+                    }
+                    rows = cur.execute(
+                        "SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"
+                        " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[])"
+                        " AS q(i, kind, h, path, subject, vec)"
+                        f" CROSS JOIN LATERAL ({lateral[name]}) m",
+                        params,
+                    ).fetchall()
+                    for row in rows:
+                        out[row["i"]].append(Neighbour(
+                            row["note_id"], float(row["sim"]), row["token_hash"], row["path"],
+                            row["subject"], row["valid_from"], row["valid_to"]))
+        return out
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
         with self.conn.cursor() as cur:
@@ -248,6 +279,17 @@ class PostgresNoteStore:
         self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
         kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
     ) -> list[Candidate]:
+        """One statement: the vector list (HNSW, cosine, top ``limit``), the full-text
+        list (top ``limit`` by IDF-weighted term overlap) and, for the union of both,
+        the exact cosine similarity and full-text score, every filter inside each list.
+
+        Full-text score of a note = the sum over the query's lexemes (``english``
+        configuration, stop words dropped) that the note contains of the BM25 IDF
+        ``ln(1 + (N - df + 0.5) / (df + 0.5))``, where ``N`` is the number of notes the
+        filters admit and ``df`` the number of those containing the lexeme: BM25 with
+        ``k1 = 0`` (no term-frequency or length term, which barely matter for short
+        notes). Ties go to the earlier note (``ingested_at``, then id).
+        """
         t, r, th = scope.sql()
         where = sql.SQL(" AND ").join([
             recall_index.scope_filter(),
@@ -263,25 +305,43 @@ class PostgresNoteStore:
             parts.append(sql.SQL(
                 "v AS MATERIALIZED (SELECT aggregate_id, embedding <=> %(q)b AS dist FROM mf_recall_index"
                 " WHERE {w} ORDER BY embedding <=> %(q)b LIMIT %(limit)s),"
-                " vr AS (SELECT aggregate_id, dist, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
+                " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
             ).format(w=where))
+            sim = sql.SQL("1 - (i.embedding <=> %(q)b)")
         else:
-            parts.append(sql.SQL("vr AS (SELECT NULL::uuid AS aggregate_id, NULL::float8 AS dist, NULL::bigint AS rank WHERE FALSE)"))
+            parts.append(sql.SQL("vr AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"))
+            sim = sql.SQL("NULL::float8")
         if query is not None:
             parts.append(sql.SQL(
-                "tq AS (SELECT replace(plainto_tsquery('english', %(text)s)::text, '&', '|') AS s),"
-                " l AS MATERIALIZED (SELECT aggregate_id, ingested_at, ts_rank_cd(tsv, to_tsquery('english', tq.s)) AS lex"
-                " FROM mf_recall_index, tq WHERE tq.s <> '' AND tsv @@ to_tsquery('english', tq.s) AND {w}"
-                " ORDER BY lex DESC, ingested_at, aggregate_id LIMIT %(limit)s),"
-                " lr AS (SELECT aggregate_id, lex, row_number() OVER (ORDER BY lex DESC, ingested_at, aggregate_id) AS rank FROM l)"
+                "qt AS (SELECT lexeme, quote_literal(lexeme)::tsquery AS q"
+                " FROM unnest(to_tsvector('english', %(text)s))),"
+                " tq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS q FROM qt),"
+                " m AS MATERIALIZED (SELECT aggregate_id, ingested_at, tsv FROM mf_recall_index"
+                " WHERE tsv @@ (SELECT q FROM tq) AND {w}),"
+                " mt AS MATERIALIZED (SELECT m.aggregate_id, m.ingested_at, qt.lexeme"
+                " FROM m JOIN qt ON m.tsv @@ qt.q),"
+                " nn AS (SELECT count(*)::float8 AS n FROM mf_recall_index WHERE {w}),"
+                " idf AS (SELECT lexeme, ln(1 + (greatest(nn.n, count(*)) - count(*) + 0.5)"
+                " / (count(*) + 0.5)) AS w FROM mt, nn GROUP BY lexeme, nn.n),"
+                " ls AS MATERIALIZED (SELECT mt.aggregate_id, mt.ingested_at, sum(idf.w)::float8 AS lex"
+                " FROM mt JOIN idf USING (lexeme) GROUP BY mt.aggregate_id, mt.ingested_at),"
+                " lr AS (SELECT aggregate_id, row_number() OVER (ORDER BY lex DESC, ingested_at, aggregate_id)"
+                " AS rank FROM ls ORDER BY lex DESC, ingested_at, aggregate_id LIMIT %(limit)s)"
             ).format(w=where))
+            lex = sql.SQL("coalesce(ls.lex, 0)")
+            lex_join = sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = c.aggregate_id")
         else:
-            parts.append(sql.SQL("lr AS (SELECT NULL::uuid AS aggregate_id, NULL::float4 AS lex, NULL::bigint AS rank WHERE FALSE)"))
+            parts.append(sql.SQL("lr AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"))
+            lex = sql.SQL("NULL::float8")
+            lex_join = sql.SQL("")
         stmt = sql.SQL(
-            "WITH {parts} SELECT i.aggregate_id, {ret}, vr.dist, vr.rank AS vrank, lr.lex, lr.rank AS lrank"
-            " FROM vr FULL OUTER JOIN lr ON vr.aggregate_id = lr.aggregate_id"
-            " JOIN mf_recall_index i ON i.aggregate_id = coalesce(vr.aggregate_id, lr.aggregate_id)"
-        ).format(parts=sql.SQL(", ").join(parts), ret=sql.SQL(recall_index.RETURNED))
+            "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr)"
+            " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank"
+            " FROM c JOIN mf_recall_index i ON i.aggregate_id = c.aggregate_id"
+            " LEFT JOIN vr ON vr.aggregate_id = c.aggregate_id"
+            " LEFT JOIN lr ON lr.aggregate_id = c.aggregate_id{lex_join}"
+        ).format(parts=sql.SQL(", ").join(parts), ret=sql.SQL(recall_index.RETURNED),
+                 sim=sim, lex=lex, lex_join=lex_join)
         with self.connection() as conn, conn.transaction():
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
@@ -289,12 +349,12 @@ class PostgresNoteStore:
             rows = conn.execute(stmt, params).fetchall()
         out = []
         for row in rows:
-            dist = row.pop("dist")
+            sim_value, lex_value = row.pop("sim"), row.pop("lex")
             out.append(Candidate(
                 aggregate_id=row["aggregate_id"],
                 note_id=row["note_id"],
-                similarity=None if dist is None else 1.0 - float(dist),
-                lexical=None if row["lex"] is None else float(row["lex"]),
+                similarity=None if sim_value is None else float(sim_value),
+                lexical=None if lex_value is None else float(lex_value),
                 vector_rank=row.pop("vrank"),
                 lexical_rank=row.pop("lrank"),
                 fields=row,

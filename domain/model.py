@@ -214,12 +214,20 @@ class Scoring(_Input):
 
     ``recency_weight`` (default 0.1) and ``importance_weight`` (default 0.1) are
     non-negative; ``half_life`` (default 30 days) is the age at which recency is 0.5.
+
+    Hybrid relevance (``mode="hybrid"``): ``fusion`` is ``convex`` (default: the
+    weighted sum ``w·max(0, cos) + (1-w)·lexical``, see
+    ``memfabric.domain.policy.convex_relevance``) or ``rrf`` (weighted reciprocal rank
+    fusion of the two lists). ``vector_weight`` ``w`` in [0, 1] defaults to the
+    embedder's ``vector_weight`` (0.2 for the hash embedder, 0.5 for a semantic model).
     """
 
     recency_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
     importance_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
     link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
     half_life: timedelta = timedelta(days=30)
+    vector_weight: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    fusion: Literal["convex", "rrf"] = "convex"
 
     @field_validator("half_life")
     @classmethod
@@ -315,11 +323,15 @@ class Explain:
     """Why a hit ranked where it did; ``explain[i]`` describes ``hits[i]``.
 
     ``score`` = relevance + recency_weight·recency + importance_weight·importance
-    (+ link_weight·link); ``similarity`` is the cosine similarity in [-1, 1] (``None``
-    when the note was found only lexically); ``lexical`` the full-text rank
-    (``ts_rank_cd``, ``None`` when found only by vector); ``vector_rank`` and
-    ``lexical_rank`` are 1-based ranks in each candidate list; ``relevance`` is the
-    fused relevance in [0, 1]; ``recency`` in (0, 1]; ``importance`` in [0, 1];
+    (+ link_weight·link). The components of ``relevance`` (in [0, 1]): ``similarity``,
+    the cosine similarity of note and query in [-1, 1] (``None`` in ``lexical`` mode);
+    ``lexical``, the note's full-text score (sum of the IDF of the query terms it
+    contains) divided by the best one among the candidates, in [0, 1] (0 when no term
+    matches, ``None`` in ``vector`` mode). In ``hybrid`` mode with the default
+    ``convex`` fusion ``relevance = w·max(0, similarity) + (1-w)·lexical`` with ``w``
+    the vector weight; ``vector`` mode uses ``max(0, similarity)``, ``lexical`` mode
+    ``lexical``. ``vector_rank`` and ``lexical_rank`` are 1-based ranks in the two
+    candidate lists (``None`` outside a list); ``recency`` in (0, 1]; ``importance`` in [0, 1];
     ``link`` in [0, 1]; ``valid`` is the note's window ``(valid_from, valid_to)``.
     """
 

@@ -177,6 +177,40 @@ def rrf_relevance(vector_rank: int | None, lexical_rank: int | None, k: int = RR
     return total / (2.0 / (k + 1))
 
 
+def weighted_rrf_relevance(
+    vector_rank: int | None, lexical_rank: int | None, vector_weight: float, k: int = RRF_K
+) -> float:
+    """Weighted reciprocal rank fusion normalised to [0, 1]:
+    ``w/(k+r_v) + (1-w)/(k+r_l)`` divided by its maximum ``1/(k+1)``."""
+    total = 0.0
+    if vector_rank is not None:
+        total += vector_weight / (k + vector_rank)
+    if lexical_rank is not None:
+        total += (1.0 - vector_weight) / (k + lexical_rank)
+    return total * (k + 1)
+
+
+DEFAULT_VECTOR_WEIGHT = 0.5
+"""Weight of the vector component in hybrid recall for an embedder that declares none
+(a semantic model): vector and full-text evidence count equally."""
+
+
+def convex_relevance(similarity: float | None, lexical: float | None, vector_weight: float) -> float:
+    """Hybrid relevance: the convex combination ``w·max(0, cos) + (1-w)·lex`` in [0, 1].
+
+    ``similarity`` is the cosine similarity (``None`` counts as 0) and ``lexical`` the
+    full-text score already divided by the best full-text score among the query's
+    candidates (``None`` counts as 0), both normalised by their theoretical range
+    ("theoretical min-max"). A tuned convex combination beats reciprocal rank fusion
+    in and out of domain and keeps the scores' magnitudes, which RRF throws away
+    (Bruch, Gai & Ingber, "An Analysis of Fusion Functions for Hybrid Retrieval",
+    ACM TOIS 42(1), 2023).
+    """
+    vec = max(0.0, similarity or 0.0)
+    lex = min(1.0, max(0.0, lexical or 0.0))
+    return vector_weight * vec + (1.0 - vector_weight) * lex
+
+
 def score(
     relevance: float,
     recency_value: float,

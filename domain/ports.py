@@ -48,29 +48,27 @@ class Candidate:
     fields: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class NeighbourQuery:
+    """One write's consolidation lookup: its kind, vector, token hash, path, subject."""
+
+    kind: str
+    embedding: np.ndarray
+    token_hash: str
+    path: str | None
+    subject: str | None
+
+
 class WriteTransaction(Protocol):
     """A database transaction holding the scope's write lock (see ``NoteStore``)."""
 
-    def nearest(
-        self,
-        scope: Scope,
-        *,
-        kind: str,
-        embedding: np.ndarray,
-        token_hash: str,
-        path: str | None,
-        subject: str | None,
-        now: datetime,
-    ) -> Neighbour | None:
-        """The consolidation neighbour: same exact scope and kind, live, currently
-        valid and not superseded. ``file`` notes match on ``path``, subject-keyed writes
-        on ``subject``; otherwise an exact token-hash match wins, else the nearest
-        vector. One bounded SQL statement."""
-        ...
-
-    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
-        """The working-value projection's blocks of exactly ``scope``, read in this
-        transaction (so under the scope's write lock)."""
+    def nearest_many(
+        self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime, per_query: int = 3,
+    ) -> list[list[Neighbour]]:
+        """Consolidation candidates per query, best first: same exact scope and kind,
+        live, currently valid and not superseded. ``file`` queries match on ``path``,
+        subject-keyed ones on ``subject``; otherwise an exact token-hash match, then the
+        nearest vectors. Bounded SQL (no scan), batched."""
         ...
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:

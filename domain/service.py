@@ -43,7 +43,7 @@ from memfabric.domain.model import (
     Scoring,
 )
 from memfabric.domain.note import ERASED, Note, note_uuid
-from memfabric.domain.ports import Candidate, Embedder, NoteStore
+from memfabric.domain.ports import Candidate, Embedder, NeighbourQuery, NoteStore
 from memfabric.domain.scope import Scope, ScopeId
 
 OVERSAMPLE = 4
@@ -288,42 +288,49 @@ class MemoryService(Application[UUID]):
                 )
         if not items:
             return []
-        texts = [self._redact(item.text) or "" for item in items if item.kind != "working"]
-        embedded = iter(zip(texts, self.embedder.embed(texts) if texts else [], strict=True))
+        notes = [item for item in items if item.kind != "working"]
+        texts = [self._redact(item.text) or "" for item in notes]
+        vectors = self.embedder.embed(texts) if texts else []
+        hashes = [policy.token_hash(policy.normalized_tokens(text)) for text in texts]
         consolidate = self.consolidation.enabled if consolidate is None else consolidate
+        asks = [consolidate and item.id is None and item.supersedes is None for item in notes]
         results: list[NoteView] = []
         with self.store.write(scope) as tx:
             now = _now()
-            batch = _Batch()
+            found = iter(tx.nearest_many(scope, [
+                NeighbourQuery(item.kind, vec, h, item.path, item.subject)
+                for item, vec, h, ask in zip(notes, vectors, hashes, asks, strict=True) if ask
+            ], now=now))
+            prepared = iter(zip(texts, vectors, hashes, asks, strict=True))
+            batch = _Batch(len(items), self.embedder.dim)
             for item in items:
                 if item.kind == "working":
                     assert item.block is not None and item.content is not None
                     results.append(self._change_block(tx, scope, item.block, batch, content=item.content))
                     continue
-                text, vector = next(embedded)
+                text, vector, token_hash, ask = next(prepared)
+                stored = next(found) if ask else []
                 results.append(
-                    self._remember_one(tx, scope, item, text, vector, now, consolidate, batch)
+                    self._remember_one(scope, item, text, vector, token_hash, stored, now, ask, batch)
                 )
             self._commit(batch)
         return results
 
     def _remember_one(
         self,
-        tx: Any,
         scope: Scope,
         item: RememberInput,
         text: str,
         vector: np.ndarray,
+        token_hash: str,
+        stored_candidates: list[policy.Neighbour],
         now: datetime,
         consolidate: bool,
         batch: _Batch,
     ) -> NoteView:
-        tokens = policy.normalized_tokens(text)
-        token_hash = policy.token_hash(tokens)
         context = self._redact(item.context)
         embedding = _vector_bytes(vector)
         token_count = policy.count_tokens(text)
-        explicit = item.id is not None or item.supersedes is not None
         if item.id is not None and (item.id in batch.by_note_id or self._exists(scope, item.id)):
             raise NoteExistsError(f"note {item.id!r} already exists in scope {scope}")
 
@@ -335,14 +342,13 @@ class MemoryService(Application[UUID]):
             if not old.live:
                 raise NoteForgottenError(f"note {item.supersedes!r} is forgotten or held")
             outcome = "supersede"
-        elif consolidate and not explicit:
-            local = batch.nearest(item, token_hash, vector, now)
-            stored = tx.nearest(
-                scope, kind=item.kind, embedding=vector, token_hash=token_hash,
-                path=item.path, subject=item.subject, now=now,
-            )
-            if stored is not None and stored.note_id in batch.by_note_id:
-                stored = None  # the batch holds its current state; `local` covered it
+        elif consolidate:
+            local = batch.nearest(item, token_hash, vector, now, self.consolidation.threshold)
+            # A stored candidate the batch already changed is judged by `local` instead.
+            stored = None
+            for cand in stored_candidates:
+                if cand.note_id not in batch.by_note_id:
+                    stored = _better(stored, cand, token_hash)
             neighbour = _better(local, stored, token_hash)
             outcome = policy.decide_fold(
                 kind=item.kind, tokens=token_hash, path=item.path, subject=item.subject,
@@ -510,7 +516,13 @@ class MemoryService(Application[UUID]):
             limit=limit,
             require_consent=self.require_consent,
         )
-        scored = [(self._score(c, query.mode, as_of, scoring), c) for c in candidates]
+        weight = scoring.vector_weight
+        if weight is None:
+            weight = float(getattr(self.embedder, "vector_weight", policy.DEFAULT_VECTOR_WEIGHT))
+        best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
+        scored = [
+            (self._score(c, query.mode, as_of, scoring, weight, best_lex), c) for c in candidates
+        ]
         scored.sort(key=lambda pair: (-pair[0][0], pair[1].fields["ingested_at"], pair[1].note_id))
         hits: list[NoteView] = []
         explain: list[Explain] = []
@@ -531,7 +543,8 @@ class MemoryService(Application[UUID]):
                     link=0.0,
                     valid=(cand.fields["valid_from"], cand.fields["valid_to"]),
                     relevance=round(relevance, 6),
-                    lexical=None if cand.lexical is None else round(cand.lexical, 6),
+                    lexical=None if cand.lexical is None
+                    else round(cand.lexical / best_lex if best_lex > 0 else 0.0, 6),
                     vector_rank=cand.vector_rank,
                     lexical_rank=cand.lexical_rank,
                 )
@@ -540,14 +553,18 @@ class MemoryService(Application[UUID]):
 
     @staticmethod
     def _score(
-        cand: Candidate, mode: str, as_of: datetime, scoring: Scoring
+        cand: Candidate, mode: str, as_of: datetime, scoring: Scoring,
+        vector_weight: float, best_lex: float,
     ) -> tuple[float, float, float]:
+        lexical = (cand.lexical or 0.0) / best_lex if best_lex > 0 else 0.0
         if mode == "vector":
             relevance = max(0.0, cand.similarity or 0.0)
         elif mode == "lexical":
-            relevance = policy.rrf_relevance(None, cand.lexical_rank) * 2.0
+            relevance = lexical
+        elif scoring.fusion == "rrf":
+            relevance = policy.weighted_rrf_relevance(cand.vector_rank, cand.lexical_rank, vector_weight)
         else:
-            relevance = policy.rrf_relevance(cand.vector_rank, cand.lexical_rank)
+            relevance = policy.convex_relevance(cand.similarity, lexical, vector_weight)
         f = cand.fields
         reference = f["t_ref"] or f["valid_from"] or f["ingested_at"]
         rec = policy.recency(reference, as_of, scoring.half_life)
@@ -812,51 +829,102 @@ class _Tally:
 
 class _Batch:
     """Aggregates touched in one write transaction, so later items of a
-    ``remember_many`` batch see earlier ones exactly as if committed."""
+    ``remember_many`` batch see earlier ones exactly as if committed.
 
-    def __init__(self) -> None:
+    Batch-local neighbours are found through indexes (token hash, path, subject) and one
+    matrix-vector product over the batch's vectors, so a batch of n notes costs
+    O(n²·dim) float operations in numpy, not O(n²) Python steps."""
+
+    def __init__(self, capacity: int = 0, dim: int = 0) -> None:
         self.aggregates: dict[UUID, Note] = {}
         self.events: list[Any] = []
         self.by_note_id: dict[str, Note] = {}
-        self.vectors: dict[str, tuple[np.ndarray, str]] = {}
         self.working: dict[str, working.BlockEntry] | None = None
+        self._matrix = np.zeros((max(capacity, 1), max(dim, 1)), dtype=np.float32)
+        self._row_ids: list[str] = []
+        self._row_of: dict[str, int] = {}
+        self._hash_of: dict[str, str] = {}
+        self._by_hash: dict[tuple[str, str], list[str]] = {}
+        self._by_path: dict[str, list[str]] = {}
+        self._by_subject: dict[tuple[str, str], list[str]] = {}
 
     def add(self, note: Note, vector: np.ndarray | None, token_hash: str | None) -> None:
-        """Track ``note`` and take its pending events (so the log keeps decision order)."""
+        """Track ``note`` and take its pending events (so the log keeps decision order);
+        with a vector, (re-)index it as a consolidation candidate."""
         self.events.extend(note.collect_events())
         self.aggregates[note.id] = note
         self.by_note_id[note.note_id] = note
-        if vector is not None and token_hash is not None:
-            self.vectors[note.note_id] = (vector, token_hash)
+        if vector is None or token_hash is None:
+            return
+        nid = note.note_id
+        row = self._row_of.get(nid)
+        if row is None:
+            row = len(self._row_ids)
+            if row >= self._matrix.shape[0]:
+                grown = np.zeros((row * 2, vector.shape[0]), dtype=np.float32)
+                grown[: self._matrix.shape[0], : self._matrix.shape[1]] = self._matrix
+                self._matrix = grown
+            elif self._matrix.shape[1] != vector.shape[0]:
+                self._matrix = np.zeros((self._matrix.shape[0], vector.shape[0]), dtype=np.float32)
+            self._row_ids.append(nid)
+            self._row_of[nid] = row
+            if note.path is not None:
+                self._by_path.setdefault(note.path, []).append(nid)
+            if note.subject is not None:
+                self._by_subject.setdefault((note.kind, note.subject), []).append(nid)
+        self._matrix[row] = vector
+        old_hash = self._hash_of.get(nid)
+        if old_hash != token_hash:
+            if old_hash is not None:
+                self._by_hash[(note.kind, old_hash)].remove(nid)
+            self._by_hash.setdefault((note.kind, token_hash), []).append(nid)
+            self._hash_of[nid] = token_hash
 
-    def _candidates(self, kind: str, now: datetime) -> Iterable[Note]:
-        for note in self.by_note_id.values():
-            if (
-                note.kind == kind
-                and note.live
-                and note.superseded_by is None
-                and (note.valid_to is None or note.valid_to > now)
-            ):
-                yield note
+    def _current(self, nid: str, kind: str, now: datetime) -> Note | None:
+        note = self.by_note_id[nid]
+        if (
+            note.kind == kind
+            and note.live
+            and note.superseded_by is None
+            and (note.valid_to is None or note.valid_to > now)
+        ):
+            return note
+        return None
+
+    def _neighbour(self, nid: str, vector: np.ndarray, now: datetime, kind: str) -> policy.Neighbour | None:
+        note = self._current(nid, kind, now)
+        if note is None:
+            return None
+        sim = float(np.dot(self._matrix[self._row_of[nid]], vector))
+        return policy.Neighbour(nid, sim, self._hash_of[nid], note.path, note.subject,
+                                note.valid_from, note.valid_to)
 
     def nearest(
-        self, item: RememberInput, token_hash: str, vector: np.ndarray, now: datetime
+        self, item: RememberInput, token_hash: str, vector: np.ndarray, now: datetime,
+        threshold: float,
     ) -> policy.Neighbour | None:
-        """The batch-local neighbour with the same rules as the projection query:
-        ``file`` by path, subject-keyed by subject, else an exact token match first and
-        the most similar vector otherwise."""
-        best: policy.Neighbour | None = None
-        for note in self._candidates(item.kind, now):
-            vec, th = self.vectors.get(note.note_id, (None, None))
-            if vec is None or th is None:
-                continue
-            if item.kind == "file" and note.path != item.path:
-                continue
-            if item.kind != "file" and item.subject is not None and note.subject != item.subject:
-                continue
-            cand = policy.Neighbour(note.note_id, float(np.dot(vec, vector)), th, note.path,
-                                    note.subject, note.valid_from, note.valid_to)
-            best = _better(best, cand, token_hash)
+        """The batch-local neighbour with the projection query's rules: ``file`` by path,
+        subject-keyed by subject, else an exact token match, else the most similar
+        vector at or above ``threshold`` (a local note below it cannot change the
+        decision: it would be an insert either way)."""
+        if item.kind == "file" or item.subject is not None:
+            ids = (self._by_path.get(item.path or "", []) if item.kind == "file"
+                   else self._by_subject.get((item.kind, item.subject or ""), []))
+            best: policy.Neighbour | None = None
+            for nid in ids:
+                best = _better(best, self._neighbour(nid, vector, now, item.kind), token_hash)
+            return best
+        for nid in reversed(self._by_hash.get((item.kind, token_hash), [])):
+            exact = self._neighbour(nid, vector, now, item.kind)
+            if exact is not None:
+                return exact
+        n = len(self._row_ids)
+        if n == 0:
+            return None
+        sims = self._matrix[:n] @ vector
+        best = None
+        for row in np.flatnonzero(sims >= threshold):
+            best = _better(best, self._neighbour(self._row_ids[row], vector, now, item.kind), token_hash)
         return best
 
 

@@ -389,7 +389,10 @@ class ProjectionAdmin:
                         (pos,),
                     ).fetchone()
                     seconds = self._age(row)
-                out.append(ProjectionStatus(p.name, pos, head, lag, seconds, errors.get(p.name)))
+                error = errors.get(p.name)
+                if error is not None and error["notification_id"] <= pos:
+                    error = None  # got past it since (e.g. an inline writer after a fix)
+                out.append(ProjectionStatus(p.name, pos, head, lag, seconds, error))
         return out
 
     def _age(self, row: dict[str, Any] | None) -> float:
@@ -628,8 +631,9 @@ class ProjectionAdmin:
             sql.SQL("{k} = %s").format(k=sql.Identifier(k)) for k in keys
         )
         params = [key[k] for k in keys]
-        live = _first(cur.execute(sql.SQL("SELECT to_jsonb(t) FROM {t} t WHERE {w}").format(t=lt, w=where), params).fetchone())
-        new = _first(cur.execute(sql.SQL("SELECT to_jsonb(t) FROM {t} t WHERE {w}").format(t=st, w=where), params).fetchone())
+        query = sql.SQL("SELECT to_jsonb(t) FROM {t} t WHERE {w}")
+        live = _first(cur.execute(query.format(t=lt, w=where), params).fetchone())
+        new = _first(cur.execute(query.format(t=st, w=where), params).fetchone())
         return {
             c: (live.get(c), new.get(c))
             for c in sorted(set(live) | set(new))

@@ -46,23 +46,17 @@ def import_fabric():
     return open_fabric
 
 
-def make_embedder(name: str):
-    """``hash`` (default, deterministic) or ``minilm`` (needs the ``minilm`` extra)."""
-    from memfabric.adapters import embedders  # type: ignore
+EMBEDDERS = ("hash", "wordllama", "minilm")
 
-    if name == "hash":
-        return embedders.HashEmbedder()
-    if name == "minilm":
-        cls = getattr(embedders, "MiniLMEmbedder", None) or getattr(
-            embedders, "SentenceTransformerEmbedder", None
-        )
-        if cls is None:
-            sys.exit("no MiniLM embedder in this memfabric build")
-        try:
-            return cls()
-        except Exception as exc:  # missing optional dependency (extra ``minilm``) / weights
-            sys.exit(f"MiniLM embedder could not be created ({exc}); pip install 'memfabric[minilm]'")
-    sys.exit(f"unknown embedder {name!r}")
+
+def make_embedder(name: str):
+    """``hash`` (default, deterministic), ``wordllama`` or ``minilm`` (each needs its extra)."""
+    from memfabric.adapters.embedders import embedder_from_name
+
+    try:
+        return embedder_from_name(name)
+    except ImportError as exc:  # the optional extra is not installed
+        sys.exit(f"embedder {name!r} needs its extra ({exc}); pip install 'memfabric[{name}]'")
 
 
 @contextlib.contextmanager

@@ -44,9 +44,9 @@ that depend on them, consolidation on vs off.  ``--threshold`` lowers the
 supersession cosine threshold to show the effect (with the default HashEmbedder
 no two LoCoMo turns reach the library's 0.85, so nothing is folded or superseded).
 
-Note: memfabric breaks score ties by (random) note id, so lexical/hybrid figures
-move by about +-0.02 frac@10 between identical runs; compare consolidation on/off
-with that in mind.
+memfabric breaks score ties by ingestion time, then note id, and BM25 by turn order, so
+two runs on the same data give the same figures (note ids are random, so a tie that
+survives ingestion time can still flip; none did in our runs).
 """
 
 from __future__ import annotations
@@ -544,7 +544,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: embedded PostgreSQL in a temp dir)")
     p.add_argument("--data-dir", default=None, help="keep the embedded database here instead of a temp dir")
-    p.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
+    p.add_argument("--embedder", choices=common.EMBEDDERS, default="hash",
+                   help="hash (default), wordllama (extra 'wordllama') or minilm (extra 'minilm')")
     p.add_argument(
         "--mode",
         choices=("hybrid", "vector", "lexical", "all"),

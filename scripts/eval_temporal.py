@@ -310,8 +310,6 @@ def run_explicit(facts: Sequence[Fact], args: argparse.Namespace, data_dir: str 
     out = Scored()
     tenant = common.new_tenant("dyknow-explicit")
     folded = superseded = 0
-    batch_errors: list[str] = []
-    item_errors: list[str] = []
     with common.fabric_session(
         dsn=args.dsn, embedder_name=args.embedder, consolidate=args.consolidate == "on", data_dir=data_dir
     ) as fabric:
@@ -328,25 +326,9 @@ def run_explicit(facts: Sequence[Fact], args: argparse.Namespace, data_dir: str 
                 )
                 for i, a in enumerate(fact.answers)
             ]
-            try:
-                returned: list[Any] = common.remember_all(notes, items)
-            except Exception as exc:  # the batch rolled back: retry item by item
-                batch_errors.append(f"{fact.key}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
-                returned = []
-                for item in items:
-                    try:
-                        returned.append(notes.remember(**item))
-                    except Exception as exc2:
-                        item_errors.append(
-                            f"{fact.key}: {item['content']!r} [{item['valid_from'].date()}, "
-                            f"{item['valid_to'].date() if item['valid_to'] else None}): "
-                            f"{type(exc2).__name__}: {str(exc2).splitlines()[0]}"
-                        )
-                        returned.append(None)
+            returned: list[Any] = common.remember_all(notes, items)
             id_value: dict[str, str] = {}
             for a, n in zip(fact.answers, returned):
-                if n is None:
-                    continue
                 nid = common.note_id(n)
                 if nid in id_value:
                     folded += 1
@@ -357,8 +339,6 @@ def run_explicit(facts: Sequence[Fact], args: argparse.Namespace, data_dir: str 
     out.diagnostics = {
         "folded": folded,
         "supersessions": superseded,
-        "batch_errors": len(batch_errors),
-        "item_errors": item_errors,
     }
     return out
 
@@ -370,7 +350,6 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
     folded = supersessions = expected_closures = 0
     closed_at_successor = closed_elsewhere = never_closed = emptied = 0
     examples: list[str] = []
-    errors: list[str] = []
     with common.fabric_session(
         dsn=args.dsn, embedder_name=args.embedder, consolidate=True, data_dir=data_dir
     ) as fabric:
@@ -383,20 +362,15 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
             prev_id: str | None = None
             for i in order:
                 a = fact.answers[i]
-                try:
-                    n = notes.remember(
-                        kind="fact",
-                        content=fact.content(a.value),
-                        t_ref=a.start,
-                        valid_from=a.start,
-                        valid_to=None,
-                        source_entry_ids=[f"{fact.key}#{i}"],
-                        subject=fact.key,
-                    )
-                except Exception as exc:
-                    errors.append(f"{fact.key}: {a.value!r} {a.start.date()}: {type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0]}")
-                    continue
+                n = notes.remember(
+                    kind="fact",
+                    content=fact.content(a.value),
+                    t_ref=a.start,
+                    valid_from=a.start,
+                    valid_to=None,
+                    source_entry_ids=[f"{fact.key}#{i}"],
+                    subject=fact.key,
+                )
                 nid = common.note_id(n)
                 if nid in id_value:
                     folded += 1
@@ -445,7 +419,6 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
         "emptied_same_start": emptied,
         "not_closed_or_not_seen": never_closed,
         "closure_examples": examples,
-        "errors": errors,
     }
     return out
 
@@ -463,7 +436,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: embedded PostgreSQL in a temp dir)")
     p.add_argument("--data-dir", default=None, help="keep the embedded database here instead of a temp dir")
-    p.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
+    p.add_argument("--embedder", choices=common.EMBEDDERS, default="hash",
+                   help="hash (default), wordllama (extra 'wordllama') or minilm (extra 'minilm')")
     p.add_argument("--mode", choices=("hybrid", "vector", "lexical"), default="hybrid")
     p.add_argument(
         "--consolidate", choices=("on", "off"), default="off", help="consolidation for the explicit-window run"

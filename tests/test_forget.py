@@ -433,3 +433,25 @@ def test_delete_path_with_hold_and_repoint_skip_held_notes(fabric: Fabric) -> No
     again = notes.delete_path("ledger.csv")
     assert (again.deleted, again.held) == ((), (n.id,))
     assert event_count(fabric.dsn) == before
+
+
+def test_held_and_forgotten_notes_never_reach_the_context(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u", "t")
+    held = notes.remember(kind="fact", content="the Glimmerquartz merger closes in June")
+    gone = notes.remember(kind="fact", content="the Glimmerquartz audit found two issues")
+    shown = notes.remember(kind="fact", content="Glimmerquartz staff party on Friday")
+    notes.remember(kind="working", block="held-plan", content="Glimmerquartz negotiation plan")
+    notes.remember(kind="working", block="todo", content="book the Glimmerquartz venue")
+    notes.forget(id=held.id, hold=True)
+    notes.forget(id=gone.id)
+    hold = notes.forget(block="held-plan", hold=True)
+    assert (hold.block, hold.deleted, hold.held) == ("held-plan", 0, True)
+
+    context = notes.context_provider(query="Glimmerquartz merger audit negotiation plan")()
+
+    text = "\n".join(part["text"] for part in context)
+    assert "staff party" in text and "book the Glimmerquartz venue" in text
+    for hidden in ("merger closes", "audit found", "negotiation plan"):
+        assert hidden not in text
+    assert {p["type"] for p in context} == {"working-memory", "semantic-memory"}
+    assert shown.id in recalled(notes, "Glimmerquartz merger audit party")

@@ -99,13 +99,15 @@ def test_modes_and_explain_components(fabric: Fabric) -> None:
     notes.remember(kind="fact", content="Quarterly revenue grew nine percent")
     lexical = notes.recall("kubernetes", mode="lexical")
     assert [h.id for h in lexical.hits] == [n.id]
-    assert lexical.explain[0].lexical is not None and lexical.explain[0].similarity is None
+    assert lexical.explain[0].lexical == 1.0 and lexical.explain[0].similarity is None
     vector = notes.recall("kubernetes", mode="vector")
     assert len(vector.hits) == 2 and vector.explain[0].lexical is None
     hybrid = notes.recall("kubernetes upgrade")
     assert hybrid.hits[0].id == n.id
-    assert hybrid.explain[0].vector_rank == 1 and hybrid.explain[0].lexical_rank == 1
-    assert hybrid.explain[0].relevance == pytest.approx(1.0)
+    top = hybrid.explain[0]
+    assert top.vector_rank == 1 and top.lexical_rank == 1 and top.lexical == 1.0
+    # convex fusion with the hash embedder's default vector weight (0.2)
+    assert top.relevance == pytest.approx(0.2 * top.similarity + 0.8, abs=1e-5)
 
 
 def test_tenant_isolation_in_sql(fabric: Fabric) -> None:
