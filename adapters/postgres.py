@@ -46,6 +46,10 @@ _current: contextvars.ContextVar[Connection[Any] | None] = contextvars.ContextVa
     "memfabric_current_tx", default=None
 )
 
+IDF_CORPUS_CAP = 10_000
+"""Recall counts the notes its filters admit (the ``N`` of the full-text IDF) up to this
+many; beyond it the count, and so the cost, stays bounded."""
+
 SECRETS_DDL = (
     "CREATE TABLE IF NOT EXISTS mf_fabric_secret ("
     " id smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1), secret bytea NOT NULL,"
@@ -82,7 +86,7 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
     ) -> Sequence[int]:
         if not stored_events:
             return []
-        with conn.pipeline(), conn.cursor() as cur:
+        with conn.cursor() as cur:
             if self.keys is not None:
                 self.keys.flush(cur)
                 if shred:
@@ -163,7 +167,8 @@ class PostgresWriteTransaction:
         chunk of 500 (the bounded neighbour query of the fold policy, batched).
 
         For each query, in preference order: ``file`` notes with the same path (newest
-        first); subject-keyed writes: notes with the same subject; otherwise notes with
+        first); subject-keyed writes: notes with the same subject; otherwise notes
+        without a subject (a subject-keyed note only changes through its subject) with
         the same token hash, then the ``per_query`` nearest vectors (HNSW, iterative
         scan). Only live, currently valid, not superseded notes of exactly ``scope`` and
         the query's kind are candidates."""
@@ -178,9 +183,9 @@ class PostgresWriteTransaction:
                     f" ORDER BY n.ingested_at DESC LIMIT %(k)s)",
             "subject": f"(SELECT {cols} FROM mf_recall_index n WHERE {cur_} AND n.subject = q.subject"
                        f" ORDER BY n.ingested_at DESC LIMIT %(k)s)",
-            "plain": f"(SELECT {cols} FROM mf_recall_index n WHERE {cur_} AND n.token_hash = q.h"
-                     f" ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
-                     f" (SELECT {cols} FROM mf_recall_index n WHERE {cur_}"
+            "plain": f"(SELECT {cols} FROM mf_recall_index n WHERE {cur_} AND n.subject IS NULL"
+                     f" AND n.token_hash = q.h ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
+                     f" (SELECT {cols} FROM mf_recall_index n WHERE {cur_} AND n.subject IS NULL"
                      f" ORDER BY n.embedding <=> q.vec LIMIT %(k)s)",
         }
         self.vectors.ensure(self.conn)
@@ -288,6 +293,8 @@ class PostgresNoteStore:
         ``ln(1 + (N - df + 0.5) / (df + 0.5))``, where ``N`` is the number of notes the
         filters admit and ``df`` the number of those containing the lexeme: BM25 with
         ``k1 = 0`` (no term-frequency or length term, which barely matter for short
+        notes). ``N`` is counted up to :data:`IDF_CORPUS_CAP` notes, so its cost is
+        bounded in a large scope (which then weighs terms as if it held that many
         notes). Ties go to the earlier note (``ingested_at``, then id).
         """
         t, r, th = scope.sql()
@@ -298,7 +305,7 @@ class PostgresNoteStore:
             sql.SQL("consent_granted IS TRUE") if require_consent else sql.SQL("TRUE"),
         ])
         params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
-                                  "limit": limit, "text": query}
+                                  "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP}
         parts = []
         if embedding is not None:
             params["q"] = np.asarray(embedding, np.float32)
@@ -320,8 +327,9 @@ class PostgresNoteStore:
                 " WHERE tsv @@ (SELECT q FROM tq) AND {w}),"
                 " mt AS MATERIALIZED (SELECT m.aggregate_id, m.ingested_at, qt.lexeme"
                 " FROM m JOIN qt ON m.tsv @@ qt.q),"
-                " nn AS (SELECT count(*)::float8 AS n FROM mf_recall_index WHERE {w}),"
-                " idf AS (SELECT lexeme, ln(1 + (greatest(nn.n, count(*)) - count(*) + 0.5)"
+                " nn AS MATERIALIZED (SELECT count(*)::float8 AS n FROM (SELECT 1 FROM mf_recall_index"
+                " WHERE {w} LIMIT %(idf_cap)s) s),"
+                " idf AS MATERIALIZED (SELECT lexeme, ln(1 + (greatest(nn.n, count(*)) - count(*) + 0.5)"
                 " / (count(*) + 0.5)) AS w FROM mt, nn GROUP BY lexeme, nn.n),"
                 " ls AS MATERIALIZED (SELECT mt.aggregate_id, mt.ingested_at, sum(idf.w)::float8 AS lex"
                 " FROM mt JOIN idf USING (lexeme) GROUP BY mt.aggregate_id, mt.ingested_at),"

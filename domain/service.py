@@ -301,14 +301,17 @@ class MemoryService(Application[UUID]):
                 NeighbourQuery(item.kind, vec, h, item.path, item.subject)
                 for item, vec, h, ask in zip(notes, vectors, hashes, asks, strict=True) if ask
             ], now=now))
-            prepared = iter(zip(texts, vectors, hashes, asks, strict=True))
+            prepared = iter(enumerate(zip(texts, vectors, hashes, asks, strict=True)))
             batch = _Batch(len(items), self.embedder.dim)
+            if consolidate and len(notes) > 1:
+                batch.prepare(np.asarray(vectors, dtype=np.float32), self.consolidation.threshold)
             for item in items:
                 if item.kind == "working":
                     assert item.block is not None and item.content is not None
+                    batch.item = None
                     results.append(self._change_block(tx, scope, item.block, batch, content=item.content))
                     continue
-                text, vector, token_hash, ask = next(prepared)
+                batch.item, (text, vector, token_hash, ask) = next(prepared)
                 stored = next(found) if ask else []
                 results.append(
                     self._remember_one(scope, item, text, vector, token_hash, stored, now, ask, batch)
@@ -847,6 +850,26 @@ class _Batch:
         self._by_hash: dict[tuple[str, str], list[str]] = {}
         self._by_path: dict[str, list[str]] = {}
         self._by_subject: dict[tuple[str, str], list[str]] = {}
+        self._similar: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._note_of_item: dict[int, str] = {}
+        self._item_of_note: dict[str, int] = {}
+        self.item: int | None = None  # index (among the batch's embedded items) being decided
+
+    def prepare(self, vectors: np.ndarray, threshold: float, block: int = 512) -> None:
+        """Precompute, for every item i, the earlier items j < i with cosine ≥
+        ``threshold`` (blocked matrix products: O(n²·dim) flops in BLAS, O(n) memory
+        per block), so each decision reads a short candidate list."""
+        n = len(vectors)
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        for start in range(0, n, block):
+            stop = min(start + block, n)
+            sims = vectors[start:stop] @ vectors[:stop].T
+            for r in range(stop - start):
+                i = start + r
+                row = sims[r, :i]
+                js = np.flatnonzero(row >= threshold)
+                out.append((js, row[js]))
+        self._similar = out
 
     def add(self, note: Note, vector: np.ndarray | None, token_hash: str | None) -> None:
         """Track ``note`` and take its pending events (so the log keeps decision order);
@@ -873,6 +896,9 @@ class _Batch:
             if note.subject is not None:
                 self._by_subject.setdefault((note.kind, note.subject), []).append(nid)
         self._matrix[row] = vector
+        if self.item is not None:
+            self._note_of_item[self.item] = nid
+            self._item_of_note[nid] = self.item
         old_hash = self._hash_of.get(nid)
         if old_hash != token_hash:
             if old_hash is not None:
@@ -916,15 +942,29 @@ class _Batch:
             return best
         for nid in reversed(self._by_hash.get((item.kind, token_hash), [])):
             exact = self._neighbour(nid, vector, now, item.kind)
-            if exact is not None:
+            if exact is not None and exact.subject is None:
                 return exact
+        best = None
+        if self._similar is not None and self.item is not None:
+            js, sims = self._similar[self.item]
+            for j, sim in zip(js.tolist(), sims.tolist(), strict=True):
+                nid = self._note_of_item.get(j)
+                if nid is None or self._item_of_note.get(nid) != j:
+                    continue  # item j wrote no note, or its note took a later vector
+                note = self._current(nid, item.kind, now)
+                if note is not None and note.subject is None:
+                    cand = policy.Neighbour(nid, sim, self._hash_of[nid], note.path, note.subject,
+                                            note.valid_from, note.valid_to)
+                    best = _better(best, cand, token_hash)
+            return best
         n = len(self._row_ids)
         if n == 0:
             return None
-        sims = self._matrix[:n] @ vector
-        best = None
-        for row in np.flatnonzero(sims >= threshold):
-            best = _better(best, self._neighbour(self._row_ids[row], vector, now, item.kind), token_hash)
+        all_sims = self._matrix[:n] @ vector
+        for row in np.flatnonzero(all_sims >= threshold):
+            cand = self._neighbour(self._row_ids[row], vector, now, item.kind)
+            if cand is not None and cand.subject is None:
+                best = _better(best, cand, token_hash)
         return best
 
 

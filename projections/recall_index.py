@@ -146,6 +146,9 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
     t = sql.Identifier(table)
     if deletes:
         cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (deletes,))
+    if len(upserts) >= BULK_MIN_ROWS and _is_bulk(cur, table, len(upserts)):
+        _bulk_load(cur, table, upserts)
+        return
     if upserts:
         cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
         placeholders = sql.SQL(", ").join(
@@ -159,6 +162,32 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
             "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
         ).format(t=t, cols=cols, ph=placeholders, up=updates)
         cur.executemany(stmt, upserts)
+
+
+BULK_MIN_ROWS = 2000
+"""A write of at least this many rows that also at least doubles the table is loaded
+with COPY and the HNSW index is rebuilt after the load (see :func:`_bulk_load`)."""
+
+
+def _is_bulk(cur: Cursor[Any], table: str, n: int) -> bool:
+    row = cur.execute(sql.SQL("SELECT count(*) AS c FROM {t}").format(t=sql.Identifier(table))).fetchone()
+    existing = int(row["c"] if isinstance(row, dict) else row[0]) if row else 0
+    return n >= existing
+
+
+def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> None:
+    """Large import: drop the HNSW index, delete the rows being replaced, COPY the new
+    rows, rebuild the index (pgvector builds in memory with parallel workers far faster
+    than it inserts row by row). Runs in the writer's transaction, so readers of the
+    table wait for it (the DROP takes an ACCESS EXCLUSIVE lock) and it is all-or-nothing."""
+    t = sql.Identifier(table)
+    hnsw = sql.Identifier(f"{table}_hnsw")
+    cur.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=hnsw))
+    cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), ([r[6] for r in rows],))
+    copy_rows(cur, rows, table)
+    cur.execute("SET LOCAL maintenance_work_mem = '1GB'")
+    cur.execute("SET LOCAL max_parallel_maintenance_workers = 2")
+    cur.execute(index_ddl(table)[0])
 
 
 def copy_rows(cur: Cursor[Any], rows: Iterable[Sequence[Any]], table: str = TABLE) -> int:

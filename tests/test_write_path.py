@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import random
 import threading
 import time
@@ -11,6 +12,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from memfabric.adapters import Fabric, open_fabric
@@ -248,9 +251,44 @@ def test_remember_many_equals_one_by_one(pg_server: str, _template: str, seed: i
                 notes = fab.scope("acme")
                 out = notes.remember_many(items) if bulk else [notes.remember(**i) for i in items]
                 shape = [(o.outcome, o.content) for o in out]
-                rows = fetch(dsn, "SELECT content, superseded_by IS NULL, kind FROM mf_recall_index ORDER BY content, kind")
+                rows = fetch(dsn, "SELECT content, superseded_by IS NULL, kind FROM mf_recall_index ORDER BY 1, 2, 3")
                 kinds = [t for t in topics(dsn)]
             results.append((shape, rows, sorted(kinds)))
+        finally:
+            drop_database(pg_server, dsn)
+    assert results[0] == results[1]
+
+
+SENTENCES = [
+    "User prefers metric units", "User prefers metric units and Celsius", "user prefers metric units.",
+    "The cat is called Tom", "The cat is called Tom and is grey", "Meetings are on Mondays",
+    "Meetings are on Mondays and Thursdays", "Invoices go out in EUR", "Invoices go out in EUR monthly",
+    "User has a dog",
+]
+
+
+@given(st.lists(st.tuples(st.sampled_from(SENTENCES), st.sampled_from([None, "s1", "s2"]),
+                          st.sampled_from(["fact", "procedure"])), min_size=1, max_size=14))
+@settings(max_examples=int(os.environ.get("MF_PROPERTY_EXAMPLES", "12")), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_remember_many_equals_one_by_one_property(pg_server: str, _template: str,
+                                                  seq: list[tuple[str, str | None, str]]) -> None:
+    """Any sequence of repeats, changed facts, subjects and kinds: bulk == one by one."""
+    from tests.conftest import drop_database, new_database
+
+    items = [{"kind": k, "content": c, **({"subject": s} if s else {})} for c, s, k in seq]
+    results = []
+    for bulk in (False, True):
+        dsn = new_database(pg_server, _template)
+        try:
+            with open_fabric(dsn) as fab:
+                notes = fab.scope("acme")
+                out = notes.remember_many(items) if bulk else [notes.remember(**i) for i in items]
+                ids = {o.id: n for n, o in enumerate(out)}  # note ids differ between runs: map them
+                shape = [(o.outcome, o.content, ids.get(o.supersedes or "", None)) for o in out]
+                rows = fetch(dsn, "SELECT content, kind, superseded_by IS NULL FROM mf_recall_index"
+                                  " ORDER BY content, kind, 3")
+            results.append((shape, rows, sorted(topics(dsn))))
         finally:
             drop_database(pg_server, dsn)
     assert results[0] == results[1]
