@@ -235,6 +235,8 @@ def open_fabric(
         engine.create()
         if inline_projections:
             recorder.engine = engine
+        else:
+            store.awaited_engine = engine  # writes wait for the separate runner
         if catch_up:
             engine.catch_up()
         return Fabric(service, store, engine, dsn, embedded)

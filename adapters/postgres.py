@@ -18,6 +18,7 @@ import contextvars
 import hashlib
 import hmac
 import os
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -44,6 +45,9 @@ from memfabric.projections.engine import ProjectionEngine, advisory_key
 
 _current: contextvars.ContextVar[Connection[Any] | None] = contextvars.ContextVar(
     "memfabric_current_tx", default=None
+)
+_last_position: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "memfabric_last_position", default=0
 )
 
 IDF_CORPUS_CAP = 10_000
@@ -93,6 +97,8 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
                     self.keys.destroy(cur, list(shred))
             self._insert_stored_events(cur, stored_events)  # locks the table, NOTIFY, INSERT
             ids = [row["notification_id"] for row in cur.fetchall()]
+            if ids:
+                _last_position.set(max(ids))
             if self.engine is not None:
                 self.engine.apply_inline(cur, projected, ids)
         return ids
@@ -242,6 +248,7 @@ class PostgresNoteStore:
         self.vectors = _VectorTypes()
         self.ef_search = ef_search
         self._secret: bytes | None = None
+        self.awaited_engine: ProjectionEngine | None = None
 
     @contextmanager
     def connection(self) -> Iterator[Connection[Any]]:
@@ -265,6 +272,7 @@ class PostgresNoteStore:
         scope-key order, so two multi-scope writers cannot deadlock)."""
         if _current.get() is not None:
             raise RuntimeError("nested memfabric write transactions are not supported")
+        _last_position.set(0)
         try:
             with self.connection() as conn, conn.transaction():
                 for key in sorted({s.key for s in scopes}):
@@ -278,6 +286,28 @@ class PostgresNoteStore:
             if self.recorder.keys is not None:
                 self.recorder.keys.discard_pending()
             raise
+        self.await_projections(_last_position.get())
+
+    await_timeout: float = 30.0
+    """Seconds a write waits for the separate runner (``inline_projections=False``)."""
+
+    def await_projections(self, position: int, timeout: float | None = None) -> None:
+        """Read-your-writes without inline projections: block until every projection
+        has tracked ``position`` (kept by a separate ``memfabric projections run``).
+        No-op when projections run inline (they are then updated in the write's own
+        transaction). Raises ``TimeoutError`` after ``timeout`` seconds."""
+        engine = self.awaited_engine
+        if engine is None or position <= 0:
+            return
+        timeout = self.await_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        pause = 0.002
+        while min(engine.position(p.name) for p in engine.projections) < position:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"projections did not reach notification {position} in {timeout}s; "
+                                   "is `memfabric projections run` running?")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     # ----------------------------------------------------------------- recall
     def recall(

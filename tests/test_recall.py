@@ -213,3 +213,34 @@ def test_projection_replay_gives_identical_rows(fabric: Fabric, dsn: str) -> Non
         after = conn.execute(dump).fetchall()
     assert len(before) == 3
     assert after == before
+
+
+def test_read_your_writes_with_a_separate_runner(dsn: str) -> None:
+    """inline_projections=False: remember returns only once `memfabric projections run`
+    (another process) has projected the write, so the next recall sees it."""
+    import signal
+
+    with open_fabric(dsn) as fab:  # create the tables first
+        fab.scope("acme").remember(kind="fact", content="bootstrap note")
+    runner = subprocess.Popen([sys.executable, "-m", "memfabric.adapters.cli", "projections", "run",
+                               "--dsn", dsn, "--poll", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with open_fabric(dsn, inline_projections=False) as fab:
+            notes = fab.scope("acme", "u", "t")
+            for i in range(5):
+                n = notes.remember(kind="fact", content=f"Runner-projected fact number {i} about zebras")
+                assert n.id in [h.id for h in notes.recall("zebras fact", top_k=10).hits]
+    finally:
+        runner.send_signal(signal.SIGINT)
+        runner.wait(30)
+
+
+def test_without_runner_a_write_times_out_but_is_durable(dsn: str) -> None:
+    with open_fabric(dsn) as fab:
+        fab.scope("acme").remember(kind="fact", content="bootstrap note")
+    with open_fabric(dsn, inline_projections=False) as fab:
+        fab.store.await_timeout = 0.3
+        with pytest.raises(TimeoutError):
+            fab.scope("acme").remember(kind="fact", content="nobody projects this")
+    with open_fabric(dsn) as fab:  # opening catches up: the write was durable
+        assert fab.scope("acme").recall("nobody projects this").hits[0].content == "nobody projects this"
