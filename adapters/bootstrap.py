@@ -29,7 +29,7 @@ from memfabric.domain.service import (
     MemoryService,
 )
 from memfabric.domain.working import WorkingValidator
-from memfabric.projections.engine import ProjectionEngine
+from memfabric.projections.engine import ProjectionEngine, advisory_key
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -155,6 +155,7 @@ def open_fabric(
     redactor: Callable[[str], str] | None = None,
     require_consent: bool = False,
     inline_projections: bool = True,
+    await_projections: bool = True,
     catch_up: bool = True,
     working_validator: WorkingValidator | None = None,
     pool_size: int = 2,
@@ -172,8 +173,9 @@ def open_fabric(
     - ``redactor``: ``str -> str`` applied to content and context before embedding and
       sealing. ``require_consent``: recall only notes with granted consent.
     - ``inline_projections``: project in the writer's transaction (default). With
-      ``False`` run ``memfabric projections run`` elsewhere; ``remember`` then waits for
-      the runner to reach its events (read-your-writes).
+      ``False`` run ``memfabric projections run`` elsewhere; every write then waits
+      (up to 30 s, ``TimeoutError``) for the runner to reach its events, so the next
+      recall sees them (read-your-writes) — unless ``await_projections=False``.
     - ``catch_up``: bring the projections to the log head on open (default). Admin
       tools pass ``False`` so that a projection stopped on an event (``ProjectionError``)
       does not prevent opening the fabric to inspect or rebuild it.
@@ -191,55 +193,59 @@ def open_fabric(
         embedded = EmbeddedPostgres(data_dir)
         dsn = embedded.dsn
     try:
-        _ensure_extension(dsn)
-        embedder = embedder or HashEmbedder()
-        if isinstance(consolidate, Consolidation):
-            consolidation = consolidate
-        elif isinstance(consolidate, bool):
-            consolidation = Consolidation(enabled=consolidate)
-        else:
-            consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
-        limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
-        service = MemoryService(
-            _env_from_dsn(dsn, pool_size, max_overflow),
-            embedder=embedder,
-            consolidation=consolidation,
-            limits=limits_model,
-            redactor=redactor,
-            require_consent=require_consent,
-            working_validator=working_validator,
-        )
-        factory = service.factory
-        assert isinstance(factory, PostgresFactory)
-        recorder = service.recorder
-        assert isinstance(recorder, PostgresNoteRecorder)
-        store = PostgresNoteStore(factory.datastore, recorder, service.mapper)  # type: ignore[arg-type]
-        service.store = store
+        # One opener at a time creates tables: eventsourcing's and the projections' DDL
+        # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail).
+        with psycopg.connect(dsn, autocommit=True) as ddl_lock:
+            ddl_lock.execute("SELECT pg_advisory_lock(%s)", (advisory_key("mf-open"),))
+            _ensure_extension(dsn)
+            embedder = embedder or HashEmbedder()
+            if isinstance(consolidate, Consolidation):
+                consolidation = consolidate
+            elif isinstance(consolidate, bool):
+                consolidation = Consolidation(enabled=consolidate)
+            else:
+                consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
+            limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
+            service = MemoryService(
+                _env_from_dsn(dsn, pool_size, max_overflow),
+                embedder=embedder,
+                consolidation=consolidation,
+                limits=limits_model,
+                redactor=redactor,
+                require_consent=require_consent,
+                working_validator=working_validator,
+            )
+            factory = service.factory
+            assert isinstance(factory, PostgresFactory)
+            recorder = service.recorder
+            assert isinstance(recorder, PostgresNoteRecorder)
+            store = PostgresNoteStore(factory.datastore, recorder, service.mapper)  # type: ignore[arg-type]
+            service.store = store
 
-        def load_notes(ids: Sequence[UUID]) -> list[Note]:
-            factory.keys.preload(list(ids))
-            notes = []
-            for aggregate_id in ids:
-                note = service.repository.get(aggregate_id)
-                assert isinstance(note, Note)
-                notes.append(note)
-            return notes
+            def load_notes(ids: Sequence[UUID]) -> list[Note]:
+                factory.keys.preload(list(ids))
+                notes = []
+                for aggregate_id in ids:
+                    note = service.repository.get(aggregate_id)
+                    assert isinstance(note, Note)
+                    notes.append(note)
+                return notes
 
-        engine = ProjectionEngine(
-            factory.datastore, service.name, EVENTS_TABLE,
-            [RecallIndexProjection(embedder.dim), WorkingValueProjection(), NoteScopeProjection()],
-            load_notes,
-        )
-        engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
-        _check_dim(factory.datastore, embedder.dim)
-        engine.create()
-        if inline_projections:
-            recorder.engine = engine
-        else:
-            store.awaited_engine = engine  # writes wait for the separate runner
-        if catch_up:
-            engine.catch_up()
-        return Fabric(service, store, engine, dsn, embedded)
+            engine = ProjectionEngine(
+                factory.datastore, service.name, EVENTS_TABLE,
+                [RecallIndexProjection(embedder.dim), WorkingValueProjection(), NoteScopeProjection()],
+                load_notes,
+            )
+            engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
+            _check_dim(factory.datastore, embedder.dim)
+            engine.create()
+            if inline_projections:
+                recorder.engine = engine
+            elif await_projections:
+                store.awaited_engine = engine  # writes wait for the separate runner
+            if catch_up:
+                engine.catch_up()
+            return Fabric(service, store, engine, dsn, embedded)
     except BaseException:
         if embedded is not None:
             embedded.close()

@@ -21,7 +21,7 @@ import os
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -46,6 +46,8 @@ from memfabric.projections.engine import ProjectionEngine, advisory_key
 _current: contextvars.ContextVar[Connection[Any] | None] = contextvars.ContextVar(
     "memfabric_current_tx", default=None
 )
+PIPELINE_OFF = bool(os.environ.get("MF_PIPELINE_OFF"))
+
 _last_position: contextvars.ContextVar[int] = contextvars.ContextVar(
     "memfabric_last_position", default=0
 )
@@ -90,7 +92,10 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
     ) -> Sequence[int]:
         if not stored_events:
             return []
-        with conn.cursor() as cur:
+        # Pipeline the statements of an ordinary write (one sync per result needed);
+        # a bulk load streams COPY, which pipeline mode does not allow.
+        bulky = len(projected) >= recall_index.BULK_MIN_ROWS
+        with nullcontext() if bulky or PIPELINE_OFF else conn.pipeline(), conn.cursor() as cur:
             if self.keys is not None:
                 self.keys.flush(cur)
                 if shred:
@@ -332,7 +337,10 @@ class PostgresNoteStore:
             recall_index.scope_filter(),
             sql.SQL("kind = ANY(%(kinds)s)"),
             sql.SQL("valid @> %(as_of)s::timestamptz"),
-            sql.SQL("consent_granted IS TRUE") if require_consent else sql.SQL("TRUE"),
+            # An explicit refusal (granted=False) is never recalled; with require_consent
+            # only notes whose consent was granted are.
+            sql.SQL("consent_granted IS TRUE") if require_consent
+            else sql.SQL("consent_granted IS DISTINCT FROM FALSE"),
         ])
         params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                                   "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP}

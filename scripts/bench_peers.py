@@ -29,7 +29,10 @@ paraphrase queries for tenant 0, top-10):
   copy_raw      binary COPY into a bare table + CREATE INDEX hnsw (the bulk-import limit)
   numpy_exact   exact search over the same vectors (also the recall@10 ground truth)
 Single adds are capped at --single-cap per system (into an empty store) and reported as a
-rate. For the limits, vectors are pre-computed (embedding cost excluded; the embedder's own
+rate. JSON (--out): {"<N>": {"<system>": {n, write_per_s, write_consolidating_per_s, bulk_per_s,
+query_p50_ms, query_p95_ms, rows_returned, recall_at_10, peak_rss_mb}}}, null where not
+applicable; memfabric adds bulk_vs_copy_index_ratio (its bulk time / (COPY + HNSW build)) and
+write[_consolidating]_p50_ms/_p95_ms of single remember(). For the limits, vectors are pre-computed (embedding cost excluded; the embedder's own
 throughput is printed). recall@10 is tie-tolerant vs exact cosine within the tenant.
 """
 
@@ -335,7 +338,8 @@ def machine_info(admin) -> dict:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {mem_kb / 2**20:.1f} GiB RAM",
             "pg": admin.execute("SELECT version()").fetchone()[0].split(" on ")[0],
             "pgvector": admin.execute("SELECT extversion FROM pg_extension WHERE extname='vector'").fetchone()[0],
-            "maintenance_work_mem": admin.execute("SHOW maintenance_work_mem").fetchone()[0]}
+            "maintenance_work_mem": admin.execute("SHOW maintenance_work_mem").fetchone()[0],
+            "load": ", ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 
 def fmt(v, nd=1) -> str:
@@ -349,7 +353,7 @@ def fmt(v, nd=1) -> str:
 def render_md(meta: dict, results: dict, extra: dict) -> str:
     out = [f"# memfabric vs peers — {meta['date']}", "",
            f"- machine: {meta['machine']}; {meta['pg']}; pgvector {meta['pgvector']}; "
-           f"maintenance_work_mem {meta['maintenance_work_mem']}",
+           f"maintenance_work_mem {meta['maintenance_work_mem']}; load average at start {meta['load']}",
            f"- embedder (all systems): `{meta['embedder']}`, 384-d; {meta['queries']} paraphrase queries, "
            f"top-10, tenant 0 of 10; single adds capped at {meta['single_cap']} per system "
            f"(rate extrapolated), bulk batch {meta['batch']}; hnsw.ef_search {meta['ef_search']}",
@@ -384,6 +388,8 @@ def render_md(meta: dict, results: dict, extra: dict) -> str:
 
 
 def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> tuple[dict, list[str]]:
+    import psycopg
+
     data = make_dataset(n, a.queries)
     emb = shared_embedder(384)
     rows = np.asarray([i for i in range(n) if data.tenants[i] == QUERY_TENANT])
@@ -393,7 +399,7 @@ def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> t
         for db in DBS[s]:
             admin.execute(f"DROP DATABASE IF EXISTS {db}")
             admin.execute(f"CREATE DATABASE {db}")
-            with __import__("psycopg").connect(pg.get_uri(db), autocommit=True) as c:
+            with psycopg.connect(pg.get_uri(db), autocommit=True) as c:
                 c.execute("CREATE EXTENSION IF NOT EXISTS vector")
         python = peers_python if s in PEERS else sys.executable
         result = os.path.join(tmpdir, f"{s}-{n}.json")
@@ -436,6 +442,7 @@ def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> t
     if mf is not None:
         mf["bulk_vs_copy_index_ratio"] = (cp["bulk_per_s"] / mf["bulk_per_s"]
                                           if cp and cp.get("bulk_per_s") and mf.get("bulk_per_s") else None)
+    notes.append("1/5/15-min load average after this N: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     return systems, notes
 
 

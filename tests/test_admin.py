@@ -51,7 +51,7 @@ def index_names(dsn: str) -> set[str]:
 
 
 def test_status_before_and_after_writes_and_runner_once(dsn: str) -> None:
-    with open_fabric(dsn, inline_projections=False) as writer:
+    with open_fabric(dsn, inline_projections=False, await_projections=False) as writer:
         admin = ProjectionAdmin.for_fabric(writer)
         before = admin.status()
         assert {s.name for s in before} >= {"recall_index", "working_value"}
@@ -168,7 +168,7 @@ def test_verify_fails_on_a_corrupted_row(fabric: object, dsn: str) -> None:
 
 
 def test_a_bad_event_stops_the_projection_with_its_position(dsn: str) -> None:
-    with open_fabric(dsn, inline_projections=False) as writer:
+    with open_fabric(dsn, inline_projections=False, await_projections=False) as writer:
         notes = writer.scope("acme", "u1", "t1")
         notes.remember(kind="fact", content="User prefers metric units")
         notes.remember(kind="fact", content="User lives in Lisbon")
@@ -203,7 +203,7 @@ def test_a_bad_event_stops_the_projection_with_its_position(dsn: str) -> None:
 
 
 def test_runner_follows_notifications(dsn: str) -> None:
-    with open_fabric(dsn, inline_projections=False) as writer, \
+    with open_fabric(dsn, inline_projections=False, await_projections=False) as writer, \
             open_fabric(dsn, inline_projections=False, catch_up=False) as runner_fabric:
         admin = ProjectionAdmin.for_fabric(runner_fabric)
         stop = threading.Event()

@@ -243,14 +243,16 @@ def test_invisible_notes_are_filtered_before_ranking_not_after(plain: Fabric) ->
         assert [h.id for h in res.hits] == [mine.id], mode
 
 
-def test_require_consent_excludes_notes_without_granted_consent(dsn: str) -> None:
+def test_consent_refusal_and_require_consent(dsn: str) -> None:
     with open_fabric(dsn, consolidate=False) as open_fab:
         notes = open_fab.scope("acme", "u1", "th1")
         granted = notes.remember(kind="fact", content="quarterly roadmap granted",
                                  consent={"granted": True, "purposes": ["personalisation"]})
         refused = notes.remember(kind="fact", content="quarterly roadmap refused", consent={"granted": False})
         unknown = notes.remember(kind="fact", content="quarterly roadmap unknown")
-        assert visible(open_fab, ("acme", "u1", "th1")) == {granted.id, refused.id, unknown.id}
+        # without require_consent, unknown consent is recalled; an explicit refusal never is
+        assert visible(open_fab, ("acme", "u1", "th1")) == {granted.id, unknown.id}
+        assert refused.id not in {h.id for h in notes.recall("quarterly roadmap refused", top_k=10, mode="lexical").hits}
     with open_fabric(dsn, require_consent=True) as strict:
         assert visible(strict, ("acme", "u1", "th1")) == {granted.id}
         assert strict.scope("acme", "u1", "th1").get(granted.id).consent == {
