@@ -32,7 +32,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from pgvector import Vector
 from pgvector.psycopg.vector import register_vector_info
-from psycopg import Connection, Cursor, sql
+from psycopg import Connection, sql
 from psycopg.types import TypeInfo
 
 from memfabric.adapters.crypto import KEYS_DDL, KeyStore, SealingMapper

@@ -9,7 +9,7 @@ transactions, projection queries and the fabric secret.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Annotated, Any
@@ -28,7 +28,6 @@ from memfabric.domain.errors import (
     NoteForgottenError,
     NoteNotFoundError,
     NotSupportedError,
-    ScopeError,
 )
 from memfabric.domain.model import (
     DEFAULT_MAX_ENTRY_TEXT_CHARS,

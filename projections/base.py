@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
+from uuid import UUID
 
-from psycopg import Cursor
+from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note
 
@@ -30,3 +31,52 @@ class NoteProjection(Protocol):
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None: ...
 
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int: ...
+
+
+def write_rows(
+    cur: Cursor[Any],
+    table: str,
+    columns: Sequence[str],
+    upserts: Sequence[Sequence[Any]],
+    deletes: Sequence[UUID],
+    *,
+    binary: Sequence[str] = (),
+) -> None:
+    """Delete the rows whose ``aggregate_id`` is in ``deletes`` and upsert ``upserts``
+    (tuples in ``columns`` order, keyed by ``aggregate_id``). Columns in ``binary`` are
+    sent in binary format (pgvector's ``vector``)."""
+    t = sql.Identifier(table)
+    if deletes:
+        cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (list(deletes),))
+    if not upserts:
+        return
+    stmt = sql.SQL(
+        "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
+    ).format(
+        t=t,
+        cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
+        ph=sql.SQL(", ").join(sql.SQL("%b") if c in binary else sql.Placeholder() for c in columns),
+        up=sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
+            for c in columns if c != "aggregate_id"
+        ),
+    )
+    cur.executemany(stmt, upserts)
+
+
+def copy_rows(
+    cur: Cursor[Any], table: str, columns: Sequence[str], types: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+) -> int:
+    """Bulk-load ``rows`` with ``COPY ... FROM STDIN (FORMAT BINARY)``; returns the count."""
+    n = 0
+    with cur.copy(
+        sql.SQL("COPY {t} ({cols}) FROM STDIN (FORMAT BINARY)").format(
+            t=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, columns))
+        )
+    ) as copy:
+        copy.set_types(list(types))
+        for row in rows:
+            copy.write_row(row)
+            n += 1
+    return n

@@ -22,6 +22,7 @@ from uuid import UUID
 from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note
+from memfabric.projections.base import copy_rows, write_rows
 
 NAME = "note_scope"
 TABLE = "mf_note_scope"
@@ -58,21 +59,10 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
             deletes.append(note.id)
         else:
             upserts.append(row)
-    t = sql.Identifier(table)
-    if deletes:
-        cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (deletes,))
-    if upserts:
-        cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
-        placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS)
-        updates = sql.SQL(", ").join(
-            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in COLUMNS[1:]
-        )
-        cur.executemany(
-            sql.SQL(
-                "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
-            ).format(t=t, cols=cols, ph=placeholders, up=updates),
-            upserts,
-        )
+    write_rows(cur, table, COLUMNS, upserts, deletes)
+
+
+_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "bool")
 
 
 class NoteScopeProjection:
@@ -112,16 +102,5 @@ class NoteScopeProjection:
         apply(cur, notes)
 
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
-        cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
-        n = 0
-        with cur.copy(
-            sql.SQL("COPY {t} ({cols}) FROM STDIN (FORMAT BINARY)").format(
-                t=sql.Identifier(TABLE + table_suffix), cols=cols
-            )
-        ) as copy:
-            copy.set_types(["uuid", "text", "text", "text", "text", "text", "text", "bool"])
-            for row in map(row_for, notes):
-                if row is not None:
-                    copy.write_row(row)
-                    n += 1
-        return n
+        rows = (r for r in map(row_for, notes) if r is not None)
+        return copy_rows(cur, TABLE + table_suffix, COLUMNS, _TYPES, rows)

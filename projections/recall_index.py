@@ -19,6 +19,8 @@ from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
+from memfabric.projections import base
+from memfabric.projections.base import write_rows
 
 NAME = "recall_index"
 TABLE = "mf_recall_index"
@@ -134,7 +136,8 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
 
 
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
-    """Upsert or delete the rows of ``notes`` (their current aggregate state)."""
+    """Upsert or delete the rows of ``notes`` (their current aggregate state); a large
+    load that at least doubles the table goes through :func:`_bulk_load`."""
     upserts: list[tuple[Any, ...]] = []
     deletes: list[UUID] = []
     for note in notes:
@@ -143,25 +146,11 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
             deletes.append(note.id)
         else:
             upserts.append(row)
-    t = sql.Identifier(table)
-    if deletes:
-        cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (deletes,))
     if len(upserts) >= BULK_MIN_ROWS and _is_bulk(cur, table, len(upserts)):
+        write_rows(cur, table, COLUMNS, [], deletes)
         _bulk_load(cur, table, upserts)
         return
-    if upserts:
-        cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
-        placeholders = sql.SQL(", ").join(
-            sql.Placeholder() if c != "embedding" else sql.SQL("%b") for c in COLUMNS
-        )
-        updates = sql.SQL(", ").join(
-            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
-            for c in COLUMNS if c != "aggregate_id"
-        )
-        stmt = sql.SQL(
-            "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
-        ).format(t=t, cols=cols, ph=placeholders, up=updates)
-        cur.executemany(stmt, upserts)
+    write_rows(cur, table, COLUMNS, upserts, deletes, binary=("embedding",))
 
 
 BULK_MIN_ROWS = 2000
@@ -190,24 +179,16 @@ def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> Non
     cur.execute(index_ddl(table)[0])
 
 
+_COPY_TYPES = (
+    "text", "text", "text", "text", "bool", "text", "uuid", "text", "tstzrange",
+    "text", "float4", "int4", "text[]", "text", "text", "text", "text", "text[]",
+    "text", "timestamptz", "timestamptz", "int4", "text", "vector",
+)
+
+
 def copy_rows(cur: Cursor[Any], rows: Iterable[Sequence[Any]], table: str = TABLE) -> int:
     """Bulk-load rows with ``COPY ... FROM STDIN (FORMAT BINARY)``; returns the count."""
-    cols = sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
-    n = 0
-    with cur.copy(
-        sql.SQL("COPY {t} ({cols}) FROM STDIN (FORMAT BINARY)").format(
-            t=sql.Identifier(table), cols=cols
-        )
-    ) as copy:
-        copy.set_types([
-            "text", "text", "text", "text", "bool", "text", "uuid", "text", "tstzrange",
-            "text", "float4", "int4", "text[]", "text", "text", "text", "text", "text[]",
-            "text", "timestamptz", "timestamptz", "int4", "text", "vector",
-        ])
-        for row in rows:
-            copy.write_row(row)
-            n += 1
-    return n
+    return base.copy_rows(cur, table, COLUMNS, _COPY_TYPES, rows)
 
 
 def scope_filter(alias: str = "") -> sql.Composable:

@@ -20,6 +20,8 @@ from psycopg import Cursor, sql
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry, block_entry
+from memfabric.projections import base
+from memfabric.projections.base import write_rows
 
 NAME = "working_value"
 TABLE = "mf_working_value"
@@ -56,37 +58,12 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
             deletes.append(note.id)
         else:
             upserts.append(row)
-    t = sql.Identifier(table)
-    if deletes:
-        cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (deletes,))
-    if upserts:
-        stmt = sql.SQL(
-            "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
-        ).format(
-            t=t,
-            cols=sql.SQL(", ").join(map(sql.Identifier, COLUMNS)),
-            ph=sql.SQL(", ").join(sql.Placeholder() for _ in COLUMNS),
-            up=sql.SQL(", ").join(
-                sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
-                for c in COLUMNS if c != "aggregate_id"
-            ),
-        )
-        cur.executemany(stmt, upserts)
+    write_rows(cur, table, COLUMNS, upserts, deletes)
 
 
 def copy_rows(cur: Cursor[Any], rows: Iterable[Sequence[Any]], table: str = TABLE) -> int:
     """Bulk-load rows with ``COPY ... FROM STDIN (FORMAT BINARY)``; returns the count."""
-    n = 0
-    with cur.copy(
-        sql.SQL("COPY {t} ({cols}) FROM STDIN (FORMAT BINARY)").format(
-            t=sql.Identifier(table), cols=sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
-        )
-    ) as copy:
-        copy.set_types(_TYPES)
-        for row in rows:
-            copy.write_row(row)
-            n += 1
-    return n
+    return base.copy_rows(cur, table, COLUMNS, _TYPES, rows)
 
 
 def select_blocks(cur: Cursor[Any], scope: Scope, table: str = TABLE) -> dict[str, BlockEntry]:

@@ -17,7 +17,6 @@ from psycopg import sql
 
 from memfabric.adapters import Fabric, HashEmbedder, open_fabric
 from memfabric.domain.note import note_uuid
-from memfabric.domain.scope import Scope
 from tests.conftest import event_count, fetch
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
