@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -31,6 +31,21 @@ class NoteProjection(Protocol):
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None: ...
 
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int: ...
+
+
+def split_rows(
+    notes: Iterable[Note], row_for: Callable[[Note], tuple[Any, ...] | None]
+) -> tuple[list[tuple[Any, ...]], list[UUID]]:
+    """``(upserts, deletes)``: the row of each note, or its aggregate id when it has none."""
+    upserts: list[tuple[Any, ...]] = []
+    deletes: list[UUID] = []
+    for note in notes:
+        row = row_for(note)
+        if row is None:
+            deletes.append(note.id)
+        else:
+            upserts.append(row)
+    return upserts, deletes
 
 
 def write_rows(

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
-from uuid import UUID
 
 from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note
-from memfabric.projections.base import copy_rows, write_rows
+from memfabric.projections.base import copy_rows, split_rows, write_rows
 
 NAME = "note_scope"
 TABLE = "mf_note_scope"
@@ -51,14 +50,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
 
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
     """Upsert or delete the rows of ``notes`` (their current aggregate state)."""
-    upserts: list[tuple[Any, ...]] = []
-    deletes: list[UUID] = []
-    for note in notes:
-        row = row_for(note)
-        if row is None:
-            deletes.append(note.id)
-        else:
-            upserts.append(row)
+    upserts, deletes = split_rows(notes, row_for)
     write_rows(cur, table, COLUMNS, upserts, deletes)
 
 

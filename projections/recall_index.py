@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 import numpy as np
 from psycopg import Cursor, sql
@@ -20,7 +19,7 @@ from psycopg import Cursor, sql
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.projections import base
-from memfabric.projections.base import write_rows
+from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
 TABLE = "mf_recall_index"
@@ -138,14 +137,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
     """Upsert or delete the rows of ``notes`` (their current aggregate state); a large
     load that at least doubles the table goes through :func:`_bulk_load`."""
-    upserts: list[tuple[Any, ...]] = []
-    deletes: list[UUID] = []
-    for note in notes:
-        row = row_for(note)
-        if row is None:
-            deletes.append(note.id)
-        else:
-            upserts.append(row)
+    upserts, deletes = split_rows(notes, row_for)
     if len(upserts) >= BULK_MIN_ROWS and _is_bulk(cur, table, len(upserts)):
         write_rows(cur, table, COLUMNS, [], deletes)
         _bulk_load(cur, table, upserts)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import timezone
 from typing import Any
-from uuid import UUID
 
 from psycopg import Cursor, sql
 
@@ -21,7 +20,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry, block_entry
 from memfabric.projections import base
-from memfabric.projections.base import write_rows
+from memfabric.projections.base import split_rows, write_rows
 
 NAME = "working_value"
 TABLE = "mf_working_value"
@@ -48,16 +47,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
 
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
     """Upsert or delete the rows of the working notes among ``notes`` (others are skipped)."""
-    upserts: list[tuple[Any, ...]] = []
-    deletes: list[UUID] = []
-    for note in notes:
-        if note.kind != "working":
-            continue
-        row = row_for(note)
-        if row is None:
-            deletes.append(note.id)
-        else:
-            upserts.append(row)
+    upserts, deletes = split_rows((n for n in notes if n.kind == "working"), row_for)
     write_rows(cur, table, COLUMNS, upserts, deletes)
 
 
