@@ -46,8 +46,6 @@ from memfabric.projections.engine import ProjectionEngine, advisory_key
 _current: contextvars.ContextVar[Connection[Any] | None] = contextvars.ContextVar(
     "memfabric_current_tx", default=None
 )
-PIPELINE_OFF = bool(os.environ.get("MF_PIPELINE_OFF"))
-
 _last_position: contextvars.ContextVar[int] = contextvars.ContextVar(
     "memfabric_last_position", default=0
 )
@@ -95,7 +93,7 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
         # Pipeline the statements of an ordinary write (one sync per result needed);
         # a bulk load streams COPY, which pipeline mode does not allow.
         bulky = len(projected) >= recall_index.BULK_MIN_ROWS
-        with nullcontext() if bulky or PIPELINE_OFF else conn.pipeline(), conn.cursor() as cur:
+        with nullcontext() if bulky else conn.pipeline(), conn.cursor() as cur:
             if self.keys is not None:
                 self.keys.flush(cur)
                 if shred:
