@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
-
 from memfabric.adapters.embedded import EmbeddedPostgres
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.adapters.postgres import PostgresFactory, PostgresNoteRecorder, PostgresNoteStore
+from memfabric.adapters.postgres import (
+    PostgresFactory,
+    PostgresNoteRecorder,
+    PostgresNoteStore,
+)
 from memfabric.domain.errors import FabricError
 from memfabric.domain.note import Note
 from memfabric.domain.notes import Notes
@@ -28,11 +30,12 @@ from memfabric.domain.service import (
     Limits,
     MemoryService,
 )
-from memfabric.domain.working import WorkingValidator
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
 
 EVENTS_TABLE = "memfabric_events"
 
@@ -145,21 +148,22 @@ class Fabric:
         self.close()
 
 
+@validate_call(config=ConfigDict(arbitrary_types_allowed=True))
 def open_fabric(
-    dsn: str | None = None,
+    dsn: Annotated[str, StringConstraints(min_length=1)] | None = None,
     *,
     embedder: Embedder | None = None,
     data_dir: str | os.PathLike[str] | None = None,
-    consolidate: bool | dict[str, Any] | Consolidation = True,
+    consolidate: StrictBool | Consolidation | dict[str, Any] = True,
     limits: Limits | dict[str, Any] | None = None,
     redactor: Callable[[str], str] | None = None,
-    require_consent: bool = False,
-    inline_projections: bool = True,
-    await_projections: bool = True,
-    catch_up: bool = True,
-    working_validator: WorkingValidator | None = None,
-    pool_size: int = 2,
-    max_overflow: int = 8,
+    require_consent: StrictBool = False,
+    inline_projections: StrictBool = True,
+    await_projections: StrictBool = True,
+    catch_up: StrictBool = True,
+    working_validator: Any = None,
+    pool_size: Annotated[int, Field(ge=1, le=64)] = 2,
+    max_overflow: Annotated[int, Field(ge=0, le=256)] = 8,
 ) -> Fabric:
     """Open a fabric.
 

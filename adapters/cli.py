@@ -2,38 +2,92 @@
 
 Every command takes ``--dsn`` (default ``$MEMFABRIC_DSN``; with neither, the embedded
 PostgreSQL in ``--data-dir`` or ``$MEMFABRIC_HOME``).
+
+Errors print one line each, ``error: <field>: <message>``, on stderr. Exit codes: 0
+success; 1 a check failed; 2 bad input or another named error.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
+import psycopg
 import typer
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
 from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.domain.errors import FabricError
+from memfabric.domain.model import BLOCK_LABEL_RE, NOTE_ID_RE
+from memfabric.domain.scope import SCOPE_ID_RE
+
+
+def _plain_flags(params: Iterable[Any]) -> None:
+    """Blank the ``<bool>`` type typer shows after every flag (``--json <bool>``)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
+
+
+class HelpGroup(TyperGroup):
+    """A typer group whose help shows flags (``--json``, ``--help``) without a type."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        _plain_flags(params)
+        return params
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            _plain_flags(cmd.get_params(ctx))
+        return cmd
+
 
 app = typer.Typer(
     name="memfabric",
-    help="memfabric: an event-sourced memory fabric for AI agents.",
+    cls=HelpGroup,
+    help=(
+        "memfabric: an event-sourced memory fabric for AI agents.\n\n"
+        "Every command uses the PostgreSQL server given by --dsn or $MEMFABRIC_DSN; with "
+        "neither, it starts an embedded server whose data lives in --data-dir or "
+        "$MEMFABRIC_HOME/pg. Try 'memfabric demo'."
+    ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
 console = Console()
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-DsnOpt = Annotated[Optional[str], typer.Option("--dsn", help="PostgreSQL DSN (default $MEMFABRIC_DSN, else embedded).")]
-DataDirOpt = Annotated[Optional[str], typer.Option("--data-dir", help="Embedded server data directory.")]
-TenantOpt = Annotated[str, typer.Option("--tenant", "-t", help="Tenant id.")]
-ResourceOpt = Annotated[Optional[str], typer.Option("--resource", "-r", help="Resource id.")]
-ThreadOpt = Annotated[Optional[str], typer.Option("--thread", help="Thread id.")]
+DsnOpt = Annotated[Optional[str], typer.Option(
+    "--dsn", metavar="URL", help="PostgreSQL URL (default $MEMFABRIC_DSN, else the embedded server).")]
+DataDirOpt = Annotated[Optional[str], typer.Option(
+    "--data-dir", metavar="DIR", help="Data directory of the embedded server (default $MEMFABRIC_HOME/pg).")]
+TenantOpt = Annotated[str, typer.Option("--tenant", "-t", metavar="ID", help="Tenant id.")]
+ResourceOpt = Annotated[Optional[str], typer.Option(
+    "--resource", "-r", metavar="ID", help="Resource id (e.g. a user).")]
+ThreadOpt = Annotated[Optional[str], typer.Option("--thread", metavar="ID", help="Thread id (e.g. a conversation).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+PATTERNS = {
+    SCOPE_ID_RE.pattern: "must be 1-128 letters, digits or ._:@- starting with a letter or digit",
+    NOTE_ID_RE.pattern: "must be 12 lowercase hex digits",
+    BLOCK_LABEL_RE.pattern: "must be 1-64 lowercase letters, digits or ._- starting with a letter or digit",
+}
+"""Plain words for the regular expressions of the input models."""
+
+HANDLED = (ValidationError, FabricError, psycopg.Error)
+"""Errors a command reports in one line each (exit 2) instead of a traceback."""
 
 
 def _open(dsn: str | None, data_dir: str | None, **kwargs: Any) -> Fabric:
@@ -52,37 +106,66 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/red] {exc}")
-    raise typer.Exit(code=2)
+def error_lines(exc: BaseException | str) -> list[str]:
+    """One readable line per error: ``field: message`` for each pydantic error (no URL,
+    no input dump), else the exception's text on one line."""
+    if isinstance(exc, str):
+        return [exc]
+    if isinstance(exc, ValidationError):
+        lines = []
+        for e in exc.errors(include_url=False, include_input=False):
+            msg = str(e["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            msg = PATTERNS.get(str(e.get("ctx", {}).get("pattern")), msg)
+            field = ".".join(str(part) for part in e["loc"])
+            # a model-level (cross-field) error has no loc; its message names the field
+            lines.append(f"{field}: {msg}" if field else msg)
+        return lines
+    text = " ".join(str(exc).split())
+    if isinstance(exc, psycopg.OperationalError):
+        text = f"cannot use the database: {text}"
+    return [text or type(exc).__name__]
+
+
+def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
+    """Print ``error: ...`` lines on stderr and exit with ``code``."""
+    for line in error_lines(exc):
+        err_console.print(Text(f"error: {line}", style="red"))
+    raise typer.Exit(code=code)
 
 
 @app.command()
 def remember(
-    content: Annotated[str, typer.Argument(help="The note's text.")],
+    content: Annotated[str, typer.Argument(metavar="CONTENT", help="The note's text.")],
     tenant: TenantOpt,
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
-    kind: Annotated[str, typer.Option(help="fact | procedure | file")] = "fact",
-    path: Annotated[Optional[str], typer.Option(help="Path of a file note.")] = None,
-    tag: Annotated[Optional[list[str]], typer.Option("--tag", help="A tag (repeatable).")] = None,
-    subject: Annotated[Optional[str], typer.Option(help="Subject key for exact supersession.")] = None,
-    importance: Annotated[Optional[float], typer.Option(help="Importance in [0, 1].")] = None,
+    kind: Annotated[str, typer.Option(metavar="KIND", help="fact, procedure, file or working.")] = "fact",
+    block: Annotated[Optional[str], typer.Option(
+        metavar="LABEL", help="Label of the working-memory block (required with --kind working).")] = None,
+    path: Annotated[Optional[str], typer.Option(
+        metavar="PATH", help="Path of the file (required with --kind file).")] = None,
+    tag: Annotated[Optional[list[str]], typer.Option("--tag", metavar="TAG", help="A tag (repeatable).")] = None,
+    subject: Annotated[Optional[str], typer.Option(
+        metavar="KEY", help="Subject key: a new note with the same key supersedes the old one.")] = None,
+    importance: Annotated[Optional[float], typer.Option(
+        metavar="0..1", help="Importance between 0 and 1 (default 0.5).")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the note as JSON.")] = False,
 ) -> None:
     """Remember one note and print its id and outcome (inserted, folded, superseding)."""
-    fields: dict[str, Any] = {"kind": kind, "content": content, "tags": tag or []}
-    for key, value in (("path", path), ("subject", subject), ("importance", importance)):
+    if importance is not None and not (0.0 <= importance <= 1.0):  # also rejects nan
+        fail("importance: must be a number between 0 and 1")
+    fields: dict[str, Any] = {"kind": kind, "content": content}
+    for key, value in (("block", block), ("path", path), ("tags", tag or None), ("subject", subject),
+                       ("importance", importance)):
         if value is not None:
             fields[key] = value
     try:
         with _open(dsn, data_dir) as fabric:
             note = fabric.scope(tenant, resource, thread).remember(**fields)
-    except (ValidationError, FabricError) as exc:
-        _fail(exc)
-        return
+    except HANDLED as exc:
+        fail(exc)
     if as_json:
         print(json.dumps(_jsonable({k: v for k, v in asdict(note).items() if k != "scope"} | {"scope": note.scope.key})))
     else:
@@ -91,61 +174,91 @@ def remember(
 
 @app.command()
 def recall(
-    query: Annotated[str, typer.Argument(help="What to look for.")],
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.")],
     tenant: TenantOpt,
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
-    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Kinds (repeatable; default fact, file).")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", help="Hits to return.")] = 10,
-    budget: Annotated[Optional[int], typer.Option(help="Token budget.")] = None,
-    as_of: Annotated[Optional[datetime], typer.Option("--as-of", help="Instant (ISO 8601 with offset).")] = None,
-    mode: Annotated[str, typer.Option(help="hybrid | vector | lexical")] = "hybrid",
+    kind: Annotated[Optional[list[str]], typer.Option(
+        "--kind", metavar="KIND", help="Kind to search: fact, procedure or file (repeatable; default fact and file).")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", metavar="N", help="Most hits to return.")] = 10,
+    budget: Annotated[Optional[int], typer.Option(
+        metavar="TOKENS", help="Token budget: stop at the first hit that does not fit.")] = None,
+    as_of: Annotated[Optional[datetime], typer.Option(
+        "--as-of", metavar="TIME", help="Recall as of this instant (ISO 8601 with offset, e.g. 2026-01-31T12:00:00+00:00).")] = None,
+    mode: Annotated[str, typer.Option(metavar="MODE", help="hybrid, vector or lexical.")] = "hybrid",
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print hits and explain rows (with recency and importance) as JSON.")] = False,
 ) -> None:
-    """Recall notes with their explain rows."""
+    """Recall the notes that best match QUERY, with their scores."""
+    options: dict[str, Any] = {"top_k": top_k, "budget": budget, "as_of": as_of, "mode": mode}
+    if kind:
+        options["kinds"] = tuple(kind)
     try:
         with _open(dsn, data_dir) as fabric:
-            res = fabric.scope(tenant, resource, thread).recall(
-                query, kinds=tuple(kind) if kind else ("fact", "file"), top_k=top_k,
-                budget=budget, as_of=as_of, mode=mode,
-            )
-    except (ValidationError, FabricError) as exc:
-        _fail(exc)
-        return
+            res = fabric.scope(tenant, resource, thread).recall(query, **options)
+    except HANDLED as exc:
+        fail(exc)
     if as_json:
         out = {
             "hits": [{k: v for k, v in asdict(h).items() if k != "scope"} | {"scope": h.scope.key} for h in res.hits],
             "explain": [asdict(e) for e in res.explain],
         }
         print(json.dumps(_jsonable(out)))
-        return
-    console.print(recall_table(res))
+    elif res.hits:
+        console.print(recall_table(res))
+    else:
+        console.print("no matching notes")
+
+
+def _when(ts: datetime) -> str:
+    return f"{ts:%Y-%m-%d %H:%M:%S}"
+
+
+def _validity(lo: datetime | None, hi: datetime | None) -> str | None:
+    if lo and hi:
+        return f"valid {_when(lo)} to {_when(hi)}"
+    if lo:
+        return f"valid from {_when(lo)}"
+    if hi:
+        return f"valid until {_when(hi)}"
+    return None
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.3f}"
 
 
 def recall_table(res: Any, title: str | None = None) -> Table:
-    """A rich table of hits and their explain rows."""
-    table = Table(title=title, show_lines=False)
-    for col in ("#", "id", "kind", "content", "score", "sim", "lex", "recency", "imp", "valid"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("#", "id", "kind", "score"),
-                         ratio=4 if col == "content" else None)
+    """A rich table of hits: rank, id, score, similarity, lexical score and content (with
+    the kind, path and validity in dim when they are not the default fact/always)."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("id", no_wrap=True)
+    for col in ("score", "sim", "lex"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("content", overflow="fold", min_width=20)
     for i, (hit, ex) in enumerate(zip(res.hits, res.explain, strict=True), 1):
-        lo, hi = ex.valid
-        valid = f"[{lo:%Y-%m-%d} .. {hi:%Y-%m-%d})" if lo and hi else (
-            f"[{lo:%Y-%m-%d} ..)" if lo else (f"[.. {hi:%Y-%m-%d})" if hi else "always"))
-        table.add_row(
-            str(i), hit.id, hit.kind, (hit.content or "")[:70], f"{ex.score:.3f}",
-            "-" if ex.similarity is None else f"{ex.similarity:.3f}",
-            "-" if ex.lexical is None else f"{ex.lexical:.3f}",
-            f"{ex.recency:.2f}", f"{ex.importance:.2f}", valid,
-        )
+        cell = Text(_clip(hit.content or hit.path or "", 400))
+        meta = [] if hit.kind == "fact" else [hit.kind]
+        if hit.path and hit.content:
+            meta.append(hit.path)
+        if valid := _validity(*ex.valid):
+            meta.append(valid)
+        if meta:
+            cell.append("\n" + " · ".join(meta), style="dim")
+        table.add_row(str(i), hit.id, _num(ex.score), _num(ex.similarity), _num(ex.lexical), cell)
     return table
 
 
 @app.command()
 def lineage(
-    note_id: Annotated[str, typer.Argument(metavar="ID", help="12-hex note id.")],
+    note_id: Annotated[str, typer.Argument(metavar="ID", help="Note id (12 hex digits).")],
     tenant: TenantOpt,
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
@@ -159,43 +272,54 @@ def lineage(
             notes = fabric.scope(tenant, resource, thread)
             lin = notes.lineage(note_id)
             history = {nid: notes.history(nid) for nid in [*lin.predecessors, note_id, *lin.successors]}
-    except (ValidationError, FabricError) as exc:
-        _fail(exc)
-        return
+    except HANDLED as exc:
+        fail(exc)
     if as_json:
         print(json.dumps(_jsonable({
             "lineage": asdict(lin),
             "history": {k: [asdict(h) for h in v] for k, v in history.items()},
         })))
         return
-    console.print(lineage_table(lin, history))
+    console.print(lineage_table(lin, history, title=lineage_summary(lin)))
 
 
-def lineage_table(lin: Any, history: dict[str, list[Any]]) -> Table:
-    """Timeline of every event along a note's supersession chain."""
-    rows = []
-    for nid, entries in history.items():
-        for h in entries:
-            rows.append((h.timestamp, nid, h))
-    rows.sort(key=lambda r: r[0])
-    table = Table(title=f"lineage of {lin.id}: {len(lin.predecessors)} predecessor(s), "
-                        f"{len(lin.successors)} successor(s), {len(lin.folds)} fold(s)")
-    for col in ("time (UTC)", "note", "event", "cause", "detail"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("note", "event"))
+def _detail(h: Any) -> str:
+    f = h.fields
+    if h.type in ("Remembered", "Folded"):
+        return _clip(str(f.get("content")), 200)
+    if h.type == "Superseded":
+        valid_to = f.get("valid_to")
+        until = _when(valid_to) if isinstance(valid_to, datetime) else str(valid_to)
+        return f"by {f.get('successor_id')}, valid until {until}"
+    if h.type == "Forgotten":
+        return f"{f.get('reason')} by {f.get('requested_by')}, hmac {str(f.get('content_hmac'))[:16]}…"
+    if h.type == "Repointed":
+        return f"{f.get('from_path')} → {f.get('to_path')}"
+    return _clip(", ".join(f"{k}={v}" for k, v in f.items() if k != "cause"), 200)
+
+
+def lineage_summary(lin: Any) -> str:
+    """``lineage of ID: 1 predecessor(s), 0 successor(s), 1 fold(s)``."""
+    return (f"lineage of {lin.id}: {len(lin.predecessors)} predecessor(s), "
+            f"{len(lin.successors)} successor(s), {len(lin.folds)} fold(s)")
+
+
+def lineage_table(lin: Any, history: dict[str, list[Any]], title: str | None = None) -> Table:
+    """Timeline of every event along a note's supersession chain (▶ marks the note asked
+    for); the event's cause is shown in dim unless it is the caller or already named."""
+    rows = sorted(((h.timestamp, nid, h) for nid, entries in history.items() for h in entries),
+                  key=lambda r: r[0])
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left")
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("note", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("detail", overflow="fold", min_width=20)
     for ts, nid, h in rows:
-        f = h.fields
-        if h.type in ("Remembered", "Folded"):
-            detail = str(f.get("content"))[:60]
-        elif h.type == "Superseded":
-            detail = f"by {f.get('successor_id')}, valid_to {f.get('valid_to')}"
-        elif h.type == "Forgotten":
-            detail = f"{f.get('reason')} by {f.get('requested_by')}, hmac {str(f.get('content_hmac'))[:16]}…"
-        elif h.type == "Repointed":
-            detail = f"{f.get('from_path')} → {f.get('to_path')}"
-        else:
-            detail = ", ".join(f"{k}={v}" for k, v in f.items() if k != "cause")[:60]
+        detail = Text(_detail(h))
+        if h.cause and h.cause != "caller" and h.cause.rpartition(":")[2].strip() not in detail.plain:
+            detail.append(f"\ncause: {h.cause}", style="dim")
         marker = "▶ " if nid == lin.id else "  "
-        table.add_row(f"{ts:%Y-%m-%d %H:%M:%S.%f}"[:-3], marker + nid, h.type, h.cause, detail)
+        table.add_row(f"{ts:%Y-%m-%d}\n{ts:%H:%M:%S.%f}"[:-3], marker + nid, h.type, detail)
     return table
 
 
@@ -204,14 +328,17 @@ def demo(
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Run the main job on the embedded default: remember, fold, supersede, recall with
-    explain and a budget, tenant isolation, lineage and forget."""
+    """Walk through the main job: remember, fold, supersede, recall, forget, working memory.
+
+    Each run uses a fresh thread and writes demo notes for the tenants acme and globex, to the embedded server \
+or to the --dsn database. Recall is shown with its scores, a token budget, as of an earlier instant and across \
+tenants; lineage shows the supersession chain."""
     from memfabric.adapters.demo import run_demo
 
     try:
         run_demo(console, dsn=dsn, data_dir=data_dir)
-    except (ValidationError, FabricError) as exc:
-        _fail(exc)
+    except HANDLED as exc:
+        fail(exc)
 
 
 def _register_optional() -> None:

@@ -11,9 +11,11 @@ Every command takes ``--dsn`` (default ``$MEMFABRIC_DSN``; with neither, the emb
 PostgreSQL in ``--data-dir`` or ``$MEMFABRIC_HOME``). Admin commands open the fabric
 without catching projections up (so a projection stopped on an event can still be
 inspected and rebuilt) and with the recall index's existing vector dimension.
+Progress bars go to stderr, and only when it is a terminal.
 
 Exit codes: 0 success; 1 a check failed (verify found differences, the audit chain does
-not match, a projection stopped on an event); 2 bad input or another named error.
+not match, a projection stopped on an event, an event cannot be decrypted); 2 bad input
+or another named error.
 """
 
 from __future__ import annotations
@@ -21,24 +23,29 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import psycopg
 import typer
+from cryptography.exceptions import InvalidTag
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from memfabric.adapters.audit import LogEntry, export_jsonl, read_log, verify_chain
+from memfabric.adapters.audit import CHAIN_TABLE, EVENTS_TABLE, LogEntry, export_jsonl, read_log, verify_chain
 from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.adapters.embedded import EmbeddedPostgres
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain.errors import FabricError, ProjectionError
+from memfabric.domain.model import NOTE_ID_RE
+from memfabric.domain.scope import SCOPE_ID_RE
 from memfabric.projections.rebuild import ProjectionAdmin, RichReporter, VerifyReport
 
 console = Console(highlight=False, soft_wrap=True)
@@ -50,18 +57,29 @@ projections_app = typer.Typer(
 )
 audit_app = typer.Typer(help="Tamper evidence: the audit chain over the event log.", no_args_is_help=True)
 
-DsnOpt = Annotated[Optional[str], typer.Option("--dsn", help="PostgreSQL DSN (default $MEMFABRIC_DSN, else embedded).")]
-DataDirOpt = Annotated[Optional[str], typer.Option("--data-dir", help="Embedded server data directory.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+DsnOpt = Annotated[Optional[str], typer.Option(
+    "--dsn", metavar="URL", help="PostgreSQL URL (default $MEMFABRIC_DSN, else the embedded server).")]
+DataDirOpt = Annotated[Optional[str], typer.Option(
+    "--data-dir", metavar="DIR", help="Data directory of the embedded server (default $MEMFABRIC_HOME/pg).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 ProjectionOpt = Annotated[
-    str, typer.Option("--projection", "-p", help="Projection name, or 'all'.")
+    str, typer.Option("--projection", "-p", metavar="NAME", help="Projection name, or 'all'.")
 ]
+TenantFilterOpt = Annotated[Optional[str], typer.Option(
+    "--tenant", "-t", metavar="ID", help="Only this tenant's notes.")]
+EveryOpt = Annotated[int, typer.Option(metavar="N", help="Events per checkpoint.", min=1)]
+
+HANDLED = (FabricError, ValidationError, psycopg.Error)
+"""Errors a command reports in one line (exit 2) instead of a traceback."""
+UNREADABLE = (InvalidTag, FabricError, ValueError)
+"""What decoding a changed event row raises (``InvalidTag`` from AES-GCM, a named
+``FabricError`` from the core, ``ValueError`` for a broken plain part)."""
 
 
 def register(app: typer.Typer) -> None:
     """Attach the admin/auditor commands to the ``memfabric`` typer app."""
-    app.add_typer(projections_app, name="projections")
-    app.add_typer(audit_app, name="audit")
+    app.add_typer(projections_app, name="projections", cls=app.info.cls)  # the app's help style
+    app.add_typer(audit_app, name="audit", cls=app.info.cls)
     app.command("log")(log_command)
     app.command("export")(export_command)
 
@@ -100,18 +118,88 @@ def admin_fabric(dsn: str | None, data_dir: str | None) -> Iterator[Fabric]:
             embedded.close()
 
 
-def _fail(exc: BaseException, code: int = 2) -> None:
-    err.print(Text(f"error: {exc}", style="red"))
+def _fail(exc: BaseException | str, code: int = 2) -> NoReturn:
+    """One ``error: ...`` line per error on stderr (pydantic errors as ``field: message``)."""
+    from memfabric.adapters.cli import error_lines
+
+    for line in error_lines(exc):
+        err.print(Text(f"error: {line}", style="red"))
     raise typer.Exit(code=code)
 
 
-def _stopped(exc: ProjectionError) -> None:
+def _stopped(exc: ProjectionError) -> NoReturn:
+    cause = " ".join(str(exc.cause).split())
     err.print(Text(
         f"projection {exc.projection!r} stopped at notification {exc.notification_id} "
-        f"({exc.topic}): {exc.cause}",
+        f"({exc.topic}): {_short(cause, 300)}",
         style="red",
     ))
     raise typer.Exit(code=1)
+
+
+@contextmanager
+def _reporter() -> Iterator[RichReporter | None]:
+    """Progress bars on stderr when it is a terminal, else none."""
+    if not err.is_terminal:
+        yield None
+        return
+    with RichReporter(err) as reporter:
+        yield reporter
+
+
+@contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[..., None]]:
+    """``update(completed=...)`` / ``update(advance=...)`` of a progress bar on stderr;
+    a no-op when stderr is not a terminal."""
+    if not err.is_terminal:
+        yield lambda **_: None
+        return
+    with Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda **kw: progress.update(task, **kw)
+        progress.update(task, completed=total)
+
+
+def _unreadable(fabric: Fabric, exc: BaseException, after: int, note: str | None = None,
+                tenant: str | None = None) -> NoReturn:
+    """Report an event that cannot be decoded (its stored bytes were changed), naming its
+    notification id when it can be found, and exit 1."""
+    position, failed = after, False
+    try:  # decode again from ``after`` without the tenant filter to find the last good event
+        for entry in read_log(fabric, note=note, tenant=tenant if note else None, since=after):
+            position = entry.position
+    except UNREADABLE:
+        failed = True
+    where = f"the event after notification {position}"
+    if note is not None:
+        where = f"an event of note {note} after notification {position}"
+    elif failed:
+        with psycopg.connect(fabric.dsn) as conn:
+            row = conn.execute(
+                f"SELECT min(notification_id) FROM {EVENTS_TABLE} WHERE notification_id > %s",  # noqa: S608
+                (position,),
+            ).fetchone()
+        if row and row[0] is not None:
+            where = f"notification {row[0]}"
+    reason = " ".join(str(exc).split()) if isinstance(exc, FabricError) and str(exc) else ""
+    if not reason:
+        reason = "authenticated decryption failed: its stored bytes were changed"
+        if isinstance(exc, ValueError):
+            reason = f"it does not decode ({type(exc).__name__}): its stored bytes were changed"
+    _fail(f"{where}: {reason}; run 'memfabric audit verify'", code=1)
+
+
+def _check_filters(note: str | None, tenant: str | None) -> None:
+    """Exit 2 on a malformed ``--note`` or ``--tenant`` (they would silently match nothing)."""
+    if note is not None and not NOTE_ID_RE.match(note):
+        try:
+            uuid.UUID(note)
+        except ValueError:
+            _fail(f"note: {note!r} is not a note id (12 lowercase hex digits) or an aggregate UUID")
+    if tenant is not None and not SCOPE_ID_RE.match(tenant):
+        _fail(f"tenant: {tenant!r} is not a tenant id (1-128 letters, digits or ._:@- starting with a "
+              "letter or digit)")
 
 
 def _seconds(value: float) -> str:
@@ -123,15 +211,14 @@ def _seconds(value: float) -> str:
 # -------------------------------------------------------------- projections
 @projections_app.command("status")
 def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """Position, log head, lag (events, seconds) and stop of each projection.
+    """Position, log head, lag (events, seconds) and state of each projection.
 
     A projection stopped on an event shows that event's notification id, topic and error."""
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             rows = ProjectionAdmin.for_fabric(fabric).status()
-    except (FabricError, ValidationError) as exc:
+    except HANDLED as exc:
         _fail(exc)
-        return
     if as_json:
         print(json.dumps([
             {"name": s.name, "position": s.position, "head": s.head, "lag_events": s.lag_events,
@@ -140,7 +227,7 @@ def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: Jso
             for s in rows
         ]))
         return
-    table = Table(title="projections")
+    table = Table(title="projections", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("projection", "position", "head", "lag (events)", "lag (s)", "state"):
         table.add_column(col)
     for s in rows:
@@ -163,28 +250,26 @@ def rebuild_command(
     projection: ProjectionOpt = "all",
     blue_green: Annotated[bool, typer.Option(
         "--blue-green", help="Build new tables while readers keep the old ones, then switch atomically.")] = False,
-    batch: Annotated[int, typer.Option(help="Events per fetch.", min=1)] = 2000,
+    batch: Annotated[int, typer.Option(metavar="N", help="Events per fetch.", min=1)] = 2000,
     maintenance_work_mem: Annotated[Optional[str], typer.Option(
-        "--maintenance-work-mem", help="For the index build, e.g. 1GB (default: the server's).")] = None,
+        "--maintenance-work-mem", metavar="SIZE", help="For the index build, e.g. 1GB (default: the server's).")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Replay the log from zero into the projection(s).
 
-    In place (default): writers wait while the tables are emptied and reloaded. With
-    --blue-green the live tables keep serving until the switch."""
+    In place (the default), writers wait while the tables are emptied and reloaded. With --blue-green the \
+live tables keep serving until the switch."""
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             admin = ProjectionAdmin.for_fabric(fabric)
-            with RichReporter(err) as reporter:
+            with _reporter() as reporter:
                 report = admin.rebuild(projection, blue_green=blue_green, batch=batch, reporter=reporter,
                                        maintenance_work_mem=maintenance_work_mem)
     except ProjectionError as exc:
         _stopped(exc)
-        return
-    except (FabricError, ValidationError) as exc:
+    except HANDLED as exc:
         _fail(exc)
-        return
     mode = "blue-green" if report.blue_green else "in place"
     rows = ", ".join(f"{k}={v}" for k, v in report.rows.items())
     console.print(
@@ -213,24 +298,22 @@ def _short(value: Any, n: int = 60) -> str:
 @projections_app.command("verify")
 def verify_command(
     projection: ProjectionOpt = "all",
-    show: Annotated[int, typer.Option(help="Differing rows to print per table.", min=0)] = 10,
+    show: Annotated[int, typer.Option(metavar="N", help="Differing rows to print per table.", min=0)] = 10,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare the live projection(s) with a fresh replay of the log.
 
-    The replay goes into scratch tables (rolled back) and is compared row by row; exits 1
-    and prints the first differences when they differ."""
+    The replay goes into scratch tables (rolled back) and is compared row by row. When they differ, it \
+prints the first differences and exits 1."""
     try:
-        with admin_fabric(dsn, data_dir) as fabric, RichReporter(err) as reporter:
+        with admin_fabric(dsn, data_dir) as fabric, _reporter() as reporter:
             reports = ProjectionAdmin.for_fabric(fabric).verify(projection, show=show, reporter=reporter)
     except ProjectionError as exc:
         _stopped(exc)
-        return
-    except (FabricError, ValidationError) as exc:
+    except HANDLED as exc:
         _fail(exc)
-        return
     if as_json:
         print(json.dumps([_verify_json(r) for r in reports]))
     else:
@@ -244,7 +327,7 @@ def verify_command(
             console.print(Text(
                 f"DIFFER  {r.projection} {r.table}: {r.differences} rows differ at position {r.position}{lag}"
                 f" (live {r.live_rows} rows, replay {r.replayed_rows})", style="red"))
-            table = Table()
+            table = Table(box=box.SIMPLE_HEAD)
             for col in ("key", "difference", "column", "live", "replay"):
                 table.add_column(col, overflow="fold")
             for d in r.first:
@@ -262,14 +345,15 @@ def verify_command(
 @projections_app.command("run")
 def run_command(
     once: Annotated[bool, typer.Option("--once", help="Catch up once and exit.")] = False,
-    poll: Annotated[float, typer.Option(help="Seconds between checks without notifications.", min=0.05)] = 5.0,
+    poll: Annotated[float, typer.Option(
+        metavar="SECONDS", help="Seconds between checks without notifications.", min=0.05)] = 5.0,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
     """Keep projections caught up from this process (LISTEN/NOTIFY).
 
-    For writers opened with inline_projections=False. Stops with exit code 1 and the
-    notification id, topic and error when a projection fails on an event."""
+    For writers opened with inline_projections=False. When a projection fails on an event, it prints the \
+notification id, topic and error and exits 1."""
     last: dict[str, int] = {}
 
     def show(positions: dict[str, int]) -> None:
@@ -283,7 +367,7 @@ def run_command(
             ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show)
     except ProjectionError as exc:
         _stopped(exc)
-    except (FabricError, ValidationError) as exc:
+    except HANDLED as exc:
         _fail(exc)
     except KeyboardInterrupt:
         return
@@ -298,36 +382,45 @@ def _log_line(entry: LogEntry) -> str:
 
 
 def log_command(
-    note: Annotated[Optional[str], typer.Option("--note", help="Only this note (12-hex id or aggregate UUID).")] = None,
-    tenant: Annotated[Optional[str], typer.Option("--tenant", "-t", help="Only this tenant's notes.")] = None,
-    since: Annotated[int, typer.Option("--since", help="Only events after this position.", min=0)] = 0,
+    note: Annotated[Optional[str], typer.Option(
+        "--note", metavar="ID", help="Only this note (12-hex note id or aggregate UUID).")] = None,
+    tenant: TenantFilterOpt = None,
+    since: Annotated[int, typer.Option(
+        "--since", metavar="POSITION", help="Only events after this position.", min=0)] = 0,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
     idle_exit: Annotated[Optional[float], typer.Option(
-        "--idle-exit", help="With --follow: stop after this many seconds without new events.")] = None,
+        "--idle-exit", metavar="SECONDS", help="With --follow: stop after this many seconds without new events.")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
-    """Decoded events in log order: position, time, note id, scope, type and fields.
+    """Print the decoded events in log order: position, time, note id, scope, type and fields.
 
-    Erased protected fields read <erased>; embeddings are shown by size only."""
+    Erased protected fields read <erased>; embeddings are shown by size only. An event that cannot be \
+decrypted (its stored bytes were changed) stops the listing with exit code 1."""
+    _check_filters(note, tenant)
     try:
         with admin_fabric(dsn, data_dir) as fabric:
-            for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
-                                  idle_exit=idle_exit):
-                if as_json:
-                    print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
-                else:
-                    print(_log_line(entry), flush=follow)
-    except (FabricError, ValidationError, ValueError) as exc:
+            last = since
+            try:
+                for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
+                                      idle_exit=idle_exit):
+                    last = entry.position
+                    if as_json:
+                        print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
+                    else:
+                        print(_log_line(entry), flush=follow)
+            except UNREADABLE as exc:
+                _unreadable(fabric, exc, last, note, tenant)
+    except HANDLED as exc:
         _fail(exc)
     except KeyboardInterrupt:
         return
 
 
 def export_command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="JSON Lines file to write.")],
-    tenant: Annotated[Optional[str], typer.Option("--tenant", "-t", help="Only this tenant's notes.")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="JSON Lines file to write.")],
+    tenant: TenantFilterOpt = None,
     embeddings: Annotated[bool, typer.Option(
         "--embeddings/--no-embeddings", help="Include vectors (base64 float32).")] = True,
     dsn: DsnOpt = None,
@@ -336,46 +429,70 @@ def export_command(
     """Export the whole log (or one tenant's part) as JSON Lines.
 
     Streaming in constant memory: one decoded event per line, in log order."""
+    _check_filters(None, tenant)
     try:
         with admin_fabric(dsn, data_dir) as fabric:
-            total = fabric.engine.head()
-            with Progress(TextColumn("[bold]export"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                          console=err) as progress:
-                task = progress.add_task("export", total=total)
-                n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
-                                 progress=lambda pos: progress.update(task, completed=pos))
-                progress.update(task, completed=total)
-    except (FabricError, ValidationError, OSError) as exc:
+            last = 0
+
+            def seen(position: int) -> None:
+                nonlocal last
+                last = position
+                update(completed=position)
+
+            with _progress("export", fabric.engine.head()) as update:
+                try:
+                    n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings, progress=seen)
+                except UNREADABLE as exc:
+                    _unreadable(fabric, exc, last)
+    except (*HANDLED, OSError) as exc:
         _fail(exc)
-        return
     console.print(f"exported {n} events to {out}")
 
 
 # -------------------------------------------------------------------- audit
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _checkpoint_counts(fabric: Fabric, written: int) -> tuple[int, int]:
+    """(events in the ``written`` newest checkpoints, events in all checkpoints)."""
+    with psycopg.connect(fabric.dsn) as conn:
+        row = conn.execute(
+            f"SELECT coalesce(sum(events) FILTER (WHERE position IN (SELECT position FROM {CHAIN_TABLE}"  # noqa: S608
+            f" ORDER BY position DESC LIMIT %s)), 0), coalesce(sum(events), 0) FROM {CHAIN_TABLE}",
+            (written,),
+        ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: int, anchor: str | None,
            as_json: bool) -> None:
     try:
         with admin_fabric(dsn, data_dir) as fabric:
-            total = fabric.engine.head()
-            with Progress(TextColumn("[bold]audit"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                          console=err) as progress:
-                task = progress.add_task("audit", total=total)
+            with _progress("audit", fabric.engine.head()) as update:
                 report = verify_chain(fabric, checkpoint=checkpoint, every=every, anchor=anchor,
-                                      progress=lambda k: progress.advance(task, k))
-    except (FabricError, ValidationError, ValueError) as exc:
+                                      progress=lambda k: update(advance=k))
+            new, covered = _checkpoint_counts(fabric, report.written)
+    except (*HANDLED, ValueError) as exc:
         _fail(exc)
-        return
     if as_json:
         print(json.dumps({
             "ok": report.ok, "head": report.head, "events": report.events, "checkpoints": report.checkpoints,
-            "written": report.written, "head_digest": report.head_digest, "changed": report.changed,
+            "written": report.written, "checkpointed_events": new if report.written else 0,
+            "head_digest": report.head_digest, "changed": report.changed,
             "removed": report.removed, "inserted": report.inserted, "broken": report.broken,
             "gaps": report.gaps, "anchor_ok": report.anchor_ok,
         }))
     elif report.ok:
+        if report.written:
+            done = f"checkpointed {_n(new, 'new event')} ({_n(report.written, 'checkpoint')} written)"
+        elif report.events > covered:
+            done = f"{_n(report.events - covered, 'new event')} not checkpointed (--no-checkpoint)"
+        else:
+            done = "no new events to checkpoint"
         console.print(Text(
-            f"OK: {report.events} events hashed, {report.checkpoints} checkpoints verified,"
-            f" {report.written} written", style="green"))
+            f"OK: {_n(report.events, 'event')} hashed, {_n(report.checkpoints, 'checkpoint')} verified; {done}",
+            style="green"))
         if report.gaps:
             console.print(f"note: ids missing after the last checkpoint (rolled-back writes?): {report.gaps}")
     else:
@@ -387,6 +504,8 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             console.print(Text(f"  {problem}", style="red"))
         if report.anchor_ok is False:
             console.print(Text(f"  the chain no longer gives the anchor {anchor}", style="red"))
+        if checkpoint:
+            console.print(Text("  nothing was checkpointed", style="red"))
     if not as_json:
         console.print(f"anchor: {report.head}:{report.head_digest}")
     if not report.ok:
@@ -396,29 +515,30 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
 @audit_app.command("verify")
 def audit_verify_command(
     checkpoint: Annotated[bool, typer.Option(
-        "--checkpoint/--no-checkpoint", help="Checkpoint new events when all is well.")] = True,
-    every: Annotated[int, typer.Option(help="Events per checkpoint.", min=1)] = 1000,
+        "--checkpoint/--no-checkpoint", help="Checkpoint the new events when all is well.")] = True,
+    every: EveryOpt = 1000,
     anchor: Annotated[Optional[str], typer.Option(
-        help="POSITION:HEX digest recorded earlier; fail unless the chain still gives it.")] = None,
+        metavar="POSITION:HEX", help="Anchor printed by an earlier run; fail unless the chain still gives it.")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Recompute the audit chain and report changed, removed or inserted event rows.
+    """Recompute the audit chain, report changed, removed or inserted event rows, and checkpoint new events.
 
-    Exits 1 on any difference; otherwise checkpoints new events. Prints the head anchor
-    (POSITION:DIGEST) to keep outside the database."""
+    Exits 1 on any difference. When all is well it also writes checkpoints for the events added since the \
+last checkpoint, like 'audit checkpoint' (use --no-checkpoint to only verify). Prints the head anchor \
+POSITION:HEX to keep outside the database and pass back with --anchor."""
     _audit(dsn, data_dir, checkpoint=checkpoint, every=every, anchor=anchor, as_json=as_json)
 
 
 @audit_app.command("checkpoint")
 def audit_checkpoint_command(
-    every: Annotated[int, typer.Option(help="Events per checkpoint.", min=1)] = 1000,
+    every: EveryOpt = 1000,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify, then checkpoint the events since the last checkpoint.
+    """Verify the audit chain, then checkpoint the events added since the last checkpoint.
 
-    Refused (exit 1) when verification fails; prints the head anchor."""
+    Refused (exit 1) when verification fails. Prints the head anchor POSITION:HEX."""
     _audit(dsn, data_dir, checkpoint=True, every=every, anchor=None, as_json=as_json)

@@ -34,13 +34,14 @@ from collections import OrderedDict
 from typing import Any
 from uuid import UUID
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.domain import CanSnapshotAggregate
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
-from psycopg import Cursor
-
+from memfabric.domain.errors import EventIntegrityError
 from memfabric.domain.note import ERASED, PROTECTED_FIELDS
+from psycopg import Cursor
 
 KEYS_TABLE = "mf_note_keys"
 MAGIC = b"MF1"
@@ -260,9 +261,15 @@ class SealingMapper(Mapper[UUID]):
                 for f in fields:
                     target[f] = [] if f == "keywords" else (None if f == "embedding" else ERASED)
             else:
-                payload = AESGCM(key).decrypt(
-                    nonce, sealed, oid.bytes + _AAD.pack(stored.originator_version)
-                )
+                try:
+                    payload = AESGCM(key).decrypt(
+                        nonce, sealed, oid.bytes + _AAD.pack(stored.originator_version)
+                    )
+                except InvalidTag:
+                    raise EventIntegrityError(
+                        f"event {stored.originator_version} of aggregate {oid} failed "
+                        "authentication: its stored bytes were changed"
+                    ) from None
                 (m,) = _U32.unpack_from(payload, 0)
                 target.update(json.loads(payload[4 : 4 + m]))
                 if "embedding" in fields:

@@ -6,9 +6,11 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from memfabric.adapters.bootstrap import open_fabric
 
@@ -29,8 +31,25 @@ GLOBEX_FACTS = [
 ]
 
 
+def _section(console: Console, title: str, note: str | None = None) -> None:
+    """A section heading (kept under 80 columns) and an optional dim explanation."""
+    console.print()
+    console.print(Text(title, style="bold"))
+    if note:
+        console.print(Text(note, style="dim"))
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
 def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None = None) -> dict[str, Any]:
     """Run the demo; returns a summary dict (used by tests). Each run uses a fresh thread."""
+    from memfabric.adapters.cli import lineage_summary, lineage_table, recall_table
+
     run = uuid.uuid4().hex[:6]
     thread = f"demo-{run}"
     summary: dict[str, Any] = {}
@@ -40,9 +59,8 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         acme = fabric.scope("acme", "user-1", thread)
         globex = fabric.scope("globex", "user-9", thread)
 
-        table = Table(title="1. remember (tenant acme, then globex)")
-        for col in ("tenant", "id", "kind", "outcome", "content / path"):
-            table.add_column(col, overflow="fold")
+        _section(console, "1. remember: notes for tenant acme, then globex")
+        table = _table("tenant", "id", "kind", "outcome", "content / path")
         acme_ids = []
         for kind, content, extra in ACME_FACTS:
             n = acme.remember(kind=kind, content=content, **extra)
@@ -56,9 +74,8 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         first = acme_ids[0]
         again = acme.remember(kind="fact", content="user prefers metric units.", tags=["ui"])
         changed = acme.remember(kind="fact", content="User prefers metric units and Celsius", tags=["prefs"])
-        t2 = Table(title="2. consolidation: a repeat folds, a changed fact supersedes")
-        for col in ("write", "id", "outcome", "supersedes", "tags"):
-            t2.add_column(col)
+        _section(console, "2. consolidation: a repeat folds, a changed fact supersedes")
+        t2 = _table("write", "id", "outcome", "supersedes", "tags")
         t2.add_row("'user prefers metric units.'", again.id, again.outcome, "-", ", ".join(again.tags))
         t2.add_row("'... metric units and Celsius'", changed.id, changed.outcome, changed.supersedes or "-",
                    ", ".join(changed.tags))
@@ -66,46 +83,58 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         summary["fold_same_id"] = again.id == first
         summary["superseded"] = changed.supersedes == first
 
-        from memfabric.adapters.cli import lineage_table, recall_table
-
-        res = acme.recall("which units does the user prefer?", budget=400)
-        console.print(recall_table(res, "3. recall 'which units does the user prefer?' (budget 400 tokens)"))
+        units = "which units does the user prefer?"
+        res = acme.recall(units, top_k=10, budget=400)
+        _section(console, f"3. recall '{units}' top_k=10 budget=400",
+                 "score = relevance (from sim: cosine, lex: full-text) + recency + importance")
+        console.print(recall_table(res))
         summary["top_hit_is_successor"] = bool(res.hits) and res.hits[0].id == changed.id
 
         before = changed.valid_from - timedelta(microseconds=1) if changed.valid_from else datetime.now(timezone.utc)
-        past = acme.recall("which units does the user prefer?", as_of=before, top_k=3)
-        console.print(recall_table(past, f"4. the same recall as of {before:%H:%M:%S.%f} (before the change)"))
+        past = acme.recall(units, as_of=before, top_k=3)
+        _section(console, f"4. recall '{units}' top_k=3 as of {before:%H:%M:%S.%f}"[:-3],
+                 "the same question just before the change: the first fact answers")
+        console.print(recall_table(past))
         summary["as_of_returns_first"] = bool(past.hits) and past.hits[0].id == first
 
-        budget = acme.recall("billing invoices database payments", top_k=10, budget=25)
-        console.print(recall_table(budget, "5. a tight budget (25 tokens): ranking stops at the first hit that does not fit"))
+        query = "billing invoices database payments"
+        budget = acme.recall(query, top_k=10, budget=25)
+        _section(console, f"5. recall '{query}' top_k=10 budget=25",
+                 "a tight budget: ranking stops at the first hit that does not fit")
+        console.print(recall_table(budget))
         summary["budget_hits"] = len(budget.hits)
 
-        untyped = acme.recall("how do I rotate the API key?", top_k=5)
-        typed = acme.recall("how do I rotate the API key?", kinds=("procedure",), top_k=1)
-        console.print(recall_table(untyped, "6a. untyped recall: procedures stay out"))
-        console.print(recall_table(typed, "6b. kinds=('procedure',)"))
+        query = "how do I rotate the API key?"
+        untyped = acme.recall(query, top_k=5)
+        typed = acme.recall(query, kinds=("procedure",), top_k=1)
+        _section(console, f"6a. recall '{query}' top_k=5", "an untyped recall (fact, file): procedures stay out")
+        console.print(recall_table(untyped))
+        _section(console, f"6b. recall '{query}' kinds=procedure top_k=1")
+        console.print(recall_table(typed))
         summary["procedure_excluded"] = all(h.kind != "procedure" for h in untyped.hits)
         summary["procedure_when_asked"] = bool(typed.hits) and typed.hits[0].kind == "procedure"
 
-        iso = globex.recall("user prefers metric units", top_k=10)
-        console.print(recall_table(iso, "7. tenant globex asks the same: it never sees acme's notes"))
+        query = "user prefers metric units"
+        iso = globex.recall(query, top_k=10)
+        _section(console, f"7. tenant globex: recall '{query}' top_k=10",
+                 "tenant isolation: globex never sees acme's notes")
+        console.print(recall_table(iso))
         summary["isolated"] = all(h.scope.tenant_id == "globex" for h in iso.hits)
 
         lin = acme.lineage(changed.id)
         history = {nid: acme.history(nid) for nid in [*lin.predecessors, changed.id, *lin.successors]}
+        _section(console, f"8. {lineage_summary(lin)}", "▶ marks the note asked for; every event stays in the log")
         console.print(lineage_table(lin, history))
 
         victim = acme_ids[3]
         result = acme.forget(id=victim, requested_by="demo-user")
         tomb = acme.history(victim)[-1]
-        t8 = Table(title="8. forget: the key is destroyed; the log keeps a tombstone")
-        for col in ("event", "reason", "requested_by", "content_hmac", "content now reads"):
-            t8.add_column(col, overflow="fold")
-        t8.add_row(tomb.type, str(tomb.fields.get("reason")), str(tomb.fields.get("requested_by")),
-                   str(tomb.fields.get("content_hmac"))[:24] + "…",
+        _section(console, f"9. forget {victim}: its key is destroyed, the log keeps a tombstone")
+        t9 = _table("event", "reason", "requested by", "content hmac", "content now reads")
+        t9.add_row(tomb.type, str(tomb.fields.get("reason")), str(tomb.fields.get("requested_by")),
+                   str(tomb.fields.get("content_hmac"))[:16] + "…",
                    str(acme.history(victim)[0].fields.get("content")))
-        console.print(t8)
+        console.print(t9)
         console.print(f"deleted={result.deleted} held={result.held}; "
                       f"verify_content(original text) = "
                       f"{acme.verify_content(victim, ACME_FACTS[3][1])}")
@@ -115,20 +144,21 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         acme.remember(kind="working", block="persona", content="Concise assistant for the acme ops team.")
         acme.append_block("task", "Migrate the staging database")
         block = acme.append_block("task", "then rotate the API key")
-        t9 = Table(title="9. working memory: labelled blocks, event-sourced, read every turn")
-        for col in ("block", "version", "content"):
-            t9.add_column(col, overflow="fold")
+        _section(console, "10. working memory: labelled blocks, read every turn",
+                 "event-sourced like notes: each write or append is an event")
+        t10 = _table("block", "version", "content")
         for label, entry in acme.working_value()["_fabric"]["blocks"].items():
-            t9.add_row(label, str(entry["version"]), entry["content"])
-        console.print(t9)
-        context = acme.context_provider(top_k=3)("which units does the user prefer?")
-        t10 = Table(title="10. context_provider(top_k=3)('which units does the user prefer?')")
-        for col in ("type", "text"):
-            t10.add_column(col, overflow="fold")
-        for item in context:
-            t10.add_row(item["type"], item["text"])
+            t10.add_row(label, str(entry["version"]), entry["content"])
         console.print(t10)
+        context = acme.context_provider(top_k=3)(units)
+        _section(console, f"11. context_provider(top_k=3)('{units}')",
+                 "what an agent gets each turn: working blocks, then recalled notes")
+        t11 = _table("type", "text")
+        for item in context:
+            t11.add_row(item["type"], item["text"])
+        console.print(t11)
         summary["working_block"] = block.content == "Migrate the staging database\nthen rotate the API key"
         summary["context_types"] = [item["type"] for item in context]
+    console.print()
     console.print("[green]demo finished[/green]")
     return summary

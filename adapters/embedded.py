@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+from memfabric.domain.errors import FabricError
 
 _log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ class EmbeddedPostgres:
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None) -> None:
         pgdata = Path(data_dir).expanduser() if data_dir else default_home() / "pg"
+        if pgdata.exists() and not pgdata.is_dir():
+            raise FabricError(f"data_dir: {pgdata} exists and is not a directory")
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import hmac
+import math
 import os
 import time
 import weakref
@@ -30,18 +31,18 @@ import numpy as np
 from eventsourcing.persistence import StoredEvent, Transcoder
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
-from pgvector import Vector
-from pgvector.psycopg.vector import register_vector_info
-from psycopg import Connection, sql
-from psycopg.types import TypeInfo
-
 from memfabric.adapters.crypto import KEYS_DDL, KeyStore, SealingMapper
+from memfabric.domain.errors import ProjectionLagError
 from memfabric.domain.policy import Neighbour
 from memfabric.domain.ports import Candidate, NeighbourQuery, NoteRef
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import note_scope, recall_index, working_value
 from memfabric.projections.engine import ProjectionEngine, advisory_key
+from pgvector import Vector
+from pgvector.psycopg.vector import register_vector_info
+from psycopg import Connection, sql
+from psycopg.types import TypeInfo
 
 _current: contextvars.ContextVar[Connection[Any] | None] = contextvars.ContextVar(
     "memfabric_current_tx", default=None
@@ -59,6 +60,11 @@ SECRETS_DDL = (
     " id smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1), secret bytea NOT NULL,"
     " created_at timestamptz NOT NULL DEFAULT now())"
 )
+
+
+def _finite(value: float) -> float:
+    """Cosine similarity with a zero vector is NaN in pgvector; read it as 0."""
+    return 0.0 if math.isnan(value) else value
 
 
 class PostgresNoteRecorder(PostgresApplicationRecorder):
@@ -222,7 +228,7 @@ class PostgresWriteTransaction:
                     ).fetchall()
                     for row in rows:
                         out[row["i"]].append(Neighbour(
-                            row["note_id"], float(row["sim"]), row["token_hash"], row["path"],
+                            row["note_id"], _finite(float(row["sim"])), row["token_hash"], row["path"],
                             row["subject"], row["valid_from"], row["valid_to"]))
         return out
 
@@ -252,6 +258,7 @@ class PostgresNoteStore:
         self.ef_search = ef_search
         self._secret: bytes | None = None
         self.awaited_engine: ProjectionEngine | None = None
+        self._sizes: dict[str, tuple[float, int]] = {}
 
     @contextmanager
     def connection(self) -> Iterator[Connection[Any]]:
@@ -298,7 +305,8 @@ class PostgresNoteStore:
         """Read-your-writes without inline projections: block until every projection
         has tracked ``position`` (kept by a separate ``memfabric projections run``).
         No-op when projections run inline (they are then updated in the write's own
-        transaction). Raises ``TimeoutError`` after ``timeout`` seconds."""
+        transaction). Raises ``ProjectionLagError`` (a ``TimeoutError``; the write itself
+        is committed) after ``timeout`` seconds."""
         engine = self.awaited_engine
         if engine is None or position <= 0:
             return
@@ -307,8 +315,9 @@ class PostgresNoteStore:
         pause = 0.002
         while min(engine.position(p.name) for p in engine.projections) < position:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"projections did not reach notification {position} in {timeout}s; "
-                                   "is `memfabric projections run` running?")
+                raise ProjectionLagError(
+                    f"the write is committed (notification {position}) but the projections did "
+                    f"not reach it in {timeout}s; is `memfabric projections run` running?")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
@@ -387,9 +396,14 @@ class PostgresNoteStore:
         ).format(parts=sql.SQL(", ").join(parts), ret=sql.SQL(recall_index.RETURNED),
                  sim=sim, lex=lex, lex_join=lex_join)
         with self.connection() as conn, conn.transaction():
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                sql.Literal(max(self.ef_search, limit))))
+            if embedding is not None and self._tenant_size(conn, t) <= self.exact_search_max:
+                # Exact search: for a small tenant, scanning its rows through the btree
+                # and sorting by distance is as fast as HNSW and has recall 1.0.
+                conn.execute("SET LOCAL enable_indexscan = off")
+            else:
+                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                    sql.Literal(max(self.ef_search, limit))))
             rows = conn.execute(stmt, params).fetchall()
         out = []
         for row in rows:
@@ -397,13 +411,32 @@ class PostgresNoteStore:
             out.append(Candidate(
                 aggregate_id=row["aggregate_id"],
                 note_id=row["note_id"],
-                similarity=None if sim_value is None else float(sim_value),
+                similarity=None if sim_value is None else _finite(float(sim_value)),
                 lexical=None if lex_value is None else float(lex_value),
                 vector_rank=row.pop("vrank"),
                 lexical_rank=row.pop("lrank"),
                 fields=row,
             ))
         return out
+
+    exact_search_max: int = 20_000
+    """Tenants with at most this many indexed notes are searched exactly (btree scan and
+    sort, recall 1.0); larger ones through HNSW with iterative scan. 0 disables."""
+
+    def _tenant_size(self, conn: Connection[Any], tenant_id: str) -> int:
+        """Indexed notes of a tenant, counted up to ``exact_search_max + 1`` and cached
+        for 30 s (it only chooses the search strategy, never filters)."""
+        now = time.monotonic()
+        hit = self._sizes.get(tenant_id)
+        if hit is not None and now - hit[0] < 30.0:
+            return hit[1]
+        row = conn.execute(
+            "SELECT count(*) AS n FROM (SELECT 1 FROM mf_recall_index WHERE tenant_id = %s"
+            " LIMIT %s) s", (tenant_id, self.exact_search_max + 1),
+        ).fetchone()
+        size = int(row["n"]) if row else 0
+        self._sizes[tenant_id] = (now, size)
+        return size
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
         """The blocks of exactly ``scope`` in the working-value projection."""

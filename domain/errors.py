@@ -47,6 +47,24 @@ class ValidatorRejectedError(FabricError):
     """A host-supplied validator rejected a working-memory write."""
 
 
+class SupersessionError(FabricError):
+    """An explicit ``supersedes`` cannot apply: the note was already superseded (supersede
+    its successor instead), or the new note would start before the old one."""
+
+
+class ProjectionLagError(FabricError, TimeoutError):
+    """The write was committed to the log, but the separate projection runner did not
+    project it in time (``inline_projections=False``); recall may not see it yet."""
+
+
+class EventIntegrityError(FabricError):
+    """A stored event failed authenticated decryption: its bytes were changed."""
+
+
+class EmbedderError(FabricError):
+    """The embedder returned something other than ``(n, dim)`` finite float vectors."""
+
+
 class ProjectionError(FabricError):
     """A projection stopped on an event; names the notification id, topic and cause."""
 

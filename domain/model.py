@@ -45,10 +45,31 @@ WORKING_FIELDS = frozenset({"kind", "block", "content"})
 """The only fields a ``working`` note accepts (its id is derived from the block label)."""
 
 
+def reject_nul(value: Any) -> Any:
+    """Raise ``ValueError`` when a string (or a string inside a list, tuple or dict)
+    holds a NUL character, which PostgreSQL text cannot store."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("must not contain NUL (\\x00) characters")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            reject_nul(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            reject_nul(key)
+            reject_nul(item)
+    return value
+
+
 class _Input(BaseModel):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return reject_nul(value)
 
 
 class Link(_Input):

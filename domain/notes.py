@@ -11,8 +11,11 @@ from pydantic import (
     ConfigDict,
     StrictBool,
     StrictStr,
+    Strict,
     StringConstraints,
+    TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -28,6 +31,7 @@ from memfabric.domain.model import (
     RecallResult,
     RememberInput,
     Scoring,
+    reject_nul,
 )
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import (
@@ -92,9 +96,10 @@ class Notes:
     def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput]) -> list[Note]:
         """Bulk write: same outcome as ``remember`` on each item in order, in one
         transaction (all or nothing). Items are mappings of remember fields."""
+        raw = _ITEMS.validate_python(items)  # a list of mappings, else ValidationError
         validated = [
             item if isinstance(item, RememberInput) else self._service.validate_remember(dict(item))
-            for item in items
+            for item in raw
         ]
         return self._service.remember_many(self.scope, validated)
 
@@ -300,8 +305,18 @@ class Notes:
 FilePath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 
 
+_ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
+    list[Annotated[RememberInput, Strict()] | dict[str, Any]]
+)
+
+
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return reject_nul(value)
 
 
 class ForgetArgs(_Args):

@@ -21,9 +21,14 @@ DEFAULT_FOLD_THRESHOLD = 0.85
 def normalized_tokens(text: str) -> tuple[str, ...]:
     """Lower-cased word tokens of ``text`` (letters and digits; punctuation dropped).
 
+    Text without any letter or digit (emoji, punctuation) falls back to its
+    non-space characters, case-folded, so "👍" and "👎" stay different notes.
     Two notes with equal normalized tokens are "the same note" for folding.
     """
-    return tuple(m.group(0).lower() for m in _WORD.finditer(text))
+    words = tuple(m.group(0).lower() for m in _WORD.finditer(text))
+    if words:
+        return words
+    return tuple(ch for ch in text.casefold() if not ch.isspace())
 
 
 def count_tokens(text: str) -> int:

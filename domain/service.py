@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from memfabric.domain import policy, working
 from memfabric.domain.errors import (
+    EmbedderError,
+    SupersessionError,
     CapacityError,
     ConflictError,
     FabricError,
@@ -219,6 +221,22 @@ class MemoryService(Application[UUID]):
     def _exists(self, scope: Scope, note_id: str) -> bool:
         return bool(self.recorder.select_events(note_uuid(scope, note_id), limit=1))
 
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The embedder's vectors for ``texts`` as a checked ``(n, dim)`` float32 array;
+        raises ``EmbedderError`` for any other shape or a non-finite value."""
+        try:
+            out = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise EmbedderError(f"embedder {self.embedder.id!r} returned no float vectors: {exc}") from exc
+        if out.shape != (len(texts), self.embedder.dim):
+            raise EmbedderError(
+                f"embedder {self.embedder.id!r} returned shape {out.shape}, "
+                f"expected {(len(texts), self.embedder.dim)}"
+            )
+        if not np.isfinite(out).all():
+            raise EmbedderError(f"embedder {self.embedder.id!r} returned NaN or infinite values")
+        return out
+
     def _redact(self, text: str | None) -> str | None:
         if text is None or self.redactor is None:
             return text
@@ -289,7 +307,7 @@ class MemoryService(Application[UUID]):
             return []
         notes = [item for item in items if item.kind != "working"]
         texts = [self._redact(item.text) or "" for item in notes]
-        vectors = self.embedder.embed(texts) if texts else []
+        vectors = self._embed(texts) if texts else []
         hashes = [policy.token_hash(policy.normalized_tokens(text)) for text in texts]
         consolidate = self.consolidation.enabled if consolidate is None else consolidate
         asks = [consolidate and item.id is None and item.supersedes is None for item in notes]
@@ -334,7 +352,16 @@ class MemoryService(Application[UUID]):
         embedding = _vector_bytes(vector)
         token_count = policy.count_tokens(text)
         if item.id is not None and (item.id in batch.by_note_id or self._exists(scope, item.id)):
-            raise NoteExistsError(f"note {item.id!r} already exists in scope {scope}")
+            raise NoteExistsError(f"id: note {item.id!r} already exists in scope {scope}")
+        for link in item.links:
+            target = batch.by_note_id.get(link.id)
+            if target is None:
+                try:
+                    target = self._load(scope, link.id)
+                except NoteNotFoundError:
+                    raise NoteNotFoundError(f"links: no note {link.id!r} in scope {scope}") from None
+            if not target.live:
+                raise NoteForgottenError(f"links: note {link.id!r} is forgotten or held")
 
         old: Note | None = None
         outcome: policy.FoldOutcome = "insert"
@@ -342,7 +369,18 @@ class MemoryService(Application[UUID]):
         if item.supersedes is not None:
             old = batch.by_note_id.get(item.supersedes) or self._load(scope, item.supersedes)
             if not old.live:
-                raise NoteForgottenError(f"note {item.supersedes!r} is forgotten or held")
+                raise NoteForgottenError(f"supersedes: note {item.supersedes!r} is forgotten or held")
+            if old.superseded_by is not None:
+                raise SupersessionError(
+                    f"supersedes: note {old.note_id!r} was already superseded by "
+                    f"{old.superseded_by!r}; supersede that note instead"
+                )
+            if (item.valid_from is not None and old.valid_from is not None
+                    and item.valid_from < old.valid_from):
+                raise SupersessionError(
+                    f"valid_from: {item.valid_from.isoformat()} is before the superseded note's "
+                    f"valid_from {old.valid_from.isoformat()}"
+                )
             outcome = "supersede"
         elif consolidate:
             local = batch.nearest(item, token_hash, vector, now, self.consolidation.threshold)
@@ -508,7 +546,7 @@ class MemoryService(Application[UUID]):
         limit = max(query.top_k * OVERSAMPLE, MIN_CANDIDATES)
         embedding = None
         if query.mode != "lexical":
-            embedding = self.embedder.embed([query.query])[0]
+            embedding = self._embed([query.query])[0]
         candidates = self.store.recall(
             scope,
             embedding=embedding,
@@ -601,8 +639,13 @@ class MemoryService(Application[UUID]):
             source_entry_ids=tuple(f["source_entry_ids"] or ()),
             supersedes=f["supersedes"],
             importance=float(f["importance"]),
-            consent=f.get("consent"),
+            consent=f["consent"],
             version=int(f["version"]),
+            context=f["context"],
+            keywords=tuple(f["keywords"] or ()),
+            fold_count=int(f["fold_count"]),
+            updated_at=f["updated_at"],
+            outcome="recalled",
         )
 
     # ------------------------------------------------------------------- reading

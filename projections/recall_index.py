@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from psycopg import Cursor, sql
+from psycopg.types.json import Jsonb
 
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
@@ -29,7 +30,8 @@ COLUMNS: tuple[str, ...] = (
     "tenant_id", "resource_id", "thread_id", "visibility", "consent_granted", "kind",
     "aggregate_id", "note_id", "valid", "superseded_by", "importance", "token_count",
     "tags", "path", "subject", "token_hash", "content", "source_entry_ids", "supersedes",
-    "t_ref", "ingested_at", "version", "embedder_id", "embedding",
+    "t_ref", "ingested_at", "version", "embedder_id", "context", "keywords", "fold_count",
+    "updated_at", "consent", "embedding",
 )
 """Column order of a row tuple (also the COPY order)."""
 
@@ -37,7 +39,8 @@ RETURNED = (
     "i.tenant_id, i.resource_id, i.thread_id, i.kind, i.note_id, i.importance, i.token_count,"
     " i.tags, i.path, i.subject, i.content, i.source_entry_ids, i.supersedes, i.t_ref,"
     " i.ingested_at, i.version, lower(i.valid) AS valid_from, upper(i.valid) AS valid_to,"
-    " i.visibility, i.consent_granted"
+    " i.visibility, i.consent_granted, i.context, i.keywords, i.fold_count, i.updated_at,"
+    " i.consent"
 )
 """Columns a recall returns (table alias ``i``)."""
 
@@ -55,7 +58,8 @@ def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
             " token_count integer NOT NULL, tags text[] NOT NULL, path text, subject text,"
             " token_hash text NOT NULL, content text NOT NULL, source_entry_ids text[] NOT NULL,"
             " supersedes text, t_ref timestamptz, ingested_at timestamptz NOT NULL,"
-            " version integer NOT NULL, embedder_id text,"
+            " version integer NOT NULL, embedder_id text, context text, keywords text[] NOT NULL,"
+            " fold_count integer NOT NULL, updated_at timestamptz, consent jsonb,"
             " embedding vector({dim}) NOT NULL,"
             " tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED)"
         ).format(t=t, dim=sql.Literal(dim)),
@@ -130,6 +134,11 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         note.created_on,
         int(note.version),
         note.embedder_id,
+        note.context,
+        list(note.keywords),
+        int(note.fold_count),
+        note.updated_at,
+        Jsonb(note.consent) if note.consent is not None else None,
         np.frombuffer(note.embedding, dtype=np.float32),
     )
 
@@ -174,7 +183,8 @@ def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> Non
 _COPY_TYPES = (
     "text", "text", "text", "text", "bool", "text", "uuid", "text", "tstzrange",
     "text", "float4", "int4", "text[]", "text", "text", "text", "text", "text[]",
-    "text", "timestamptz", "timestamptz", "int4", "text", "vector",
+    "text", "timestamptz", "timestamptz", "int4", "text", "text", "text[]", "int4",
+    "timestamptz", "jsonb", "vector",
 )
 
 
