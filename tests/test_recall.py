@@ -131,9 +131,11 @@ def test_same_id_in_two_scopes_is_two_notes(fabric: Fabric) -> None:
     assert fabric.scope("b").get("00000000000a").content == "beta"
 
 
-def test_filtered_hnsw_returns_top_k_for_a_small_tenant(dsn: str) -> None:
+@pytest.mark.parametrize("exact_search_max", [0, 20_000], ids=["hnsw", "exact"])
+def test_filtered_hnsw_returns_top_k_for_a_small_tenant(dsn: str, exact_search_max: int) -> None:
     """10 tenants; the querying tenant owns a tenth of 3,000 rows: all top_k rows come
-    back and match exact search (iterative index scan)."""
+    back and match exact search, both through the HNSW index (iterative scan) and with
+    the exact strategy used for small tenants."""
     emb = HashEmbedder()
     rng = np.random.default_rng(7)
     words = [f"w{i}" for i in range(400)]
@@ -147,6 +149,7 @@ def test_filtered_hnsw_returns_top_k_for_a_small_tenant(dsn: str) -> None:
             notes = fab.scope(f"tenant{t}").remember_many(items)
             texts[t] = [(n.id, n.content) for n in notes]
         query = " ".join(rng.choice(words, size=4))
+        fab.store.exact_search_max = exact_search_max
         res = fab.scope("tenant3").recall(query, top_k=25, mode="vector",
                                           scoring={"recency_weight": 0, "importance_weight": 0})
         assert len(res.hits) == 25
