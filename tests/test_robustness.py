@@ -165,3 +165,31 @@ def test_open_fabric_validates_its_options(dsn: str, tmp_path: Path) -> None:
     a_file.write_text("x")
     with pytest.raises(FabricError, match="data_dir"):
         open_fabric(data_dir=a_file)
+
+
+def test_embedded_server_stops_after_a_user_was_killed(tmp_path: Path) -> None:
+    """A process killed with SIGKILL never releases its use of the embedded server; the
+    last live user still stops it on close."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    os.chmod(tmp_path, 0o755)
+    data = str(tmp_path / "pg")
+    code = (f"from memfabric.adapters import open_fabric\nf = open_fabric(data_dir={data!r})\n"
+            "print('up', flush=True)\nimport time; time.sleep(120)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline().strip() == b"up"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    with open_fabric(data_dir=data) as fab:
+        fab.scope("acme").remember(kind="fact", content="still works")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        running = subprocess.run(["pgrep", "-f", f"postgres -D {data}"], capture_output=True, text=True).stdout
+        if not running.strip():
+            break
+        time.sleep(0.2)
+    assert not running.strip(), "the embedded server kept running after its last user closed"
