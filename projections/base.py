@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -60,12 +61,19 @@ def write_rows(
     """Delete the rows whose ``aggregate_id`` is in ``deletes`` and upsert ``upserts``
     (tuples in ``columns`` order, keyed by ``aggregate_id``). Columns in ``binary`` are
     sent in binary format (pgvector's ``vector``)."""
-    t = sql.Identifier(table)
+    delete, upsert = _statements(table, tuple(columns), tuple(binary))
     if deletes:
-        cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), (list(deletes),))
-    if not upserts:
-        return
-    stmt = sql.SQL(
+        cur.execute(delete, (list(deletes),), prepare=True)
+    if upserts:
+        cur.executemany(upsert, upserts)
+
+
+@lru_cache(maxsize=64)
+def _statements(table: str, columns: tuple[str, ...], binary: tuple[str, ...]) -> tuple[bytes, bytes]:
+    """The DELETE and upsert statements of :func:`write_rows`, composed once."""
+    t = sql.Identifier(table)
+    delete = sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t)
+    upsert = sql.SQL(
         "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
     ).format(
         t=t,
@@ -76,7 +84,7 @@ def write_rows(
             for c in columns if c != "aggregate_id"
         ),
     )
-    cur.executemany(stmt, upserts)
+    return delete.as_bytes(None), upsert.as_bytes(None)
 
 
 def copy_rows(

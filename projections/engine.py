@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import IntegrityError, Tracking
 from eventsourcing.postgres import PostgresTrackingRecorder
 from psycopg import Cursor, sql
 
@@ -60,6 +60,7 @@ class ProjectionEngine:
         self.load_notes = load_notes
         self.prepare: Callable[[Any], None] | None = None
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
+        self._positions_sql: tuple[list[str], tuple[str, list[Any]]] | None = None
         self.trackers = {
             p.name: PostgresTrackingRecorder(datastore, tracking_table_name=f"mf_{p.name}_tracking")
             for p in self.projections
@@ -137,12 +138,35 @@ class ProjectionEngine:
             if pos < first - 1:
                 self._apply_range(cur, p, pos, first - 1)
             p.apply(cur, notes)
-            self._record(cur, p.name, last)
+        self._record_all(cur, last)
+
+    def _record_all(self, cur: Cursor[Any], position: int) -> None:
+        """Record ``position`` for every projection with eventsourcing's tracking
+        statement; all statements are sent before any result is read (one round trip
+        in pipeline mode). Raises ``IntegrityError`` when a projection was already past
+        ``position`` (eventsourcing's single-row tracking refuses to move back)."""
+        params = {"application_name": self.application_name, "notification_id": position}
+        sent = []
+        for p in self.projections:
+            c = cur.connection.cursor()
+            c.execute(self.trackers[p.name].insert_tracking_statement, params, prepare=True)
+            sent.append((p.name, c))
+        for name, c in sent:
+            row = c.fetchone()
+            c.close()
+            if row is None:
+                raise IntegrityError(f"failed to record tracking for {name} at {position}")
 
     def _lock_and_read_positions(self, cur: Cursor[Any]) -> dict[str, int]:
         """Take every projection's advisory lock (in list order, as every projection
         writer does) and read their tracked positions, in one round trip."""
         names = [p.name for p in self.projections]
+        if self._positions_sql is None or self._positions_sql[0] != names:
+            self._positions_sql = (names, self._positions_query(names))
+        rows = cur.execute(self._positions_sql[1][0], self._positions_sql[1][1], prepare=True).fetchall()
+        return {row["name"]: int(row["pos"] or 0) for row in rows}
+
+    def _positions_query(self, names: list[str]) -> tuple[str, list[Any]]:
         locks = ", ".join("pg_advisory_xact_lock(%s)" for _ in names)
         reads = " UNION ALL ".join(
             f"(SELECT %s::text AS name, max(notification_id) AS pos FROM "  # noqa: S608
@@ -152,9 +176,7 @@ class ProjectionEngine:
         params: list[Any] = [advisory_key(n) for n in names]
         for n in names:
             params += [n, self.application_name]
-        rows = cur.execute(f"WITH l AS MATERIALIZED (SELECT {locks}) SELECT r.* FROM l, ({reads}) r",
-                           params).fetchall()
-        return {row["name"]: int(row["pos"] or 0) for row in rows}
+        return f"WITH l AS MATERIALIZED (SELECT {locks}) SELECT r.* FROM l, ({reads}) r", params
 
     # --------------------------------------------------------------- catch-up
     def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int) -> list[dict[str, Any]]:

@@ -155,14 +155,19 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
 
 
 BULK_MIN_ROWS = 2000
-"""A write of at least this many rows that also at least doubles the table is loaded
-with COPY and the HNSW index is rebuilt after the load (see :func:`_bulk_load`)."""
+"""A write of at least this many rows (see also :data:`BULK_FRACTION`) is loaded with
+COPY and the HNSW index is rebuilt after the load (see :func:`_bulk_load`)."""
+
+
+BULK_FRACTION = 0.2
+"""...and that adds at least this fraction of the rows already there: inserting row by
+row into HNSW costs several times more per row than building the index in bulk."""
 
 
 def _is_bulk(cur: Cursor[Any], table: str, n: int) -> bool:
     row = cur.execute(sql.SQL("SELECT count(*) AS c FROM {t}").format(t=sql.Identifier(table))).fetchone()
     existing = int(row["c"] if isinstance(row, dict) else row[0]) if row else 0
-    return n >= existing
+    return n >= BULK_FRACTION * existing
 
 
 def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> None:
