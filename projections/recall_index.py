@@ -145,7 +145,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
 
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
     """Upsert or delete the rows of ``notes`` (their current aggregate state); a large
-    load that at least doubles the table goes through :func:`_bulk_load`."""
+    load that adds at least BULK_FRACTION of the table goes through :func:`_bulk_load`."""
     upserts, deletes = split_rows(notes, row_for)
     if len(upserts) >= BULK_MIN_ROWS and _is_bulk(cur, table, len(upserts)):
         write_rows(cur, table, COLUMNS, [], deletes)
