@@ -193,3 +193,37 @@ def test_embedded_server_stops_after_a_user_was_killed(tmp_path: Path) -> None:
             break
         time.sleep(0.2)
     assert not running.strip(), "the embedded server kept running after its last user closed"
+
+
+def test_two_processes_share_one_embedded_server(tmp_path: Path) -> None:
+    """Two processes on one data directory share one server; the first to close leaves
+    it running for the other; the last one stops it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    os.chmod(tmp_path, 0o755)
+    data = str(tmp_path / "pg")
+    code = (f"import sys\nfrom memfabric.adapters import open_fabric\n"
+            f"with open_fabric(data_dir={data!r}) as f:\n"
+            "    f.scope('acme').remember(kind='fact', content='written by the child')\n"
+            "    print(f._embedded._server.get_pid(), flush=True)\n"
+            "    sys.stdin.readline()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdin is not None
+    server_pid = int(child.stdout.readline())
+    with open_fabric(data_dir=data) as fab:
+        assert fab._embedded is not None and fab._embedded._server.get_pid() == server_pid  # noqa: SLF001
+        child.stdin.write(b"close\n")
+        child.stdin.flush()
+        assert child.wait(30) == 0
+        hits = fab.scope("acme").recall("written by the child").hits  # the server is still up
+        assert [h.content for h in hits] == ["written by the child"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        running = subprocess.run(["pgrep", "-f", f"postgres -D {data}"], capture_output=True, text=True).stdout
+        if not running.strip():
+            break
+        time.sleep(0.2)
+    assert not running.strip()
