@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import psycopg
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.adapters.postgres import (
     PostgresFactory,
@@ -191,11 +191,7 @@ def open_fabric(
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
     """
-    embedded = None
-    dsn = dsn or os.environ.get("MEMFABRIC_DSN")
-    if not dsn:
-        embedded = EmbeddedPostgres(data_dir)
-        dsn = embedded.dsn
+    dsn, embedded = resolve_dsn(dsn, data_dir)
     try:
         # One opener at a time creates tables: eventsourcing's and the projections' DDL
         # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail).

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ from rich.text import Text
 
 from memfabric.adapters.audit import CHAIN_TABLE, EVENTS_TABLE, LogEntry, export_jsonl, read_log, verify_chain
 from memfabric.adapters.bootstrap import Fabric, open_fabric
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.embedded import resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.model import NOTE_ID_RE
@@ -104,11 +103,7 @@ def _index_dim(dsn: str) -> int | None:
 def admin_fabric(dsn: str | None, data_dir: str | None) -> Iterator[Fabric]:
     """An open fabric for admin work: no inline projections, no catch-up on open, and a
     hash embedder of the recall index's dimension (admin commands never embed)."""
-    embedded = None
-    dsn = dsn or os.environ.get("MEMFABRIC_DSN")
-    if not dsn:
-        embedded = EmbeddedPostgres(data_dir)
-        dsn = embedded.dsn
+    dsn, embedded = resolve_dsn(dsn, data_dir)
     try:
         dim = _index_dim(dsn) or 384
         with open_fabric(dsn, embedder=HashEmbedder(dim), inline_projections=False, catch_up=False) as fabric:

@@ -67,3 +67,13 @@ class EmbeddedPostgres:
             alive = [pid for pid in pids if pid == os.getpid() or psutil.pid_exists(pid)]
             if alive != pids:
                 users.put(alive)
+
+
+def resolve_dsn(dsn: str | None, data_dir: str | os.PathLike[str] | None) -> tuple[str, EmbeddedPostgres | None]:
+    """The DSN to use: ``dsn``, else ``$MEMFABRIC_DSN``, else the embedded server of
+    ``data_dir`` (started or joined; returned so the caller closes it)."""
+    dsn = dsn or os.environ.get("MEMFABRIC_DSN")
+    if dsn:
+        return dsn, None
+    embedded = EmbeddedPostgres(data_dir)
+    return embedded.dsn, embedded

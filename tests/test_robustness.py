@@ -174,7 +174,6 @@ def test_embedded_server_stops_after_a_user_was_killed(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     os.chmod(tmp_path, 0o755)
     data = str(tmp_path / "pg")
@@ -186,13 +185,7 @@ def test_embedded_server_stops_after_a_user_was_killed(tmp_path: Path) -> None:
     child.wait()
     with open_fabric(data_dir=data) as fab:
         fab.scope("acme").remember(kind="fact", content="still works")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        running = subprocess.run(["pgrep", "-f", f"postgres -D {data}"], capture_output=True, text=True).stdout
-        if not running.strip():
-            break
-        time.sleep(0.2)
-    assert not running.strip(), "the embedded server kept running after its last user closed"
+    assert _stopped(data), "the embedded server kept running after its last user closed"
 
 
 def test_two_processes_share_one_embedded_server(tmp_path: Path) -> None:
@@ -201,7 +194,6 @@ def test_two_processes_share_one_embedded_server(tmp_path: Path) -> None:
     import os
     import subprocess
     import sys
-    import time
 
     os.chmod(tmp_path, 0o755)
     data = str(tmp_path / "pg")
@@ -220,10 +212,19 @@ def test_two_processes_share_one_embedded_server(tmp_path: Path) -> None:
         assert child.wait(30) == 0
         hits = fab.scope("acme").recall("written by the child").hits  # the server is still up
         assert [h.content for h in hits] == ["written by the child"]
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    assert _stopped(data)
+
+
+def _stopped(data: str, timeout: float = 10.0) -> bool:
+    """Whether no postgres process serves ``data`` (waiting up to ``timeout`` seconds)."""
+    import subprocess
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
         running = subprocess.run(["pgrep", "-f", f"postgres -D {data}"], capture_output=True, text=True).stdout
         if not running.strip():
-            break
+            return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.2)
-    assert not running.strip()

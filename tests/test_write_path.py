@@ -234,8 +234,6 @@ ITEMS = [
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_remember_many_equals_one_by_one(pg_server: str, _template: str, seed: int) -> None:
-    from tests.conftest import drop_database, new_database
-
     rnd = random.Random(seed)
     items = [{"kind": "fact", "content": c} for c in ITEMS] + [
         {"kind": "fact", "content": "My name is Ann", "subject": "name"},
@@ -243,20 +241,27 @@ def test_remember_many_equals_one_by_one(pg_server: str, _template: str, seed: i
         {"kind": "file", "path": "a.py"}, {"kind": "file", "path": "a.py", "content": "module a"},
     ]
     rnd.shuffle(items)
-    results = []
-    for bulk in (False, True):
-        dsn = new_database(pg_server, _template)
-        try:
-            with open_fabric(dsn) as fab:
-                notes = fab.scope("acme")
-                out = notes.remember_many(items) if bulk else [notes.remember(**i) for i in items]
-                shape = [(o.outcome, o.content) for o in out]
-                rows = fetch(dsn, "SELECT content, superseded_by IS NULL, kind FROM mf_recall_index ORDER BY 1, 2, 3")
-                kinds = [t for t in topics(dsn)]
-            results.append((shape, rows, sorted(kinds)))
-        finally:
-            drop_database(pg_server, dsn)
-    assert results[0] == results[1]
+    assert _written(pg_server, _template, items, bulk=False) == _written(pg_server, _template, items, bulk=True)
+
+
+def _written(pg_server: str, template: str, items: list[dict[str, Any]], *, bulk: bool) -> tuple[Any, ...]:
+    """Write ``items`` into a fresh database (bulk or one by one) and return what the
+    caller saw (outcomes, contents, which earlier item each note superseded), the live
+    index rows and the event types."""
+    from tests.conftest import drop_database, new_database
+
+    dsn = new_database(pg_server, template)
+    try:
+        with open_fabric(dsn) as fab:
+            notes = fab.scope("acme")
+            out = notes.remember_many(items) if bulk else [notes.remember(**i) for i in items]
+            ids = {o.id: n for n, o in enumerate(out)}  # note ids differ between runs: map them
+            shape = [(o.outcome, o.content, ids.get(o.supersedes or "", None)) for o in out]
+            rows = fetch(dsn, "SELECT content, kind, superseded_by IS NULL FROM mf_recall_index"
+                              " ORDER BY content, kind, 3")
+        return shape, rows, sorted(topics(dsn))
+    finally:
+        drop_database(pg_server, dsn)
 
 
 SENTENCES = [
@@ -274,21 +279,5 @@ SENTENCES = [
 def test_remember_many_equals_one_by_one_property(pg_server: str, _template: str,
                                                   seq: list[tuple[str, str | None, str]]) -> None:
     """Any sequence of repeats, changed facts, subjects and kinds: bulk == one by one."""
-    from tests.conftest import drop_database, new_database
-
     items = [{"kind": k, "content": c, **({"subject": s} if s else {})} for c, s, k in seq]
-    results = []
-    for bulk in (False, True):
-        dsn = new_database(pg_server, _template)
-        try:
-            with open_fabric(dsn) as fab:
-                notes = fab.scope("acme")
-                out = notes.remember_many(items) if bulk else [notes.remember(**i) for i in items]
-                ids = {o.id: n for n, o in enumerate(out)}  # note ids differ between runs: map them
-                shape = [(o.outcome, o.content, ids.get(o.supersedes or "", None)) for o in out]
-                rows = fetch(dsn, "SELECT content, kind, superseded_by IS NULL FROM mf_recall_index"
-                                  " ORDER BY content, kind, 3")
-            results.append((shape, rows, sorted(topics(dsn))))
-        finally:
-            drop_database(pg_server, dsn)
-    assert results[0] == results[1]
+    assert _written(pg_server, _template, items, bulk=False) == _written(pg_server, _template, items, bulk=True)
