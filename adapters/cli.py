@@ -153,7 +153,7 @@ def remember(
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the note as JSON.")] = False,
 ) -> None:
-    """Remember one note and print its id and outcome (inserted, folded, superseding)."""
+    """Remember one note and print its id and outcome (inserted, folded, superseding, preceding)."""
     if importance is not None and not (0.0 <= importance <= 1.0):  # also rejects nan
         fail("importance: must be a number between 0 and 1")
     fields: dict[str, Any] = {"kind": kind, "content": content}

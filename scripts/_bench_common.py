@@ -7,6 +7,9 @@ of shipping it over pipes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import hashlib
 import random
 import re
@@ -175,3 +178,33 @@ def recall_at_k(hits: list[int], query_vec: np.ndarray, vecs: np.ndarray, rows: 
     score = {int(r): float(s) for r, s in zip(rows, sims)}
     good = {h for h in hits if h in score and score[h] >= kth - 1e-5}
     return len(good) / min(k, len(rows))
+
+
+@contextmanager
+def scratch_database(dsn: str | None, prefix: str) -> Iterator[str]:
+    """A fresh database (dropped afterwards) on the server at ``dsn``, or on a
+    throwaway embedded PostgreSQL when ``dsn`` is None; yields its DSN."""
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from memfabric.adapters.embedded import EmbeddedPostgres
+
+    tmp = None if dsn else tempfile.TemporaryDirectory(prefix=prefix + "-")
+    server = EmbeddedPostgres(Path(tmp.name) / "pg") if tmp else None
+    base = server.dsn if server else str(dsn)
+    name = prefix.replace("-", "_") + "_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield make_conninfo(base, dbname=name)
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        if server is not None:
+            server.close()
+        if tmp is not None:
+            tmp.cleanup()

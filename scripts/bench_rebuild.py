@@ -27,23 +27,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from memfabric.adapters import HashEmbedder, open_fabric
-from memfabric.adapters.embedded import EmbeddedPostgres
 from memfabric.projections import recall_index
 from memfabric.projections.rebuild import ProjectionAdmin, RichReporter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import scratch_database  # noqa: E402
 
 console = Console()
 
@@ -111,33 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the figures as JSON to this file")
     args = ap.parse_args(argv)
 
-    embedded: EmbeddedPostgres | None = None
-    if args.dsn:
-        server = args.dsn
-    else:
-        tmp = Path(tempfile.mkdtemp(prefix="mf-bench-rebuild-"))
-        embedded = EmbeddedPostgres(tmp / "pg")
-        server = embedded.dsn
-    dbname = "mf_bench_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {dbname}")
-    dsn = make_conninfo(server, dbname=dbname)
-    try:
-        with open_fabric(dsn, embedder=HashEmbedder(args.dim), consolidate=False,
-                         inline_projections=False) as fabric:
-            t0 = time.perf_counter()
-            load(fabric, args.n, args.batch)
-            console.print(f"loaded {args.n:,} notes in {time.perf_counter() - t0:.1f}s")
-            admin = ProjectionAdmin.for_fabric(fabric)
-            with RichReporter(console) as reporter:
-                report = admin.rebuild("recall_index", reporter=reporter,
-                                       maintenance_work_mem=args.maintenance_work_mem)
-            copy_s, index_s, rows = raw_copy_plus_index(fabric, args.dim, args.maintenance_work_mem)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
-        if embedded is not None:
-            embedded.close()
+    with scratch_database(args.dsn, "mf-bench-rebuild") as dsn, \
+            open_fabric(dsn, embedder=HashEmbedder(args.dim), consolidate=False,
+                        inline_projections=False, await_projections=False) as fabric:
+        # writes skip the projections (nothing waits for a runner): the rebuild builds them
+        t0 = time.perf_counter()
+        load(fabric, args.n, args.batch)
+        console.print(f"loaded {args.n:,} notes in {time.perf_counter() - t0:.1f}s")
+        admin = ProjectionAdmin.for_fabric(fabric)
+        with RichReporter(console) as reporter:
+            report = admin.rebuild("recall_index", reporter=reporter,
+                                   maintenance_work_mem=args.maintenance_work_mem)
+        copy_s, index_s, rows = raw_copy_plus_index(fabric, args.dim, args.maintenance_work_mem)
 
     raw = copy_s + index_s
     out = {

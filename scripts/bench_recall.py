@@ -26,21 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _bench_common as data  # noqa: E402
 
 from memfabric.adapters import HashEmbedder, open_fabric  # noqa: E402
-from memfabric.adapters.embedded import EmbeddedPostgres  # noqa: E402
 
 MODES = ("hybrid", "vector", "lexical")
 
@@ -126,28 +122,10 @@ def run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server: EmbeddedPostgres | None = None
-    base = args.dsn
-    tmp = None
-    if base is None:
-        tmp = tempfile.TemporaryDirectory(prefix="memfabric-bench-recall-")
-        server = EmbeddedPostgres(Path(tmp.name) / "pg")
-        base = server.dsn
-    name = "mf_bench_recall_" + uuid.uuid4().hex[:8]
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    dsn = make_conninfo(base, dbname=name)
-    try:
+    with data.scratch_database(args.dsn, "mf-bench-recall") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         result = run(args, dsn)
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        if server is not None:
-            server.close()
-        if tmp is not None:
-            tmp.cleanup()
     print(f"recall latency, {result['n']} notes ({result['tenant_rows']} in the queried tenant), "
           f"{result['queries']} queries, top_k={result['top_k']} (load {result['load_s']}s)")
     print(f"{'mode':<8} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'hit@10':>7}")
