@@ -48,13 +48,14 @@ from psycopg import Connection, sql
 from psycopg.rows import tuple_row
 
 from memfabric.adapters.crypto import MAGIC
+from memfabric.projections import tables
 from memfabric.domain.note import ERASED
 from memfabric.projections.engine import advisory_key
 
-EVENTS_TABLE = "memfabric_events"
+EVENTS_TABLE = tables.EVENTS
 REMEMBERED_TOPIC = "memfabric.domain.note:Note.Remembered"
 
-CHAIN_TABLE = "mf_audit_chain"
+CHAIN_TABLE = tables.AUDIT_CHAIN
 CHAIN_DDL = (
     f"CREATE TABLE IF NOT EXISTS {CHAIN_TABLE} ("
     " position bigint PRIMARY KEY, prev_position bigint NOT NULL, events integer NOT NULL,"
@@ -222,10 +223,10 @@ def read_log(
     events (``None``: never). Memory use is bounded (one batch plus a bounded scope
     cache). ``fabric``: an open ``memfabric.adapters.Fabric``.
     """
-    mapper = fabric.service.mapper
-    keys = fabric.service.factory.keys
+    mapper = fabric.log.sealing_mapper
+    keys = fabric.log.keys
     scopes = _Scopes(mapper)
-    datastore = fabric.service.factory.datastore
+    datastore = fabric.log.datastore
     ids: list[UUID] | None = None
     if note is not None:
         with datastore.get_connection() as conn, conn.transaction():
@@ -399,7 +400,7 @@ def verify_chain(
     malformed anchor.
     """
     wanted = _parse_anchor(anchor)
-    datastore = fabric.service.factory.datastore
+    datastore = fabric.log.datastore
     create_chain_table(datastore)
     report = AuditReport()
     lock = advisory_key("mf-audit")

@@ -8,36 +8,28 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
-from uuid import UUID
 
 import psycopg
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.adapters.postgres import (
-    PostgresFactory,
-    PostgresNoteRecorder,
-    PostgresNoteStore,
-)
+from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
+from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
+from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError
-from memfabric.domain.note import Note
+from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Embedder
+from memfabric.domain.results import EraseResult
 from memfabric.domain.scope import Scope
-from memfabric.domain.service import (
-    Consolidation,
-    EraseResult,
-    EraseScopeInput,
-    Limits,
-    MemoryService,
-)
+from memfabric.domain.service import MemoryService
+from memfabric.projections import tables
+from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
-
-EVENTS_TABLE = "memfabric_events"
 
 
 def _ensure_extension(dsn: str) -> None:
@@ -82,9 +74,10 @@ class Fabric:
       of the server.
     """
 
-    def __init__(self, service: MemoryService, store: PostgresNoteStore, engine: ProjectionEngine,
-                 dsn: str, embedded: EmbeddedPostgres | None) -> None:
+    def __init__(self, service: MemoryService, log: NoteLog, store: PostgresNoteStore,
+                 engine: ProjectionEngine, dsn: str, embedded: EmbeddedPostgres | None) -> None:
         self.service = service
+        self.log = log
         self.store = store
         self.engine = engine
         self.dsn = dsn
@@ -113,7 +106,7 @@ class Fabric:
         Other tenants, resources and threads are never touched. Projections are caught
         up first, so the erasure also covers notes a separate runner has not projected yet.
 
-        Returns :class:`~memfabric.domain.service.EraseResult`. Raises
+        Returns :class:`~memfabric.domain.results.EraseResult`. Raises
         ``pydantic.ValidationError`` (naming the field) for a bad id, ``hold``,
         ``requested_by`` or ``batch_size``; nothing is written then.
         """
@@ -122,10 +115,7 @@ class Fabric:
             requested_by=requested_by, batch_size=batch_size,
         )
         self.engine.catch_up()
-        return self.service.erase_scope(
-            args.tenant_id, args.resource_id, args.thread_id, hold=args.hold,
-            requested_by=args.requested_by, batch_size=args.batch_size,
-        )
+        return self.service.erase_scope(args)
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
@@ -136,7 +126,7 @@ class Fabric:
             return
         self._closed = True
         try:
-            self.service.close()
+            self.log.close()
         finally:
             if self._embedded is not None:
                 self._embedded.close()
@@ -206,46 +196,33 @@ def open_fabric(
             else:
                 consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
             limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
-            service = MemoryService(
-                _env_from_dsn(dsn, pool_size, max_overflow),
-                embedder=embedder,
-                consolidation=consolidation,
-                limits=limits_model,
-                redactor=redactor,
-                require_consent=require_consent,
-                working_validator=working_validator,
-            )
-            factory = service.factory
-            assert isinstance(factory, PostgresFactory)
-            recorder = service.recorder
-            assert isinstance(recorder, PostgresNoteRecorder)
-            store = PostgresNoteStore(factory.datastore, recorder, service.mapper)  # type: ignore[arg-type]
-            service.store = store
-
-            def load_notes(ids: Sequence[UUID]) -> list[Note]:
-                factory.keys.preload(list(ids))
-                notes = []
-                for aggregate_id in ids:
-                    note = service.repository.get(aggregate_id)
-                    assert isinstance(note, Note)
-                    notes.append(note)
-                return notes
-
+            log = NoteLog(_env_from_dsn(dsn, pool_size, max_overflow))
+            store = PostgresNoteStore(log)
             engine = ProjectionEngine(
-                factory.datastore, service.name, EVENTS_TABLE,
-                [RecallIndexProjection(embedder.dim), WorkingValueProjection(), NoteScopeProjection()],
-                load_notes,
+                log.datastore, log.name, tables.EVENTS,
+                [RecallIndexProjection(embedder.dim), WorkingValueProjection(),
+                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim)],
+                cursor_loader(log),
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
-            _check_dim(factory.datastore, embedder.dim)
+            _check_dim(log.datastore, embedder.dim)
             engine.create()
-            if inline_projections:
-                recorder.engine = engine
-            elif await_projections:
+            store.secret()  # created or read now, so no write needs a second connection
+            if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner
+
+            def unit_of_work(scopes: Sequence[Scope]) -> PostgresUnitOfWork:
+                return PostgresUnitOfWork(log, engine, store.vectors, store.secret, scopes,
+                                          inline_all=inline_projections)
+
+            service = MemoryService(
+                unit_of_work=unit_of_work, store=store, embedder=embedder,
+                consolidation=consolidation, limits=limits_model, redactor=redactor,
+                require_consent=require_consent, working_validator=working_validator,
+            )
             if catch_up:
                 engine.catch_up()
-            return Fabric(service, store, engine, dsn, embedded)
+            return Fabric(service, log, store, engine, dsn, embedded)
     except BaseException:
         if embedded is not None:
             embedded.close()
@@ -257,7 +234,7 @@ def _check_dim(datastore: Any, dim: int) -> None:
         row = conn.execute(
             "SELECT format_type(a.atttypid, a.atttypmod) AS t FROM pg_attribute a"
             " JOIN pg_class c ON c.oid = a.attrelid"
-            " WHERE c.relname = 'mf_recall_index' AND a.attname = 'embedding'"
+            " WHERE c.relname = '" + tables.RECALL_INDEX + "' AND a.attname = 'embedding'"
         ).fetchone()
     if row is not None and row["t"] != f"vector({dim})":
         raise FabricError(

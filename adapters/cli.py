@@ -13,7 +13,7 @@ import json
 import math
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from typing import Annotated, Any, NoReturn, Optional
 
@@ -28,7 +28,7 @@ from typer.core import TyperGroup
 
 from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.domain.errors import FabricError
-from memfabric.domain.model import BLOCK_LABEL_RE, NOTE_ID_RE
+from memfabric.domain.inputs import BLOCK_LABEL_RE, NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
 
 
@@ -95,8 +95,14 @@ def _open(dsn: str | None, data_dir: str | None, **kwargs: Any) -> Fabric:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as JSON data: datetimes in ISO 8601, vectors as ``"<N bytes float32>"``,
+    dataclasses and models as dicts."""
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes float32>"
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -295,7 +301,7 @@ def _detail(h: Any) -> str:
         return f"{f.get('reason')} by {f.get('requested_by')}, hmac {str(f.get('content_hmac'))[:16]}…"
     if h.type == "Repointed":
         return f"{f.get('from_path')} → {f.get('to_path')}"
-    return _clip(", ".join(f"{k}={v}" for k, v in f.items() if k != "cause"), 200)
+    return _clip(", ".join(f"{k}={_jsonable(v)}" for k, v in f.items() if k != "cause"), 200)
 
 
 def lineage_summary(lin: Any) -> str:

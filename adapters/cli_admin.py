@@ -43,9 +43,11 @@ from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.adapters.embedded import resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain.errors import FabricError, ProjectionError
-from memfabric.domain.model import NOTE_ID_RE
+from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
-from memfabric.projections.rebuild import ProjectionAdmin, RichReporter, VerifyReport
+from memfabric.projections import tables
+from memfabric.adapters.progress import RichReporter
+from memfabric.projections.rebuild import ProjectionAdmin, VerifyReport
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -90,7 +92,7 @@ def _index_dim(dsn: str) -> int | None:
         with psycopg.connect(dsn) as conn:
             row = conn.execute(
                 "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
-                " WHERE a.attrelid = to_regclass('mf_recall_index') AND a.attname = 'embedding'"
+                " WHERE a.attrelid = to_regclass('" + tables.RECALL_INDEX + "') AND a.attname = 'embedding'"
             ).fetchone()
     except psycopg.Error:
         return None

@@ -24,14 +24,13 @@ payload (with the note's latest existing key) and their names are listed in the 
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 import struct
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
@@ -39,18 +38,15 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.domain import CanSnapshotAggregate
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
-from memfabric.domain.errors import EventIntegrityError
+from memfabric.domain.errors import EventIntegrityError, FabricError
 from memfabric.domain.note import ERASED, PROTECTED_FIELDS
-from psycopg import Cursor
+from memfabric.projections import tables
+from psycopg import Connection, Cursor
 
-KEYS_TABLE = "mf_note_keys"
+KEYS_TABLE = tables.NOTE_KEYS
 MAGIC = b"MF1"
 _U32 = struct.Struct(">I")
 _AAD = struct.Struct(">Q")
-
-_pending: contextvars.ContextVar[dict[UUID, tuple[int, bytes]] | None] = contextvars.ContextVar(
-    "memfabric_pending_keys", default=None
-)
 
 KEYS_DDL = (
     f"CREATE TABLE IF NOT EXISTS {KEYS_TABLE} ("
@@ -60,139 +56,211 @@ KEYS_DDL = (
 
 
 class KeyStore:
-    """Per-note data keys in ``mf_note_keys``.
+    """The fabric's data keys in ``mf_note_keys``, read side, with a per-process cache.
 
-    New keys are generated in memory while events are mapped and written by the
-    recorder inside the event-insert transaction (:meth:`flush`); :meth:`destroy` deletes
-    them in the forgetting transaction. Decryption keys are cached for ``ttl`` seconds
-    (default 2) per process; the write path always checks the table for existing notes.
-    """
+    Decryption keys are cached for ``ttl`` seconds (default 2), at most ``maxsize``
+    entries. Writes never go through here: a unit of work creates and destroys keys
+    through its own :class:`TransactionKeys` on its own connection, and hands the keys it
+    committed to this cache (:meth:`remember`) only after the commit."""
 
     def __init__(self, datastore: Any, ttl: float = 2.0, maxsize: int = 4096) -> None:
         self.datastore = datastore
         self.ttl = ttl
         self.maxsize = maxsize
         self._cache: OrderedDict[tuple[UUID, int], tuple[float, bytes]] = OrderedDict()
-        self._latest: dict[UUID, tuple[float, int]] = {}
         self._lock = threading.Lock()
 
-    # -- write side
-    def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
-        """(gen, key) to seal an event at ``version``: a fresh key for a new note (or a
-        note whose keys were destroyed), else the latest existing one."""
-        pending = _pending.get()
-        if pending is None:
-            pending = {}
-            _pending.set(pending)
-        if originator_id in pending:
-            return pending[originator_id]
-        if version > 1:
-            found = self._select_latest(originator_id)
-            if found is not None:
-                return found
-        key = AESGCM.generate_key(bit_length=256)
-        pending[originator_id] = (version, key)
-        return version, key
-
-    def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
-        """(gen, key) to seal a snapshot of an existing note: its latest key (pending or
-        stored), or ``None`` when the note has no key (it was forgotten)."""
-        found = (_pending.get() or {}).get(originator_id)
-        return found if found is not None else self._select_latest(originator_id)
-
-    def flush(self, cur: Cursor[Any]) -> None:
-        """Insert the keys generated since the last flush (inside the caller's transaction)."""
-        pending = _pending.get()
-        if not pending:
-            return
-        rows = [(oid, gen, key) for oid, (gen, key) in pending.items()]
-        cur.execute(
-            f"INSERT INTO {KEYS_TABLE} (originator_id, gen, key)"
-            " SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bytea[])"
-            " ON CONFLICT (originator_id, gen) DO UPDATE SET key = EXCLUDED.key",
-            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
-        )
-        now = time.monotonic()
-        with self._lock:
-            for oid, gen, key in rows:
-                self._put((oid, gen), key, now)
-        pending.clear()
-
-    def discard_pending(self) -> None:
-        """Forget keys generated for a transaction that rolled back."""
-        pending = _pending.get()
-        if pending:
-            pending.clear()
-
-    def destroy(self, cur: Cursor[Any], originator_ids: list[UUID]) -> int:
-        """Delete every key of the given notes (crypto-shredding); returns rows deleted."""
-        cur.execute(f"DELETE FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)", (originator_ids,))
-        doomed = set(originator_ids)
-        with self._lock:
-            for key in [k for k in self._cache if k[0] in doomed]:
-                del self._cache[key]
-        return cur.rowcount
-
-    # -- read side
-    def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
-        now = time.monotonic()
+    def cached(self, originator_id: UUID, gen: int) -> bytes | None:
+        """A fresh cached key, or ``None``."""
         with self._lock:
             hit = self._cache.get((originator_id, gen))
-            if hit is not None and now - hit[0] < self.ttl:
-                return hit[1]
-        found = (_pending.get() or {}).get(originator_id)
-        if found is not None and found[0] == gen:
-            return found[1]
+        if hit is not None and time.monotonic() - hit[0] < self.ttl:
+            return hit[1]
+        return None
+
+    def remember(self, keys: dict[tuple[UUID, int], bytes]) -> None:
+        """Cache committed keys."""
+        now = time.monotonic()
+        with self._lock:
+            for k, key in keys.items():
+                self._cache[k] = (now, key)
+                self._cache.move_to_end(k)
+            while len(self._cache) > self.maxsize:
+                self._cache.popitem(last=False)
+
+    def evict(self, originator_ids: set[UUID]) -> None:
+        """Drop the cached keys of shredded notes."""
+        with self._lock:
+            for k in [k for k in self._cache if k[0] in originator_ids]:
+                del self._cache[k]
+
+    def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
+        hit = self.cached(originator_id, gen)
+        if hit is not None:
+            return hit
         with self.datastore.get_connection() as conn:
             row = conn.execute(
-                f"SELECT key FROM {KEYS_TABLE} WHERE originator_id = %s AND gen = %s",
+                f"SELECT key FROM {KEYS_TABLE} WHERE originator_id = %s AND gen = %s",  # noqa: S608
                 (originator_id, gen),
             ).fetchone()
         if row is None:
             return None
         key = bytes(row["key"])
-        with self._lock:
-            self._put((originator_id, gen), key, now)
+        self.remember({(originator_id, gen): key})
         return key
+
+    def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
+        """(gen, key) to seal a snapshot of an existing note: its latest key, or ``None``
+        when the note has none (it was forgotten)."""
+        with self.datastore.get_connection() as conn:
+            return select_latest(conn, originator_id)
+
+    def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
+        raise FabricError("events are written through a unit of work, not the shared key store")
 
     def preload(self, originator_ids: list[UUID]) -> None:
         """Fetch the keys of many notes at once (for replays)."""
         if not originator_ids:
             return
         with self.datastore.get_connection() as conn:
-            rows = conn.execute(
-                f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)",
-                (originator_ids,),
-            ).fetchall()
-        now = time.monotonic()
-        with self._lock:
-            for row in rows:
-                self._put((row["originator_id"], row["gen"]), bytes(row["key"]), now)
+            self.remember(select_keys(conn, originator_ids))
 
-    def _select_latest(self, originator_id: UUID) -> tuple[int, bytes] | None:
-        with self.datastore.get_connection() as conn:
-            row = conn.execute(
-                f"SELECT gen, key FROM {KEYS_TABLE} WHERE originator_id = %s"
-                " ORDER BY gen DESC LIMIT 1",
-                (originator_id,),
-            ).fetchone()
-        if row is None:
-            return None
-        return int(row["gen"]), bytes(row["key"])
 
-    def _put(self, k: tuple[UUID, int], key: bytes, now: float) -> None:
-        self._cache[k] = (now, key)
-        self._cache.move_to_end(k)
-        while len(self._cache) > self.maxsize:
-            self._cache.popitem(last=False)
+def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple[UUID, int], bytes]:
+    """Every key of the given notes, on ``conn`` (so in its transaction and snapshot)."""
+    rows = conn.execute(
+        f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)",  # noqa: S608
+        (originator_ids,),
+    ).fetchall()
+    return {(_first(r, "originator_id", 0), int(_first(r, "gen", 1))): bytes(_first(r, "key", 2)) for r in rows}
+
+
+def _first(row: Any, name: str, index: int) -> Any:
+    return row[name] if isinstance(row, dict) else row[index]
+
+
+def select_latest(conn: Connection[Any], originator_id: UUID) -> tuple[int, bytes] | None:
+    """The newest (gen, key) of a note, on ``conn``."""
+    row = conn.execute(
+        f"SELECT gen, key FROM {KEYS_TABLE} WHERE originator_id = %s ORDER BY gen DESC LIMIT 1",  # noqa: S608
+        (originator_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return int(_first(row, "gen", 0)), bytes(_first(row, "key", 1))
+
+
+class BatchKeys:
+    """Keys of a set of notes read on one connection (one snapshot), for replays."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[UUID, int], bytes] = {}
+
+    def load(self, conn: Connection[Any], ids: list[UUID]) -> None:
+        self.keys = select_keys(conn, ids) if ids else {}
+
+    def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
+        return self.keys.get((originator_id, gen))
+
+
+class TransactionKeys:
+    """The data keys of one unit of work, read and written on its connection.
+
+    New keys are generated in memory while events are sealed and inserted by
+    :meth:`flush` in the event-insert transaction; :meth:`destroy` deletes the keys of
+    shredded notes in that same transaction; :meth:`committed` hands the new keys to
+    the shared cache once the transaction has committed (never before: a rolled-back
+    key must not be cached)."""
+
+    def __init__(self, conn: Connection[Any], shared: KeyStore) -> None:
+        self.conn = conn
+        self.shared = shared
+        self.pending: dict[UUID, tuple[int, bytes]] = {}
+        self.loaded: dict[tuple[UUID, int], bytes] = {}
+        self.doomed: set[UUID] = set()
+
+    def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
+        """(gen, key) to seal an event at ``version``: the note's latest key, or a fresh
+        one for a new note (or a note whose keys were destroyed)."""
+        if originator_id in self.pending:
+            return self.pending[originator_id]
+        if version > 1:
+            found = select_latest(self.conn, originator_id)
+            if found is not None:
+                return found
+        key = AESGCM.generate_key(bit_length=256)
+        self.pending[originator_id] = (version, key)
+        return version, key
+
+    def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
+        found = self.pending.get(originator_id)
+        return found if found is not None else select_latest(self.conn, originator_id)
+
+    def preload(self, originator_ids: list[UUID]) -> None:
+        """Read the keys of notes about to be replayed in one query."""
+        if originator_ids:
+            self.loaded.update(select_keys(self.conn, originator_ids))
+
+    def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
+        found = self.pending.get(originator_id)
+        if found is not None and found[0] == gen:
+            return found[1]
+        hit = self.loaded.get((originator_id, gen)) or self.shared.cached(originator_id, gen)
+        if hit is not None:
+            return hit
+        row = self.conn.execute(
+            f"SELECT key FROM {KEYS_TABLE} WHERE originator_id = %s AND gen = %s",  # noqa: S608
+            (originator_id, gen),
+        ).fetchone()
+        return None if row is None else bytes(_first(row, "key", 0))
+
+    def flush(self, cur: Cursor[Any]) -> None:
+        """Insert the keys generated for this unit of work."""
+        if not self.pending:
+            return
+        rows = [(oid, gen, key) for oid, (gen, key) in self.pending.items()]
+        cur.execute(
+            f"INSERT INTO {KEYS_TABLE} (originator_id, gen, key)"  # noqa: S608
+            " SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bytea[])"
+            " ON CONFLICT (originator_id, gen) DO UPDATE SET key = EXCLUDED.key",
+            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
+        )
+
+    def destroy(self, cur: Cursor[Any]) -> None:
+        """Delete every key of the doomed notes (crypto-shredding)."""
+        if self.doomed:
+            cur.execute(f"DELETE FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)",  # noqa: S608
+                        (list(self.doomed),))
+            self.shared.evict(self.doomed)
+
+    def committed(self) -> None:
+        """After commit: cache the new keys, forget the shredded ones."""
+        self.shared.remember({(oid, gen): key for oid, (gen, key) in self.pending.items()
+                              if oid not in self.doomed})
+        self.shared.evict(self.doomed)
+
+
+class KeyVault(Protocol):
+    """What the sealing mapper needs: keys to seal and to unseal."""
+
+    def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]: ...
+
+    def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None: ...
+
+    def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None: ...
 
 
 class SealingMapper(Mapper[UUID]):
     """An eventsourcing ``Mapper`` that seals protected fields per note (see module doc)."""
 
-    def __init__(self, transcoder: Transcoder, keys: KeyStore) -> None:
+    def __init__(self, transcoder: Transcoder, keys: KeyVault) -> None:
         super().__init__(transcoder=transcoder)
         self.keys = keys
+
+    def bound(self, keys: KeyVault) -> SealingMapper:
+        """This mapper sealing and unsealing with ``keys`` (a unit of work's or a
+        replay's own key vault) instead of the shared key store."""
+        return SealingMapper(self.transcoder, keys)
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         topic = get_topic(domain_event.__class__)
@@ -207,7 +275,7 @@ class SealingMapper(Mapper[UUID]):
             found = self.keys.key_for_snapshot(originator_id) if protected else None
             if found is None:
                 if any(v not in (None, [], b"") for v in protected.values()):
-                    raise ValueError(
+                    raise FabricError(
                         f"cannot snapshot note {originator_id}: it has protected content but no data key"
                     )
                 inner.update(protected)  # a forgotten note: nothing left to seal
@@ -239,7 +307,9 @@ class SealingMapper(Mapper[UUID]):
         ``(fields, erased_field_names)``."""
         data = stored.state
         if not data.startswith(MAGIC):
-            raise ValueError("not a memfabric event state")
+            raise EventIntegrityError(
+                f"event {stored.originator_version} of aggregate {stored.originator_id} is not a "
+                "memfabric event state: its stored bytes were changed")
         (n,) = _U32.unpack_from(data, 3)
         state: dict[str, Any] = self.transcoder.decode(data[7 : 7 + n])
         rest = data[7 + n :]

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from memfabric.domain.model import ContextOptions, Note, RecallInput
+from memfabric.domain.inputs import ContextOptions, RecallInput
+from memfabric.domain.results import MemoryNote
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import FABRIC_KEY
 
@@ -47,7 +48,7 @@ def render_block(label: str, entry: Mapping[str, Any]) -> str:
     )
 
 
-def render_note(note: Note) -> str:
+def render_note(note: MemoryNote) -> str:
     """Plain text of one recalled note: id, kind, file path and validity when present."""
     about = [note.kind]
     if note.path is not None:

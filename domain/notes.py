@@ -2,45 +2,44 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    StrictBool,
-    StrictStr,
-    Strict,
-    StringConstraints,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Strict, TypeAdapter
 
 from memfabric.domain.context import ContextProvider
 from memfabric.domain.errors import ScopeError
-from memfabric.domain.model import (
+from memfabric.domain.inputs import (
     AppendBlockInput,
+    Consent,
     ContextOptions,
-    ForgetResult,
-    Note,
-    NoteId,
+    DeletePathArgs,
+    ForgetArgs,
+    Kind,
+    Link,
+    NoteRefArgs,
     RecallInput,
-    RecallResult,
+    RecallMode,
     RememberInput,
+    RepointArgs,
     Scoring,
-    reject_nul,
+    VerifyArgs,
 )
-from memfabric.domain.scope import Scope
-from memfabric.domain.service import (
+from memfabric.domain.results import (
+    ForgetResult,
     HistoryEntry,
     Lineage,
-    MemoryService,
+    MemoryNote,
     PathForgetResult,
+    RecallResult,
     RepointResult,
-    Requester,
+)
+from memfabric.domain.scope import Scope
+from memfabric.domain.service import MemoryService
+
+_ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
+    list[Annotated[RememberInput, Strict()] | dict[str, Any]]
 )
 
 
@@ -66,8 +65,28 @@ class Notes:
             raise ScopeError(f"this handle serves scope {self.scope}, not {other}")
 
     # ----------------------------------------------------------------- writes
-    def remember(self, **fields: Any) -> Note:
-        """Write one note and return it (``Note.outcome``: ``inserted``, ``folded`` or
+    def remember(
+        self,
+        *,
+        kind: Kind,
+        content: str | None = None,
+        id: str | None = None,  # noqa: A002 - public API name
+        path: str | None = None,
+        block: str | None = None,
+        subject: str | None = None,
+        t_ref: datetime | None = None,
+        valid_from: datetime | None = None,
+        valid_to: datetime | None = None,
+        keywords: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        source_entry_ids: Sequence[str] | None = None,
+        context: str | None = None,
+        links: Sequence[Link | Mapping[str, Any]] | None = None,
+        supersedes: str | None = None,
+        importance: float | None = None,
+        consent: Consent | Mapping[str, Any] | None = None,
+    ) -> MemoryNote:
+        """Write one note and return it (``MemoryNote.outcome``: ``inserted``, ``folded`` or
         ``superseding``; for a working block ``inserted`` or ``replaced``).
 
         ``kind="working", block=LABEL, content=TEXT`` writes a working block: its id is
@@ -79,8 +98,7 @@ class Notes:
         reject it (``ValidatorRejectedError``); a held block refuses writes
         (``NoteForgottenError``). Working notes are never recalled.
 
-        Fields are those of :class:`~memfabric.domain.model.RememberInput` (snake_case or
-        camelCase). With consolidation on (the default), a ``fact``/``procedure``/``file``
+        Fields are those of :class:`~memfabric.domain.inputs.RememberInput`. With consolidation on (the default), a ``fact``/``procedure``/``file``
         write first looks up its nearest live same-kind note in this scope and folds
         into it (same normalized tokens, or same ``path`` for ``file``) or supersedes it
         (cosine ≥ threshold, or same ``subject``). When this returns the note is durable
@@ -88,12 +106,23 @@ class Notes:
 
         Raises ``pydantic.ValidationError`` (bad field), ``NoteExistsError`` (explicit
         id taken), ``NoteNotFoundError`` (``supersedes`` unknown in this scope),
-        ``NotSupportedError`` (``episode``). Nothing is written when it raises.
+        ``NotSupportedError`` (``episode``), ``SupersessionError`` (``supersedes`` names a
+        note already superseded, or one that starts later). The outcome ``preceding``
+        means the write was older news: a newer neighbour already replaced it, so it is
+        inserted with its window closed where that neighbour starts. Nothing is written
+        when it raises.
         """
-        item = self._service.validate_remember(fields)
+        given = {
+            "kind": kind, "content": content, "id": id, "path": path, "block": block,
+            "subject": subject, "t_ref": t_ref, "valid_from": valid_from, "valid_to": valid_to,
+            "keywords": keywords, "tags": tags, "source_entry_ids": source_entry_ids,
+            "context": context, "links": links, "supersedes": supersedes,
+            "importance": importance, "consent": consent,
+        }
+        item = self._service.validate_remember({k: v for k, v in given.items() if v is not None})
         return self._service.remember(self.scope, item)
 
-    def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput]) -> list[Note]:
+    def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput]) -> list[MemoryNote]:
         """Bulk write: same outcome as ``remember`` on each item in order, in one
         transaction (all or nothing). Items are mappings of remember fields."""
         raw = _ITEMS.validate_python(items)  # a list of mappings, else ValidationError
@@ -105,7 +134,7 @@ class Notes:
 
     def append_block(
         self, block: str, text: str, *, expected_version: int | None = None
-    ) -> Note:
+    ) -> MemoryNote:
         """Append ``text`` to working block ``block`` and return the block (``outcome``
         ``appended``, or ``inserted`` when the block was absent or forgotten).
 
@@ -172,7 +201,7 @@ class Notes:
         top_k: int | None = None,
         budget: int | None = None,
         scoring: Scoring | Mapping[str, Any] | None = None,
-        mode: str = "hybrid",
+        mode: RecallMode = "hybrid",
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
@@ -182,13 +211,15 @@ class Notes:
           are omitted in SQL (default now).
         - ``top_k``: default 10. ``budget``: cap on summed ``token_count``; the best hit
           is always returned and ranking stops at the first hit that would not fit.
-        - ``scoring``: :class:`Scoring` weights; ``mode``: ``hybrid`` (default, RRF of
-          full-text and vector ranks), ``vector`` or ``lexical``.
+        - ``scoring``: :class:`Scoring` weights; ``mode``: ``hybrid`` (default: convex
+          fusion of cosine similarity and normalised full-text score), ``vector`` or
+          ``lexical``.
 
         Score = relevance + recency_weight·0.5^(age/half_life) + importance_weight·importance
-        (Park et al. 2023); relevance is the normalised reciprocal-rank fusion of the
-        vector and lexical ranks (Cormack et al. 2009), or the cosine similarity in
-        ``vector`` mode. Hits and explain rows never contain the query text.
+        (Park et al. 2023); relevance = w·max(0, cosine) + (1 − w)·lexical / best lexical
+        (Bruch et al., TOIS 2023; ``scoring.fusion="rrf"`` for weighted reciprocal rank
+        fusion), the cosine in ``vector`` mode. Formulas: :mod:`memfabric.domain.ranking`.
+        Hits and explain rows never contain the query text.
         """
         data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode}
         if top_k is not None:
@@ -199,7 +230,7 @@ class Notes:
             data["scoring"] = scoring
         return self._service.recall(self.scope, RecallInput.model_validate(data))
 
-    def get(self, id: str) -> Note:  # noqa: A002 - public API name
+    def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
         """The note ``id`` of this scope (``NoteNotFoundError`` when absent)."""
         return self._service.get(self.scope, _note_id(id))
 
@@ -240,9 +271,8 @@ class Notes:
         who = args.requested_by or self.actor
         if args.id is not None:
             return self._service.forget(self.scope, args.id, hold=args.hold, requested_by=who)
-        return self._service.forget_block(
-            self.scope, args.block or "", hold=args.hold, requested_by=who
-        )
+        assert args.block is not None
+        return self._service.forget_block(self.scope, args.block, hold=args.hold, requested_by=who)
 
     def verify_content(self, id: str, text: str) -> bool:  # noqa: A002
         """Whether ``text`` matches the tombstone hash (HMAC-SHA256 under the fabric
@@ -302,71 +332,7 @@ class Notes:
         )
 
 
-FilePath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-
-
-_ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
-    list[Annotated[RememberInput, Strict()] | dict[str, Any]]
-)
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        return reject_nul(value)
-
-
-class ForgetArgs(_Args):
-    """Arguments of ``Notes.forget``: exactly one of ``id`` (12 hex) and ``block``
-    (a label, checked by ``forget_block``); ``hold`` a bool; ``requested_by`` 1-200
-    characters or ``None``."""
-
-    id: NoteId | None = None
-    block: str | None = None
-    hold: StrictBool = False
-    requested_by: Requester | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> ForgetArgs:
-        if (self.id is None) == (self.block is None):
-            raise ValueError("id: give exactly one of id= or block=")
-        return self
-
-
-class VerifyArgs(_Args):
-    """Arguments of ``Notes.verify_content``: a note ``id`` and the candidate ``text``."""
-
-    id: NoteId
-    text: StrictStr
-
-
-class RepointArgs(_Args):
-    """Arguments of ``Notes.repoint``: two different paths of 1-1024 characters."""
-
-    from_path: FilePath
-    to_path: FilePath
-
-    @model_validator(mode="after")
-    def _different(self) -> RepointArgs:
-        if self.from_path == self.to_path:
-            raise ValueError("to_path: must differ from from_path")
-        return self
-
-
-class DeletePathArgs(_Args):
-    """Arguments of ``Notes.delete_path``: ``path`` (1-1024 characters), ``hold`` (a
-    bool) and ``requested_by`` (1-200 characters or ``None``)."""
-
-    path: FilePath
-    hold: StrictBool = False
-    requested_by: Requester | None = None
-
 
 def _note_id(value: str) -> str:
-    try:
-        return RememberInput.model_validate({"kind": "fact", "content": "x", "id": value}).id or ""
-    except ValidationError:
-        raise
+    """``value`` checked as a note id (``ValidationError`` on field ``id``)."""
+    return NoteRefArgs(id=value).id

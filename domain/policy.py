@@ -1,4 +1,5 @@
-"""Pure policy: tokens, fold decision, validity and recall scoring.
+"""Pure policy: tokens, token counts and recall scoring (the fold rule is in
+:mod:`memfabric.domain.consolidation`).
 
 Nothing here touches storage; every function is deterministic given its inputs.
 """
@@ -7,16 +8,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+import hashlib
 from datetime import datetime, timedelta
-from typing import Literal
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"[^\W_]+|[^\w\s]", re.UNICODE)
-
-DEFAULT_FOLD_THRESHOLD = 0.85
-"""Cosine similarity at or above which a changed same-kind note supersedes its neighbour."""
-
 
 def normalized_tokens(text: str) -> tuple[str, ...]:
     """Lower-cased word tokens of ``text`` (letters and digits; punctuation dropped).
@@ -40,117 +36,6 @@ def count_tokens(text: str) -> int:
     return max(1, sum(1 for _ in _TOKEN.finditer(text)))
 
 
-FoldOutcome = Literal["insert", "fold", "supersede", "precede"]
-
-
-@dataclass(frozen=True, slots=True)
-class Neighbour:
-    """The nearest live same-kind note in scope, as the fold policy sees it."""
-
-    note_id: str
-    similarity: float
-    tokens: str
-    path: str | None
-    subject: str | None
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
-
-
-def decide_fold(
-    *,
-    kind: str,
-    tokens: str,
-    path: str | None,
-    subject: str | None,
-    neighbour: Neighbour | None,
-    threshold: float,
-    valid_from: datetime | None = None,
-    valid_to: datetime | None = None,
-) -> FoldOutcome:
-    """Decide how a write consolidates with its neighbour (see :func:`_decide`), then
-    respect time: a repeat whose window is disjoint from the neighbour's is a recurrence
-    (``insert``), and a changed fact that starts before the neighbour starts is history
-    the neighbour already replaced (``precede``: inserted with its window closed at the
-    neighbour's start)."""
-    outcome = _decide(kind=kind, tokens=tokens, path=path, subject=subject,
-                      neighbour=neighbour, threshold=threshold)
-    if neighbour is None or outcome == "insert":
-        return outcome
-    if outcome == "fold" and windows_disjoint(
-        (valid_from, valid_to), (neighbour.valid_from, neighbour.valid_to)
-    ):
-        return "insert"
-    if (
-        outcome == "supersede"
-        and valid_from is not None
-        and neighbour.valid_from is not None
-        and valid_from < neighbour.valid_from
-    ):
-        return "precede"
-    return outcome
-
-
-def windows_disjoint(
-    a: tuple[datetime | None, datetime | None], b: tuple[datetime | None, datetime | None]
-) -> bool:
-    """True when half-open windows ``[from, to)`` (``None`` = unbounded) neither overlap
-    nor touch."""
-    (a_from, a_to), (b_from, b_to) = a, b
-    if a_to is not None and b_from is not None and a_to < b_from:
-        return True
-    return b_to is not None and a_from is not None and b_to < a_from
-
-
-def _decide(
-    *,
-    kind: str,
-    tokens: str,
-    path: str | None,
-    subject: str | None,
-    neighbour: Neighbour | None,
-    threshold: float,
-) -> FoldOutcome:
-    """Decide how a ``fact``/``procedure``/``file`` write consolidates.
-
-    Rules (issue "write path"):
-    - no neighbour → ``insert``;
-    - ``file``: only a note with the same ``path`` is a candidate (never across paths);
-      same path → ``fold`` when the tokens are equal, else ``supersede``;
-    - with a ``subject``: the neighbour with the same subject → ``fold`` when tokens are
-      equal, else ``supersede``;
-    - otherwise equal normalized tokens → ``fold``; similarity ≥ ``threshold`` →
-      ``supersede``; below → ``insert``.
-    """
-    if neighbour is None:
-        return "insert"
-    same_tokens = neighbour.tokens == tokens
-    if kind == "file":
-        if neighbour.path != path:
-            return "insert"
-        return "fold" if same_tokens else "supersede"
-    if subject is not None:
-        if neighbour.subject != subject:
-            return "insert"
-        return "fold" if same_tokens else "supersede"
-    if same_tokens:
-        return "fold"
-    if neighbour.subject is not None:
-        # A subject-keyed note is only replaced through its subject.
-        return "insert"
-    if neighbour.similarity >= threshold:
-        return "supersede"
-    return "insert"
-
-
-def is_valid_at(
-    valid_from: datetime | None, valid_to: datetime | None, at: datetime
-) -> bool:
-    """``valid_from <= at < valid_to`` with open ends where a bound is ``None``."""
-    if valid_from is not None and at < valid_from:
-        return False
-    return not (valid_to is not None and at >= valid_to)
-
-
 def recency(reference: datetime, at: datetime, half_life: timedelta) -> float:
     """Exponential recency decay ``0.5 ** (age / half_life)``, clamped to (0, 1].
 
@@ -166,20 +51,6 @@ def recency(reference: datetime, at: datetime, half_life: timedelta) -> float:
 
 RRF_K = 60
 """Reciprocal-rank-fusion constant k (Cormack, Clarke & Büttcher, SIGIR 2009)."""
-
-
-def rrf_relevance(vector_rank: int | None, lexical_rank: int | None, k: int = RRF_K) -> float:
-    """Reciprocal rank fusion normalised to [0, 1].
-
-    ``(1/(k+r_v) + 1/(k+r_l)) / (2/(k+1))`` with a missing rank contributing 0, so a
-    note ranked first in both lists scores 1.0 (Cormack et al., SIGIR 2009).
-    """
-    total = 0.0
-    if vector_rank is not None:
-        total += 1.0 / (k + vector_rank)
-    if lexical_rank is not None:
-        total += 1.0 / (k + lexical_rank)
-    return total / (2.0 / (k + 1))
 
 
 def weighted_rrf_relevance(
@@ -220,13 +91,11 @@ def score(
     relevance: float,
     recency_value: float,
     importance: float,
-    link: float,
     *,
     recency_weight: float,
     importance_weight: float,
-    link_weight: float,
 ) -> float:
-    """Final recall score: ``relevance + w_r·recency + w_i·importance + w_l·link``.
+    """Final recall score: ``relevance + w_r·recency + w_i·importance``.
 
     The additive form follows Park et al. (2023), which sums relevance, recency and
     importance; all terms are in [0, 1].
@@ -235,12 +104,9 @@ def score(
         relevance
         + recency_weight * recency_value
         + importance_weight * importance
-        + link_weight * link
     )
 
 
 def token_hash(tokens: tuple[str, ...]) -> str:
     """Stable 16-hex digest of normalized tokens (BLAKE2b), used for exact-repeat folds."""
-    import hashlib
-
     return hashlib.blake2b(" ".join(tokens).encode(), digest_size=8).hexdigest()

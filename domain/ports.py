@@ -1,20 +1,28 @@
 """Ports: what the domain needs from the outside world, as Protocols.
 
-Adapters (``memfabric.adapters``) implement them; the domain imports none of them.
+Adapters implement them (``memfabric.adapters.postgres_uow`` / ``postgres`` on
+PostgreSQL, ``memfabric.adapters.memory`` in memory); the domain imports none of them.
+
+- :class:`UnitOfWork`: one write transaction. Every read a write decision makes goes
+  through it, so it sees exactly the state it will commit on top of.
+- :class:`NoteStore`: the read side (recall candidates, working value, scope paging,
+  decoded history) outside any write.
+- :class:`Embedder`: text to unit vectors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 import numpy as np
 
-from memfabric.domain.policy import Neighbour
+from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 
@@ -37,7 +45,12 @@ class Embedder(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One recall candidate as the index returns it (scope filters already applied)."""
+    """One recall candidate as the index returns it (scope filters already applied).
+
+    ``similarity``: cosine in [-1, 1] (``None`` without a vector list); ``lexical``: the
+    raw full-text score (``None`` without a lexical list); ranks are 1-based positions
+    in each list; ``fields``: the recall-index row (see
+    ``memfabric.projections.recall_index.RETURNED``)."""
 
     aggregate_id: UUID
     note_id: str
@@ -46,36 +59,6 @@ class Candidate:
     vector_rank: int | None
     lexical_rank: int | None
     fields: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class NeighbourQuery:
-    """One write's consolidation lookup: its kind, vector, token hash, path, subject."""
-
-    kind: str
-    embedding: np.ndarray
-    token_hash: str
-    path: str | None
-    subject: str | None
-
-
-class WriteTransaction(Protocol):
-    """A database transaction holding the scope's write lock (see ``NoteStore``)."""
-
-    def nearest_many(
-        self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime, per_query: int = 3,
-    ) -> list[list[Neighbour]]:
-        """Consolidation candidates per query, best first: same exact scope and kind,
-        live, currently valid and not superseded. ``file`` queries match on ``path``,
-        subject-keyed ones on ``subject``; otherwise an exact token-hash match, then the
-        nearest vectors. Bounded SQL (no scan), batched."""
-        ...
-
-    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
-        """Ids of live or held ``file`` notes of exactly ``scope`` recorded against
-        ``path``, sorted. One indexed SQL read on the note-scope index, selecting on
-        ``path`` (never on content), in this transaction."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +71,106 @@ class NoteRef:
     held: bool
 
 
-class NoteStore(Protocol):
-    """Transactions, projections queries and secrets the application service uses."""
+class UnitOfWork(Protocol):
+    """One write transaction over the scopes it was opened for.
 
-    def write(self, scope: Scope) -> AbstractContextManager[WriteTransaction]:
-        """Open a transaction that holds ``scope``'s write lock until commit; events
-        saved inside it are appended, projected and tracked in that same transaction."""
+    Opening it takes the scopes' write locks (writers of one scope run one at a time);
+    every load and query below runs inside it. Aggregates passed to :meth:`add` are
+    saved by :meth:`commit` in the order their events were added: their events are
+    appended to the log, the data keys of new notes are created, the keys of notes passed
+    to :meth:`shred` are destroyed, and the write-side projections (and, when the fabric
+    projects inline, every projection) are updated — all in one transaction. Leaving
+    the ``with`` block without :meth:`commit` (or with an exception) rolls everything
+    back: nothing is written.
+    """
+
+    def __enter__(self) -> UnitOfWork: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    def load(self, scope: Scope, note_id: str) -> Note | None:
+        """The note's current state: the in-flight aggregate when this unit of work
+        already holds it, else replayed from the log in this transaction; ``None`` when
+        the scope has no such note."""
         ...
 
-    def write_scopes(self, scopes: Sequence[Scope]) -> AbstractContextManager[WriteTransaction]:
-        """Like ``write``, holding the write locks of all ``scopes`` (sorted order)."""
+    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        """Like :meth:`load` for many aggregate ids (absent ids are skipped)."""
+        ...
+
+    def exists(self, scope: Scope, note_id: str) -> bool:
+        """Whether the scope has a note ``note_id`` (in the log or in this unit of work)."""
+        ...
+
+    def neighbours(
+        self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
+    ) -> list[list[Neighbour]]:
+        """Consolidation candidates of each query from the committed consolidation
+        index (a superset; :func:`memfabric.domain.consolidation.choose` applies the
+        rule): live, current, not superseded notes of exactly ``scope`` and the
+        query's kind — same ``path`` (file), same ``subject``, same token hash, and the
+        nearest vectors. Bounded SQL, batched."""
+        ...
+
+    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
+        """Ids of live or held ``file`` notes of exactly ``scope`` recorded against
+        ``path``, sorted (selects on ``path``, never on content)."""
+        ...
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        """The committed working value's blocks of exactly ``scope``, by label."""
+        ...
+
+    def content_hmac(self, text: str) -> str:
+        """HMAC-SHA256 of ``text`` under the fabric secret, hex."""
+        ...
+
+    def add(self, note: Note) -> None:
+        """Take the aggregate's pending events (keeping decision order) and save and
+        project it at commit."""
+        ...
+
+    def shred(self, note: Note) -> None:
+        """Destroy the note's data keys at commit (crypto-shredding)."""
+        ...
+
+    def commit(self) -> None:
+        """Write everything added, in one transaction."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The highest notification id this unit of work committed (0 before commit)."""
+        ...
+
+
+UnitOfWorkFactory = Callable[[Sequence[Scope]], UnitOfWork]
+"""Opens a unit of work holding the write locks of the given scopes."""
+
+
+class NoteStore(Protocol):
+    """The read side: queries on projections and the log, outside any write."""
+
+    def recall(
+        self,
+        scope: Scope,
+        *,
+        embedding: np.ndarray | None,
+        query: str | None,
+        kinds: Sequence[str],
+        as_of: datetime,
+        limit: int,
+        require_consent: bool,
+    ) -> list[Candidate]:
+        """Up to ``limit`` candidates from the vector list and ``limit`` from the lexical
+        list, fused; every scope, kind, validity and consent filter runs in the query."""
+        ...
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        """The working-value projection's blocks of exactly ``scope``."""
         ...
 
     def notes_in_scope(
@@ -115,29 +188,19 @@ class NoteStore(Protocol):
         """``(live, held)`` counts of un-forgotten notes of a scope prefix."""
         ...
 
-    def recall(
-        self,
-        scope: Scope,
-        *,
-        embedding: np.ndarray | None,
-        query: str | None,
-        kinds: Sequence[str],
-        as_of: datetime,
-        limit: int,
-        require_consent: bool,
-    ) -> list[Candidate]:
-        """Up to ``limit`` candidates from the vector list and ``limit`` from the lexical
-        list, fused; every scope, kind, validity and consent filter runs in SQL."""
+    def load(self, aggregate_id: UUID) -> Note | None:
+        """The aggregate replayed from the log, or ``None``."""
         ...
 
-    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
-        """The working-value projection's blocks of exactly ``scope`` (one indexed read)."""
+    def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:
+        """Decoded domain events of one aggregate in version order."""
         ...
 
     def content_hmac(self, text: str) -> str:
         """HMAC-SHA256 of ``text`` under the fabric secret, hex."""
         ...
 
-    def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:
-        """Decoded domain events of one aggregate in version order."""
+    def await_position(self, position: int) -> None:
+        """Block until the read side reflects the log up to ``position`` (no-op when
+        projections run inline); raises ``ProjectionLagError`` on timeout."""
         ...

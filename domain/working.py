@@ -20,13 +20,24 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import BaseModel, ValidationError
 
-from memfabric.domain.errors import ValidatorRejectedError
+from memfabric.domain import policy
+from memfabric.domain.errors import (
+    CapacityError,
+    ConflictError,
+    NoteForgottenError,
+    ValidatorRejectedError,
+)
 from memfabric.domain.note import Note
+from memfabric.domain.results import MemoryNote, Outcome, note_view
 from memfabric.domain.scope import Scope
+
+if TYPE_CHECKING:
+    from memfabric.domain.ports import UnitOfWork
+    from memfabric.domain.service import MemoryService
 
 FABRIC_KEY = "_fabric"
 
@@ -91,3 +102,93 @@ def check_working_value(
         raise ValidatorRejectedError(
             f"block: the working-value validator rejected block {label!r}"
         )
+
+
+class BlockWriter:
+    """Writes and appends working blocks of one scope inside a unit of work.
+
+    The block's version is read inside the scope's write lock, so concurrent changes
+    land one after the other. The working value a host validator sees is the committed
+    one (read once per unit of work) plus the blocks this unit of work changed."""
+
+    def __init__(self, svc: MemoryService, uow: UnitOfWork, scope: Scope) -> None:
+        self.svc, self.uow, self.scope = svc, uow, scope
+        self._value: dict[str, BlockEntry] | None = None
+
+    def change(
+        self, label: str, *, content: str | None = None, append: str | None = None,
+        expected_version: int | None = None,
+    ) -> MemoryNote:
+        """Write (``content``) or append to (``append``) block ``label``.
+
+        ``expected_version`` turns a stale read into a ``ConflictError``. Nothing is
+        recorded when a check fails: the block would pass
+        ``limits.max_entry_text_chars`` (``CapacityError``), it is held
+        (``NoteForgottenError``) or the host validator rejects it
+        (``ValidatorRejectedError``)."""
+        note = self.uow.load(self.scope, block_note_id(self.scope, label))
+        if note is not None and note.held:
+            raise NoteForgottenError(f"block: block {label!r} is under legal hold and cannot be written")
+        live = note is not None and not note.forgotten
+        current = note.content if note is not None and live else None
+        if expected_version is not None:
+            actual = note.block_version if note is not None and live else 0
+            if actual != expected_version:
+                raise ConflictError(
+                    f"expected_version: block {label!r} is at version {actual}, "
+                    f"not {expected_version}; read it again and retry")
+        text, new = self._new_content(current, content, append)
+        self._check_cap(label, new, append is None)
+        tokens = policy.count_tokens(new)
+        outcome: Outcome
+        if note is None:
+            note = self._create(label, new, tokens)
+            outcome = "inserted"
+        elif live and append is not None:
+            note.append_block(text=text, token_count=tokens)
+            outcome = "appended"
+        else:
+            note.write_block(content=new, token_count=tokens)
+            outcome = "replaced" if live else "inserted"
+        self._validate(label, note)
+        self.uow.add(note)
+        return note_view(note, outcome)
+
+    def _new_content(self, current: str | None, content: str | None, append: str | None) -> tuple[str, str]:
+        """``(appended text, new block content)``; a newline separates an append from
+        existing content unless the text starts with one."""
+        if append is None:
+            new = self.svc.redact(content) or ""
+            return new, new
+        text = self.svc.redact(append) or ""
+        if current and not text.startswith("\n"):
+            text = "\n" + text
+        return text, (current or "") + text
+
+    def _check_cap(self, label: str, new: str, replacing: bool) -> None:
+        cap = self.svc.limits.max_entry_text_chars
+        if len(new) > cap:
+            raise CapacityError(
+                f"{'content' if replacing else 'text'}: block {label!r} would hold {len(new)} "
+                f"characters; limits.max_entry_text_chars is {cap}")
+
+    def _create(self, label: str, content: str, tokens: int) -> Note:
+        return Note.remember(
+            scope=self.scope, note_id=block_note_id(self.scope, label), kind="working",
+            content=content, path=None, block=label, subject=None, t_ref=None, valid_from=None,
+            valid_to=None, keywords=[], tags=[], source_entry_ids=[], context=None, links=[],
+            supersedes=None, importance=0.5, consent=None, embedding=None, embedder_id=None,
+            dim=self.svc.embedder.dim, token_count=tokens, cause="caller",
+        )
+
+    def _validate(self, label: str, note: Note) -> None:
+        validator = self.svc.working_validator
+        if validator is None:
+            return
+        if self._value is None:
+            self._value = self.uow.working_blocks(self.scope)
+        entry = block_entry(note)
+        assert entry is not None
+        proposed = {**self._value, label: entry}
+        check_working_value(validator, working_value(proposed), label)
+        self._value = proposed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
@@ -16,7 +18,9 @@ class NoteProjection(Protocol):
     """A read model that is a pure function of ``Note`` aggregate states.
 
     ``name`` names the projection (and its tracking table ``mf_<name>_tracking``);
-    ``tables`` lists the tables it owns (emptied on rebuild); ``create`` makes them
+    ``tables`` lists the tables it owns (emptied on rebuild); ``write_side`` is True
+    for projections that write decisions read (always projected in the writer's
+    transaction, whatever ``inline_projections`` says); ``create`` makes them
     (idempotent); ``apply`` brings the rows of the given notes up to date;
     ``rows`` yields ``(table, row)`` pairs for a bulk load; ``create_indexes`` builds
     secondary indexes after a bulk load.
@@ -24,6 +28,7 @@ class NoteProjection(Protocol):
 
     name: str
     tables: tuple[str, ...]
+    write_side: bool
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None: ...
 
@@ -32,6 +37,11 @@ class NoteProjection(Protocol):
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None: ...
 
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int: ...
+
+
+def finite(value: float) -> float:
+    """Cosine similarity with a zero vector is NaN in pgvector; read it as 0."""
+    return 0.0 if math.isnan(value) else value
 
 
 def split_rows(

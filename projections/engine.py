@@ -8,7 +8,10 @@ later state early (a catch-up that loads an aggregate which has moved on) is ide
 
 Writers project inline (inside the event-insert transaction, after the events table
 lock: the positions are gap-free); a writer that finds the projection behind first
-catches up the gap in the same transaction. ``catch_up`` serves a separate runner.
+catches up the gap in the same transaction. Write-side projections (those whose
+``write_side`` is True: what write decisions read) are always projected by the writer;
+the others (the recall index) are projected by the writer too unless the fabric runs
+a separate runner, which ``catch_up`` serves.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from psycopg import Cursor, sql
 
 from memfabric.domain.errors import ProjectionError
 from memfabric.domain.note import Note
+from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection
 
-LoadNotes = Callable[[Sequence[UUID]], list[Note]]
+LoadNotes = Callable[[Cursor[Any], Sequence[UUID]], list[Note]]
+"""Replays aggregates by id in the transaction of the given cursor."""
 
 ERRORS_DDL = (
-    "CREATE TABLE IF NOT EXISTS mf_projection_errors ("
+    f"CREATE TABLE IF NOT EXISTS {tables.PROJECTION_ERRORS} ("
     " projection text PRIMARY KEY, notification_id bigint NOT NULL, topic text NOT NULL,"
     " error text NOT NULL, at timestamptz NOT NULL DEFAULT now())"
 )
@@ -60,9 +65,9 @@ class ProjectionEngine:
         self.load_notes = load_notes
         self.prepare: Callable[[Any], None] | None = None
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
-        self._positions_sql: tuple[list[str], tuple[str, list[Any]]] | None = None
+        self._positions_sql: dict[tuple[str, ...], tuple[str, list[Any]]] = {}
         self.trackers = {
-            p.name: PostgresTrackingRecorder(datastore, tracking_table_name=f"mf_{p.name}_tracking")
+            p.name: PostgresTrackingRecorder(datastore, tracking_table_name=tables.tracking(p.name))
             for p in self.projections
         }
 
@@ -106,7 +111,7 @@ class ProjectionEngine:
         """Remember that ``error.projection`` stopped (own transaction), for ``status``."""
         with self.datastore.transaction(commit=True) as cur:
             cur.execute(
-                "INSERT INTO mf_projection_errors (projection, notification_id, topic, error)"
+                f"INSERT INTO {tables.PROJECTION_ERRORS} (projection, notification_id, topic, error)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT (projection) DO UPDATE SET"
                 " notification_id = EXCLUDED.notification_id, topic = EXCLUDED.topic,"
                 " error = EXCLUDED.error, at = now()",
@@ -115,39 +120,49 @@ class ProjectionEngine:
 
     def clear_error(self, cur: Cursor[Any], name: str) -> None:
         """Forget a recorded stop of projection ``name`` (it got past it)."""
-        cur.execute("DELETE FROM mf_projection_errors WHERE projection = %s", (name,))
+        cur.execute(f"DELETE FROM {tables.PROJECTION_ERRORS} WHERE projection = %s", (name,))  # noqa: S608
 
     def errors(self) -> dict[str, dict[str, Any]]:
         """Recorded stops by projection name: ``{notification_id, topic, error, at}``."""
         with self.datastore.get_connection() as conn:
             rows = conn.execute(
-                "SELECT projection, notification_id, topic, error, at FROM mf_projection_errors"
+                f"SELECT projection, notification_id, topic, error, at FROM {tables.PROJECTION_ERRORS}"  # noqa: S608
             ).fetchall()
         return {r["projection"]: {k: r[k] for k in ("notification_id", "topic", "error", "at")} for r in rows}
 
     # ----------------------------------------------------------------- inline
-    def apply_inline(self, cur: Cursor[Any], notes: Iterable[Note], ids: Sequence[int]) -> None:
-        """Project ``notes`` (just saved, events got ``ids``) in the writer's transaction."""
-        if not ids:
+    def inline(self, *, all_projections: bool) -> list[NoteProjection]:
+        """The projections a writer applies: the write-side ones, or every one."""
+        return [p for p in self.projections if all_projections or p.write_side]
+
+    def deferred(self) -> list[NoteProjection]:
+        """The projections a separate runner keeps (not write-side)."""
+        return [p for p in self.projections if not p.write_side]
+
+    def apply_inline(self, cur: Cursor[Any], notes: Iterable[Note], ids: Sequence[int],
+                     projections: Sequence[NoteProjection]) -> None:
+        """Project ``notes`` (just saved, events got ``ids``) in the writer's transaction
+        into ``projections`` (see :meth:`inline`), catching up any gap first."""
+        if not ids or not projections:
             return
         notes = list(notes)
         first, last = min(ids), max(ids)
-        positions = self._lock_and_read_positions(cur)
-        for p in self.projections:
+        positions = self._lock_and_read_positions(cur, projections)
+        for p in projections:
             pos = positions[p.name]
             if pos < first - 1:
                 self._apply_range(cur, p, pos, first - 1)
             p.apply(cur, notes)
-        self._record_all(cur, last)
+        self._record_all(cur, last, projections)
 
-    def _record_all(self, cur: Cursor[Any], position: int) -> None:
+    def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection]) -> None:
         """Record ``position`` for every projection with eventsourcing's tracking
         statement; all statements are sent before any result is read (one round trip
         in pipeline mode). Raises ``IntegrityError`` when a projection was already past
         ``position`` (eventsourcing's single-row tracking refuses to move back)."""
         params = {"application_name": self.application_name, "notification_id": position}
         sent = []
-        for p in self.projections:
+        for p in projections:
             c = cur.connection.cursor()
             c.execute(self.trackers[p.name].insert_tracking_statement, params, prepare=True)
             sent.append((p.name, c))
@@ -157,13 +172,15 @@ class ProjectionEngine:
             if row is None:
                 raise IntegrityError(f"failed to record tracking for {name} at {position}")
 
-    def _lock_and_read_positions(self, cur: Cursor[Any]) -> dict[str, int]:
-        """Take every projection's advisory lock (in list order, as every projection
+    def _lock_and_read_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection]) -> dict[str, int]:
+        """Take the projections' advisory locks (in engine order, as every projection
         writer does) and read their tracked positions, in one round trip."""
-        names = [p.name for p in self.projections]
-        if self._positions_sql is None or self._positions_sql[0] != names:
-            self._positions_sql = (names, self._positions_query(names))
-        rows = cur.execute(self._positions_sql[1][0], self._positions_sql[1][1], prepare=True).fetchall()
+        names = [p.name for p in projections]
+        key = tuple(names)
+        if key not in self._positions_sql:
+            self._positions_sql[key] = self._positions_query(names)
+        query, params = self._positions_sql[key]
+        rows = cur.execute(query, params, prepare=True).fetchall()
         return {row["name"]: int(row["pos"] or 0) for row in rows}
 
     def _positions_query(self, names: list[str]) -> tuple[str, list[Any]]:
@@ -202,7 +219,7 @@ class ProjectionEngine:
                 return pos
             ids = list(dict.fromkeys(r["originator_id"] for r in rows))
             try:
-                notes = self.load_notes(ids)
+                notes = self.load_notes(cur, ids)
                 p.apply(cur, notes)
             except Exception as exc:  # name the event that stopped the projection
                 raise self._locate(p.name, rows, ids, exc) from exc
@@ -225,7 +242,8 @@ class ProjectionEngine:
         (the batch's first event when every note loads, e.g. a failing write)."""
         for aggregate_id in ids:
             try:
-                self.load_notes([aggregate_id])
+                with self._transaction() as cur:
+                    self.load_notes(cur, [aggregate_id])
             except Exception as note_exc:  # noqa: BLE001 - reported, never swallowed
                 row = next(r for r in rows if r["originator_id"] == aggregate_id)
                 return ProjectionError(name, row["notification_id"], row["topic"], repr(note_exc))

@@ -21,10 +21,13 @@ from typing import Any
 from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note
+from memfabric.domain.ports import NoteRef
+from memfabric.domain.scope import Scope
+from memfabric.projections import tables
 from memfabric.projections.base import copy_rows, split_rows, write_rows
 
 NAME = "note_scope"
-TABLE = "mf_note_scope"
+TABLE = tables.NOTE_SCOPE
 
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "note_id", "kind", "path", "held",
@@ -62,6 +65,7 @@ class NoteScopeProjection:
 
     name = NAME
     tables = (TABLE,)
+    write_side = True
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         cur.execute(
@@ -96,3 +100,57 @@ class NoteScopeProjection:
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
         rows = (r for r in map(row_for, notes) if r is not None)
         return copy_rows(cur, TABLE + table_suffix, COLUMNS, _TYPES, rows)
+
+
+def _prefix(tenant_id: str, resource_id: str | None, thread_id: str | None) -> tuple[str, list[Any]]:
+    where = "tenant_id = %s"
+    params: list[Any] = [tenant_id]
+    if resource_id is not None:
+        where += " AND resource_id = %s"
+        params.append(resource_id)
+    if thread_id is not None:
+        where += " AND thread_id = %s"
+        params.append(thread_id)
+    return where, params
+
+
+def select_page(
+    cur: Cursor[Any], tenant_id: str, resource_id: str | None, thread_id: str | None,
+    *, after: NoteRef | None, limit: int,
+) -> list[NoteRef]:
+    """Up to ``limit`` un-forgotten notes of a scope prefix (``None`` = any resource /
+    thread), keyset-paged by ``(resource_id, thread_id, aggregate_id)`` after ``after``."""
+    where, params = _prefix(tenant_id, resource_id, thread_id)
+    if after is not None:
+        where += " AND (resource_id, thread_id, aggregate_id) > (%s, %s, %s)"
+        params += [after.scope.resource_id or "", after.scope.thread_id or "", after.aggregate_id]
+    rows = cur.execute(
+        f"SELECT aggregate_id, tenant_id, resource_id, thread_id, note_id, held FROM {TABLE}"  # noqa: S608
+        f" WHERE {where} ORDER BY resource_id, thread_id, aggregate_id LIMIT %s",
+        [*params, limit],
+    ).fetchall()
+    return [
+        NoteRef(aggregate_id=row["aggregate_id"],
+                scope=Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
+                            thread_id=row["thread_id"] or None),
+                note_id=row["note_id"], held=row["held"])
+        for row in rows
+    ]
+
+
+def count(cur: Cursor[Any], tenant_id: str, resource_id: str | None,
+          thread_id: str | None) -> tuple[int, int]:
+    """``(live, held)`` counts of un-forgotten notes of a scope prefix."""
+    where, params = _prefix(tenant_id, resource_id, thread_id)
+    row = cur.execute(
+        "SELECT count(*) FILTER (WHERE NOT held) AS live, count(*) FILTER (WHERE held) AS held"  # noqa: S608
+        f" FROM {TABLE} WHERE {where}", params).fetchone()
+    return (int(row["live"]), int(row["held"])) if row else (0, 0)
+
+
+def ids_by_path(cur: Cursor[Any], scope: Scope, path: str) -> list[str]:
+    """Ids of the un-forgotten ``file`` notes of exactly ``scope`` on ``path``, sorted."""
+    rows = cur.execute(
+        f"SELECT note_id FROM {TABLE} WHERE tenant_id = %s AND resource_id = %s"  # noqa: S608
+        " AND thread_id = %s AND path = %s ORDER BY note_id", (*scope.sql(), path)).fetchall()
+    return [row["note_id"] for row in rows]

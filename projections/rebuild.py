@@ -27,7 +27,6 @@ position is set to the replayed head, all in one transaction per rebuild.
 
 from __future__ import annotations
 
-import copy as _copy
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -41,19 +40,8 @@ import psycopg
 from eventsourcing.persistence import StoredEvent
 from psycopg import Connection, Cursor, sql
 from psycopg.rows import tuple_row
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
 
+from memfabric.adapters.crypto import BatchKeys
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections.base import NoteProjection
@@ -75,38 +63,6 @@ class Reporter(Protocol):
     callable; ``unit`` is ``"events"`` or ``"indexes"``."""
 
     def task(self, description: str, total: int | None, unit: str = "events") -> Callable[[int], None]: ...
-
-
-class _Rate(ProgressColumn):
-    """Events per second of a task."""
-
-    def render(self, task: Task) -> Text:
-        if task.fields.get("unit", "events") != "events":
-            return Text("")
-        speed = task.finished_speed or task.speed
-        return Text("-- ev/s" if speed is None else f"{speed:,.0f} ev/s", style="progress.data.speed")
-
-
-class RichReporter:
-    """A rich progress bar per task (events/s and ETA); use as a context manager."""
-
-    def __init__(self, console: Console | None = None) -> None:
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=console, transient=False,
-        )
-
-    def __enter__(self) -> RichReporter:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-    def task(self, description: str, total: int | None, unit: str = "events") -> Callable[[int], None]:
-        task_id = self.progress.add_task(description, total=total, unit=unit)
-        return lambda n: self.progress.advance(task_id, n)
 
 
 class _Quiet:
@@ -182,24 +138,6 @@ class VerifyReport:
 
 
 # ------------------------------------------------------------------------ replay
-class _SnapshotKeys:
-    """Data keys of one batch, read on the replay's own connection (same snapshot)."""
-
-    def __init__(self) -> None:
-        self.keys: dict[tuple[UUID, int], bytes] = {}
-
-    def load(self, conn: Connection[Any], ids: list[UUID]) -> None:
-        self.keys = {
-            (oid, gen): bytes(key)
-            for oid, gen, key in conn.cursor(row_factory=tuple_row).execute(
-                "SELECT originator_id, gen, key FROM mf_note_keys WHERE originator_id = ANY(%s)", (ids,)
-            )
-        }
-
-    def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
-        return self.keys.get((originator_id, gen))
-
-
 def replay_notes(
     conn: Connection[Any],
     events_table: str,
@@ -221,9 +159,8 @@ def replay_notes(
     Raises ``ProjectionError(label, notification_id, topic, error)`` on the first event
     that cannot be decoded or applied.
     """
-    keys = _SnapshotKeys()
-    local = _copy.copy(mapper)
-    local.keys = keys
+    keys = BatchKeys()
+    local = mapper.bound(keys)
     name = "mf_replay_" + uuid.uuid4().hex[:8]
     with conn.cursor(name=name, row_factory=tuple_row, binary=True) as cur:
         cur.itersize = batch
@@ -346,7 +283,7 @@ class ProjectionAdmin:
     @classmethod
     def for_fabric(cls, fabric: Any) -> ProjectionAdmin:
         """The admin of an open ``memfabric.adapters.Fabric``."""
-        return cls(fabric.engine, fabric.service.mapper, fabric.store.connection)
+        return cls(fabric.engine, fabric.log.sealing_mapper, fabric.store.connection)
 
     @property
     def names(self) -> list[str]:

@@ -16,14 +16,17 @@ from typing import Any
 import numpy as np
 from psycopg import Cursor, sql
 from psycopg.types.json import Jsonb
+from psycopg.types.range import Range
 
 from memfabric.domain.note import Note
+from memfabric.domain.ports import Candidate
+from memfabric.domain.scope import Scope
 from memfabric.domain.policy import normalized_tokens, token_hash
-from memfabric.projections import base
+from memfabric.projections import base, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
-TABLE = "mf_recall_index"
+TABLE = tables.RECALL_INDEX
 RECALLABLE = ("fact", "procedure", "file")
 
 COLUMNS: tuple[str, ...] = (
@@ -68,7 +71,7 @@ def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
 
 def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
     """Secondary indexes: HNSW (cosine, m=16, ef_construction=64), GIN on tsv, btrees on
-    scope + token hash / path / subject."""
+    scope + kind and tenant + kind."""
     t = sql.Identifier(table)
     name = table + suffix
     return [
@@ -80,25 +83,15 @@ def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
             i=sql.Identifier(f"{name}_tsv"), t=t
         ),
         sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, kind, token_hash)"
-        ).format(i=sql.Identifier(f"{name}_hash"), t=t),
-        sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, path)"
-            " WHERE path IS NOT NULL"
-        ).format(i=sql.Identifier(f"{name}_path"), t=t),
-        sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, subject)"
-            " WHERE subject IS NOT NULL"
-        ).format(i=sql.Identifier(f"{name}_subject"), t=t),
+            "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, kind)"
+        ).format(i=sql.Identifier(f"{name}_scope"), t=t),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, kind)").format(
             i=sql.Identifier(f"{name}_tenant"), t=t
         ),
     ]
 
 
-def _range(lo: datetime | None, hi: datetime | None) -> Any:
-    from psycopg.types.range import Range
-
+def _range(lo: datetime | None, hi: datetime | None) -> Range[datetime]:
     return Range(lo, hi, bounds="[)")
 
 
@@ -215,6 +208,7 @@ class RecallIndexProjection:
 
     name = NAME
     tables = (TABLE,)
+    write_side = False
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
@@ -235,3 +229,106 @@ class RecallIndexProjection:
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
         rows = (r for r in map(row_for, notes) if r is not None)
         return copy_rows(cur, rows, TABLE + table_suffix)
+
+
+IDF_CORPUS_CAP = 10_000
+"""Recall counts the notes its filters admit (the ``N`` of the full-text IDF) up to this
+many; beyond it the count, and so the cost, stays bounded."""
+
+
+def _where(require_consent: bool) -> sql.Composable:
+    return sql.SQL(" AND ").join([
+        scope_filter(),
+        sql.SQL("kind = ANY(%(kinds)s)"),
+        sql.SQL("valid @> %(as_of)s::timestamptz"),
+        # An explicit refusal (granted=False) is never recalled; with require_consent
+        # only notes whose consent was granted are.
+        sql.SQL("consent_granted IS TRUE") if require_consent
+        else sql.SQL("consent_granted IS DISTINCT FROM FALSE"),
+    ])
+
+
+_VECTOR_LIST = (
+    "v AS MATERIALIZED (SELECT aggregate_id, embedding <=> %(q)b AS dist FROM {t}"
+    " WHERE {w} ORDER BY embedding <=> %(q)b LIMIT %(limit)s),"
+    " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
+)
+_LEXICAL_LIST = (
+    "qt AS (SELECT lexeme, quote_literal(lexeme)::tsquery AS q"
+    " FROM unnest(to_tsvector('english', %(text)s))),"
+    " tq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS q FROM qt),"
+    " m AS MATERIALIZED (SELECT aggregate_id, ingested_at, tsv FROM {t}"
+    " WHERE tsv @@ (SELECT q FROM tq) AND {w}),"
+    " mt AS MATERIALIZED (SELECT m.aggregate_id, m.ingested_at, qt.lexeme FROM m JOIN qt ON m.tsv @@ qt.q),"
+    " nn AS MATERIALIZED (SELECT count(*)::float8 AS n FROM (SELECT 1 FROM {t}"
+    " WHERE {w} LIMIT %(idf_cap)s) s),"
+    " idf AS MATERIALIZED (SELECT lexeme, ln(1 + (greatest(nn.n, count(*)) - count(*) + 0.5)"
+    " / (count(*) + 0.5)) AS w FROM mt, nn GROUP BY lexeme, nn.n),"
+    " ls AS MATERIALIZED (SELECT mt.aggregate_id, mt.ingested_at, sum(idf.w)::float8 AS lex"
+    " FROM mt JOIN idf USING (lexeme) GROUP BY mt.aggregate_id, mt.ingested_at),"
+    " lr AS (SELECT aggregate_id, row_number() OVER (ORDER BY lex DESC, ingested_at, aggregate_id)"
+    " AS rank FROM ls ORDER BY lex DESC, ingested_at, aggregate_id LIMIT %(limit)s)"
+)
+_NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"
+
+
+def recall_statement(*, vector: bool, lexical: bool, require_consent: bool) -> sql.Composed:
+    """The one recall statement: the vector list (top ``limit`` by cosine distance), the
+    full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
+    both, the exact cosine similarity and full-text score, with every scope, kind,
+    validity and consent filter inside each list.
+
+    Full-text score of a note = the sum over the query's lexemes (``english``
+    configuration, stop words dropped) that the note contains of the BM25 IDF
+    ``ln(1 + (N - df + 0.5) / (df + 0.5))``, where ``N`` is the number of notes the
+    filters admit (counted up to :data:`IDF_CORPUS_CAP`) and ``df`` the number of those
+    containing the lexeme: BM25 with ``k1 = 0`` (no term-frequency or length term, which
+    barely matter for short notes). Parameters: ``t, r, th, kinds, as_of, limit``, and
+    ``q`` (float32 vector, binary) / ``text``, ``idf_cap``."""
+    t, w = sql.Identifier(TABLE), _where(require_consent)
+    parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
+             sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
+    return sql.SQL(
+        "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr)"
+        " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank"
+        " FROM c JOIN {t} i ON i.aggregate_id = c.aggregate_id"
+        " LEFT JOIN vr ON vr.aggregate_id = c.aggregate_id"
+        " LEFT JOIN lr ON lr.aggregate_id = c.aggregate_id{lex_join}"
+    ).format(
+        parts=sql.SQL(", ").join(parts), ret=sql.SQL(RETURNED), t=t,
+        sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
+        lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
+        lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = c.aggregate_id" if lexical else ""),
+    )
+
+
+def select_candidates(
+    cur: Cursor[Any], scope: Scope, *, embedding: np.ndarray | None, query: str | None,
+    kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+) -> list[Candidate]:
+    """Run :func:`recall_statement` in the caller's transaction; returns candidates with
+    their similarity, raw lexical score and ranks."""
+    t, r, th = scope.sql()
+    params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
+                              "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP}
+    if embedding is not None:
+        params["q"] = np.asarray(embedding, np.float32)
+    stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
+                            require_consent=require_consent)
+    out = []
+    for row in cur.execute(stmt, params).fetchall():
+        sim, lex = row.pop("sim"), row.pop("lex")
+        out.append(Candidate(
+            aggregate_id=row["aggregate_id"], note_id=row["note_id"],
+            similarity=None if sim is None else base.finite(float(sim)),
+            lexical=None if lex is None else float(lex),
+            vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row))
+    return out
+
+
+def tenant_size(cur: Cursor[Any], tenant_id: str, cap: int) -> int:
+    """Indexed notes of a tenant, counted up to ``cap``."""
+    row = cur.execute(
+        sql.SQL("SELECT count(*) AS n FROM (SELECT 1 FROM {t} WHERE tenant_id = %s LIMIT %s) s").format(
+            t=sql.Identifier(TABLE)), (tenant_id, cap)).fetchone()
+    return int(row["n"]) if row else 0

@@ -19,11 +19,11 @@ from psycopg import Cursor, sql
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry, block_entry
-from memfabric.projections import base
+from memfabric.projections import base, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "working_value"
-TABLE = "mf_working_value"
+TABLE = tables.WORKING_VALUE
 
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "block", "note_id",
@@ -80,6 +80,7 @@ class WorkingValueProjection:
 
     name = NAME
     tables = (TABLE,)
+    write_side = True
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         cur.execute(

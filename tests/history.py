@@ -31,9 +31,8 @@ class History:
 def _change(fabric: Fabric, notes: object, note_id: str, action: str) -> None:
     """Link, evolve or repoint a note through its aggregate (workers' paths)."""
     scope = notes.scope  # type: ignore[attr-defined]
-    service = fabric.service
-    with fabric.store.write(scope):
-        note = service.repository.get(note_uuid(scope, note_id))
+    with fabric.service.unit_of_work([scope]) as uow:
+        note = uow.load(scope, note_id)
         assert isinstance(note, Note)
         if action == "link":
             note.link([{"id": "aaaaaaaaaaaa", "relation": "related", "weight": 0.5}], cause="linker")
@@ -41,7 +40,8 @@ def _change(fabric: Fabric, notes: object, note_id: str, action: str) -> None:
             note.evolve(context="refined context", keywords=["units"], tags=["evolved"], cause="evolver")
         elif action == "repoint":
             note.repoint(to_path="src/new_place.py")
-        service.save(note, projected=[note])
+        uow.add(note)
+        uow.commit()
 
 
 def make_history(fabric: Fabric, tenant: str = "acme") -> History:

@@ -347,7 +347,7 @@ def test_repoint_moves_only_file_notes_of_that_path_without_reembedding(dsn: str
                    " FROM mf_recall_index WHERE note_id = %s")
         before_row = fetch(dsn, row_sql, (moved.id,))[0]
         uuid = note_uuid(notes.scope, moved.id)
-        before_bytes = fabric.service.repository.get(uuid).embedding
+        before_bytes = fabric.log.repository.get(uuid).embedding
         events = event_count(dsn)
         embedded = len(embedder.texts)
 
@@ -359,7 +359,7 @@ def test_repoint_moves_only_file_notes_of_that_path_without_reembedding(dsn: str
         after_row = fetch(dsn, row_sql, (moved.id,))[0]
         assert after_row[1] == "app/main.py"
         assert after_row[0] == before_row[0] and after_row[2:] == before_row[2:]
-        assert fabric.service.repository.get(uuid).embedding == before_bytes
+        assert fabric.log.repository.get(uuid).embedding == before_bytes
         last = notes.history(moved.id)[-1]
         assert last.type == "Repointed"
         assert (last.fields["from_path"], last.fields["to_path"]) == ("src/app.py", "app/main.py")

@@ -164,17 +164,30 @@ def _counting(fabric: Fabric, calls: list[str]) -> Iterator[None]:
             self._conn = conn
 
         def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-            text = query if isinstance(query, str) else query.as_string(self._conn)
+            text = query if isinstance(query, str) else query.as_string(conn)
             calls.append(text)
             return self._conn.execute(query, *args, **kwargs)
+
+        def cursor(self, *args: Any, **kwargs: Any) -> Any:
+            return Proxy(self._conn.cursor(*args, **kwargs))
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._conn, name)
 
+    conn: Any = None
+
     @contextmanager
     def connection() -> Iterator[Any]:
-        with original() as conn:
-            yield Proxy(conn)
+        nonlocal conn
+        with original() as c:
+            conn = c
+            yield Proxy(c)
 
     store.connection = connection  # type: ignore[method-assign]
     try:

@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from memfabric.adapters import Fabric, HashEmbedder, open_fabric
+from memfabric.domain.results import ConsentInfo
 from memfabric.domain.note import note_uuid
 from tests.conftest import event_count, fetch
 
@@ -81,7 +82,7 @@ def _remember_secret(fabric: Fabric) -> tuple[Any, Secrets]:
                        keywords=["Hypnotoadine"], tags=["medical"])
     notes.remember(kind="fact", content=CONTENT + ".", context=CONTEXT)  # folds into n
     uuid = note_uuid(notes.scope, n.id)
-    embedding = fabric.service.repository.get(uuid).embedding
+    embedding = fabric.log.repository.get(uuid).embedding
     vector_text = fetch(fabric.dsn, "SELECT embedding::text FROM mf_recall_index WHERE aggregate_id = %s",
                         (uuid,))[0][0]
     keys = [bytes(r[0]) for r in fetch(fabric.dsn, "SELECT key FROM mf_note_keys WHERE originator_id = %s",
@@ -133,25 +134,25 @@ def test_snapshots_are_sealed_and_shredded_too(dsn: str, monkeypatch: pytest.Mon
         n, secrets = _remember_secret(fabric)
         notes = fabric.scope("clinic", "patient-7", "visit-1")
         uuid = note_uuid(notes.scope, n.id)
-        fabric.service.take_snapshot(uuid)
+        fabric.log.take_snapshot(uuid)
         snap = b"".join(bytes(r[0]) for r in fetch(dsn, "SELECT state FROM memfabric_snapshots"))
         assert snap and found(snap, secrets) == set()
         # a first-version note snapshots with its existing key (no new key, still readable)
         one = notes.remember(kind="procedure", content="Rinse the Frumiousbandersnatch daily")
         keys_before = fetch(dsn, "SELECT count(*) FROM mf_note_keys")[0][0]
-        fabric.service.take_snapshot(note_uuid(notes.scope, one.id))
+        fabric.log.take_snapshot(note_uuid(notes.scope, one.id))
         assert fetch(dsn, "SELECT count(*) FROM mf_note_keys")[0][0] == keys_before
-        assert fabric.service.repository.get(note_uuid(notes.scope, one.id)).content.startswith("Rinse")
-        restored = fabric.service.repository.get(uuid)
+        assert fabric.log.repository.get(note_uuid(notes.scope, one.id)).content.startswith("Rinse")
+        restored = fabric.log.repository.get(uuid)
         assert (restored.content, restored.context, restored.embedding) == (
             CONTENT + ".", CONTEXT, secrets.embedding_le)
 
         notes.forget(id=n.id)
 
-        note = fabric.service.repository.get(uuid)  # from the shredded snapshot + tombstone
+        note = fabric.log.repository.get(uuid)  # from the shredded snapshot + tombstone
         assert note.forgotten and note.content is None and note.embedding is None
-        fabric.service.take_snapshot(uuid)  # a forgotten note snapshots without a key
-        assert fabric.service.repository.get(uuid).forgotten
+        fabric.log.take_snapshot(uuid)  # a forgotten note snapshots without a key
+        assert fabric.log.repository.get(uuid).forgotten
         blob, tables = dump_every_table(dsn)
         assert "memfabric_snapshots" in tables
         assert found(blob, secrets) == set()
@@ -254,8 +255,8 @@ def test_consent_refusal_and_require_consent(dsn: str) -> None:
         assert refused.id not in {h.id for h in notes.recall("quarterly roadmap refused", top_k=10, mode="lexical").hits}
     with open_fabric(dsn, require_consent=True) as strict:
         assert visible(strict, ("acme", "u1", "th1")) == {granted.id}
-        assert strict.scope("acme", "u1", "th1").get(granted.id).consent == {
-            "visibility": "thread", "granted": True, "purposes": ["personalisation"]}
+        assert strict.scope("acme", "u1", "th1").get(granted.id).consent == ConsentInfo(
+            visibility="thread", granted=True, purposes=("personalisation",))
 
 
 def test_a_fold_never_widens_visibility_or_consent(dsn: str) -> None:
@@ -267,13 +268,13 @@ def test_a_fold_never_widens_visibility_or_consent(dsn: str) -> None:
         narrowed = notes.remember(kind="fact", content="The quarterly roadmap is due Friday!",
                                   consent={"visibility": "resource", "purposes": ["b", "c"]})
         assert (narrowed.outcome, narrowed.id) == ("folded", n.id)
-        assert narrowed.consent == {"visibility": "resource", "granted": None, "purposes": ["b"]}
+        assert narrowed.consent == ConsentInfo(visibility="resource", granted=None, purposes=("b",))
         assert visible(fabric, ("acme", "u2", "x")) == set()
         assert visible(fabric, ("acme", "u1", "th9")) == {n.id}
         widened = notes.remember(kind="fact", content="the quarterly roadmap is due friday",
                                  consent={"visibility": "tenant", "granted": True})
         assert widened.outcome == "folded"
-        assert widened.consent == {"visibility": "resource", "granted": None, "purposes": ["b"]}
+        assert widened.consent == ConsentInfo(visibility="resource", granted=None, purposes=("b",))
         assert visible(fabric, ("acme", "u2", "x")) == set()
         assert fetch(dsn, "SELECT visibility, consent_granted FROM mf_recall_index") == [("resource", None)]
     with open_fabric(dsn, require_consent=True) as strict:
@@ -299,11 +300,11 @@ def test_redactor_runs_before_embedding_and_sealing(dsn: str) -> None:
         hit = notes.recall("invoice questions").hits[0]
         assert (hit.id, hit.content) == (n.id, expected)
         assert notes.get(n.id).content == expected
-        stored = fabric.service.repository.get(note_uuid(notes.scope, n.id)).embedding
+        stored = fabric.log.repository.get(note_uuid(notes.scope, n.id)).embedding
         assert stored == embedder.embed([expected])[0].tobytes()
         assert stored != embedder.embed(["Invoice questions go to zed.quinn@example.org weekly"])[0].tobytes()
-        decoded = [fabric.service.mapper.decode_state(e)[0]
-                   for e in fabric.service.recorder.select_events(note_uuid(notes.scope, n.id))]
+        decoded = [fabric.log.sealing_mapper.decode_state(e)[0]
+                   for e in fabric.log.recorder.select_events(note_uuid(notes.scope, n.id))]
         assert decoded[0]["content"] == expected and decoded[0]["context"] == "[email] asked on Monday"
         blob, _ = dump_every_table(dsn)
         assert b"zed.quinn" not in blob and "zed.quinn" not in repr(decoded)

@@ -96,7 +96,7 @@ def test_links_must_point_at_live_notes_of_the_same_scope(fabric: Fabric, dsn: s
     assert event_count(dsn) == before
     mine = a.remember(kind="fact", content="Target note here")
     linked = a.remember(kind="fact", content="Source note elsewhere", links=[{"id": mine.id}])
-    assert linked.links[0]["id"] == mine.id
+    assert linked.links[0].id == mine.id
 
 
 def test_recall_hits_carry_the_full_note(fabric: Fabric) -> None:

@@ -400,7 +400,7 @@ def test_bulk_copy_matches_the_live_projection(dsn: str) -> None:
     with open_fabric(dsn) as fab:
         _write_history(fab)
         ids = [r[0] for r in fetch(dsn, "SELECT DISTINCT originator_id FROM memfabric_events")]
-        loaded = [fab.service.repository.get(i) for i in ids]
+        loaded = [fab.log.repository.get(i) for i in ids]
         projection = WorkingValueProjection()
         with fab.store.datastore.transaction(commit=True) as cur:
             projection.create(cur, table_suffix="_copy")

@@ -1,19 +1,20 @@
-"""Public input models (pydantic v2) and read models of the memory fabric.
+"""Public input models (pydantic v2) of the memory fabric.
 
-Input models validate everything a caller passes; they reject unknown fields and
-accept camelCase aliases (``validFrom``, ``sourceEntryIds`` ...). Read models are
-frozen dataclasses built by the fabric.
+They validate everything a caller passes, reject unknown fields and accept camelCase
+aliases (``validFrom``, ``sourceEntryIds`` ...). Read models (what calls return) are in
+:mod:`memfabric.domain.results`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    StrictBool,
+    StrictStr,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -26,11 +27,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import ScopeId
 
 Kind = Literal["fact", "procedure", "file", "working", "episode"]
-KINDS: tuple[str, ...] = ("fact", "procedure", "file", "working", "episode")
 RECALLABLE_KINDS: tuple[str, ...] = ("fact", "procedure", "file")
+RecallMode = Literal["hybrid", "vector", "lexical"]
 NOTE_ID_RE = re.compile(r"^[0-9a-f]{12}$")
 BLOCK_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -245,7 +246,6 @@ class Scoring(_Input):
 
     recency_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
     importance_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
-    link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.0
     half_life: timedelta = timedelta(days=30)
     vector_weight: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     fusion: Literal["convex", "rrf"] = "convex"
@@ -277,7 +277,7 @@ class RecallInput(_Input):
     top_k: TopK = 10
     budget: Budget | None = None
     scoring: Scoring | None = None
-    mode: Literal["hybrid", "vector", "lexical"] = "hybrid"
+    mode: RecallMode = "hybrid"
 
 
 class ContextOptions(_Input):
@@ -301,88 +301,89 @@ class ContextOptions(_Input):
     budget: Budget | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
-    """A note as read back from the fabric (read model, not the aggregate).
 
-    Times are timezone-aware UTC datetimes; ``token_count`` is the estimate of
-    ``memfabric.domain.policy.count_tokens``.
-    """
+class Limits(BaseModel):
+    """Size limits: ``max_entry_text_chars`` (default 8000) caps content, context and
+    working blocks."""
 
-    id: str
-    kind: str
-    content: str | None
-    scope: Scope
-    ingested_at: datetime
-    token_count: int
-    path: str | None = None
-    block: str | None = None
-    subject: str | None = None
-    t_ref: datetime | None = None
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
-    keywords: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    source_entry_ids: tuple[str, ...] = ()
-    context: str | None = None
-    links: tuple[dict[str, Any], ...] = ()
-    supersedes: str | None = None
-    superseded_by: str | None = None
-    importance: float = 0.5
-    consent: dict[str, Any] | None = None
-    version: int = 1
-    fold_count: int = 0
-    updated_at: datetime | None = None
-    forgotten: bool = False
-    held: bool = False
-    outcome: str = "inserted"
-    forgotten_at: datetime | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_entry_text_chars: int = Field(default=DEFAULT_MAX_ENTRY_TEXT_CHARS, ge=1, le=1_000_000)
 
 
-@dataclass(frozen=True, slots=True)
-class Explain:
-    """Why a hit ranked where it did; ``explain[i]`` describes ``hits[i]``.
+Requester = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+"""Who asked for a forget or an erasure (recorded in the tombstone): 1-200 characters."""
 
-    ``score`` = relevance + recency_weight·recency + importance_weight·importance
-    (+ link_weight·link). The components of ``relevance`` (in [0, 1]): ``similarity``,
-    the cosine similarity of note and query in [-1, 1] (``None`` in ``lexical`` mode);
-    ``lexical``, the note's full-text score (sum of the IDF of the query terms it
-    contains) divided by the best one among the candidates, in [0, 1] (0 when no term
-    matches, ``None`` in ``vector`` mode). In ``hybrid`` mode with the default
-    ``convex`` fusion ``relevance = w·max(0, similarity) + (1-w)·lexical`` with ``w``
-    the vector weight; ``vector`` mode uses ``max(0, similarity)``, ``lexical`` mode
-    ``lexical``. ``vector_rank`` and ``lexical_rank`` are 1-based ranks in the two
-    candidate lists (``None`` outside a list); ``recency`` in (0, 1]; ``importance`` in [0, 1];
-    ``link`` in [0, 1]; ``valid`` is the note's window ``(valid_from, valid_to)``.
-    """
-
-    id: str
-    score: float
-    similarity: float | None
-    recency: float
-    importance: float
-    link: float
-    valid: tuple[datetime | None, datetime | None]
-    relevance: float = 0.0
-    lexical: float | None = None
-    vector_rank: int | None = None
-    lexical_rank: int | None = None
+FilePath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+"""A file note's path: 1-1024 characters."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecallResult:
-    """Ranked ``hits`` and the parallel ``explain`` rows (same length, same order)."""
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    hits: list[Note] = field(default_factory=list)
-    explain: list[Explain] = field(default_factory=list)
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return reject_nul(value)
 
 
-@dataclass(frozen=True, slots=True)
-class ForgetResult:
-    """Outcome of ``forget``: ``deleted`` is 1 for a tombstoned note or block, 0 when
-    held or when no such note is in this scope; ``held`` tells a legal hold."""
+class EraseScopeInput(_Args):
+    """What ``Fabric.erase_scope`` accepts: scope ids as in :class:`Scope` (``None`` =
+    every resource / thread), ``hold`` (strict bool), ``requested_by`` (1-200 chars)
+    and ``batch_size`` (1-1000 notes per transaction, default 100)."""
 
-    id: str | None
-    block: str | None
-    deleted: int
-    held: bool
+    tenant_id: ScopeId
+    resource_id: ScopeId | None = None
+    thread_id: ScopeId | None = None
+    hold: StrictBool = False
+    requested_by: Requester = "operator"
+    batch_size: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+class ForgetArgs(_Args):
+    """Arguments of ``Notes.forget``: exactly one of ``id`` (12 hex) and ``block``
+    (a label); ``hold`` a bool; ``requested_by`` 1-200 characters or ``None``."""
+
+    id: NoteId | None = None
+    block: BlockLabel | None = None
+    hold: StrictBool = False
+    requested_by: Requester | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ForgetArgs:
+        if (self.id is None) == (self.block is None):
+            raise ValueError("id: give exactly one of id= or block=")
+        return self
+
+
+class NoteRefArgs(_Args):
+    """A note id argument: 12 lowercase hex characters."""
+
+    id: NoteId
+
+
+class VerifyArgs(NoteRefArgs):
+    """Arguments of ``Notes.verify_content``: a note ``id`` and the candidate ``text``."""
+
+    text: StrictStr
+
+
+class RepointArgs(_Args):
+    """Arguments of ``Notes.repoint``: two different paths of 1-1024 characters."""
+
+    from_path: FilePath
+    to_path: FilePath
+
+    @model_validator(mode="after")
+    def _different(self) -> RepointArgs:
+        if self.from_path == self.to_path:
+            raise ValueError("to_path: must differ from from_path")
+        return self
+
+
+class DeletePathArgs(_Args):
+    """Arguments of ``Notes.delete_path``: ``path`` (1-1024 characters), ``hold`` (a
+    bool) and ``requested_by`` (1-200 characters or ``None``)."""
+
+    path: FilePath
+    hold: StrictBool = False
+    requested_by: Requester | None = None

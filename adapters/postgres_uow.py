@@ -1,0 +1,182 @@
+"""The PostgreSQL unit of work: one connection, one transaction per write.
+
+:class:`PostgresUnitOfWork` owns everything a write touches, explicitly (no context
+variables, no pass-through keyword arguments):
+
+- the pooled connection and its transaction (opened on ``__enter__``);
+- the scopes' write locks (``pg_advisory_xact_lock``, taken in sorted key order so two
+  multi-scope writers cannot deadlock);
+- every read the write decides on: aggregate replays, key reads, the consolidation
+  neighbours, paths and the working value — all on this connection;
+- the aggregates to save, their new data keys and the keys to destroy;
+- at :meth:`~PostgresUnitOfWork.commit`: seal the events, insert the keys, delete the
+  shredded keys, append the events (eventsourcing's table lock and NOTIFY), apply the
+  write-side projections (and every projection when projecting inline) with their
+  tracking, then COMMIT. One transaction, one connection: a pool of size 1 suffices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+from memfabric.adapters.crypto import TransactionKeys
+from memfabric.adapters.postgres import NoteLog, VectorTypes, select_notes
+from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from memfabric.domain.errors import FabricError
+from memfabric.domain.note import Note, note_uuid
+from memfabric.domain.scope import Scope
+from memfabric.domain.working import BlockEntry
+from memfabric.projections import consolidation_index, note_scope, tables, working_value
+from memfabric.projections.engine import ProjectionEngine, advisory_key
+from psycopg import Connection, Cursor, Rollback, sql
+
+
+class PostgresUnitOfWork:
+    """One write transaction (the ``UnitOfWork`` port); see the module doc.
+
+    ``inline_all``: apply every projection in this transaction (``inline_projections``),
+    else only the write-side ones. ``ef_search``: unused by the exact neighbour scan,
+    kept for the recall index's HNSW when it serves neighbours."""
+
+    def __init__(self, log: NoteLog, engine: ProjectionEngine, vectors: VectorTypes,
+                 secret: Callable[[], bytes], scopes: Sequence[Scope], *, inline_all: bool) -> None:
+        self._log = log
+        self._engine = engine
+        self._vectors = vectors
+        self._secret = secret
+        self._scopes = list(scopes)
+        self._inline_all = inline_all
+        self._stack: ExitStack | None = None
+        self._conn: Connection[Any] | None = None
+        self._keys: TransactionKeys | None = None
+        self._events: list[Any] = []
+        self._aggregates: dict[UUID, Note] = {}
+        self._committed = False
+        self._position = 0
+
+    # --------------------------------------------------------------- lifetime
+    def __enter__(self) -> PostgresUnitOfWork:
+        stack = ExitStack()
+        try:
+            conn = stack.enter_context(self._log.datastore.get_connection())
+            self._vectors.ensure(conn)
+            stack.enter_context(conn.transaction())
+            for key in sorted({s.key for s in self._scopes}):
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("scope:" + key),))
+        except BaseException as exc:
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._stack, self._conn = stack, conn
+        self._keys = TransactionKeys(conn, self._log.keys)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        stack, self._stack, self._conn = self._stack, None, None
+        if stack is None:
+            return
+        if exc_type is None and not self._committed:
+            # Leaving without commit: psycopg's Rollback ends the transaction block
+            # with a rollback and is swallowed by it.
+            stack.__exit__(Rollback, Rollback(), None)
+            return
+        stack.__exit__(exc_type, exc, tb)
+        if exc_type is None and self._keys is not None:
+            self._keys.committed()
+
+    @property
+    def conn(self) -> Connection[Any]:
+        if self._conn is None:
+            raise FabricError("the unit of work is not open")
+        return self._conn
+
+    @property
+    def keys(self) -> TransactionKeys:
+        assert self._keys is not None
+        return self._keys
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    # ------------------------------------------------------------------ reads
+    def load(self, scope: Scope, note_id: str) -> Note | None:
+        aggregate_id = note_uuid(scope, note_id)
+        held = self._aggregates.get(aggregate_id)
+        if held is not None:
+            return held
+        found = self.load_ids([aggregate_id])
+        return found[0] if found else None
+
+    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        missing = [i for i in aggregate_ids if i not in self._aggregates]
+        with self.conn.cursor() as cur:
+            loaded = {n.id: n for n in select_notes(cur, self._log.sealing_mapper, missing, self.keys)}
+        out = []
+        for i in aggregate_ids:
+            note = self._aggregates.get(i) or loaded.get(i)
+            if note is not None:
+                out.append(note)
+        return out
+
+    def exists(self, scope: Scope, note_id: str) -> bool:
+        aggregate_id = note_uuid(scope, note_id)
+        if aggregate_id in self._aggregates:
+            return True
+        row = self.conn.execute(
+            sql.SQL("SELECT 1 FROM {t} WHERE originator_id = %s LIMIT 1").format(
+                t=sql.Identifier(tables.EVENTS)), (aggregate_id,)).fetchone()
+        return row is not None
+
+    def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
+                   now: datetime) -> list[list[Neighbour]]:
+        with self.conn.cursor() as cur:
+            return consolidation_index.select_neighbours(cur, scope, queries, now=now)
+
+    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
+        with self.conn.cursor() as cur:
+            return note_scope.ids_by_path(cur, scope, path)
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        with self.conn.cursor() as cur:
+            return working_value.select_blocks(cur, scope)
+
+    def content_hmac(self, text: str) -> str:
+        return hmac.new(self._secret(), text.encode(), hashlib.sha256).hexdigest()
+
+    # ----------------------------------------------------------------- writes
+    def add(self, note: Note) -> None:
+        self._events.extend(note.collect_events())
+        self._aggregates[note.id] = note
+
+    def shred(self, note: Note) -> None:
+        self.keys.doomed.add(note.id)
+
+    def commit(self) -> None:
+        """Seal, append and project everything added (see the module doc)."""
+        conn = self.conn
+        mapper = self._log.sealing_mapper.bound(self.keys)
+        stored = [mapper.to_stored_event(e) for e in self._events]
+        notes = list(self._aggregates.values())
+        with conn.cursor() as cur:
+            self.keys.flush(cur)
+            self.keys.destroy(cur)
+            ids = self._log.note_recorder.insert_on(cur, stored)
+            projections = self._engine.inline(all_projections=self._inline_all)
+            self._engine.apply_inline(cur, notes, ids, projections)
+        self._position = max(ids, default=0)
+        self._committed = True
+
+
+def cursor_loader(log: NoteLog) -> Callable[[Cursor[Any], Sequence[UUID]], list[Note]]:
+    """The engine's ``load_notes``: replay aggregates on the engine's cursor."""
+    def load(cur: Cursor[Any], ids: Sequence[UUID]) -> list[Note]:
+        return select_notes(cur, log.sealing_mapper, ids)
+    return load

@@ -1,0 +1,152 @@
+"""Lifecycle commands: forget (tombstone + crypto-shredding), legal hold, scope erasure,
+and the file commands ``repoint`` / ``delete_path``.
+
+A tombstone is a ``Forgotten`` event (keyed HMAC of the content, lineage ids, reason,
+who asked); in the same unit of work the note's data key is destroyed and its
+projection rows are deleted, so its content is unreadable from then on. A legal hold
+is a ``Forgotten`` event with reason ``legal_hold``: content kept, never recalled.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from memfabric.domain import working
+from memfabric.domain.history import history
+from memfabric.domain.errors import FabricError
+from memfabric.domain.inputs import EraseScopeInput
+from memfabric.domain.note import Note
+from memfabric.domain.ports import UnitOfWork
+from memfabric.domain.results import EraseResult, ForgetResult, PathForgetResult, RepointResult
+from memfabric.domain.scope import Scope
+
+if TYPE_CHECKING:
+    from memfabric.domain.service import MemoryService
+
+
+@dataclass
+class _Tally:
+    """Note ids a tombstoning pass changed, by outcome."""
+
+    deleted: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    already_held: list[str] = field(default_factory=list)
+
+
+def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_by: str,
+              cause: str) -> _Tally:
+    """Give every live note of ``notes`` its ``Forgotten`` tombstone (reason
+    ``legal_hold`` with ``hold``) in ``uow``, shredding the keys of the tombstoned (not
+    held) ones. Forgotten notes are skipped; held notes stay as they are."""
+    tally = _Tally()
+    for note in notes:
+        if note.forgotten:
+            continue
+        if note.held:
+            tally.already_held.append(note.note_id)
+            continue
+        digest = uow.content_hmac(note.content) if note.content is not None else None
+        note.forget(content_hmac=digest, reason="legal_hold" if hold else "forgotten",
+                    requested_by=requested_by, cause=cause)
+        uow.add(note)
+        if not hold:
+            uow.shred(note)
+        (tally.held if hold else tally.deleted).append(note.note_id)
+    return tally
+
+
+def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
+           block: str | None = None) -> ForgetResult:
+    """Tombstone (or hold) one note of ``scope``. Absent or already forgotten:
+    ``deleted=0, held=False``; held: ``deleted=0, held=True``, left unchanged."""
+    with svc.unit_of_work([scope]) as uow:
+        note = uow.load(scope, note_id)
+        if note is None:
+            return ForgetResult(id=note_id if block is None else None, block=block, deleted=0, held=False)
+        tally = tombstone(uow, [note], hold=hold, requested_by=requested_by, cause="caller")
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return ForgetResult(id=note_id if block is None else None, block=block,
+                        deleted=len(tally.deleted), held=bool(tally.held or tally.already_held))
+
+
+def forget_block(svc: MemoryService, scope: Scope, label: str, *, hold: bool,
+                 requested_by: str) -> ForgetResult:
+    """Tombstone (or hold) working block ``label`` of ``scope``."""
+    return forget(svc, scope, working.block_note_id(scope, label), hold=hold,
+                  requested_by=requested_by, block=label)
+
+
+def delete_path(svc: MemoryService, scope: Scope, path: str, *, hold: bool,
+                requested_by: str) -> PathForgetResult:
+    """Tombstone (or hold) every ``file`` note of ``scope`` recorded against ``path``."""
+    with svc.unit_of_work([scope]) as uow:
+        notes = _by_path(uow, scope, path)
+        tally = tombstone(uow, notes, hold=hold, requested_by=requested_by, cause="delete_path")
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return PathForgetResult(path=path, deleted=tuple(tally.deleted),
+                            held=tuple(tally.held + tally.already_held))
+
+
+def repoint(svc: MemoryService, scope: Scope, from_path: str, to_path: str) -> RepointResult:
+    """Move the live ``file`` notes of ``scope`` on ``from_path`` to ``to_path``
+    (one ``Repointed`` event each, nothing re-embedded); held notes stay."""
+    with svc.unit_of_work([scope]) as uow:
+        notes = _by_path(uow, scope, from_path)
+        moved = [n for n in notes if n.live and n.kind == "file"]
+        for note in moved:
+            note.repoint(to_path=to_path)
+            uow.add(note)
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return RepointResult(from_path=from_path, to_path=to_path,
+                         repointed=tuple(n.note_id for n in moved),
+                         held=tuple(n.note_id for n in notes if n.held))
+
+
+def _by_path(uow: UnitOfWork, scope: Scope, path: str) -> list[Note]:
+    found = (uow.load(scope, nid) for nid in uow.note_ids_by_path(scope, path))
+    return [n for n in found if n is not None]
+
+
+def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
+    """Tombstone (or hold) every un-forgotten note of a scope prefix, ``batch_size``
+    notes per unit of work (each holding the write locks of the scopes it touches)."""
+    t, r, th = args.tenant_id, args.resource_id, args.thread_id
+    deleted = held = already_held = batches = 0
+    after = None
+    while page := svc.store.notes_in_scope(t, r, th, after=after, limit=args.batch_size):
+        after = page[-1]
+        already_held += sum(1 for ref in page if ref.held)
+        targets = [ref for ref in page if not ref.held]
+        if not targets:
+            continue
+        with svc.unit_of_work([ref.scope for ref in targets]) as uow:
+            notes = uow.load_ids([ref.aggregate_id for ref in targets])
+            tally = tombstone(uow, notes, hold=args.hold, requested_by=args.requested_by,
+                              cause="erase_scope")
+            uow.commit()
+        svc.store.await_position(uow.position)
+        batches += 1
+        deleted += len(tally.deleted)
+        held += len(tally.held)
+        already_held += len(tally.already_held)  # held by someone else meanwhile
+    remaining, _ = svc.store.count_in_scope(t, r, th)
+    return EraseResult(tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
+                       already_held=already_held, remaining=remaining, batches=batches)
+
+
+def verify_content(svc: MemoryService, scope: Scope, note_id: str, text: str) -> bool:
+    """True when ``text`` matches the tombstone's keyed hash (constant-time compare).
+    Raises ``NoteNotFoundError`` when the note is absent, ``FabricError`` when it has
+    no tombstone."""
+    tomb = next((h.fields for h in reversed(history(svc, scope, note_id)) if h.type == "Forgotten"), None)
+    if tomb is None:
+        raise FabricError(f"id: note {note_id!r} has no tombstone")
+    expected = tomb.get("content_hmac") or ""
+    return hmac.compare_digest(expected, svc.store.content_hmac(text))
+

@@ -1,0 +1,134 @@
+"""Recall ranking: a pure function from index candidates to ranked hits and explain rows.
+
+For each candidate (see ``memfabric.domain.ports.Candidate``)::
+
+    lexical   = raw full-text score / best raw score among the candidates        (in [0, 1])
+    relevance = w · max(0, cosine) + (1 − w) · lexical      hybrid, convex (Bruch et al., TOIS 2023)
+              | weighted RRF of the two ranks                hybrid, fusion="rrf" (Cormack et al. 2009)
+              | max(0, cosine)                                vector mode
+              | lexical                                       lexical mode
+    score     = relevance + recency_weight · 0.5^(age / half_life) + importance_weight · importance
+                                                             (additive, Park et al., UIST 2023)
+
+Hits are sorted by score (ties: earlier ``ingested_at``, then id), cut at ``top_k`` and
+at ``budget`` (summed ``token_count``; the best hit is always returned and ranking
+stops at the first hit that would not fit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memfabric.domain import policy
+from memfabric.domain.inputs import RecallMode, Scoring
+from memfabric.domain.ports import Candidate
+from memfabric.domain.results import ConsentInfo, Explain, MemoryNote, RecallResult
+from memfabric.domain.scope import Scope
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """How to rank one recall: ``mode``, ``as_of``, weights, ``vector_weight`` ``w``
+    (already resolved from the embedder), ``top_k`` and ``budget`` (tokens or None)."""
+
+    mode: RecallMode
+    as_of: datetime
+    scoring: Scoring
+    vector_weight: float
+    top_k: int
+    budget: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    total: float
+    relevance: float
+    recency: float
+    lexical: float | None
+    cand: Candidate
+
+
+def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
+    """Ranked hits and their parallel explain rows (see the module doc)."""
+    best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
+    scored = [_score(c, how, best_lex) for c in candidates]
+    scored.sort(key=lambda s: (-s.total, s.cand.fields["ingested_at"], s.cand.note_id))
+    hits: list[MemoryNote] = []
+    explain: list[Explain] = []
+    used = 0
+    for s in scored[: how.top_k]:
+        tokens = int(s.cand.fields["token_count"])
+        if how.budget is not None and hits and used + tokens > how.budget:
+            break
+        used += tokens
+        hits.append(candidate_view(s.cand))
+        explain.append(_explain(s))
+    return RecallResult(hits=hits, explain=explain)
+
+
+def _score(cand: Candidate, how: Ranking, best_lex: float) -> _Scored:
+    lexical = None if cand.lexical is None else (cand.lexical / best_lex if best_lex > 0 else 0.0)
+    if how.mode == "vector":
+        relevance = max(0.0, cand.similarity or 0.0)
+    elif how.mode == "lexical":
+        relevance = lexical or 0.0
+    elif how.scoring.fusion == "rrf":
+        relevance = policy.weighted_rrf_relevance(cand.vector_rank, cand.lexical_rank, how.vector_weight)
+    else:
+        relevance = policy.convex_relevance(cand.similarity, lexical, how.vector_weight)
+    f = cand.fields
+    reference = f["t_ref"] or f["valid_from"] or f["ingested_at"]
+    rec = policy.recency(reference, how.as_of, how.scoring.half_life)
+    total = policy.score(relevance, rec, float(f["importance"]),
+                         recency_weight=how.scoring.recency_weight,
+                         importance_weight=how.scoring.importance_weight)
+    return _Scored(total, relevance, rec, lexical, cand)
+
+
+def _explain(s: _Scored) -> Explain:
+    c, f = s.cand, s.cand.fields
+    return Explain(
+        id=c.note_id,
+        score=round(s.total, 6),
+        similarity=None if c.similarity is None else round(c.similarity, 6),
+        recency=round(s.recency, 6),
+        importance=float(f["importance"]),
+        link=0.0,
+        valid=(f["valid_from"], f["valid_to"]),
+        relevance=round(s.relevance, 6),
+        lexical=None if s.lexical is None else round(s.lexical, 6),
+        vector_rank=c.vector_rank,
+        lexical_rank=c.lexical_rank,
+    )
+
+
+def candidate_view(cand: Candidate) -> MemoryNote:
+    """The read model of a recall-index row (``outcome="recalled"``)."""
+    f = cand.fields
+    return MemoryNote(
+        id=cand.note_id,
+        kind=f["kind"],
+        content=f["content"],
+        scope=Scope(tenant_id=f["tenant_id"], resource_id=f["resource_id"] or None,
+                    thread_id=f["thread_id"] or None),
+        ingested_at=f["ingested_at"],
+        token_count=int(f["token_count"]),
+        path=f["path"],
+        subject=f["subject"],
+        t_ref=f["t_ref"],
+        valid_from=f["valid_from"],
+        valid_to=f["valid_to"],
+        tags=tuple(f["tags"] or ()),
+        source_entry_ids=tuple(f["source_entry_ids"] or ()),
+        supersedes=f["supersedes"],
+        importance=float(f["importance"]),
+        consent=ConsentInfo.from_dict(f["consent"]),
+        version=int(f["version"]),
+        context=f["context"],
+        keywords=tuple(f["keywords"] or ()),
+        fold_count=int(f["fold_count"]),
+        updated_at=f["updated_at"],
+        outcome="recalled",
+    )

@@ -1,0 +1,245 @@
+"""The ``remember`` command: validate, embed, consolidate, record.
+
+One write (a single note or a ``remember_many`` batch) runs in one unit of work:
+
+1. outside the transaction: redact, embed (one embedder call), hash the tokens;
+2. inside it: fetch the committed consolidation candidates of every item in one
+   batched query (``UnitOfWork.neighbours``), then decide item by item against those
+   and the batch's own notes (:class:`~memfabric.domain.consolidation.LocalIndex`), so
+   the result equals remembering the items one by one;
+3. commit: the events in decision order, with their projections, in one transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memfabric.domain import consolidation, policy, working
+from memfabric.domain.consolidation import LocalIndex, Neighbour, NeighbourQuery
+from memfabric.domain.errors import (
+    NoteExistsError,
+    NoteForgottenError,
+    NoteNotFoundError,
+    NotSupportedError,
+    SupersessionError,
+)
+from memfabric.domain.inputs import RememberInput
+from memfabric.domain.note import Note
+from memfabric.domain.ports import UnitOfWork
+from memfabric.domain.results import MemoryNote, Outcome, note_view
+from memfabric.domain.scope import Scope
+
+if TYPE_CHECKING:
+    from memfabric.domain.service import MemoryService
+
+
+def new_note_id() -> str:
+    """A fresh 12-hex note id (random, from ``uuid4``)."""
+    return uuid.uuid4().hex[:12]
+
+
+def vector_bytes(vector: np.ndarray) -> bytes:
+    """A vector as stored in events: contiguous float32 bytes."""
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """An embedded item, ready to decide: its redacted text, neighbour query and
+    whether it consolidates (consolidation on, no explicit id or ``supersedes``)."""
+
+    item: RememberInput
+    index: int
+    text: str
+    query: NeighbourQuery
+    consolidate: bool
+
+
+def remember_many(
+    svc: MemoryService, scope: Scope, items: Sequence[RememberInput], *,
+    consolidate: bool | None = None,
+) -> list[MemoryNote]:
+    """Write ``items`` in order in one unit of work (see the module doc). ``working``
+    items write their block and are never embedded. Raises what the item checks raise
+    (``NoteExistsError``, ``NoteNotFoundError``, ``NoteForgottenError``,
+    ``SupersessionError``, ``NotSupportedError``, block errors); nothing is written then."""
+    if any(item.kind == "episode" for item in items):
+        raise NotSupportedError("kind 'episode' is a view over a conversation ledger and is not supported yet")
+    if not items:
+        return []
+    on = svc.consolidation.enabled if consolidate is None else consolidate
+    prepared = _prepare(svc, items, on)
+    with svc.unit_of_work([scope]) as uow:
+        now = datetime.now(timezone.utc)
+        writer = _Writer(svc, uow, scope, now, prepared)
+        results = [writer.write(i, item) for i, item in enumerate(items)]
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return results
+
+
+def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> dict[int, _Prepared]:
+    """Redact, embed (one call) and hash every non-working item, by item index."""
+    picked = [(i, item) for i, item in enumerate(items) if item.kind != "working"]
+    texts = [svc.redact(item.text) or "" for _, item in picked]
+    vectors = svc.embed(texts) if texts else np.zeros((0, svc.embedder.dim), np.float32)
+    out = {}
+    for n, ((i, item), text) in enumerate(zip(picked, texts, strict=True)):
+        query = NeighbourQuery(item.kind, vectors[n], policy.token_hash(policy.normalized_tokens(text)),
+                               item.path, item.subject)
+        asks = on and item.id is None and item.supersedes is None
+        out[i] = _Prepared(item, n, text, query, asks)
+    return out
+
+
+class _Writer:
+    """Decides and records the items of one write inside its unit of work."""
+
+    def __init__(self, svc: MemoryService, uow: UnitOfWork, scope: Scope, now: datetime,
+                 prepared: dict[int, _Prepared]) -> None:
+        self.svc, self.uow, self.scope, self.now = svc, uow, scope, now
+        self.prepared = prepared
+        asking = [p for p in prepared.values() if p.consolidate]
+        found = uow.neighbours(scope, [p.query for p in asking], now=now) if asking else []
+        self.stored = {p.index: cands for p, cands in zip(asking, found, strict=True)}
+        self.threshold = svc.consolidation.threshold
+        self.local = LocalIndex(svc.embedder.dim, len(prepared))
+        if len(asking) > 1:
+            self.local.prepare(np.stack([p.query.embedding for p in prepared.values()]), self.threshold)
+        self.blocks = working.BlockWriter(svc, uow, scope)
+
+    def write(self, i: int, item: RememberInput) -> MemoryNote:
+        if item.kind == "working":
+            assert item.block is not None and item.content is not None
+            return self.blocks.change(item.block, content=item.content)
+        return self._note(self.prepared[i])
+
+    # ---------------------------------------------------------------- notes
+    def _note(self, p: _Prepared) -> MemoryNote:
+        self._check_id(p.item)
+        self._check_links(p.item)
+        if p.item.supersedes is not None:
+            old = self._explicit_target(p.item)
+            return self._insert(p, "supersede", old, None)
+        neighbour = self._neighbour(p) if p.consolidate else None
+        outcome = consolidation.decide(p.query, neighbour, threshold=self.threshold,
+                                       valid_from=p.item.valid_from, valid_to=p.item.valid_to)
+        if outcome in ("fold", "supersede"):
+            assert neighbour is not None
+            old = self._load(neighbour.note_id)
+            if outcome == "fold":
+                return self._fold(p, old)
+            return self._insert(p, "supersede", old, neighbour)
+        return self._insert(p, outcome, None, neighbour)
+
+    def _neighbour(self, p: _Prepared) -> Neighbour | None:
+        local = self.local.candidates(p.query, self.now, threshold=self.threshold, item=p.index)
+        # A stored candidate this write already changed is judged by its local state.
+        stored = [c for c in self.stored.get(p.index, []) if c.note_id not in self.local]
+        return consolidation.choose(p.query, [*local, *stored])
+
+    def _load(self, note_id: str) -> Note:
+        note = self.uow.load(self.scope, note_id)
+        if note is None:
+            raise NoteNotFoundError(f"no note {note_id!r} in scope {self.scope}")
+        return note
+
+    def _check_id(self, item: RememberInput) -> None:
+        if item.id is not None and self.uow.exists(self.scope, item.id):
+            raise NoteExistsError(f"id: note {item.id!r} already exists in scope {self.scope}")
+
+    def _check_links(self, item: RememberInput) -> None:
+        for link in item.links:
+            target = self.uow.load(self.scope, link.id)
+            if target is None:
+                raise NoteNotFoundError(f"links: no note {link.id!r} in scope {self.scope}")
+            if not target.live:
+                raise NoteForgottenError(f"links: note {link.id!r} is forgotten or held")
+
+    def _explicit_target(self, item: RememberInput) -> Note:
+        assert item.supersedes is not None
+        try:
+            old = self._load(item.supersedes)
+        except NoteNotFoundError:
+            raise NoteNotFoundError(f"supersedes: no note {item.supersedes!r} in scope {self.scope}") from None
+        if not old.live:
+            raise NoteForgottenError(f"supersedes: note {item.supersedes!r} is forgotten or held")
+        if old.superseded_by is not None:
+            raise SupersessionError(
+                f"supersedes: note {old.note_id!r} was already superseded by "
+                f"{old.superseded_by!r}; supersede that note instead")
+        if item.valid_from is not None and old.valid_from is not None and item.valid_from < old.valid_from:
+            raise SupersessionError(
+                f"valid_from: {item.valid_from.isoformat()} is before the superseded note's "
+                f"valid_from {old.valid_from.isoformat()}")
+        return old
+
+    def _fold(self, p: _Prepared, old: Note) -> MemoryNote:
+        item = p.item
+        old.fold(
+            content=p.text, context=self.svc.redact(item.context), keywords=list(item.keywords),
+            tags=list(item.tags), source_entry_ids=list(item.source_entry_ids),
+            links=[link.model_dump() for link in item.links],
+            embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
+            token_count=policy.count_tokens(p.text), importance=item.importance,
+            consent=item.consent.model_dump() if item.consent else None,
+            t_ref=item.t_ref, valid_from=item.valid_from, valid_to=item.valid_to, cause="fold",
+        )
+        self._track(old, p)
+        return note_view(old, "folded")
+
+    def _insert(self, p: _Prepared, outcome: consolidation.FoldOutcome, old: Note | None,
+                neighbour: Neighbour | None) -> MemoryNote:
+        item = p.item
+        note_id = item.id or new_note_id()
+        valid_from = item.valid_from
+        if outcome == "supersede" and valid_from is None:
+            valid_from = self.now
+        note = Note.remember(
+            scope=self.scope, note_id=note_id, kind=item.kind, content=p.text, path=item.path,
+            block=None, subject=item.subject, t_ref=item.t_ref, valid_from=valid_from,
+            valid_to=item.valid_to, keywords=list(item.keywords), tags=list(item.tags),
+            source_entry_ids=list(item.source_entry_ids), context=self.svc.redact(item.context),
+            links=[link.model_dump() for link in item.links],
+            supersedes=old.note_id if old is not None else None,
+            importance=0.5 if item.importance is None else item.importance,
+            consent=item.consent.model_dump() if item.consent else None,
+            embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
+            dim=self.svc.embedder.dim, token_count=policy.count_tokens(p.text), cause="caller",
+        )
+        if outcome == "precede" and neighbour is not None:
+            _close_before(note, neighbour)
+        self._track(note, p)
+        if old is not None:
+            _close_superseded(old, note_id, valid_from or self.now)
+            self.uow.add(old)
+            self.local.touch(old)
+        result: Outcome = {"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted")  # type: ignore[assignment]
+        return note_view(note, result)
+
+    def _track(self, note: Note, p: _Prepared) -> None:
+        self.uow.add(note)
+        self.local.add(note, p.query.embedding, p.query.token_hash, p.index)
+
+
+def _close_before(note: Note, neighbour: Neighbour) -> None:
+    """Older news: the neighbour already replaced ``note``; close its window there."""
+    if neighbour.valid_from is None:
+        return
+    if note.valid_to is None or note.valid_to > neighbour.valid_from:
+        note.supersede(successor_id=neighbour.note_id, valid_to=neighbour.valid_from,
+                       cause=f"supersession:{neighbour.note_id}")
+
+
+def _close_superseded(old: Note, successor_id: str, close_at: datetime) -> None:
+    """Close ``old``'s window where its successor starts (never an inverted window:
+    a successor starting before ``old`` leaves it an empty window)."""
+    if old.valid_from is not None and close_at < old.valid_from:
+        close_at = old.valid_from
+    old.supersede(successor_id=successor_id, valid_to=close_at, cause=f"supersession:{successor_id}")

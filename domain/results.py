@@ -1,0 +1,258 @@
+"""Read models: what the fabric's calls return (frozen dataclasses).
+
+:class:`MemoryNote` is a note as read back (never the ``Note`` aggregate itself);
+:class:`RecallResult` pairs ranked hits with :class:`Explain` rows; the rest report the
+outcome of lifecycle calls and the history of a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from memfabric.domain.note import Note
+from memfabric.domain.scope import Scope
+
+Outcome = Literal[
+    "inserted", "folded", "superseding", "preceding", "replaced", "appended", "recalled", "read",
+]
+"""What a call did to or with a note: ``remember`` gives ``inserted``, ``folded``,
+``superseding`` or ``preceding`` (working blocks ``inserted``, ``replaced`` or
+``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A typed edge from a note to another note of its scope: ``id`` (12 hex),
+    ``relation`` (e.g. ``related``) and ``weight`` in [0, 1]."""
+
+    id: str
+    relation: str = "related"
+    weight: float = 1.0
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Link:
+        return cls(id=str(raw["id"]), relation=str(raw.get("relation", "related")),
+                   weight=float(raw.get("weight", 1.0)))
+
+
+Visibility = Literal["thread", "resource", "tenant"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentInfo:
+    """A note's consent as stored: ``visibility`` (who may see it), ``granted``
+    (``None`` when unknown) and ``purposes`` (free labels)."""
+
+    visibility: Visibility = "thread"
+    granted: bool | None = None
+    purposes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> ConsentInfo | None:
+        if raw is None:
+            return None
+        return cls(visibility=raw.get("visibility", "thread"), granted=raw.get("granted"),
+                   purposes=tuple(raw.get("purposes") or ()))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryNote:
+    """A note as read back from the fabric: the read model callers receive (the
+    event-sourced aggregate is :class:`memfabric.domain.note.Note`).
+
+    Times are timezone-aware UTC datetimes; ``token_count`` is the estimate of
+    ``memfabric.domain.policy.count_tokens``.
+    """
+
+    id: str
+    kind: str
+    content: str | None
+    scope: Scope
+    ingested_at: datetime
+    token_count: int
+    path: str | None = None
+    block: str | None = None
+    subject: str | None = None
+    t_ref: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    keywords: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    source_entry_ids: tuple[str, ...] = ()
+    context: str | None = None
+    links: tuple[Link, ...] = ()
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    importance: float = 0.5
+    consent: ConsentInfo | None = None
+    version: int = 1
+    fold_count: int = 0
+    updated_at: datetime | None = None
+    forgotten: bool = False
+    held: bool = False
+    outcome: Outcome = "inserted"
+    forgotten_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Explain:
+    """Why a hit ranked where it did; ``explain[i]`` describes ``hits[i]``.
+
+    ``score`` = relevance + recency_weight·recency + importance_weight·importance. The components of ``relevance`` (in [0, 1]): ``similarity``,
+    the cosine similarity of note and query in [-1, 1] (``None`` in ``lexical`` mode);
+    ``lexical``, the note's full-text score (sum of the IDF of the query terms it
+    contains) divided by the best one among the candidates, in [0, 1] (0 when no term
+    matches, ``None`` in ``vector`` mode). In ``hybrid`` mode with the default
+    ``convex`` fusion ``relevance = w·max(0, similarity) + (1-w)·lexical`` with ``w``
+    the vector weight; ``vector`` mode uses ``max(0, similarity)``, ``lexical`` mode
+    ``lexical``. ``vector_rank`` and ``lexical_rank`` are 1-based ranks in the two
+    candidate lists (``None`` outside a list); ``recency`` in (0, 1]; ``importance`` in [0, 1];
+    ``link`` is 0.0 (links do not rank yet); ``valid`` is the note's window ``(valid_from, valid_to)``.
+    """
+
+    id: str
+    score: float
+    similarity: float | None
+    recency: float
+    importance: float
+    link: float
+    valid: tuple[datetime | None, datetime | None]
+    relevance: float = 0.0
+    lexical: float | None = None
+    vector_rank: int | None = None
+    lexical_rank: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """Ranked ``hits`` and the parallel ``explain`` rows (same length, same order)."""
+
+    hits: list[MemoryNote] = field(default_factory=list)
+    explain: list[Explain] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetResult:
+    """Outcome of ``forget``: ``deleted`` is 1 for a tombstoned note or block, 0 when
+    held or when no such note is in this scope; ``held`` tells a legal hold."""
+
+    id: str | None
+    block: str | None
+    deleted: int
+    held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One event of a note's history: ``version`` (1-based), ``type`` (event class
+    name), ``timestamp`` (UTC), ``cause`` (``caller``, ``fold``, ``supersession:<id>``,
+    ``forget`` ...) and the decoded ``fields`` (an ``embedding`` stays float32 bytes).
+    Once the note's key is destroyed every protected field of the event reads
+    ``"<erased>"`` and ``erased`` names them (empty while the content is readable)."""
+
+    version: int
+    type: str
+    timestamp: datetime
+    cause: str
+    fields: dict[str, Any]
+    erased: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """Supersession chain and fold/link facts of one note.
+
+    ``predecessors``: ids this note replaced, nearest first; ``successors``: ids that
+    replaced it, nearest first; ``folds``: timestamps of ``Folded`` events; ``links``:
+    link edges ``{id, relation, weight}``; ``tombstone``: the ``Forgotten`` event's
+    fields when the note was forgotten or held, else ``None``; ``chain``: one row per
+    note of the chain, oldest first (``id``, ``valid_from``, ``valid_to``,
+    ``ingested_at``, ``forgotten``, ``held``, ``content``, ``folds``)."""
+
+    id: str
+    predecessors: list[str]
+    successors: list[str]
+    folds: list[datetime]
+    links: list[dict[str, Any]]
+    tombstone: dict[str, Any] | None
+    chain: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class EraseResult:
+    """Exact counts of one ``erase_scope`` call over the scope prefix
+    ``(tenant_id, resource_id, thread_id)`` (``None`` = every resource / thread).
+
+    ``deleted``: notes tombstoned and crypto-shredded by this call; ``held``: notes this
+    call put under legal hold (``hold=True``); ``already_held``: notes found under an
+    earlier hold and left as they are (content kept); ``remaining``: un-forgotten notes
+    neither held nor erased after the call (0 unless notes were written into the scope
+    while it was erased: run it again); ``batches``: write transactions used."""
+
+    tenant_id: str
+    resource_id: str | None
+    thread_id: str | None
+    deleted: int
+    held: int
+    already_held: int
+    remaining: int
+    batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathForgetResult:
+    """Outcome of ``Notes.delete_path``: ids of the ``file`` notes recorded against
+    ``path`` that were tombstoned (``deleted``) or are under legal hold (``held``:
+    put on hold by this call or kept under an earlier hold)."""
+
+    path: str
+    deleted: tuple[str, ...]
+    held: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RepointResult:
+    """Outcome of ``Notes.repoint``: ids of the ``file`` notes moved from
+    ``from_path`` to ``to_path`` (``repointed``) and of held notes on ``from_path``
+    that stay where the hold froze them (``held``)."""
+
+    from_path: str
+    to_path: str
+    repointed: tuple[str, ...]
+    held: tuple[str, ...]
+
+
+def note_view(note: Note, outcome: Outcome = "inserted") -> MemoryNote:
+    """The read model of a ``Note`` aggregate's current state."""
+    return MemoryNote(
+        id=note.note_id,
+        kind=note.kind,
+        content=note.content,
+        scope=note.scope,
+        ingested_at=note.created_on,
+        token_count=note.token_count,
+        path=note.path,
+        block=note.block,
+        subject=note.subject,
+        t_ref=note.t_ref,
+        valid_from=note.valid_from,
+        valid_to=note.valid_to,
+        keywords=tuple(note.keywords),
+        tags=tuple(note.tags),
+        source_entry_ids=tuple(note.source_entry_ids),
+        context=note.context,
+        links=tuple(Link.from_dict(link) for link in note.links),
+        supersedes=note.supersedes,
+        superseded_by=note.superseded_by,
+        importance=note.importance,
+        consent=ConsentInfo.from_dict(note.consent),
+        version=note.version,
+        fold_count=note.fold_count,
+        updated_at=note.updated_at,
+        forgotten=note.forgotten,
+        held=note.held,
+        outcome=outcome,
+        forgotten_at=note.forgotten_at,
+    )

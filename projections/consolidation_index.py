@@ -1,0 +1,174 @@
+"""The consolidation index: the write side's own small read model of the notes a new
+write can fold into or supersede. Table ``mf_consolidation``.
+
+One row per live, not superseded ``fact``/``procedure``/``file`` note: scope, kind,
+id, token hash, path, subject, validity and the embedding. It is a **write-side**
+projection: always updated in the writer's transaction (whatever
+``inline_projections`` says), so consolidation is decided against current state even
+while the recall index is kept by a separate runner. It is rebuilt and verified from
+the log like every projection.
+
+Neighbour lookups scan one scope's rows exactly (btree on scope and kind, then the
+cosine distance of each row): there is no HNSW index here, so a write pays no HNSW
+maintenance for it, and the result is exact. The cost grows with the size of one
+scope (about 1 ms per 2,000 notes of 384 dimensions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from pgvector import Vector
+from psycopg import Cursor, sql
+from psycopg.types.range import Range
+
+from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from memfabric.domain.note import Note
+from memfabric.domain.policy import normalized_tokens, token_hash
+from memfabric.domain.scope import Scope
+from memfabric.projections import base, tables
+
+NAME = "consolidation"
+TABLE = tables.CONSOLIDATION_INDEX
+KINDS = ("fact", "procedure", "file")
+
+COLUMNS: tuple[str, ...] = (
+    "aggregate_id", "tenant_id", "resource_id", "thread_id", "kind", "note_id",
+    "token_hash", "path", "subject", "valid", "ingested_at", "embedding",
+)
+"""Column order of a row tuple (also the COPY order)."""
+
+_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text",
+          "tstzrange", "timestamptz", "vector")
+
+CHUNK = 500
+"""Queries per neighbour statement."""
+
+
+def row_for(note: Note) -> tuple[Any, ...] | None:
+    """The row of a note, or ``None`` when it can no longer be a consolidation
+    candidate (not a consolidating kind, forgotten, held, superseded, no vector)."""
+    if (note.kind not in KINDS or not note.live or note.superseded_by is not None
+            or note.content is None or note.embedding is None):
+        return None
+    return (
+        note.id, note.tenant_id, note.resource_id or "", note.thread_id or "", note.kind,
+        note.note_id, token_hash(normalized_tokens(note.content)), note.path, note.subject,
+        Range(note.valid_from, note.valid_to, bounds="[)"), note.created_on,
+        np.frombuffer(note.embedding, dtype=np.float32),
+    )
+
+
+def ddl(dim: int, table: str = TABLE) -> sql.Composed:
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {t} ("
+        " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL, resource_id text NOT NULL,"
+        " thread_id text NOT NULL, kind text NOT NULL, note_id text NOT NULL,"
+        " token_hash text NOT NULL, path text, subject text, valid tstzrange NOT NULL,"
+        " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL)"
+    ).format(t=sql.Identifier(table), dim=sql.Literal(dim))
+
+
+def index_ddl(table: str = TABLE) -> list[sql.Composed]:
+    """Btrees on scope + kind (+ token hash), path and subject."""
+    t = sql.Identifier(table)
+    scope = "tenant_id, resource_id, thread_id, kind"
+    return [
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (" + scope + ", token_hash)").format(
+            i=sql.Identifier(f"{table}_hash"), t=t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (" + scope + ", path) WHERE path IS NOT NULL").format(
+            i=sql.Identifier(f"{table}_path"), t=t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (" + scope + ", subject) WHERE subject IS NOT NULL").format(
+            i=sql.Identifier(f"{table}_subject"), t=t),
+    ]
+
+
+_COLS = ("n.note_id, n.token_hash, n.path, n.subject, 1 - (n.embedding <=> q.vec) AS sim,"
+         " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to")
+_CURRENT = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
+            " AND n.kind = q.kind AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)")
+_LATERAL = {
+    "file": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.path = q.path"
+            " ORDER BY n.ingested_at DESC LIMIT %(k)s)",
+    "subject": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject = q.subject"
+               " ORDER BY n.ingested_at DESC LIMIT %(k)s)",
+    "plain": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"
+             " AND n.token_hash = q.h ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
+             f" (SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"
+             " ORDER BY n.embedding <=> q.vec LIMIT %(k)s)",
+}
+_STATEMENTS = {
+    group: ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"
+            " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[])"
+            " AS q(i, kind, h, path, subject, vec) CROSS JOIN LATERAL (" + lateral + ") m")
+    for group, lateral in _LATERAL.items()
+}
+
+
+def group_of(query: NeighbourQuery) -> str:
+    """Which lookup serves ``query``: ``file`` (same path), ``subject`` or ``plain``."""
+    return "file" if query.kind == "file" else "subject" if query.subject is not None else "plain"
+
+
+def select_neighbours(
+    cur: Cursor[Any], scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
+    per_query: int = 3,
+) -> list[list[Neighbour]]:
+    """Consolidation candidates per query (a superset; the rule is
+    ``memfabric.domain.consolidation.choose``), :data:`CHUNK` queries per statement:
+    the ``per_query`` newest same-path (file) or same-subject notes, else the newest
+    subject-less same-token note and the ``per_query`` nearest subject-less vectors;
+    only current notes of exactly ``scope`` and the query's kind."""
+    t, r, th = scope.sql()
+    out: list[list[Neighbour]] = [[] for _ in queries]
+    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": []}
+    for i, q in enumerate(queries):
+        groups[group_of(q)].append(i)
+    for group, idx in groups.items():
+        for start in range(0, len(idx), CHUNK):
+            chunk = idx[start : start + CHUNK]
+            params = {
+                "t": t, "r": r, "th": th, "now": now, "k": per_query, "i": chunk,
+                "kind": [queries[i].kind for i in chunk],
+                "h": [queries[i].token_hash for i in chunk],
+                "path": [queries[i].path for i in chunk],
+                "subject": [queries[i].subject for i in chunk],
+                "vec": [Vector(np.asarray(queries[i].embedding, np.float32)) for i in chunk],
+            }
+            for row in cur.execute(_STATEMENTS[group], params).fetchall():
+                out[row["i"]].append(Neighbour(
+                    row["note_id"], base.finite(float(row["sim"])), row["token_hash"], row["path"],
+                    row["subject"], row["valid_from"], row["valid_to"]))
+    return out
+
+
+class ConsolidationIndexProjection:
+    """The consolidation index as a :class:`~memfabric.projections.base.NoteProjection`
+    (``write_side``: always projected in the writer's transaction)."""
+
+    name = NAME
+    tables = (TABLE,)
+    write_side = True
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+
+    def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        cur.execute(ddl(self.dim, TABLE + table_suffix))
+        if not table_suffix:
+            self.create_indexes(cur)
+
+    def create_indexes(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        for stmt in index_ddl(TABLE + table_suffix):
+            cur.execute(stmt)
+
+    def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
+        upserts, deletes = base.split_rows(notes, row_for)
+        base.write_rows(cur, TABLE, COLUMNS, upserts, deletes, binary=("embedding",))
+
+    def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
+        rows = (r for r in map(row_for, notes) if r is not None)
+        return base.copy_rows(cur, TABLE + table_suffix, COLUMNS, _TYPES, rows)

@@ -1,0 +1,33 @@
+"""Every table memfabric creates, by name: the one registry of table names.
+
+The event log and key tables belong to the write side (``memfabric.adapters``); each
+read model owns its tables (``memfabric.projections.<name>``) and tracks its position
+in ``mf_<name>_tracking`` (eventsourcing's tracking table).
+"""
+
+from __future__ import annotations
+
+EVENTS = "memfabric_events"
+"""The event log (eventsourcing's application recorder table)."""
+
+NOTE_KEYS = "mf_note_keys"
+"""Per-note AES-GCM data keys; deleting a note's rows crypto-shreds it."""
+
+FABRIC_SECRET = "mf_fabric_secret"
+"""The fabric secret that keys tombstone content hashes."""
+
+PROJECTION_ERRORS = "mf_projection_errors"
+"""Where a projection that stopped on an event is recorded."""
+
+AUDIT_CHAIN = "mf_audit_chain"
+"""Checkpoints of the SHA-256 tamper-evidence chain over the log."""
+
+RECALL_INDEX = "mf_recall_index"
+CONSOLIDATION_INDEX = "mf_consolidation"
+NOTE_SCOPE = "mf_note_scope"
+WORKING_VALUE = "mf_working_value"
+
+
+def tracking(projection: str) -> str:
+    """The tracking table of projection ``projection``."""
+    return f"mf_{projection}_tracking"
