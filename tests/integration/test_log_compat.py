@@ -32,7 +32,7 @@ from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.audit import verify_chain
 from memfabric.projections.rebuild import ProjectionAdmin
 
-FIXTURE = Path(__file__).parent / "fixtures" / "log_v0_1_0.json"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "log_v0_1_0.json"
 
 ALL_EVENT_TYPES = {
     "Remembered", "Folded", "Superseded", "Linked", "Evolved", "Repointed",
