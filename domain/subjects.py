@@ -98,15 +98,15 @@ from typing import Protocol, runtime_checkable
 import snowballstemmer  # type: ignore[import-untyped]
 
 __all__ = [
-    "SubjectKey",
-    "SubjectExtractor",
+    "MAX_KEY_CHARS",
+    "WILDCARD",
     "RuleSubjectExtractor",
+    "SubjectExtractor",
+    "SubjectKey",
     "Supersession",
+    "resolve_subject",
     "same_subject",
     "supersedes",
-    "resolve_subject",
-    "WILDCARD",
-    "MAX_KEY_CHARS",
 ]
 
 MAX_KEY_CHARS = 200
@@ -623,6 +623,8 @@ _RELATIVE = re.compile(
 
 
 def _rule_relative_role(s: str, ctx: _Ctx) -> SubjectKey | None:
+    if not s[:4].lower() == "the ":
+        return None
     m = _RELATIVE.match(s)
     if not m:
         return None
@@ -636,6 +638,8 @@ _HELD_BY = re.compile(r"^(?P<np>.+?) (?:is|are) (?:now |currently |still )?(?:he
 
 
 def _rule_held_by(s: str, ctx: _Ctx) -> SubjectKey | None:
+    if " by " not in s:
+        return None
     m = _HELD_BY.match(s)
     if not m:
         return None
@@ -659,6 +663,10 @@ _ROLE_WORDS = re.compile(
 
 
 def _rule_inverted_role(s: str, ctx: _Ctx) -> SubjectKey | None:
+    if not (" is " in s or " became " in s or " become " in s or " was " in s) or not (
+        " of " in s or " at " in s or " for " in s or " my " in s or " our " in s or "'s " in s
+    ):
+        return None
     m = _INVERTED.match(s)
     if not m:
         return None
@@ -696,6 +704,8 @@ _RESIDENCE_VERBS = {"moved", "relocated"}
 
 
 def _rule_from_to(s: str, ctx: _Ctx) -> SubjectKey | None:
+    if " from " not in s:
+        return None
     m = _FROM_TO.match(s)
     if not m:
         return None
@@ -773,7 +783,7 @@ _NEG_VERBS: list[tuple[str, str, bool]] = [
 ]
 
 
-def _compile_holder() -> list[tuple[re.Pattern[str], re.Pattern[str], str, bool, bool]]:
+def _compile_holder() -> list[tuple[re.Pattern[str], str, bool, bool]]:
     out = []
     for verb, attr, single, pol in _HOLDER_VERBS:
         # (cheap unanchored pre-filter, anchored rule)
@@ -875,12 +885,17 @@ _SENTIMENT = re.compile(
     r"(?:(?P<neg>" + _NEGS + r")|(?P<pos>" + _POS + r")) (?P<obj>.+)$",
     re.IGNORECASE,
 )
+_SENTIMENT_TRIGGER = re.compile(
+    r"\b(?:lov|lik|enjoy|ador|into|fan|hat|dislik|stand|detest|tired|sick|bored|over)", re.IGNORECASE
+)
 _OBJ_STOP = {"to", "it", "that", "this", "how", "when", "what", "the", "a", "an", "you", "your", "them",
              "her", "him", "those", "these", "being", "seeing", "hearing", "having", "doing", "getting",
              "my", "our", "his", "their", "its", "all", "so", "some", "every", "each", "with", "there", "here"}
 
 
 def _rule_sentiment(s: str, ctx: _Ctx) -> SubjectKey | None:
+    if not _SENTIMENT_TRIGGER.search(s):
+        return None
     m = _SENTIMENT.match(s)
     if not m:
         return None
@@ -900,6 +915,10 @@ def _rule_sentiment(s: str, ctx: _Ctx) -> SubjectKey | None:
                       rule="sentiment", polarity=True, single_valued=True)
 
 
+_COPULAR_TRIGGER = re.compile(
+    r" (?:is|are|changed|moved|was|has|got|rose|increased|went|dropped|fell|decreased|became|switched|now|"
+    r"reads)\b|'s ", re.IGNORECASE
+)
 _COPULAR = re.compile(
     r"^(?P<np>.+?) (?P<cop>is|are|'s|has changed to|changed to|has been changed to|was changed to|"
     r"got changed to|was updated to|has been updated to|is now set to|is set to|was set to|has been set to|"
@@ -914,6 +933,8 @@ _COPULAR = re.compile(
 
 
 def _rule_copular(s: str, ctx: _Ctx) -> SubjectKey | None:
+    if not _COPULAR_TRIGGER.search(s):
+        return None
     m = _COPULAR.match(s)
     if not m:
         return None
@@ -971,6 +992,9 @@ _STATUS = re.compile(
 
 
 def _rule_status(s: str, ctx: _Ctx) -> SubjectKey | None:
+    last = s.rsplit(None, 1)[-1].lower()
+    if last not in _STATUS_WORDS and last not in {"progress", "hold"}:
+        return None
     m = _STATUS.match(s)
     if not m:
         return None
@@ -998,6 +1022,8 @@ _PLACED = re.compile(
 def _rule_placed(s: str, ctx: _Ctx) -> SubjectKey | None:
     """An identified thing's location: "Server db-7 is in rack 3" (ids only: people "in"
     places are left alone)."""
+    if not any(ch.isdigit() for ch in s):
+        return None
     m = _PLACED.match(s)
     if not m or not any(ch.isdigit() for ch in m.group("subj")):
         return None
@@ -1014,6 +1040,9 @@ _AGE = re.compile(
 
 
 def _rule_age(s: str, ctx: _Ctx) -> SubjectKey | None:
+    last = s.rsplit(None, 1)[-1].lower()
+    if not (last.isdigit() or last in {"old", "yo"}):
+        return None
     m = _AGE.match(s)
     if not m or "will be" in s.lower():
         return None
@@ -1067,17 +1096,6 @@ _RULES: tuple[Rule, ...] = (
 
 # --------------------------------------------------------------------------- pre-processing
 
-_CONTRACTIONS = [
-    (re.compile(r"\b(I)'m\b", re.IGNORECASE), r"\1 am"),
-    (re.compile(r"\b(can)'t\b", re.IGNORECASE), r"\1 not"),
-    (re.compile(r"\bwon't\b", re.IGNORECASE), "will not"),
-    (re.compile(r"\b(\w+)n't\b", re.IGNORECASE), r"\1 not"),
-    (re.compile(r"\b(I|you|we|they)'ve\b", re.IGNORECASE), r"\1 have"),
-    (re.compile(r"\b(I|you|we|they)'ll\b", re.IGNORECASE), r"\1 will"),
-    (re.compile(r"\b(I|you|we|they)'d\b", re.IGNORECASE), r"\1 would"),
-    (re.compile(r"\b(you|we|they)'re\b", re.IGNORECASE), r"\1 are"),
-    (re.compile(r"\b(he|she|it|that|there|what)'s\b", re.IGNORECASE), r"\1 is"),
-]
 _LEAD = re.compile(
     r"^(?:(?:update|fyi|note|news|good news|big news|quick update|heads up|btw|by the way|so|well|oh|ok|okay|"
     r"yeah|yes|yep|actually|guess what|just so you know|turns out|correction|also|and|but|anyway|hey|hi|"
@@ -1091,6 +1109,8 @@ _LABEL_WORDS = {"update", "note", "fyi", "news", "correction", "edit", "reminder
 _ABBREV = re.compile(r"(?:^|\s)(?:[A-Z]|Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp|vs|No|Nr|[A-Z]\.[A-Z])\.$")
 _TRAILING_ADV = re.compile(r"(?:[\s,]+(?:now|again|anymore|any more|these days|currently|already|lately|then|"
                            r"actually|as well|too|for now|for good))+$", re.IGNORECASE)
+_TRAIL_LAST = {"now", "again", "anymore", "more", "days", "currently", "already", "lately", "then",
+               "actually", "well", "too", "good"}
 _SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])|\s*[\n]+\s*")
 
 
@@ -1106,9 +1126,28 @@ def _is_foreign(text: str) -> bool:
 def _normalise(s: str) -> str:
     s = s.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
     if "'" in s:
-        for rx, rep in _CONTRACTIONS:
-            s = rx.sub(rep, s)
+        s = _CONTRACTION.sub(_expand, s)
     return " ".join(s.split())
+
+
+_CONTRACTION = re.compile(
+    r"\b(?:(I)'(m)|(can|won)'t|(\w+)n't|(I|you|we|they)'(ve|ll|d|re)|(he|she|it|that|there|what)'s)\b",
+    re.IGNORECASE,
+)
+_SUFFIX = {"m": "am", "ve": "have", "ll": "will", "d": "would", "re": "are"}
+
+
+def _expand(m: re.Match[str]) -> str:
+    g = m.groups()
+    if g[0]:
+        return f"{g[0]} am"
+    if g[2]:
+        return "can not" if g[2].lower() == "can" else "will not"
+    if g[3]:
+        return f"{g[3]} not"
+    if g[4]:
+        return f"{g[4]} {_SUFFIX[g[5].lower()]}"
+    return f"{g[6]} is"
 
 
 def _sentences(body: str) -> list[str]:
@@ -1160,7 +1199,10 @@ class RuleSubjectExtractor:
             if not sent or sent.endswith("?"):
                 continue
             sent = _LEAD.sub("", sent).strip().rstrip(".!").strip()
-            sent = _TRAILING_ADV.sub("", sent)
+            if sent.rsplit(None, 1)[-1].lower() in _TRAIL_LAST:
+                sent = _TRAILING_ADV.sub("", sent)
+            if len(sent) > 240:
+                continue
             if len(sent) < 5:
                 continue
             if speaker is not None and re.match(r"^(?:you|he|she|they)\b", sent, re.IGNORECASE):
