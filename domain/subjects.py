@@ -17,7 +17,7 @@ schema of subjects); an explicit ``subject``/``supersedes`` from the caller alwa
 
 Pre-processing (before any rule)
 --------------------------------
-* only ``kind == "fact"`` notes, at most 600 characters; questions (``?``) are skipped;
+* only ``kind == "fact"`` notes, at most 600 characters, sentences of at most 160; questions (``?``) are skipped;
 * **language gate**: letters of a non-Latin script, or more foreign (de/fr/es/it/pt/nl)
   than English function words → ``None`` (insert rather than guess);
 * **speaker prefix** ``"Caroline: I moved to Boston"`` (a capitalised name before a
@@ -1167,8 +1167,9 @@ def _sentences(body: str) -> list[str]:
 class RuleSubjectExtractor:
     """The default :class:`SubjectExtractor`: the documented regex rules, no model.
 
-    Deterministic and pure; about 10-30 µs per note.  ``rules`` lets a host run a subset
-    (or add its own callables taking ``(sentence, ctx)``)."""
+    Deterministic and pure.  Measured on LoCoMo chat turns (scripts/eval_subjects.py):
+    p50 ≈ 85 µs, p95 ≈ 200 µs per call — short fact notes are much cheaper; a long chat
+    turn is tried sentence by sentence against every rule."""
 
     def __init__(self, *, max_chars: int = 600) -> None:
         self._max_chars = max_chars
@@ -1201,7 +1202,7 @@ class RuleSubjectExtractor:
             sent = _LEAD.sub("", sent).strip().rstrip(".!").strip()
             if sent.rsplit(None, 1)[-1].lower() in _TRAIL_LAST:
                 sent = _TRAILING_ADV.sub("", sent)
-            if len(sent) > 240:
+            if len(sent) > 160:
                 continue
             if len(sent) < 5:
                 continue
