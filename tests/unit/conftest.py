@@ -1,0 +1,1 @@
+"""Unit tests: pure, no database fixtures (tests/conftest.py's fixtures are never requested here)."""
