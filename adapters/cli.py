@@ -352,6 +352,10 @@ def _register_optional() -> None:
 
 _register_optional()
 
+from memfabric.adapters import cli_mcp  # noqa: E402 - the mcp command (imports mcp lazily)
+
+cli_mcp.register(app)
+
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
