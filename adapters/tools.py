@@ -91,6 +91,8 @@ __all__ = [
     "ToolDefinition",
     "UnknownToolError",
     "ViewArgs",
+    "decode_text",
+    "jsonable",
     "provider_name",
     "tool_error",
 ]
@@ -414,7 +416,7 @@ class MemoryTools:
         (``NotAttachedError``), the arguments validate (``ValidationError``), then the
         tool's own rules (``JailError``, ``FilePathError``, ``CapacityError``, ...)."""
         d = self.definition(name)
-        self._gate.require(session, self.notes.scope.key)
+        self.require_attached(session)
         args = d.args.model_validate(dict(arguments) if isinstance(arguments, Mapping)
                                      else ({} if arguments is None else arguments))
         result: dict[str, Any] = self._handlers[d.name](args)
@@ -428,6 +430,10 @@ class MemoryTools:
             return self.call(name, arguments, session=session), False
         except (FabricError, ValidationError) as exc:
             return tool_error(exc), True
+
+    def require_attached(self, session: object) -> None:
+        """``NotAttachedError`` unless ``session`` is attached to this scope."""
+        self._gate.require(session, self.notes.scope.key)
 
     # ------------------------------------------------------------- handlers
     def _require_jail(self) -> FileJail:
@@ -448,7 +454,7 @@ class MemoryTools:
 
     def _read(self, args: ReadArgs) -> dict[str, Any]:
         res = self._require_jail().read(args.path)
-        return {"path": res.path, "content": _decode(res.data, final=not res.truncated),
+        return {"path": res.path, "content": decode_text(res.data, final=not res.truncated),
                 "size": res.size, "truncated": res.truncated}
 
     def _insert(self, args: InsertArgs) -> dict[str, Any]:
@@ -486,7 +492,7 @@ class MemoryTools:
         A remember with the same path folds into the existing note."""
         jail = self._require_jail()
         res = jail.read(rel)
-        text = _decode(res.data, final=not res.truncated).replace("\x00", "\ufffd")
+        text = decode_text(res.data, final=not res.truncated).replace("\x00", "\ufffd")
         cap = self.max_entry_text_chars
         indexed = text[:cap]
         truncated = len(text) > cap or res.truncated
@@ -523,7 +529,7 @@ def _copy(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _decode(data: bytes, *, final: bool) -> str:
+def decode_text(data: bytes, *, final: bool) -> str:
     """UTF-8 text of ``data`` (invalid bytes replaced); when cut (``final=False``) an
     incomplete trailing character is dropped instead of replaced."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
