@@ -5,8 +5,8 @@ Registered by :mod:`memfabric.adapters.cli`; the ``mcp`` SDK (optional extra
 depends on it.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: typer evaluates the option annotations,
+# which name types imported inside ``register``.
 from typing import Annotated, Optional
 
 import typer
