@@ -352,9 +352,9 @@ def _register_optional() -> None:
 
 _register_optional()
 
-from memfabric.adapters import cli_mcp  # noqa: E402 - the mcp command (imports mcp lazily)
+from memfabric.adapters.cli_mcp import register as _register_mcp  # imports mcp lazily
 
-cli_mcp.register(app)
+_register_mcp(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -15,10 +15,9 @@ import pytest
 
 mcp = pytest.importorskip("mcp")
 
-from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
-
-from memfabric.adapters import open_fabric  # noqa: E402
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from memfabric.adapters import open_fabric
 
 
 def _memfabric() -> str:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
-
 from memfabric.adapters import Fabric
 from memfabric.adapters.anthropic_memory import FabricMemoryTool
 from memfabric.domain.note import note_uuid
 from memfabric.domain.scope import Scope
+
 from tests.conftest import event_count, fetch
 
 

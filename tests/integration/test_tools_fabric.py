@@ -8,13 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
-
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.jail import JailError
 from memfabric.adapters.tools import MemoryTools
-from memfabric.domain.attach import AttachConfig, AttachSettings, NotAttachedError, SessionError
+from memfabric.domain.attach import (
+    AttachConfig,
+    AttachSettings,
+    NotAttachedError,
+    SessionError,
+)
 from memfabric.domain.errors import CapacityError, ConflictError
+from pydantic import ValidationError
+
 from tests.conftest import event_count
 
 
@@ -37,7 +42,7 @@ def _pool_thread(t: threading.Thread) -> bool:
 
 def test_nothing_starts_on_import_or_open(dsn: str, tmp_path: Path) -> None:
     before = set(threading.enumerate())
-    import memfabric.adapters.tools  # noqa: F401
+    import memfabric.adapters.tools
     import memfabric.domain.attach  # noqa: F401
 
     with open_fabric(dsn) as fabric:

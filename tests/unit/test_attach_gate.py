@@ -6,7 +6,6 @@ import threading
 from dataclasses import dataclass
 
 import pytest
-
 from memfabric.domain.attach import (
     AttachConfig,
     Attachment,

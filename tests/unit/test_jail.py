@@ -7,11 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
-
 from memfabric.adapters import jail as jail_mod
 from memfabric.adapters.jail import FileJail, FilePathError, JailError
 from memfabric.domain.errors import CapacityError
+from pydantic import ValidationError
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -48,7 +47,7 @@ ESCAPES = ["../outside/secret.txt", "notes/../../outside/secret.txt", "/etc/pass
 
 @pytest.mark.parametrize("path", ESCAPES)
 def test_lexical_escapes_refused(tree: tuple[Path, Path], path: str) -> None:
-    root, outside = tree
+    root, _outside = tree
     j = FileJail(root)
     before = snapshot(root.parent)
     with pytest.raises(JailError):
