@@ -358,6 +358,10 @@ def _register_optional() -> None:
 
 _register_optional()
 
+from memfabric.adapters.cli_mcp import register as _register_mcp  # imports mcp lazily
+
+_register_mcp(app)
+
 
 def main() -> None:  # pragma: no cover - console entry point
     app()

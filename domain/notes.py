@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import Strict, TypeAdapter
 
+from memfabric.domain.attach import Attachment
+from memfabric.domain.attach import attach as attach_session
 from memfabric.domain.context import ContextProvider
 from memfabric.domain.errors import ScopeError
 from memfabric.domain.inputs import (
@@ -63,6 +65,17 @@ class Notes:
         other = scope if isinstance(scope, Scope) else Scope.model_validate(scope)
         if other != self.scope:
             raise ScopeError(f"this handle serves scope {self.scope}, not {other}")
+
+    # ------------------------------------------------------- attach and tools
+    def attach(self, session: Any, *, signal: Any = None) -> Attachment:
+        """Authorise ``session`` on this scope (see :mod:`memfabric.domain.attach`)."""
+        return attach_session(self._service, self.scope.key, session,
+                              provider=self.context_provider(), signal=signal)
+
+    def tools(self, root: Any = None, *, max_file_bytes: int = 50 * 1024) -> Any:
+        """The five inert memory tools of this scope (see :mod:`memfabric.adapters.tools`)."""
+        from memfabric.adapters.tools import MemoryTools
+        return MemoryTools(self, self._service, root, max_file_bytes=max_file_bytes)
 
     # ----------------------------------------------------------------- writes
     def remember(

@@ -1,0 +1,55 @@
+"""The ``memfabric mcp`` command: serve one scope's memory tools over MCP.
+
+Registered by :mod:`memfabric.adapters.cli`; the ``mcp`` SDK (optional extra
+``memfabric[mcp]``) is imported only when the command runs, so the core never
+depends on it.
+"""
+
+# No ``from __future__ import annotations``: typer evaluates the option annotations,
+# which name types imported inside ``register``.
+from typing import Annotated, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``mcp`` command to ``app``."""
+    from memfabric.adapters.cli import (
+        HANDLED,
+        DataDirOpt,
+        DsnOpt,
+        ResourceOpt,
+        TenantOpt,
+        ThreadOpt,
+        _open,
+        fail,
+    )
+
+    @app.command("mcp")
+    def mcp_command(
+        tenant: TenantOpt,
+        resource: ResourceOpt = None,
+        thread: ThreadOpt = None,
+        root: Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
+            metavar="DIR", help="Directory of the memory files (without it only blocks work).")] = None,
+        transport: Annotated[str, typer.Option(metavar="KIND", help="stdio or http.")] = "stdio",
+        host: Annotated[str, typer.Option(metavar="HOST", help="HTTP address (default loopback).")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(metavar="N", help="HTTP port.")] = 8765,
+        token: Annotated[Optional[str], typer.Option(  # noqa: UP045
+            metavar="TOKEN", help="Bearer token for HTTP (default $MEMFABRIC_MCP_TOKEN); required off loopback.")] = None,
+        max_file_bytes: Annotated[int, typer.Option(
+            "--max-file-bytes", metavar="N", help="Largest memory file in bytes (at most 1 MiB).")] = 50 * 1024,
+        dsn: DsnOpt = None,
+        data_dir: DataDirOpt = None,
+    ) -> None:
+        """Serve the memory tools of one scope over MCP (stdio or Streamable HTTP)."""
+        try:
+            from memfabric.adapters.mcp_server import serve
+        except ImportError:
+            fail("mcp: the MCP SDK is not installed; pip install 'memfabric[mcp]'")
+        try:
+            with _open(dsn, data_dir) as fabric:
+                serve(fabric, tenant, resource, thread, root=root, transport=transport,
+                      host=host, port=port, token=token, max_file_bytes=max_file_bytes)
+        except (*HANDLED, ValueError) as exc:
+            fail(exc)

@@ -1,0 +1,536 @@
+"""Five memory tools a model can call, as inert definitions (``notes.tools(root)``).
+
+=================  ===============================  ==========================================
+tool               arguments                        what it does
+=================  ===============================  ==========================================
+``memory.view``    ``{path?}``                      list a directory inside ``root``
+``memory.read``    ``{path}``                       read one file inside ``root`` (capped)
+``memory.insert``  ``{text, block? | path?}``       append to a working block or a file
+``memory.recall``  ``{query, kinds?, top_k?, ...}`` ``Notes.recall`` with the same rules
+``memory.forget``  ``{id? | block?, hold?}``        ``Notes.forget`` with the same rules
+=================  ===============================  ==========================================
+
+Nothing is registered anywhere: :class:`MemoryTools` only holds the definitions and a
+dispatcher. A host renders them for its model (:meth:`MemoryTools.openai`,
+:meth:`MemoryTools.anthropic`) and routes the model's calls to
+:meth:`MemoryTools.call`, naming the session. Every call is refused
+(:class:`~memfabric.domain.attach.NotAttachedError`) unless that session is attached
+to the handle's scope (``notes.attach(session)``), and re-checks it on each call.
+
+Provider-safe names: OpenAI and Anthropic tool names must match
+``^[a-zA-Z0-9_-]{1,64}$``, so the renderings name the tools ``memory_view``,
+``memory_read``, ``memory_insert``, ``memory_recall`` and ``memory_forget`` (the dot
+becomes an underscore); :meth:`MemoryTools.call` accepts either form.
+
+Errors: a bad call raises ``pydantic.ValidationError`` (bad arguments) or a
+:class:`~memfabric.domain.errors.FabricError` subclass (``NotAttachedError``,
+``JailError``, ``FilePathError``, ``CapacityError``, ``ConflictError``, ...) and
+writes nothing. Hosts that hand errors back to the model use :func:`tool_error` (or
+:meth:`MemoryTools.call_or_error`), which turns them into a JSON tool result
+``{"error": {"type": ..., "message": ...}}`` without echoing the arguments.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, is_dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+from memfabric.adapters.jail import (
+    DEFAULT_MAX_FILE_BYTES,
+    MAX_PATH_CHARS,
+    MAX_VIEW_ENTRIES,
+    FileJail,
+    FilePathError,
+    JailError,
+    check_max_file_bytes,
+)
+from memfabric.domain.attach import NotAttachedError, gate_for
+from memfabric.domain.errors import CapacityError, FabricError
+from memfabric.domain.model import (
+    DEFAULT_MAX_ENTRY_TEXT_CHARS,
+    BlockLabel,
+    Budget,
+    NoteId,
+    QueryText,
+    RecallKinds,
+    TopK,
+    reject_nul,
+)
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+if TYPE_CHECKING:
+    from memfabric.domain.notes import Notes
+
+__all__ = [
+    "PROVIDER_NAME_RE",
+    "TOOL_NAMES",
+    "FilePathError",
+    "ForgetToolArgs",
+    "InsertArgs",
+    "JailError",
+    "MemoryTools",
+    "NotAttachedError",
+    "NoteRefArgs",
+    "ReadArgs",
+    "RecallToolArgs",
+    "ToolDefinition",
+    "UnknownToolError",
+    "ViewArgs",
+    "decode_text",
+    "jsonable",
+    "provider_name",
+    "tool_error",
+]
+
+PROVIDER_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""What OpenAI function names and Anthropic tool names must match."""
+
+TOOL_NAMES = ("memory.view", "memory.read", "memory.insert", "memory.recall", "memory.forget")
+READ_ONLY_NAMES = ("memory.history", "memory.lineage")
+
+
+class UnknownToolError(FabricError):
+    """No tool of that name (neither the dotted nor the provider-safe form)."""
+
+
+def provider_name(name: str) -> str:
+    """The provider-safe form of a tool name: ``memory.view`` → ``memory_view``."""
+    return name.replace(".", "_")
+
+
+# ------------------------------------------------------------------ arguments
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+ToolPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+Text = Annotated[str, StringConstraints(min_length=1), AfterValidator(_not_blank)]
+
+
+class _ToolArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return reject_nul(value)
+
+
+class ViewArgs(_ToolArgs):
+    """``memory.view``: ``path`` of a directory inside the root (default the root)."""
+
+    path: Annotated[str, StringConstraints(max_length=MAX_PATH_CHARS)] | None = None
+
+
+class ReadArgs(_ToolArgs):
+    """``memory.read``: ``path`` of a file inside the root."""
+
+    path: ToolPath
+
+
+class InsertArgs(_ToolArgs):
+    """``memory.insert``: non-blank ``text`` and exactly one of ``block`` (a working
+    block label) or ``path`` (a file inside the root)."""
+
+    text: Text
+    block: BlockLabel | None = None
+    path: ToolPath | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> InsertArgs:
+        if (self.block is None) == (self.path is None):
+            raise ValueError("block: give exactly one of block or path")
+        return self
+
+
+class RecallToolArgs(_ToolArgs):
+    """``memory.recall``: the arguments of ``Notes.recall`` a model may set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    query: QueryText
+    kinds: RecallKinds | None = None
+    top_k: TopK | None = None
+    as_of: AwareDatetime | None = None
+    budget: Budget | None = None
+
+    @field_validator("top_k", "budget", mode="before")
+    @classmethod
+    def _int_only(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError("must be an integer")
+        return value
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _text_time(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, str | datetime):
+            raise ValueError("must be an ISO 8601 date-time with an offset")
+        return value
+
+
+class ForgetToolArgs(_ToolArgs):
+    """``memory.forget``: exactly one of ``id`` (12 hex) or ``block``; ``hold``."""
+
+    id: NoteId | None = None
+    block: BlockLabel | None = None
+    hold: StrictBool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ForgetToolArgs:
+        if (self.id is None) == (self.block is None):
+            raise ValueError("id: give exactly one of id or block")
+        return self
+
+
+class NoteRefArgs(_ToolArgs):
+    """``memory.history`` / ``memory.lineage``: a note ``id`` (12 hex)."""
+
+    id: NoteId
+
+
+# --------------------------------------------------------------- definitions
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """One tool: ``name`` (dotted), ``description``, ``input_schema`` (JSON Schema
+    object), the pydantic ``args`` model that validates calls, ``read_only``."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    args: type[_ToolArgs]
+    read_only: bool
+
+    @property
+    def provider_name(self) -> str:
+        """``memory_view`` etc.: the name OpenAI and Anthropic accept."""
+        return provider_name(self.name)
+
+
+_PATH_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS,
+                "description": "Relative path inside the memory root, '/'-separated "
+                               "(no '..', not absolute, no symlinks)."}
+_BLOCK_SCHEMA = {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$",
+                 "description": "Label of a working-memory block, e.g. 'persona' or 'todo'."}
+_KINDS = ["fact", "procedure", "file"]
+
+
+def _definitions(max_file_bytes: int) -> list[ToolDefinition]:
+    return [
+        ToolDefinition(
+            "memory.view",
+            "List a directory of the memory files: names, types and byte sizes "
+            f"(at most {MAX_VIEW_ENTRIES} entries). Omit path for the top directory.",
+            {"type": "object", "properties": {"path": {
+                **_PATH_SCHEMA, "minLength": 0,
+                "description": "Directory relative to the memory root; omit for the root."}},
+             "additionalProperties": False},
+            ViewArgs, True),
+        ToolDefinition(
+            "memory.read",
+            f"Read one memory file (at most {max_file_bytes} bytes; 'truncated' is true "
+            "when the file is longer). Use memory.view first to find files.",
+            {"type": "object", "properties": {"path": _PATH_SCHEMA},
+             "required": ["path"], "additionalProperties": False},
+            ReadArgs, True),
+        ToolDefinition(
+            "memory.insert",
+            "Append text to a working-memory block (block=label) or to a memory file "
+            "(path=relative path; made with its folders when missing) and index the "
+            "file for recall. Give exactly one of block or path. Appends only: a newline "
+            f"separates it from existing content; files hold at most {max_file_bytes} bytes.",
+            {"type": "object", "properties": {
+                "text": {"type": "string", "minLength": 1, "description": "Text to append."},
+                "block": _BLOCK_SCHEMA, "path": _PATH_SCHEMA},
+             "required": ["text"], "additionalProperties": False,
+             "oneOf": [{"required": ["block"], "not": {"required": ["path"]}},
+                       {"required": ["path"], "not": {"required": ["block"]}}]},
+            InsertArgs, False),
+        ToolDefinition(
+            "memory.recall",
+            "Search long-term memory (facts and files by default) for notes relevant to "
+            "a query; returns ranked hits with their ids and an explain row per hit.",
+            {"type": "object", "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": 8000,
+                          "description": "What to look for, in natural language."},
+                "kinds": {"type": "array", "minItems": 1, "uniqueItems": True,
+                          "items": {"type": "string", "enum": _KINDS},
+                          "description": "Kinds to search (default fact and file; "
+                                         "procedures only when listed)."},
+                "top_k": {"type": "integer", "minimum": 1, "maximum": 1000,
+                          "description": "Most hits to return (default 10)."},
+                "as_of": {"type": "string", "format": "date-time",
+                          "description": "Recall as of this instant (ISO 8601 with offset)."},
+                "budget": {"type": "integer", "minimum": 1, "maximum": 1000000,
+                           "description": "Cap on the hits' summed tokens."}},
+             "required": ["query"], "additionalProperties": False},
+            RecallToolArgs, True),
+        ToolDefinition(
+            "memory.forget",
+            "Forget one note (id from memory.recall) or one working-memory block "
+            "(block=label), exactly one. Its content is erased for good; hold=true keeps "
+            "it under legal hold instead (never recalled).",
+            {"type": "object", "properties": {
+                "id": {"type": "string", "pattern": "^[0-9a-f]{12}$",
+                       "description": "Id of the note (12 hex digits)."},
+                "block": _BLOCK_SCHEMA,
+                "hold": {"type": "boolean", "description": "Legal hold instead of erasure."}},
+             "additionalProperties": False,
+             "oneOf": [{"required": ["id"], "not": {"required": ["block"]}},
+                       {"required": ["block"], "not": {"required": ["id"]}}]},
+            ForgetToolArgs, False),
+    ]
+
+
+def _read_only_definitions() -> list[ToolDefinition]:
+    ref = {"type": "object", "properties": {"id": {
+        "type": "string", "pattern": "^[0-9a-f]{12}$", "description": "Note id (12 hex digits)."}},
+        "required": ["id"], "additionalProperties": False}
+    return [
+        ToolDefinition("memory.history", "The typed events of one note, in order, with "
+                       "timestamps and causes (read-only).", ref, NoteRefArgs, True),
+        ToolDefinition("memory.lineage", "The supersession chain, folds, links and tombstone "
+                       "of one note (read-only).", ref, NoteRefArgs, True),
+    ]
+
+
+# ------------------------------------------------------------------- results
+def jsonable(value: Any) -> Any:
+    """A JSON-serialisable copy of a read model (datetimes as ISO 8601 text)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "key") and hasattr(value, "tenant_id"):
+            return str(value.key)
+        return {k: jsonable(v) for k, v in asdict(value).items()}
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def _note_json(note: Any) -> dict[str, Any]:
+    data = {k: jsonable(getattr(note, k)) for k in note.__dataclass_fields__ if k != "scope"}
+    data["scope"] = note.scope.key
+    return data
+
+
+def tool_error(exc: BaseException) -> dict[str, Any]:
+    """A JSON tool result for a refused call: ``{"error": {"type", "message"}}``.
+
+    For ``pydantic.ValidationError`` the message lists ``field: reason`` without the
+    input; for a ``FabricError`` it is the error's text. Hand it back to the model as
+    the tool result (with the provider's error flag, e.g. Anthropic ``is_error``)."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for e in exc.errors(include_url=False, include_input=False, include_context=False):
+            msg = str(e["msg"]).removeprefix("Value error, ")
+            field = ".".join(str(p) for p in e["loc"])
+            parts.append(f"{field}: {msg}" if field else msg)
+        return {"error": {"type": "ValidationError", "message": "; ".join(parts)}}
+    return {"error": {"type": type(exc).__name__, "message": " ".join(str(exc).split())}}
+
+
+# --------------------------------------------------------------------- tools
+class MemoryTools:
+    """The five memory tools of one scope, inert until called for an attached session.
+
+    Construct through ``notes.tools(root=None, *, max_file_bytes=50*1024)``. Without
+    ``root`` the file tools (view, read, the path form of insert) fail closed with
+    :class:`JailError`; block operations, recall and forget work.
+    """
+
+    def __init__(self, notes: Notes, service: object, root: str | os.PathLike[str] | None = None,
+                 *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+        self.notes = notes
+        self._service = service
+        self._gate = gate_for(service)
+        self.max_file_bytes = check_max_file_bytes(max_file_bytes)
+        self.jail = FileJail(root, max_file_bytes=max_file_bytes) if root is not None else None
+        self.definitions: list[ToolDefinition] = _definitions(max_file_bytes)
+        self.read_only_definitions: list[ToolDefinition] = _read_only_definitions()
+        self._by_name: dict[str, ToolDefinition] = {}
+        for d in (*self.definitions, *self.read_only_definitions):
+            self._by_name[d.name] = d
+            self._by_name[d.provider_name] = d
+        self._handlers: dict[str, Callable[[Any], Any]] = {
+            "memory.view": self._view, "memory.read": self._read, "memory.insert": self._insert,
+            "memory.recall": self._recall, "memory.forget": self._forget,
+            "memory.history": self._history, "memory.lineage": self._lineage,
+        }
+
+    def __repr__(self) -> str:
+        return f"MemoryTools({self.notes.scope.key!r}, root={self.jail.root if self.jail else None!r})"
+
+    # ------------------------------------------------------------ rendering
+    def openai(self) -> list[dict[str, Any]]:
+        """OpenAI function-calling tools: ``[{"type": "function", "function": {"name",
+        "description", "parameters"}}]`` with provider-safe names."""
+        return [{"type": "function", "function": {
+            "name": d.provider_name, "description": d.description,
+            "parameters": _copy(d.input_schema)}} for d in self.definitions]
+
+    def anthropic(self) -> list[dict[str, Any]]:
+        """Anthropic tool-use tools: ``[{"name", "description", "input_schema"}]`` with
+        provider-safe names."""
+        return [{"name": d.provider_name, "description": d.description,
+                 "input_schema": _copy(d.input_schema)} for d in self.definitions]
+
+    def definition(self, name: str) -> ToolDefinition:
+        """The definition of ``name`` (dotted or provider-safe), else ``UnknownToolError``."""
+        d = self._by_name.get(name) if isinstance(name, str) else None
+        if d is None:
+            raise UnknownToolError("name: no such memory tool")
+        return d
+
+    # -------------------------------------------------------------- calling
+    def call(self, name: str, arguments: Mapping[str, Any] | None = None, *,
+             session: object) -> dict[str, Any]:
+        """Run tool ``name`` (``memory.view`` or ``memory_view`` ...) with ``arguments``
+        for ``session`` and return a JSON-serialisable result.
+
+        Order of checks, each writing nothing when it fails: the tool exists
+        (``UnknownToolError``), the session is attached to this scope
+        (``NotAttachedError``), the arguments validate (``ValidationError``), then the
+        tool's own rules (``JailError``, ``FilePathError``, ``CapacityError``, ...)."""
+        d = self.definition(name)
+        self.require_attached(session)
+        args = d.args.model_validate(dict(arguments) if isinstance(arguments, Mapping)
+                                     else ({} if arguments is None else arguments))
+        result: dict[str, Any] = self._handlers[d.name](args)
+        return result
+
+    def call_or_error(self, name: str, arguments: Mapping[str, Any] | None = None, *,
+                      session: object) -> tuple[dict[str, Any], bool]:
+        """:meth:`call`, with a refused call turned into :func:`tool_error`'s result:
+        returns ``(result, is_error)``. Other exceptions propagate."""
+        try:
+            return self.call(name, arguments, session=session), False
+        except (FabricError, ValidationError) as exc:
+            return tool_error(exc), True
+
+    def require_attached(self, session: object) -> None:
+        """``NotAttachedError`` unless ``session`` is attached to this scope."""
+        self._gate.require(session, self.notes.scope.key)
+
+    # ------------------------------------------------------------- handlers
+    def _require_jail(self) -> FileJail:
+        if self.jail is None:
+            raise JailError("path: no memory root is configured; only block operations work")
+        return self.jail
+
+    @property
+    def max_entry_text_chars(self) -> int:
+        limits = getattr(self._service, "limits", None)
+        value = getattr(limits, "max_entry_text_chars", DEFAULT_MAX_ENTRY_TEXT_CHARS)
+        return int(value)
+
+    def _view(self, args: ViewArgs) -> dict[str, Any]:
+        listing = self._require_jail().listdir(args.path)
+        return {"path": listing.path, "entries": [asdict(e) for e in listing.entries],
+                "total": listing.total, "truncated": listing.truncated}
+
+    def _read(self, args: ReadArgs) -> dict[str, Any]:
+        res = self._require_jail().read(args.path)
+        return {"path": res.path, "content": decode_text(res.data, final=not res.truncated),
+                "size": res.size, "truncated": res.truncated}
+
+    def _insert(self, args: InsertArgs) -> dict[str, Any]:
+        if args.block is not None:
+            return self._insert_block(args.block, args.text)
+        assert args.path is not None
+        return self.insert_file(args.path, args.text)
+
+    def _insert_block(self, block: str, text: str) -> dict[str, Any]:
+        blocks = self.notes.working_value().get("_fabric", {}).get("blocks", {})
+        current = blocks.get(block)
+        version = int(current["version"]) if current else 0
+        content = str(current["content"]) if current else ""
+        sep = 1 if content and not text.startswith("\n") else 0
+        cap = self.max_entry_text_chars
+        if len(content) + sep + len(text) > cap:
+            raise CapacityError(
+                f"text: block {block!r} would grow to {len(content) + sep + len(text)} "
+                f"characters; limits.max_entry_text_chars is {cap}")
+        note = self.notes.append_block(block, text, expected_version=version)
+        return {"block": block, "id": note.id, "version": note.version,
+                "chars": len(note.content or ""), "outcome": note.outcome}
+
+    def insert_file(self, path: str, text: str) -> dict[str, Any]:
+        """The path form of ``memory.insert`` (no gate check: callers check it)."""
+        jail = self._require_jail()
+        appended = jail.append(path, text)
+        note = self.refresh_note(appended.path)
+        return {"path": appended.path, "bytes_written": appended.written,
+                "size": appended.size, "created": appended.created, **note}
+
+    def refresh_note(self, rel: str) -> dict[str, Any]:
+        """Re-index file ``rel`` (a checked relative path) as its ``file`` note: the
+        file's text, cut at ``limits.max_entry_text_chars`` (``note_truncated``).
+        A remember with the same path folds into the existing note."""
+        jail = self._require_jail()
+        res = jail.read(rel)
+        text = decode_text(res.data, final=not res.truncated).replace("\x00", "\ufffd")
+        cap = self.max_entry_text_chars
+        indexed = text[:cap]
+        truncated = len(text) > cap or res.truncated
+        if not indexed.strip():
+            return {"note_id": None, "note_outcome": None, "note_truncated": truncated}
+        note = self.notes.remember(kind="file", path=rel, content=indexed)
+        return {"note_id": note.id, "note_outcome": note.outcome, "note_truncated": truncated}
+
+    def _recall(self, args: RecallToolArgs) -> dict[str, Any]:
+        options: dict[str, Any] = {"as_of": args.as_of}
+        if args.kinds is not None:
+            options["kinds"] = args.kinds
+        if args.top_k is not None:
+            options["top_k"] = args.top_k
+        if args.budget is not None:
+            options["budget"] = args.budget
+        res = self.notes.recall(args.query, **options)
+        return {"hits": [_note_json(h) for h in res.hits],
+                "explain": [jsonable(e) for e in res.explain]}
+
+    def _forget(self, args: ForgetToolArgs) -> dict[str, Any]:
+        res = self.notes.forget(id=args.id, block=args.block, hold=args.hold)
+        return dict(jsonable(res))
+
+    def _history(self, args: NoteRefArgs) -> dict[str, Any]:
+        return {"id": args.id, "events": jsonable(self.notes.history(args.id))}
+
+    def _lineage(self, args: NoteRefArgs) -> dict[str, Any]:
+        return dict(jsonable(self.notes.lineage(args.id)))
+
+
+def _copy(schema: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = jsonable(schema)
+    return out
+
+
+def decode_text(data: bytes, *, final: bool) -> str:
+    """UTF-8 text of ``data`` (invalid bytes replaced); when cut (``final=False``) an
+    incomplete trailing character is dropped instead of replaced."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return str(decoder.decode(data, final=final))

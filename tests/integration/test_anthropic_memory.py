@@ -1,0 +1,131 @@
+"""The Anthropic memory tool handler (SDK class, scripted commands, no network)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
+from memfabric.adapters import Fabric
+from memfabric.adapters.anthropic_memory import FabricMemoryTool
+from memfabric.domain.note import note_uuid
+from memfabric.domain.scope import Scope
+
+from tests.conftest import event_count, fetch
+
+
+def keys_of(dsn: str, scope: Scope, ids: list[str]) -> int:
+    uuids = [note_uuid(scope, i) for i in ids]
+    return int(fetch(dsn, "SELECT count(*) FROM mf_note_keys WHERE originator_id = ANY(%s)",
+                     (uuids,))[0][0])  # type: ignore[call-overload]
+
+
+@dataclass
+class Session:
+    id: str = "claude-1"
+
+
+S = Session()
+
+
+def _types(notes: object, note_id: str) -> list[str]:
+    return [h.type for h in notes.history(note_id)]  # type: ignore[attr-defined]
+
+
+def _live_file_notes(notes: object, query: str = "coffee tea notes") -> list[object]:
+    res = notes.recall(query, kinds=["file"], top_k=50)  # type: ignore[attr-defined]
+    return list(res.hits)
+
+
+def test_six_commands_are_fabric_events(fabric: Fabric, dsn: str, tmp_path: Path) -> None:
+    notes = fabric.scope("acme", "u", "t")
+    tool = FabricMemoryTool(notes, tmp_path, session=S)
+    assert isinstance(tool, BetaAbstractMemoryTool)
+    assert tool.to_dict() == {"type": "memory_20250818", "name": "memory"}
+
+    with pytest.raises(ToolError, match="NotAttachedError"):  # refused before attach
+        tool.call({"command": "view", "path": "/memories"})
+    assert event_count(dsn) == 0
+
+    with notes.attach(S):
+        out = tool.call({"command": "create", "path": "/memories/prefs.md",
+                         "file_text": "Likes coffee\nHates tea\n"})
+        assert out == "File created successfully at: /memories/prefs.md"
+        assert (tmp_path / "prefs.md").read_text() == "Likes coffee\nHates tea\n"
+        [hit] = _live_file_notes(notes)
+        first_id = hit.id  # type: ignore[attr-defined]
+        assert hit.path == "prefs.md" and "Likes coffee" in hit.content  # type: ignore[attr-defined]
+        with pytest.raises(ToolError, match="already exists"):
+            tool.call({"command": "create", "path": "/memories/prefs.md", "file_text": "x"})
+
+        out = tool.call({"command": "view", "path": "/memories"})
+        assert "/memories/prefs.md" in out
+        out = tool.call({"command": "view", "path": "/memories/prefs.md", "view_range": [2, 2]})
+        assert out.endswith("     2\tHates tea")
+
+        tool.call({"command": "str_replace", "path": "/memories/prefs.md",
+                   "old_str": "Hates tea", "new_str": "Loves green tea"})
+        assert (tmp_path / "prefs.md").read_text() == "Likes coffee\nLoves green tea\n"
+        hits = _live_file_notes(notes)
+        assert len(hits) == 1 and "Loves green tea" in hits[0].content  # type: ignore[attr-defined]
+        with pytest.raises(ToolError, match="did not appear"):
+            tool.call({"command": "str_replace", "path": "/memories/prefs.md",
+                       "old_str": "absent", "new_str": "x"})
+
+        tool.call({"command": "insert", "path": "/memories/prefs.md", "insert_line": 1,
+                   "insert_text": "Drinks it black\n"})
+        assert (tmp_path / "prefs.md").read_text() == "Likes coffee\nDrinks it black\nLoves green tea\n"
+        [hit] = _live_file_notes(notes)
+        assert "Drinks it black" in hit.content  # type: ignore[attr-defined]
+        live_id = hit.id  # type: ignore[attr-defined]
+        with pytest.raises(ToolError, match="insert_line"):
+            tool.call({"command": "insert", "path": "/memories/prefs.md", "insert_line": 99,
+                       "insert_text": "x"})
+
+        tool.call({"command": "rename", "old_path": "/memories/prefs.md",
+                   "new_path": "/memories/people/me.md"})
+        assert not (tmp_path / "prefs.md").exists() and (tmp_path / "people/me.md").is_file()
+        moved = notes.get(live_id)
+        assert moved.path == "people/me.md" and moved.id == live_id  # same note, repointed
+        assert _types(notes, live_id)[-1] == "Repointed"
+
+        assert keys_of(dsn, notes.scope, [live_id]) == 1
+        tool.call({"command": "delete", "path": "/memories/people"})
+        assert not (tmp_path / "people").exists()
+        assert _types(notes, live_id)[-1] == "Forgotten"
+        assert _live_file_notes(notes) == []
+        # crypto-shredded: the forgotten note's data key is destroyed
+        assert keys_of(dsn, notes.scope, [live_id]) == 0
+        assert first_id
+
+        with pytest.raises(ToolError, match="directory itself"):
+            tool.call({"command": "delete", "path": "/memories"})
+
+
+def test_memory_tool_jail(fabric: Fabric, tmp_path: Path) -> None:
+    root = tmp_path / "mem"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    notes = fabric.scope("acme", "u", "t")
+    tool = FabricMemoryTool(notes, root, session=S)
+    with notes.attach(S):
+        for cmd in (
+            {"command": "view", "path": "/etc/passwd"},
+            {"command": "view", "path": "/memories/../outside/secret.txt"},
+            {"command": "view", "path": "/memories/link/secret.txt"},
+            {"command": "create", "path": "/memories/link/new.txt", "file_text": "x"},
+            {"command": "delete", "path": "/memories/link/secret.txt"},
+            {"command": "rename", "old_path": "/memories/link/secret.txt",
+             "new_path": "/memories/stolen.txt"},
+            {"command": "str_replace", "path": "/memories/link/secret.txt",
+             "old_str": "secret", "new_str": "pwned"},
+        ):
+            with pytest.raises(ToolError):
+                tool.call(cmd)
+    assert (outside / "secret.txt").read_text() == "secret"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert sorted(p.name for p in root.iterdir()) == ["link"]

@@ -1,0 +1,216 @@
+"""Attach gate and memory tools on a real fabric (embedded PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.jail import JailError
+from memfabric.adapters.tools import MemoryTools
+from memfabric.domain.attach import (
+    AttachConfig,
+    AttachSettings,
+    NotAttachedError,
+    SessionError,
+)
+from memfabric.domain.errors import CapacityError, ConflictError
+from pydantic import ValidationError
+
+from tests.conftest import event_count
+
+
+@dataclass
+class Session:
+    id: str = "sess-1"
+
+    def entries(self) -> list[object]:
+        return []
+
+
+S = Session()
+
+
+def _pool_thread(t: threading.Thread) -> bool:
+    # psycopg_pool's connection-pool maintenance threads (opened by the PostgreSQL
+    # adapter's pool, not by memfabric): the only threads an open fabric has.
+    return t.name.startswith("pool-")
+
+
+def test_nothing_starts_on_import_or_open(dsn: str, tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    import memfabric.adapters.tools
+    import memfabric.domain.attach  # noqa: F401
+
+    with open_fabric(dsn) as fabric:
+        new = [t for t in threading.enumerate() if t not in before]
+        assert all(_pool_thread(t) for t in new), [t.name for t in new]
+        after_open = set(threading.enumerate())
+        notes = fabric.scope("acme", "u", "t")
+        tools = notes.tools(tmp_path)
+        assert set(threading.enumerate()) == after_open  # tools are inert
+        with notes.attach(S):
+            tools.call("memory.insert", {"text": "hello", "block": "todo"}, session=S)
+            assert {t for t in threading.enumerate() if not _pool_thread(t)} == {
+                t for t in after_open if not _pool_thread(t)}
+
+
+@pytest.fixture
+def notes_tools(fabric: Fabric, tmp_path: Path) -> tuple[object, MemoryTools, Path]:
+    root = tmp_path / "mem"
+    root.mkdir()
+    notes = fabric.scope("acme", "u", "t")
+    return notes, notes.tools(root), root
+
+
+ALL_CALLS = [
+    ("memory.view", {}), ("memory.read", {"path": "a.md"}),
+    ("memory.insert", {"text": "x", "block": "todo"}),
+    ("memory.insert", {"text": "x", "path": "a.md"}),
+    ("memory.recall", {"query": "x"}), ("memory.forget", {"block": "todo"}),
+    ("memory.history", {"id": "0123456789ab"}), ("memory.lineage", {"id": "0123456789ab"}),
+]
+
+
+def test_every_tool_refused_before_attach_after_detach_and_abort(
+        fabric: Fabric, dsn: str, notes_tools: tuple[object, MemoryTools, Path]) -> None:
+    notes, tools, root = notes_tools
+    (root / "a.md").write_text("seed")
+    n0 = event_count(dsn)
+
+    def refused() -> None:
+        for name, args in ALL_CALLS:
+            with pytest.raises(NotAttachedError):
+                tools.call(name, args, session=S)
+        assert event_count(dsn) == n0
+        assert (root / "a.md").read_text() == "seed"
+
+    refused()
+    att = notes.attach(S)  # type: ignore[attr-defined]
+    assert tools.call("memory.view", {}, session=S)["entries"][0]["name"] == "a.md"
+    with pytest.raises(NotAttachedError):
+        tools.call("memory.view", {}, session=Session("other"))
+    other_scope = fabric.scope("acme", "u", "t2").tools(root)
+    with pytest.raises(NotAttachedError):
+        other_scope.call("memory.view", {}, session=S)
+    att.detach()
+    refused()
+    signal = threading.Event()
+    with notes.attach(S, signal=signal):  # type: ignore[attr-defined]
+        tools.call("memory.view", {}, session=S)
+        signal.set()
+        refused()
+    # a handle made later for the same scope sees the same gate
+    with notes.attach(S):  # type: ignore[attr-defined]
+        fabric.scope("acme", "u", "t").tools(root).call("memory.view", {}, session=S)
+
+
+def test_attach_returns_provider_and_settings(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u", "t")
+    notes.remember(kind="working", block="persona", content="Likes tea")
+    with notes.attach(S) as att:
+        assert att.session is S and att.settings == AttachSettings()
+        blocks = att.context_provider("tea")
+        assert any("Likes tea" in b["text"] for b in blocks)
+    with pytest.raises(NotAttachedError):
+        att.context_provider("tea")
+
+
+def test_attach_fails_closed(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u", "t")
+    for bad in ("sess-1", None, type("X", (), {"id": "a", "entries": 3})()):
+        with pytest.raises(SessionError):
+            notes.attach(bad)
+    fabric.service.attach_config = AttachConfig(session_id="the-one")  # type: ignore[attr-defined]
+    with pytest.raises(SessionError):
+        notes.attach(S)
+    with notes.attach(Session("the-one")) as att:
+        assert att.active
+
+
+def test_block_insert_caps_and_versions(dsn: str, tmp_path: Path) -> None:
+    with open_fabric(dsn, limits={"max_entry_text_chars": 20}) as fabric:
+        notes = fabric.scope("acme", "u", "t")
+        tools = notes.tools()
+        with notes.attach(S):
+            r = tools.call("memory.insert", {"text": "buy milk", "block": "todo"}, session=S)
+            assert r["outcome"] == "inserted" and r["version"] == 1
+            r = tools.call("memory.insert", {"text": "call bob", "block": "todo"}, session=S)
+            assert r["outcome"] == "appended" and r["chars"] == 17
+            before = notes.working_value()
+            n0 = event_count(dsn)
+            with pytest.raises(CapacityError):  # 17 + 1 + 3 > 20
+                tools.call("memory.insert", {"text": "tea", "block": "todo"}, session=S)
+            assert notes.working_value() == before and event_count(dsn) == n0
+            # a concurrent writer between the read and the append: ConflictError, no write
+            real = notes.append_block
+
+            def racing(block: str, text: str, *, expected_version: int | None = None) -> object:
+                notes.remember(kind="working", block="todo", content="replaced")
+                return real(block, text, expected_version=expected_version)
+
+            notes.append_block = racing  # type: ignore[method-assign]
+            with pytest.raises(ConflictError):
+                tools.call("memory.insert", {"text": "x", "block": "todo"}, session=S)
+            assert notes.working_value()["_fabric"]["blocks"]["todo"]["content"] == "replaced"
+            # inserted text is data: it changes neither configuration nor the gate
+            tools.call("memory.insert", {"text": '{"passive": true}', "block": "cfg"}, session=S)
+            assert notes.attach(Session("s9")).settings == AttachSettings()
+
+
+def test_file_insert_refreshes_note(dsn: str, tmp_path: Path) -> None:
+    with open_fabric(dsn, limits={"max_entry_text_chars": 30}) as fabric:
+        notes = fabric.scope("acme", "u", "t")
+        tools = notes.tools(tmp_path, max_file_bytes=64)
+        with notes.attach(S):
+            r = tools.call("memory.insert", {"text": "User prefers metric units",
+                                             "path": "prefs/units.md"}, session=S)
+            assert r["created"] and r["size"] == 25 and r["note_truncated"] is False
+            note = notes.get(r["note_id"])
+            assert note.kind == "file" and note.path == "prefs/units.md"
+            assert note.content == "User prefers metric units"
+            r = tools.call("memory.insert", {"text": "and Celsius", "path": "prefs/units.md"},
+                           session=S)
+            assert r["size"] == 37 and r["note_truncated"] is True
+            assert (tmp_path / "prefs/units.md").read_text() == "User prefers metric units\nand Celsius"
+            assert notes.get(r["note_id"]).content == "User prefers metric units\nand Celsius"[:30]
+            read = tools.call("memory.read", {"path": "prefs/units.md"}, session=S)
+            assert read == {"path": "prefs/units.md", "size": 37, "truncated": False,
+                            "content": "User prefers metric units\nand Celsius"}
+            n0 = event_count(dsn)
+            with pytest.raises(CapacityError):
+                tools.call("memory.insert", {"text": "x" * 30, "path": "prefs/units.md"}, session=S)
+            assert event_count(dsn) == n0 and (tmp_path / "prefs/units.md").stat().st_size == 37
+            with pytest.raises(JailError):
+                tools.call("memory.insert", {"text": "x", "path": "../escape.md"}, session=S)
+            assert not (tmp_path.parent / "escape.md").exists() and event_count(dsn) == n0
+            view = tools.call("memory.view", {"path": "prefs"}, session=S)
+            assert view["entries"] == [{"name": "units.md", "type": "file", "size": 37}]
+
+
+def test_recall_and_forget_tools(fabric: Fabric, tmp_path: Path) -> None:
+    notes = fabric.scope("acme", "u", "t")
+    n = notes.remember(kind="fact", content="User prefers metric units")
+    notes.remember(kind="procedure", content="To deploy run make release")
+    tools = notes.tools()
+    with notes.attach(S):
+        res = tools.call("memory_recall", {"query": "zzunique preferred units"}, session=S)
+        json.dumps(res)
+        assert res["hits"][0]["id"] == n.id and res["explain"][0]["id"] == n.id
+        assert "zzunique" not in json.dumps(res)
+        assert all(h["kind"] != "procedure" for h in res["hits"])
+        res = tools.call("memory.recall", {"query": "deploy", "kinds": ["procedure"]}, session=S)
+        assert res["hits"][0]["kind"] == "procedure"
+        with pytest.raises(ValidationError):
+            tools.call("memory.recall", {"query": "x", "as_of": "2026-01-01T00:00:00"}, session=S)
+        out = tools.call("memory.forget", {"id": n.id}, session=S)
+        assert out == {"id": n.id, "block": None, "deleted": 1, "held": False}
+        hits = tools.call("memory.recall", {"query": "preferred units"}, session=S)["hits"]
+        assert all(h["id"] != n.id for h in hits)
+        hist = tools.call("memory.history", {"id": n.id}, session=S)
+        assert [e["type"] for e in hist["events"]][-1] == "Forgotten"
+        lin = tools.call("memory.lineage", {"id": n.id}, session=S)
+        json.dumps(lin)

@@ -1,0 +1,189 @@
+"""Tool definitions and their provider renderings (pure: no database)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from memfabric.adapters.tools import (
+    PROVIDER_NAME_RE,
+    TOOL_NAMES,
+    MemoryTools,
+    NotAttachedError,
+    UnknownToolError,
+    tool_error,
+)
+from memfabric.domain.attach import attach
+from memfabric.domain.errors import FabricError
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True)
+class FakeScope:
+    key: str = "acme/u/t"
+
+
+class FakeNotes:
+    scope = FakeScope()
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def record(*a: Any, **kw: Any) -> Any:
+            self.calls.append((name, (a, kw)))
+            raise AssertionError(f"{name} must not be reached")
+        return record
+
+
+class FakeService:
+    pass
+
+
+@dataclass
+class Session:
+    id: str = "s1"
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> MemoryTools:
+    return MemoryTools(FakeNotes(), FakeService(), tmp_path)  # type: ignore[arg-type]
+
+
+def test_five_definitions(tools: MemoryTools) -> None:
+    assert tuple(d.name for d in tools.definitions) == TOOL_NAMES
+    for d in tools.definitions:
+        assert len(d.description) > 40
+        assert d.input_schema["type"] == "object"
+        jsonschema.Draft202012Validator.check_schema(d.input_schema)
+
+
+def test_openai_rendering(tools: MemoryTools) -> None:
+    rendered = tools.openai()
+    assert [t["function"]["name"] for t in rendered] == [
+        "memory_view", "memory_read", "memory_insert", "memory_recall", "memory_forget"]
+    for t in rendered:
+        assert set(t) == {"type", "function"} and t["type"] == "function"
+        fn = t["function"]
+        assert set(fn) == {"name", "description", "parameters"}
+        assert PROVIDER_NAME_RE.match(fn["name"])
+        assert fn["parameters"]["type"] == "object"
+        jsonschema.Draft202012Validator.check_schema(fn["parameters"])
+    json.dumps(rendered)
+
+
+def test_anthropic_rendering(tools: MemoryTools) -> None:
+    rendered = tools.anthropic()
+    for t in rendered:
+        assert set(t) == {"name", "description", "input_schema"}
+        assert PROVIDER_NAME_RE.match(t["name"]) and len(t["name"]) <= 64
+        assert t["input_schema"]["type"] == "object"
+        jsonschema.Draft202012Validator.check_schema(t["input_schema"])
+    # the SDK's own param type accepts the shape
+    from anthropic.types.beta import BetaToolParam
+
+    for t in rendered:
+        param: BetaToolParam = {"name": t["name"], "description": t["description"],
+                                "input_schema": t["input_schema"]}
+        assert param["input_schema"]["type"] == "object"
+    json.dumps(rendered)
+
+
+def test_renderings_are_copies(tools: MemoryTools) -> None:
+    tools.openai()[0]["function"]["parameters"]["properties"].clear()
+    assert tools.definitions[0].input_schema["properties"]
+
+
+GOOD: list[tuple[str, dict[str, Any]]] = [
+    ("memory.view", {}), ("memory.view", {"path": "notes"}),
+    ("memory.read", {"path": "a.md"}),
+    ("memory.insert", {"text": "hi", "block": "persona"}),
+    ("memory.insert", {"text": "hi", "path": "a.md"}),
+    ("memory.recall", {"query": "units"}),
+    ("memory.recall", {"query": "units", "kinds": ["fact", "procedure"], "top_k": 3,
+                       "as_of": "2026-01-01T00:00:00+00:00", "budget": 100}),
+    ("memory.forget", {"id": "0123456789ab"}), ("memory.forget", {"block": "todo", "hold": True}),
+]
+BAD: list[tuple[str, dict[str, Any]]] = [
+    ("memory.view", {"path": 3}), ("memory.view", {"other": 1}),
+    ("memory.read", {}), ("memory.read", {"path": ""}),
+    ("memory.insert", {"text": "hi"}), ("memory.insert", {"text": "hi", "block": "b", "path": "p"}),
+    ("memory.insert", {"text": "", "block": "persona"}),
+    ("memory.insert", {"text": "hi", "block": "Not A Label"}),
+    ("memory.recall", {}), ("memory.recall", {"query": "q", "top_k": 0}),
+    ("memory.recall", {"query": "q", "kinds": ["working"]}),
+    ("memory.recall", {"query": "q", "top_k": "3"}),
+    ("memory.recall", {"query": "q", "as_of": 5}),
+    ("memory.forget", {}), ("memory.forget", {"id": "0123456789ab", "block": "b"}),
+    ("memory.forget", {"id": "XYZ"}), ("memory.forget", {"block": "b", "hold": "yes"}),
+]
+
+
+@pytest.mark.parametrize(("name", "args"), GOOD)
+def test_schema_and_model_accept(tools: MemoryTools, name: str, args: dict[str, Any]) -> None:
+    d = tools.definition(name)
+    jsonschema.Draft202012Validator(d.input_schema).validate(args)
+    d.args.model_validate(args)
+
+
+@pytest.mark.parametrize(("name", "args"), BAD)
+def test_schema_and_model_reject(tools: MemoryTools, name: str, args: dict[str, Any]) -> None:
+    d = tools.definition(name)
+    assert not jsonschema.Draft202012Validator(d.input_schema).is_valid(args)
+    with pytest.raises(ValidationError):
+        d.args.model_validate(args)
+
+
+def test_names_both_forms_and_unknown(tools: MemoryTools) -> None:
+    assert tools.definition("memory_view") is tools.definition("memory.view")
+    with pytest.raises(UnknownToolError):
+        tools.definition("memory.delete")
+    assert issubclass(UnknownToolError, FabricError)
+
+
+def test_every_tool_refused_before_attach(tools: MemoryTools) -> None:
+    for name, args in GOOD:
+        with pytest.raises(NotAttachedError):
+            tools.call(name, args, session=Session())
+    assert tools.notes.calls == []  # type: ignore[attr-defined]
+
+
+def test_bad_call_after_attach_raises_validation_error(tools: MemoryTools) -> None:
+    with attach(tools._service, "acme/u/t", Session(), provider=lambda c: []):
+        for name, args in BAD:
+            with pytest.raises(ValidationError):
+                tools.call(name, args, session=Session())
+    assert tools.notes.calls == []  # type: ignore[attr-defined]
+
+
+def test_tool_error_never_echoes_input(tools: MemoryTools) -> None:
+    with attach(tools._service, "acme/u/t", Session(), provider=lambda c: []):
+        result, is_error = tools.call_or_error(
+            "memory.recall", {"query": "secret-query-text", "top_k": "many"}, session=Session())
+    assert is_error and result["error"]["type"] == "ValidationError"
+    assert "secret-query-text" not in json.dumps(result) and "many" not in json.dumps(result)
+    assert "top_k" in result["error"]["message"]
+    err = tool_error(NotAttachedError("session is not attached"))
+    assert err == {"error": {"type": "NotAttachedError", "message": "session is not attached"}}
+
+
+def test_without_root_file_tools_fail_closed() -> None:
+    from memfabric.adapters.jail import JailError
+
+    tools = MemoryTools(FakeNotes(), FakeService(), None)  # type: ignore[arg-type]
+    with attach(tools._service, "acme/u/t", Session(), provider=lambda c: []):
+        for name, args in [("memory.view", {}), ("memory.read", {"path": "a.md"}),
+                           ("memory.insert", {"text": "x", "path": "a.md"})]:
+            with pytest.raises(JailError):
+                tools.call(name, args, session=Session())
+
+
+def test_max_file_bytes_hard_cap(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError):
+        MemoryTools(FakeNotes(), FakeService(), tmp_path, max_file_bytes=2 * 1024 * 1024)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        MemoryTools(FakeNotes(), FakeService(), None, max_file_bytes=2 * 1024 * 1024)  # type: ignore[arg-type]
