@@ -51,7 +51,7 @@ from memfabric.adapters.jail import (
 )
 from memfabric.domain.attach import NotAttachedError, gate_for
 from memfabric.domain.errors import CapacityError, FabricError
-from memfabric.domain.model import (
+from memfabric.domain.inputs import (
     DEFAULT_MAX_ENTRY_TEXT_CHARS,
     BlockLabel,
     Budget,
