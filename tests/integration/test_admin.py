@@ -201,8 +201,13 @@ def test_a_bad_event_stops_the_projection_with_its_position(dsn: str) -> None:
             admin.rebuild("recall_index")
         assert err.value.notification_id == 2
         assert admin.status()[0].position == 1  # the failed rebuild changed nothing
-        res = invoke(dsn, "projections", "verify")  # checks what the projections claim: up to 1
+        # checks what the projection claims: up to 1
+        res = invoke(dsn, "projections", "verify", "--projection", "recall_index")
         assert res.exit_code == 0 and "at position 1 (log head 3)" in res.output  # type: ignore[attr-defined]
+        # the write-side projections applied event 2 when it was written; replaying them
+        # now meets the changed bytes and says where
+        res = invoke(dsn, "projections", "verify", "--projection", "note_scope")
+        assert res.exit_code != 0 and "notification 2" in res.output  # type: ignore[attr-defined]
 
         with psycopg.connect(dsn) as conn:
             conn.execute("UPDATE memfabric_events SET state = %s WHERE notification_id = 2", (good,))

@@ -17,7 +17,7 @@ from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.domain import policy
 
-from .conftest import fetch
+from tests.conftest import fetch
 
 FLAT = {"recency_weight": 0, "importance_weight": 0}
 

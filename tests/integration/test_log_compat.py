@@ -20,6 +20,7 @@ import base64
 import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,10 @@ def load_log_rows(dsn: str, doc: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------ helpers
 def jsonable(value: Any) -> Any:
-    """The fixture's JSON form of read-model values (same as the generator's)."""
+    """The fixture's JSON form of read-model values (same as the generator's; typed
+    values of today's read model, such as ``Link`` and ``ConsentInfo``, as their dicts)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return jsonable(asdict(value))
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, dict):

@@ -51,14 +51,30 @@ def test_bad_remember_field_raises_and_writes_nothing(fabric: Fabric, dsn: str, 
     notes.remember(kind="fact", content="baseline note")
     before = event_count(dsn)
     with pytest.raises(ValidationError) as info:
-        notes.remember(**fields)
+        notes.remember_many([fields])
     assert name in str(info.value)
+    if "kind" in fields and "colour" not in fields:  # the typed signature takes them all
+        with pytest.raises(ValidationError) as info:
+            notes.remember(**fields)
+        assert name in str(info.value)
     assert event_count(dsn) == before
+
+
+def test_typed_remember_rejects_unknown_keywords(fabric: Fabric, dsn: str) -> None:
+    """``remember`` has typed keyword parameters: a misspelled field is a TypeError
+    (and a mypy error), never silently ignored, and nothing is written."""
+    notes = fabric.scope("acme")
+    with pytest.raises(TypeError, match="colour"):
+        notes.remember(kind="fact", content="x", colour="red")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="kind"):
+        notes.remember(content="x")  # type: ignore[call-arg]
+    assert event_count(dsn) == 0
 
 
 def test_camel_case_aliases_accepted(fabric: Fabric) -> None:
     notes = fabric.scope("acme")
-    n = notes.remember(kind="fact", content="Aliased", validFrom=NOW, sourceEntryIds=["D1:1"])
+    [n] = notes.remember_many([{"kind": "fact", "content": "Aliased", "validFrom": NOW,
+                                "sourceEntryIds": ["D1:1"]}])
     assert n.valid_from == NOW and n.source_entry_ids == ("D1:1",)
 
 
