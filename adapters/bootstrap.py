@@ -232,9 +232,9 @@ def open_fabric(
 def _check_dim(datastore: Any, dim: int) -> None:
     with datastore.get_connection() as conn:
         row = conn.execute(
-            "SELECT format_type(a.atttypid, a.atttypmod) AS t FROM pg_attribute a"
+            "SELECT format_type(a.atttypid, a.atttypmod) AS t FROM pg_attribute a"  # noqa: S608
             " JOIN pg_class c ON c.oid = a.attrelid"
-            " WHERE c.relname = '" + tables.RECALL_INDEX + "' AND a.attname = 'embedding'"
+            " WHERE c.relname = '" + tables.RECALL_INDEX + "' AND a.attname = 'embedding'"  # noqa: S608
         ).fetchone()
     if row is not None and row["t"] != f"vector({dim})":
         raise FabricError(

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, Any, NoReturn
 
 import psycopg
 import typer
@@ -69,14 +69,14 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-DsnOpt = Annotated[Optional[str], typer.Option(
+DsnOpt = Annotated[str | None, typer.Option(
     "--dsn", metavar="URL", help="PostgreSQL URL (default $MEMFABRIC_DSN, else the embedded server).")]
-DataDirOpt = Annotated[Optional[str], typer.Option(
+DataDirOpt = Annotated[str | None, typer.Option(
     "--data-dir", metavar="DIR", help="Data directory of the embedded server (default $MEMFABRIC_HOME/pg).")]
 TenantOpt = Annotated[str, typer.Option("--tenant", "-t", metavar="ID", help="Tenant id.")]
-ResourceOpt = Annotated[Optional[str], typer.Option(
+ResourceOpt = Annotated[str | None, typer.Option(
     "--resource", "-r", metavar="ID", help="Resource id (e.g. a user).")]
-ThreadOpt = Annotated[Optional[str], typer.Option("--thread", metavar="ID", help="Thread id (e.g. a conversation).")]
+ThreadOpt = Annotated[str | None, typer.Option("--thread", metavar="ID", help="Thread id (e.g. a conversation).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 PATTERNS = {
@@ -146,14 +146,14 @@ def remember(
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
     kind: Annotated[str, typer.Option(metavar="KIND", help="fact, procedure, file or working.")] = "fact",
-    block: Annotated[Optional[str], typer.Option(
+    block: Annotated[str | None, typer.Option(
         metavar="LABEL", help="Label of the working-memory block (required with --kind working).")] = None,
-    path: Annotated[Optional[str], typer.Option(
+    path: Annotated[str | None, typer.Option(
         metavar="PATH", help="Path of the file (required with --kind file).")] = None,
-    tag: Annotated[Optional[list[str]], typer.Option("--tag", metavar="TAG", help="A tag (repeatable).")] = None,
-    subject: Annotated[Optional[str], typer.Option(
+    tag: Annotated[list[str] | None, typer.Option("--tag", metavar="TAG", help="A tag (repeatable).")] = None,
+    subject: Annotated[str | None, typer.Option(
         metavar="KEY", help="Subject key: a new note with the same key supersedes the old one.")] = None,
-    importance: Annotated[Optional[float], typer.Option(
+    importance: Annotated[float | None, typer.Option(
         metavar="0..1", help="Importance between 0 and 1 (default 0.5).")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
@@ -184,12 +184,12 @@ def recall(
     tenant: TenantOpt,
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
-    kind: Annotated[Optional[list[str]], typer.Option(
+    kind: Annotated[list[str] | None, typer.Option(
         "--kind", metavar="KIND", help="Kind to search: fact, procedure or file (repeatable; default fact and file).")] = None,
     top_k: Annotated[int, typer.Option("--top-k", metavar="N", help="Most hits to return.")] = 10,
-    budget: Annotated[Optional[int], typer.Option(
+    budget: Annotated[int | None, typer.Option(
         metavar="TOKENS", help="Token budget: stop at the first hit that does not fit.")] = None,
-    as_of: Annotated[Optional[datetime], typer.Option(
+    as_of: Annotated[datetime | None, typer.Option(
         "--as-of", metavar="TIME", help="Recall as of this instant (ISO 8601 with offset, e.g. 2026-01-31T12:00:00+00:00).")] = None,
     mode: Annotated[str, typer.Option(metavar="MODE", help="hybrid, vector or lexical.")] = "hybrid",
     dsn: DsnOpt = None,
@@ -358,7 +358,7 @@ def _register_optional() -> None:
 
 _register_optional()
 
-from memfabric.adapters.cli_mcp import register as _register_mcp  # imports mcp lazily
+from memfabric.adapters.cli_mcp import register as _register_mcp  # noqa: E402 - imports mcp lazily
 
 _register_mcp(app)
 

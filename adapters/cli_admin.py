@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, Any, NoReturn
 
 import psycopg
 import typer
@@ -58,15 +58,15 @@ projections_app = typer.Typer(
 )
 audit_app = typer.Typer(help="Tamper evidence: the audit chain over the event log.", no_args_is_help=True)
 
-DsnOpt = Annotated[Optional[str], typer.Option(
+DsnOpt = Annotated[str | None, typer.Option(
     "--dsn", metavar="URL", help="PostgreSQL URL (default $MEMFABRIC_DSN, else the embedded server).")]
-DataDirOpt = Annotated[Optional[str], typer.Option(
+DataDirOpt = Annotated[str | None, typer.Option(
     "--data-dir", metavar="DIR", help="Data directory of the embedded server (default $MEMFABRIC_HOME/pg).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 ProjectionOpt = Annotated[
     str, typer.Option("--projection", "-p", metavar="NAME", help="Projection name, or 'all'.")
 ]
-TenantFilterOpt = Annotated[Optional[str], typer.Option(
+TenantFilterOpt = Annotated[str | None, typer.Option(
     "--tenant", "-t", metavar="ID", help="Only this tenant's notes.")]
 EveryOpt = Annotated[int, typer.Option(metavar="N", help="Events per checkpoint.", min=1)]
 
@@ -91,8 +91,8 @@ def _index_dim(dsn: str) -> int | None:
     try:
         with psycopg.connect(dsn) as conn:
             row = conn.execute(
-                "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
-                " WHERE a.attrelid = to_regclass('" + tables.RECALL_INDEX + "') AND a.attname = 'embedding'"
+                "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"  # noqa: S608
+                " WHERE a.attrelid = to_regclass('" + tables.RECALL_INDEX + "') AND a.attname = 'embedding'"  # noqa: S608
             ).fetchone()
     except psycopg.Error:
         return None
@@ -248,7 +248,7 @@ def rebuild_command(
     blue_green: Annotated[bool, typer.Option(
         "--blue-green", help="Build new tables while readers keep the old ones, then switch atomically.")] = False,
     batch: Annotated[int, typer.Option(metavar="N", help="Events per fetch.", min=1)] = 2000,
-    maintenance_work_mem: Annotated[Optional[str], typer.Option(
+    maintenance_work_mem: Annotated[str | None, typer.Option(
         "--maintenance-work-mem", metavar="SIZE", help="For the index build, e.g. 1GB (default: the server's).")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
@@ -379,13 +379,13 @@ def _log_line(entry: LogEntry) -> str:
 
 
 def log_command(
-    note: Annotated[Optional[str], typer.Option(
+    note: Annotated[str | None, typer.Option(
         "--note", metavar="ID", help="Only this note (12-hex note id or aggregate UUID).")] = None,
     tenant: TenantFilterOpt = None,
     since: Annotated[int, typer.Option(
         "--since", metavar="POSITION", help="Only events after this position.", min=0)] = 0,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
-    idle_exit: Annotated[Optional[float], typer.Option(
+    idle_exit: Annotated[float | None, typer.Option(
         "--idle-exit", metavar="SECONDS", help="With --follow: stop after this many seconds without new events.")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
@@ -514,7 +514,7 @@ def audit_verify_command(
     checkpoint: Annotated[bool, typer.Option(
         "--checkpoint/--no-checkpoint", help="Checkpoint the new events when all is well.")] = True,
     every: EveryOpt = 1000,
-    anchor: Annotated[Optional[str], typer.Option(
+    anchor: Annotated[str | None, typer.Option(
         metavar="POSITION:HEX", help="Anchor printed by an earlier run; fail unless the chain still gives it.")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,

@@ -162,6 +162,12 @@ class BatchKeys:
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
         return self.keys.get((originator_id, gen))
 
+    def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
+        raise FabricError("a replay's key vault is read-only")
+
+    def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
+        raise FabricError("a replay's key vault is read-only")
+
 
 class TransactionKeys:
     """The data keys of one unit of work, read and written on its connection.

@@ -13,8 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from memfabric.adapters.bootstrap import open_fabric
+from memfabric.domain.inputs import Kind
 
-ACME_FACTS = [
+ACME_FACTS: list[tuple[Kind, str, dict[str, Any]]] = [
     ("fact", "User prefers metric units", {"tags": ["prefs"], "importance": 0.7}),
     ("fact", "Billing runs on the first business day of each month", {"tags": ["billing"]}),
     ("fact", "The staging database is Postgres 16 on db-staging-2", {"tags": ["infra"]}),
@@ -25,7 +26,7 @@ ACME_FACTS = [
     ("file", "Payments service entry point and HTTP routes", {"path": "services/payments/app.py"}),
     ("file", "Terraform module for the staging database", {"path": "infra/staging/db.tf"}),
 ]
-GLOBEX_FACTS = [
+GLOBEX_FACTS: list[tuple[Kind, str, dict[str, Any]]] = [
     ("fact", "User prefers imperial units", {"tags": ["prefs"]}),
     ("fact", "Globex billing contact is Bob in Springfield", {"tags": ["billing"]}),
 ]

@@ -31,7 +31,7 @@ _STEMMER = snowballstemmer.stemmer("english")
 @lru_cache(maxsize=200_000)
 def stem(word: str) -> str:
     """Snowball (Porter 2) English stem of a lower-case word, cached."""
-    return _STEMMER.stemWord(word)
+    return str(_STEMMER.stemWord(word))
 
 
 @lru_cache(maxsize=500_000)
@@ -119,8 +119,7 @@ class SentenceTransformerEmbedder:
             get_path = getattr(pkg, "get_model_path", None)
             path = str(get_path() if get_path else Path(pkg.__file__).parent / "model")
         self._model = SentenceTransformer(path, device="cpu")
-        dim_of = getattr(self._model, "get_embedding_dimension", None) or getattr(
-            self._model, "get_sentence_embedding_dimension")
+        dim_of = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(dim_of() or 384)
         self.id = f"st-{model}-{self.dim}"
         self.vector_weight = 0.5
@@ -148,10 +147,10 @@ class WordLlamaEmbedder:
     def __init__(self, config: str = "l2_supercat", dim: int = 256) -> None:
         from pathlib import Path
 
-        import wordllama  # type: ignore[import-not-found]
-        from safetensors import safe_open  # type: ignore[import-not-found]
-        from tokenizers import Tokenizer  # type: ignore[import-not-found]
-        from wordllama.inference import WordLlamaInference  # type: ignore[import-not-found]
+        import wordllama
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+        from wordllama.inference import WordLlamaInference
 
         root = Path(wordllama.__file__).parent
         weights = root / "weights" / f"{config}_{dim}.safetensors"

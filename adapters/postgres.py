@@ -80,7 +80,7 @@ class PostgresFactory(_EventsourcingPostgresFactory):
         assert transcoder is not None
         return SealingMapper(transcoder, self.keys)
 
-    def application_recorder(self) -> PostgresNoteRecorder:  # type: ignore[override]
+    def application_recorder(self) -> PostgresNoteRecorder:
         recorder = super().application_recorder()
         assert isinstance(recorder, PostgresNoteRecorder)
         with self.datastore.transaction(commit=True) as cur:

@@ -199,7 +199,7 @@ class Attachment:
         """Close the gate for this attachment; tools refuse its session from now on."""
         if not self._detached:
             self._detached = True
-            self._gate._remove(self)
+            self._gate._remove(self)  # noqa: SLF001 - the gate and its attachments are one unit
 
     def __enter__(self) -> Self:
         return self
@@ -248,5 +248,5 @@ def attach(
     gate = gate_for(owner)
     att = Attachment(gate, session, sid, scope_key, config.settings, provider,
                      signal if isinstance(signal, AbortSignal) else None)
-    gate._add(att)
+    gate._add(att)  # noqa: SLF001
     return att

@@ -8,7 +8,7 @@ aliases (``validFrom``, ``sourceEntryIds`` ...). Read models (what calls return)
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (

@@ -95,7 +95,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
-import snowballstemmer  # type: ignore[import-untyped]
+import snowballstemmer
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -336,7 +336,6 @@ _ATTR_SYNONYMS: dict[str, str] = {
     "girlfriend": "partner",
     "fianc": "partner",
     "fiance": "partner",
-    "fiancé": "partner",
     "fiancé": "partner",
     "team": "team",
     "club": "team",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -93,7 +93,7 @@ def check_working_value(
             ) from exc
         return
     try:
-        verdict = validator(value)
+        verdict = cast(Callable[[dict[str, Any]], Any], validator)(value)
     except Exception as exc:  # a host's callable signals rejection by raising
         raise ValidatorRejectedError(
             f"block: the working-value validator rejected block {label!r}: {exc}"

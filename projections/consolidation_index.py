@@ -90,18 +90,18 @@ _COLS = ("n.note_id, n.token_hash, n.path, n.subject, 1 - (n.embedding <=> q.vec
          " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to")
 _CURRENT = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
             " AND n.kind = q.kind AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)")
-_LATERAL = {
-    "file": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.path = q.path"
+_LATERAL = {  # noqa: S608 - table and column names are constants of this module
+    "file": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.path = q.path"  # noqa: S608
             " ORDER BY n.ingested_at DESC LIMIT %(k)s)",
-    "subject": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject = q.subject"
+    "subject": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject = q.subject"  # noqa: S608
                " ORDER BY n.ingested_at DESC LIMIT %(k)s)",
-    "plain": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"
+    "plain": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
              " AND n.token_hash = q.h ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
-             f" (SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"
+             f" (SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
              " ORDER BY n.embedding <=> q.vec LIMIT %(k)s)",
 }
 _STATEMENTS = {
-    group: ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"
+    group: ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
             " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[])"
             " AS q(i, kind, h, path, subject, vec) CROSS JOIN LATERAL (" + lateral + ") m")
     for group, lateral in _LATERAL.items()
@@ -150,7 +150,7 @@ class ConsolidationIndexProjection:
     (``write_side``: always projected in the writer's transaction)."""
 
     name = NAME
-    tables = (TABLE,)
+    tables: tuple[str, ...] = (TABLE,)
     write_side = True
 
     def __init__(self, dim: int) -> None:

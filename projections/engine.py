@@ -111,7 +111,7 @@ class ProjectionEngine:
         """Remember that ``error.projection`` stopped (own transaction), for ``status``."""
         with self.datastore.transaction(commit=True) as cur:
             cur.execute(
-                f"INSERT INTO {tables.PROJECTION_ERRORS} (projection, notification_id, topic, error)"
+                f"INSERT INTO {tables.PROJECTION_ERRORS} (projection, notification_id, topic, error)"  # noqa: S608
                 " VALUES (%s, %s, %s, %s) ON CONFLICT (projection) DO UPDATE SET"
                 " notification_id = EXCLUDED.notification_id, topic = EXCLUDED.topic,"
                 " error = EXCLUDED.error, at = now()",
@@ -193,7 +193,7 @@ class ProjectionEngine:
         params: list[Any] = [advisory_key(n) for n in names]
         for n in names:
             params += [n, self.application_name]
-        return f"WITH l AS MATERIALIZED (SELECT {locks}) SELECT r.* FROM l, ({reads}) r", params
+        return f"WITH l AS MATERIALIZED (SELECT {locks}) SELECT r.* FROM l, ({reads}) r", params  # noqa: S608
 
     # --------------------------------------------------------------- catch-up
     def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int) -> list[dict[str, Any]]:
@@ -223,7 +223,7 @@ class ProjectionEngine:
                 p.apply(cur, notes)
             except Exception as exc:  # name the event that stopped the projection
                 raise self._locate(p.name, rows, ids, exc) from exc
-            pos = rows[-1]["notification_id"]
+            pos = int(rows[-1]["notification_id"])
             if len(rows) < limit:
                 return pos
 

@@ -64,7 +64,7 @@ class NoteScopeProjection:
     """The note-scope index as a :class:`~memfabric.projections.base.NoteProjection`."""
 
     name = NAME
-    tables = (TABLE,)
+    tables: tuple[str, ...] = (TABLE,)
     write_side = True
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:

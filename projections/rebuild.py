@@ -339,7 +339,7 @@ class ProjectionAdmin:
             fields, _ = self.mapper.decode_state(StoredEvent(
                 row["originator_id"], row["originator_version"], row["topic"], bytes(row["state"])))
             stamp: datetime = fields["timestamp"]
-        except Exception:  # an undecodable event: its age is unknown, status still works
+        except Exception:  # noqa: BLE001 - an undecodable event: its age is unknown, status still works
             return float("nan")
         return max(0.0, (datetime.now(timezone.utc) - stamp).total_seconds())
 

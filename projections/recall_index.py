@@ -207,7 +207,7 @@ class RecallIndexProjection:
     """The recall index as a :class:`~memfabric.projections.base.NoteProjection`."""
 
     name = NAME
-    tables = (TABLE,)
+    tables: tuple[str, ...] = (TABLE,)
     write_side = False
 
     def __init__(self, dim: int) -> None:

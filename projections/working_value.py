@@ -79,7 +79,7 @@ class WorkingValueProjection:
     """The working value as a :class:`~memfabric.projections.base.NoteProjection`."""
 
     name = NAME
-    tables = (TABLE,)
+    tables: tuple[str, ...] = (TABLE,)
     write_side = True
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
