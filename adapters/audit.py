@@ -49,6 +49,7 @@ from psycopg.rows import tuple_row
 
 from memfabric.adapters.crypto import MAGIC
 from memfabric.projections import tables
+from memfabric.domain.errors import EventIntegrityError, SettingsError
 from memfabric.domain.note import ERASED
 from memfabric.projections.engine import advisory_key
 
@@ -145,7 +146,7 @@ def _jsonable(value: Any, embeddings: bool) -> Any:
 def plain_fields(mapper: Any, state: bytes) -> dict[str, Any]:
     """The clear (unsealed) fields of a stored state, without any key."""
     if not state.startswith(MAGIC):
-        raise ValueError("not a memfabric event state")
+        raise EventIntegrityError("not a memfabric event state: its stored bytes were changed")
     (n,) = _U32.unpack_from(state, len(MAGIC))
     start = len(MAGIC) + 4
     return dict(mapper.transcoder.decode(state[start : start + n]))
@@ -378,7 +379,7 @@ def _parse_anchor(anchor: str | None) -> tuple[int, bytes] | None:
     try:
         return int(pos), bytes.fromhex(digest)
     except ValueError:
-        raise ValueError(f"anchor must be POSITION:HEX, got {anchor!r}") from None
+        raise SettingsError(f"anchor must be POSITION:HEX, got {anchor!r}") from None
 
 
 def verify_chain(

@@ -13,7 +13,7 @@ import json
 import math
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any, NoReturn
 
@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 
 from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.domain.errors import FabricError
+from memfabric.adapters.serialize import jsonable
 from memfabric.domain.inputs import BLOCK_LABEL_RE, NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
 
@@ -94,24 +95,6 @@ def _open(dsn: str | None, data_dir: str | None, **kwargs: Any) -> Fabric:
     return open_fabric(dsn, data_dir=data_dir, **kwargs)
 
 
-def _jsonable(value: Any) -> Any:
-    """``value`` as JSON data: datetimes in ISO 8601, vectors as ``"<N bytes float32>"``,
-    dataclasses and models as dicts."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, bytes | bytearray):
-        return f"<{len(value)} bytes float32>"
-    if is_dataclass(value) and not isinstance(value, type):
-        return _jsonable(asdict(value))
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    return value
-
-
 def error_lines(exc: BaseException | str) -> list[str]:
     """One readable line per error: ``field: message`` for each pydantic error (no URL,
     no input dump), else the exception's text on one line."""
@@ -173,7 +156,7 @@ def remember(
     except HANDLED as exc:
         fail(exc)
     if as_json:
-        print(json.dumps(_jsonable({k: v for k, v in asdict(note).items() if k != "scope"} | {"scope": note.scope.key})))
+        print(json.dumps(jsonable({k: v for k, v in asdict(note).items() if k != "scope"} | {"scope": note.scope.key})))
     else:
         console.print(f"{note.id} {note.outcome}" + (f" (supersedes {note.supersedes})" if note.supersedes else ""))
 
@@ -211,7 +194,7 @@ def recall(
             "hits": [{k: v for k, v in asdict(h).items() if k != "scope"} | {"scope": h.scope.key} for h in res.hits],
             "explain": [asdict(e) for e in res.explain],
         }
-        print(json.dumps(_jsonable(out)))
+        print(json.dumps(jsonable(out)))
     elif res.hits:
         console.print(recall_table(res))
     else:
@@ -281,7 +264,7 @@ def lineage(
     except HANDLED as exc:
         fail(exc)
     if as_json:
-        print(json.dumps(_jsonable({
+        print(json.dumps(jsonable({
             "lineage": asdict(lin),
             "history": {k: [asdict(h) for h in v] for k, v in history.items()},
         })))
@@ -301,7 +284,7 @@ def _detail(h: Any) -> str:
         return f"{f.get('reason')} by {f.get('requested_by')}, hmac {str(f.get('content_hmac'))[:16]}…"
     if h.type == "Repointed":
         return f"{f.get('from_path')} → {f.get('to_path')}"
-    return _clip(", ".join(f"{k}={_jsonable(v)}" for k, v in f.items() if k != "cause"), 200)
+    return _clip(", ".join(f"{k}={jsonable(v)}" for k, v in f.items() if k != "cause"), 200)
 
 
 def lineage_summary(lin: Any) -> str:

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 import snowballstemmer
 
+from memfabric.domain.errors import SettingsError
 from memfabric.domain.policy import normalized_tokens
 
 STOPWORDS = frozenset(
@@ -59,7 +60,7 @@ class HashEmbedder:
 
     def __init__(self, dim: int = 384) -> None:
         if not 8 <= dim <= 16000:
-            raise ValueError("dim: must be between 8 and 16000")
+            raise SettingsError("dim: must be between 8 and 16000")
         self.dim = dim
         self.id = f"hash-v1-{dim}"
 

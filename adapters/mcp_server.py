@@ -35,7 +35,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from memfabric.adapters.tools import MemoryTools, ToolDefinition, tool_error
 from memfabric.domain.attach import Attachment
-from memfabric.domain.errors import FabricError
+from memfabric.domain.errors import FabricError, SettingsError
 from memfabric.domain.notes import Notes
 from pydantic import ValidationError
 
@@ -127,13 +127,13 @@ def serve(
     port: int = 8765, token: str | None = None, max_file_bytes: int = 50 * 1024,
 ) -> None:
     """Serve one scope of an open ``fabric`` until the client disconnects (stdio) or the
-    process is stopped (HTTP). ``ValueError`` for a bad transport, or for HTTP on a
+    process is stopped (HTTP). ``SettingsError`` (a ``ValueError``) for a bad transport, or for HTTP on a
     non-loopback ``host`` without a token."""
     if transport not in ("stdio", "http"):
-        raise ValueError("transport: must be stdio or http")
+        raise SettingsError("transport: must be stdio or http")
     token = token or os.environ.get(TOKEN_ENV) or None
     if transport == "http" and not is_loopback(host) and not token:
-        raise ValueError(f"token: listening on {host} needs --token or ${TOKEN_ENV}")
+        raise SettingsError(f"token: listening on {host} needs --token or ${TOKEN_ENV}")
     notes: Notes = fabric.scope(tenant, resource, thread)
     tools = notes.tools(root, max_file_bytes=max_file_bytes)
     with _attached(notes) as session:

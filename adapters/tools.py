@@ -36,8 +36,8 @@ import codecs
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, is_dataclass
-from datetime import datetime, timedelta
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from memfabric.adapters.jail import (
@@ -49,6 +49,7 @@ from memfabric.adapters.jail import (
     JailError,
     check_max_file_bytes,
 )
+from memfabric.adapters.serialize import jsonable
 from memfabric.domain.attach import NotAttachedError, gate_for
 from memfabric.domain.errors import CapacityError, FabricError
 from memfabric.domain.inputs import (
@@ -312,25 +313,6 @@ def _read_only_definitions() -> list[ToolDefinition]:
 
 
 # ------------------------------------------------------------------- results
-def jsonable(value: Any) -> Any:
-    """A JSON-serialisable copy of a read model (datetimes as ISO 8601 text)."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if is_dataclass(value) and not isinstance(value, type):
-        if hasattr(value, "key") and hasattr(value, "tenant_id"):
-            return str(value.key)
-        return {k: jsonable(v) for k, v in asdict(value).items()}
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
-
-
 def _note_json(note: Any) -> dict[str, Any]:
     data = {k: jsonable(getattr(note, k)) for k in note.__dataclass_fields__ if k != "scope"}
     data["scope"] = note.scope.key

@@ -65,6 +65,10 @@ class EmbedderError(FabricError):
     """The embedder returned something other than ``(n, dim)`` finite float vectors."""
 
 
+class SettingsError(FabricError, ValueError):
+    """A setting or option is invalid (an embedder size, a server option, an audit anchor)."""
+
+
 class ProjectionError(FabricError):
     """A projection stopped on an event; names the notification id, topic and cause."""
 
