@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
-
 from memfabric.domain.errors import (
     CapacityError,
     ConflictError,
@@ -28,8 +26,9 @@ from memfabric.domain.errors import (
     NotSupportedError,
 )
 from memfabric.domain.note import ERASED
+from pydantic import ValidationError
 
-NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 @dataclass

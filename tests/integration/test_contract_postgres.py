@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from memfabric.adapters import Fabric, open_fabric
-from tests.contract.behaviours import Backend, FabricContract
+
 from tests.conftest import event_count
+from tests.contract.behaviours import Backend, FabricContract
 
 
 class TestPostgresContract(FabricContract):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-
 from memfabric.domain.consolidation import (
     LocalIndex,
     Neighbour,
@@ -20,7 +19,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.domain.scope import Scope
 
-T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
 DIM = 4
 SCOPE = Scope(tenant_id="acme")
 
@@ -152,7 +151,7 @@ def test_local_index_finds_exact_and_similar(prepared: bool) -> None:
     assert [n.note_id for n in found] == ["aaaaaaaaaaaa"]
     assert found[0].similarity == pytest.approx(float(vectors[0] @ vectors[2]), abs=1e-6)
     repeat = NeighbourQuery("fact", vectors[1], token_hash(normalized_tokens("Gamma!")), None, None)
-    got = idx.candidates(repeat, T0, threshold=0.85, item=None if prepared else None)
+    got = idx.candidates(repeat, T0, threshold=0.85, item=None)
     assert got[0].note_id == "bbbbbbbbbbbb" and got[0].tokens == repeat.token_hash
     other_kind = NeighbourQuery("procedure", vectors[0], token_hash(normalized_tokens("alpha beta")), None, None)
     assert idx.candidates(other_kind, T0, threshold=0.85) == []

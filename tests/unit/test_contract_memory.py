@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from memfabric.adapters.memory import MemoryFabric, open_memory_fabric
+
 from tests.contract.behaviours import Backend, FabricContract
 
 
