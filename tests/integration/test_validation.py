@@ -1,49 +1,26 @@
-"""Bad input: a typed error naming the field, and nothing written (issue 2)."""
+"""Bad input: a typed error naming the field, and nothing written (issue 2).
+
+The pure validation cases (models only, no database) are in tests/unit/test_inputs.py."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from memfabric.adapters import Fabric
+from memfabric.domain.errors import (
+    FabricError,
+    NoteExistsError,
+    NoteNotFoundError,
+    NotSupportedError,
+)
 from pydantic import ValidationError
 
-from memfabric.adapters import Fabric
-from memfabric.domain.errors import FabricError, NoteExistsError, NoteNotFoundError, NotSupportedError
 from tests.conftest import event_count
+from tests.unit.test_inputs import BAD_REMEMBER
 
-NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
-
-BAD_REMEMBER: list[tuple[dict[str, Any], str]] = [
-    ({"kind": "memo", "content": "x"}, "kind"),
-    ({"content": "x"}, "kind"),
-    ({"kind": "fact"}, "content"),
-    ({"kind": "fact", "content": ""}, "content"),
-    ({"kind": "fact", "content": "   "}, "content"),
-    ({"kind": "fact", "content": "x" * 8001}, "content"),
-    ({"kind": "fact", "content": "x", "id": "ABCDEF012345"}, "id"),
-    ({"kind": "fact", "content": "x", "id": "abc"}, "id"),
-    ({"kind": "file", "content": "x"}, "path"),
-    ({"kind": "fact", "content": "x", "path": "a.py"}, "path"),
-    ({"kind": "fact", "content": "x", "valid_from": datetime(2025, 1, 1)}, "valid_from"),
-    ({"kind": "fact", "content": "x", "t_ref": "yesterday"}, "t_ref"),
-    ({"kind": "fact", "content": "x", "valid_from": NOW, "valid_to": NOW}, "valid_to"),
-    ({"kind": "fact", "content": "x", "valid_from": NOW, "valid_to": NOW - timedelta(days=1)}, "valid_to"),
-    ({"kind": "fact", "content": "x", "tags": [""]}, "tags"),
-    ({"kind": "fact", "content": "x", "keywords": ["ok", " "]}, "keywords"),
-    ({"kind": "fact", "content": "x", "source_entry_ids": [""]}, "source_entry_ids"),
-    ({"kind": "fact", "content": "x", "importance": 1.5}, "importance"),
-    ({"kind": "fact", "content": "x", "importance": -0.1}, "importance"),
-    ({"kind": "fact", "content": "x", "links": [{"id": "nothex"}]}, "links"),
-    ({"kind": "fact", "content": "x", "links": [{"id": "0123456789ab", "weight": 2}]}, "links"),
-    ({"kind": "fact", "content": "x", "consent": {"visibility": "world"}}, "consent"),
-    ({"kind": "fact", "content": "x", "supersedes": "zz"}, "supersedes"),
-    ({"kind": "fact", "content": "x", "colour": "red"}, "colour"),
-    ({"kind": "fact", "content": "x", "block": "prefs"}, "block"),
-    ({"kind": "fact", "content": "x", "subject": ""}, "subject"),
-    ({"kind": "fact", "content": "x", "context": " "}, "context"),
-]
-
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
 @pytest.mark.parametrize(("fields", "name"), BAD_REMEMBER)
 def test_bad_remember_field_raises_and_writes_nothing(fabric: Fabric, dsn: str, fields: dict[str, Any], name: str) -> None:
@@ -95,15 +72,6 @@ def test_unsupported_kind_is_a_named_error(fabric: Fabric, dsn: str, kind: str) 
     assert event_count(dsn) == 0
 
 
-@pytest.mark.parametrize(
-    ("tenant", "resource", "thread"),
-    [("", None, None), ("a b", None, None), ("x" * 129, None, None), ("ok", "bad/slash", None), ("ok", None, "-lead")],
-)
-def test_bad_scope_raises(fabric: Fabric, tenant: str, resource: str | None, thread: str | None) -> None:
-    with pytest.raises(ValidationError):
-        fabric.scope(tenant, resource, thread)
-
-
 def test_explicit_id_never_overwrites(fabric: Fabric, dsn: str) -> None:
     notes = fabric.scope("acme")
     notes.remember(kind="fact", content="first", id="0123456789ab")
@@ -129,28 +97,6 @@ def test_remember_many_is_all_or_nothing(fabric: Fabric, dsn: str) -> None:
         notes.remember_many([{"kind": "fact", "content": "fine"}, {"kind": "fact"}])
     assert event_count(dsn) == before
     assert all("cats" not in (h.content or "") for h in notes.recall("cats", top_k=50).hits)
-
-
-BAD_RECALL: list[tuple[dict[str, Any], str]] = [
-    ({"query": ""}, "query"),
-    ({"query": "   "}, "query"),
-    ({"query": "x", "kinds": ()}, "kinds"),
-    ({"query": "x", "kinds": ("working",)}, "kinds"),
-    ({"query": "x", "kinds": ("nope",)}, "kinds"),
-    ({"query": "x", "top_k": 0}, "top_k"),
-    ({"query": "x", "budget": 0}, "budget"),
-    ({"query": "x", "as_of": datetime(2025, 1, 1)}, "as_of"),
-    ({"query": "x", "mode": "magic"}, "mode"),
-    ({"query": "x", "scoring": {"recency_weight": -1}}, "recency_weight"),
-    ({"query": "x", "scoring": {"half_life": 0}}, "half_life"),
-]
-
-
-@pytest.mark.parametrize(("kwargs", "name"), BAD_RECALL)
-def test_bad_recall_raises(fabric: Fabric, kwargs: dict[str, Any], name: str) -> None:
-    with pytest.raises(ValidationError) as info:
-        fabric.scope("acme").recall(**kwargs)
-    assert name in str(info.value)
 
 
 def test_unknown_note_is_named_error(fabric: Fabric) -> None:

@@ -1,0 +1,557 @@
+"""In-memory reference implementations of the ports: no database, no threads.
+
+Faithful enough to be the contract reference the PostgreSQL adapters are checked
+against (``tests/contract``), and fast enough for unit tests:
+
+- :class:`InMemoryEventLog`: stored domain events per aggregate in version order, a
+  global notification position, aggregates replayed with ``event.mutate``. Protected
+  fields (:data:`memfabric.domain.note.PROTECTED_FIELDS`) are kept apart per note in a
+  key-vault-like dict; :meth:`InMemoryEventLog.shred` empties a note's entry, and from
+  then on its earlier events read those fields as the PostgreSQL sealing mapper does
+  (``adapters/crypto.py`` ``SealingMapper.decode_state``): ``keywords`` as ``[]``,
+  ``embedding`` as ``None``, every other one as :data:`~memfabric.domain.note.ERASED`,
+  with the names listed in ``_erased``.
+- The read models are the projections' own pure row functions
+  (``recall_index.row_for``, ``consolidation_index.row_for``, ``note_scope.row_for``,
+  ``working.block_entry``) kept in dicts, updated at commit with the log.
+- :class:`InMemoryUnitOfWork`: a ``threading.Lock`` per scope key, taken in sorted
+  order; reads see committed state plus the aggregates it added; :meth:`commit`
+  appends the events and updates the read models atomically; leaving without commit
+  discards everything.
+- :class:`InMemoryNoteStore`: recall with the recall index's filters (scope
+  visibility, kinds, ``valid_from <= as_of < valid_to``, consent), an exact cosine
+  vector list and a lexical list. **The lexical score is not PostgreSQL's**: terms
+  are lower-cased word tokens (letters and digits) with English stop words dropped,
+  and no stemming (PostgreSQL's ``english`` configuration stems: "cats" matches
+  "cat" there, not here); the score is the same BM25-with-``k1 = 0`` IDF sum
+  ``ln(1 + (N - df + 0.5) / (df + 0.5))`` over the query terms a note contains.
+
+:func:`open_memory_fabric` wires them into a :class:`MemoryFabric`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import math
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+from memfabric.adapters.embedders import HashEmbedder
+from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
+from memfabric.domain.errors import FabricError
+from memfabric.domain.inputs import EraseScopeInput, Limits
+from memfabric.domain.note import ERASED, PROTECTED_FIELDS, Note, note_uuid
+from memfabric.domain.notes import Notes
+from memfabric.domain.ports import Candidate, Embedder, NoteRef
+from memfabric.domain.results import EraseResult
+from memfabric.domain.scope import Scope
+from memfabric.domain.service import MemoryService
+from memfabric.domain.working import BlockEntry, WorkingValidator, block_entry
+from memfabric.projections import consolidation_index, note_scope, recall_index
+
+ENGLISH_STOP_WORDS: frozenset[str] = frozenset(["i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now"])
+"""English stop words (the Snowball list PostgreSQL's ``english.stop`` also derives from)."""
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+def lexical_terms(text: str) -> list[str]:
+    """Distinct lower-cased word tokens of ``text`` without English stop words, in
+    order of first appearance (no stemming: see the module doc)."""
+    out: list[str] = []
+    for m in _WORD.finditer(text.lower()):
+        word = m.group(0)
+        if word not in ENGLISH_STOP_WORDS and word not in out:
+            out.append(word)
+    return out
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity as pgvector computes it (``1 - (a <=> b)``), 0 for a zero vector."""
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    value = float(np.dot(a.astype(np.float64), b.astype(np.float64)) / (na * nb))
+    return 0.0 if math.isnan(value) else value
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """One stored event: its class, plain (unprotected) state, and whether it had
+    protected fields (kept in the vault under ``(aggregate, version)``)."""
+
+    cls: type[Any]
+    state: dict[str, Any]
+    sealed: bool
+    position: int
+
+
+class InMemoryEventLog:
+    """The event log and the read models, in memory (see the module doc).
+
+    ``lock`` guards every read and write of the shared state; a commit holds it
+    for the whole append-and-project step, so readers never see half a commit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.position = 0
+        self.secret = os.urandom(32)
+        self._events: dict[UUID, list[_Stored]] = {}
+        self._vault: dict[UUID, dict[int, dict[str, Any]]] = {}
+        self.recall_rows: dict[UUID, dict[str, Any]] = {}
+        self.consolidation_rows: dict[UUID, dict[str, Any]] = {}
+        self.scope_rows: dict[UUID, dict[str, Any]] = {}
+        self.blocks: dict[UUID, tuple[str, str, BlockEntry]] = {}
+        self._scope_locks: dict[str, threading.Lock] = {}
+
+    # ---------------------------------------------------------------- locks
+    def scope_lock(self, key: str) -> threading.Lock:
+        """The write lock of scope ``key`` (created on first use)."""
+        with self.lock:
+            found = self._scope_locks.get(key)
+            if found is None:
+                found = self._scope_locks[key] = threading.Lock()
+            return found
+
+    # ------------------------------------------------------------------ log
+    def event_count(self) -> int:
+        """Stored events, all aggregates."""
+        with self.lock:
+            return sum(len(v) for v in self._events.values())
+
+    def has(self, aggregate_id: UUID) -> bool:
+        with self.lock:
+            return aggregate_id in self._events
+
+    def events(self, aggregate_id: UUID) -> list[Any]:
+        """The aggregate's domain events in version order, decoded as the sealing mapper
+        decodes them (protected fields erased once the note was shredded)."""
+        with self.lock:
+            stored = list(self._events.get(aggregate_id, []))
+            vault = self._vault.get(aggregate_id)
+            return [self._decode(aggregate_id, s, vault) for s in stored]
+
+    def _decode(self, aggregate_id: UUID, stored: _Stored,
+                vault: dict[int, dict[str, Any]] | None) -> Any:
+        state = copy.deepcopy(stored.state)
+        if stored.sealed:
+            version = int(state["originator_version"])
+            protected = None if vault is None else vault.get(version)
+            if protected is None:
+                fields = [f for f in PROTECTED_FIELDS
+                          if f in getattr(stored.cls, "__dataclass_fields__", {})]
+                for f in fields:
+                    state[f] = [] if f == "keywords" else (None if f == "embedding" else ERASED)
+                state["_erased"] = fields
+            else:
+                state.update(copy.deepcopy(protected))
+        event = object.__new__(stored.cls)
+        object.__setattr__(event, "__dict__", state)
+        return event
+
+    def replay(self, aggregate_id: UUID) -> Note | None:
+        """The aggregate replayed from its events (``None`` when absent)."""
+        note: Any = None
+        for event in self.events(aggregate_id):
+            note = event.mutate(note)
+        return note if isinstance(note, Note) else None
+
+    def append(self, events: Sequence[Any], notes: Sequence[Note], doomed: set[UUID]) -> int:
+        """Append ``events`` (protected fields to the vault), destroy the vault entries
+        of ``doomed`` and update the read models from ``notes``; returns the last
+        position (one atomic step under :attr:`lock`)."""
+        with self.lock:
+            for event in events:
+                state = copy.deepcopy(dict(vars(event)))
+                state.pop("_erased", None)
+                aid: UUID = state["originator_id"]
+                protected = {k: state.pop(k) for k in PROTECTED_FIELDS if k in state}
+                if protected:
+                    self._vault.setdefault(aid, {})[int(state["originator_version"])] = protected
+                self.position += 1
+                self._events.setdefault(aid, []).append(
+                    _Stored(type(event), state, bool(protected), self.position))
+            for aid in doomed:
+                self._vault.pop(aid, None)
+            for note in notes:
+                self._project(note)
+            return self.position
+
+    def _project(self, note: Note) -> None:
+        aid = note.id
+        _put(self.recall_rows, aid, recall_index.COLUMNS, recall_index.row_for(note))
+        _put(self.consolidation_rows, aid, consolidation_index.COLUMNS,
+             consolidation_index.row_for(note))
+        _put(self.scope_rows, aid, note_scope.COLUMNS, note_scope.row_for(note))
+        entry = block_entry(note)
+        if entry is None or note.block is None:
+            self.blocks.pop(aid, None)
+        else:
+            self.blocks[aid] = (note.scope.key, note.block, BlockEntry(**entry))
+
+
+def _put(table: dict[UUID, dict[str, Any]], aid: UUID, columns: Sequence[str],
+         row: tuple[Any, ...] | None) -> None:
+    if row is None:
+        table.pop(aid, None)
+        return
+    data = dict(zip(columns, row, strict=True))
+    if "valid" in data:
+        valid = data.pop("valid")
+        data["valid_from"], data["valid_to"] = valid.lower, valid.upper
+    consent = data.get("consent")
+    if consent is not None and hasattr(consent, "obj"):
+        data["consent"] = consent.obj
+    table[aid] = copy.deepcopy(data)
+
+
+def _current(row: dict[str, Any], scope: Scope, kind: str, now: datetime) -> bool:
+    t, r, th = scope.sql()
+    return (row["tenant_id"] == t and row["resource_id"] == r and row["thread_id"] == th
+            and row["kind"] == kind and (row["valid_to"] is None or row["valid_to"] > now))
+
+
+class InMemoryUnitOfWork:
+    """One write transaction in memory (the ``UnitOfWork`` port; see the module doc)."""
+
+    def __init__(self, log: InMemoryEventLog, scopes: Sequence[Scope]) -> None:
+        self._log = log
+        self._keys = sorted({s.key for s in scopes})
+        self._held: list[threading.Lock] = []
+        self._events: list[Any] = []
+        self._aggregates: dict[UUID, Note] = {}
+        self._doomed: set[UUID] = set()
+        self._open = False
+        self._committed = False
+        self._position = 0
+
+    def __enter__(self) -> InMemoryUnitOfWork:
+        try:
+            for key in self._keys:
+                lock = self._log.scope_lock(key)
+                lock.acquire()
+                self._held.append(lock)
+        except BaseException:
+            self._release()
+            raise
+        self._open = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._open = False
+        if not self._committed:
+            self._events.clear()
+            self._aggregates.clear()
+            self._doomed.clear()
+        self._release()
+
+    def _release(self) -> None:
+        while self._held:
+            self._held.pop().release()
+
+    def _check(self) -> None:
+        if not self._open:
+            raise FabricError("the unit of work is not open")
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    # ------------------------------------------------------------------ reads
+    def load(self, scope: Scope, note_id: str) -> Note | None:
+        found = self.load_ids([note_uuid(scope, note_id)])
+        return found[0] if found else None
+
+    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        self._check()
+        out: list[Note] = []
+        for aid in aggregate_ids:
+            note = self._aggregates.get(aid) or self._log.replay(aid)
+            if note is not None:
+                out.append(note)
+        return out
+
+    def exists(self, scope: Scope, note_id: str) -> bool:
+        self._check()
+        aid = note_uuid(scope, note_id)
+        return aid in self._aggregates or self._log.has(aid)
+
+    def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
+                   now: datetime) -> list[list[Neighbour]]:
+        """Like ``consolidation_index.select_neighbours`` (3 per lookup) on the committed
+        consolidation rows."""
+        self._check()
+        per_query = 3
+        with self._log.lock:
+            rows = list(self._log.consolidation_rows.values())
+        out: list[list[Neighbour]] = []
+        for q in queries:
+            mine = [r for r in rows if _current(r, scope, q.kind, now)]
+            newest = sorted(mine, key=lambda r: r["ingested_at"], reverse=True)
+            picked: list[dict[str, Any]]
+            if q.kind == "file":
+                picked = [r for r in newest if r["path"] == q.path][:per_query]
+            elif q.subject is not None:
+                picked = [r for r in newest if r["subject"] == q.subject][:per_query]
+            else:
+                plain = [r for r in mine if r["subject"] is None]
+                exact = [r for r in newest if r["subject"] is None and r["token_hash"] == q.token_hash][:1]
+                near = sorted(plain, key=lambda r: -_cosine(r["embedding"], q.embedding))[:per_query]
+                picked = exact + near
+            out.append([
+                Neighbour(r["note_id"], _cosine(r["embedding"], q.embedding), r["token_hash"],
+                          r["path"], r["subject"], r["valid_from"], r["valid_to"])
+                for r in picked
+            ])
+        return out
+
+    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
+        self._check()
+        t, r, th = scope.sql()
+        with self._log.lock:
+            return sorted(
+                row["note_id"] for row in self._log.scope_rows.values()
+                if (row["tenant_id"], row["resource_id"], row["thread_id"]) == (t, r, th)
+                and row["path"] == path)
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        self._check()
+        return _blocks(self._log, scope)
+
+    def content_hmac(self, text: str) -> str:
+        return hmac.new(self._log.secret, text.encode(), hashlib.sha256).hexdigest()
+
+    # ----------------------------------------------------------------- writes
+    def add(self, note: Note) -> None:
+        self._check()
+        self._events.extend(note.collect_events())
+        self._aggregates[note.id] = note
+
+    def shred(self, note: Note) -> None:
+        self._check()
+        self._doomed.add(note.id)
+
+    def commit(self) -> None:
+        self._check()
+        if self._events or self._doomed:
+            self._position = self._log.append(self._events, list(self._aggregates.values()),
+                                              self._doomed)
+        self._committed = True
+
+
+def _blocks(log: InMemoryEventLog, scope: Scope) -> dict[str, BlockEntry]:
+    with log.lock:
+        return {label: BlockEntry(**entry) for key, label, entry in log.blocks.values()
+                if key == scope.key}
+
+
+class InMemoryNoteStore:
+    """The read side (``NoteStore`` port) on the in-memory read models."""
+
+    def __init__(self, log: InMemoryEventLog) -> None:
+        self.log = log
+
+    def recall(
+        self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
+        kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+    ) -> list[Candidate]:
+        """Candidates like ``recall_index.select_candidates``: the top ``limit`` by
+        cosine and the top ``limit`` by the lexical score (see the module doc), every
+        filter applied first."""
+        with self.log.lock:
+            rows = [copy.deepcopy(r) for r in self.log.recall_rows.values()
+                    if _admits(r, scope, kinds, as_of, require_consent)]
+        by_id = {r["aggregate_id"]: r for r in rows}
+        sims: dict[UUID, float] = {}
+        vranks: dict[UUID, int] = {}
+        if embedding is not None:
+            q = np.asarray(embedding, np.float32)
+            sims = {r["aggregate_id"]: _cosine(r["embedding"], q) for r in rows}
+            order = sorted(rows, key=lambda r: (1.0 - sims[r["aggregate_id"]], r["aggregate_id"]))
+            vranks = {r["aggregate_id"]: i + 1 for i, r in enumerate(order[:limit])}
+        lex: dict[UUID, float] = {}
+        lranks: dict[UUID, int] = {}
+        if query is not None:
+            lex = _lexical_scores(rows, lexical_terms(query))
+            order = sorted((by_id[a] for a in lex),
+                           key=lambda r: (-lex[r["aggregate_id"]], r["ingested_at"], r["aggregate_id"]))
+            lranks = {r["aggregate_id"]: i + 1 for i, r in enumerate(order[:limit])}
+        out: list[Candidate] = []
+        for aid in sorted(set(vranks) | set(lranks)):
+            row = by_id[aid]
+            fields = {k: v for k, v in row.items()
+                      if k not in ("embedding", "valid", "token_hash", "superseded_by", "embedder_id")}
+            fields["importance"] = float(np.float32(fields["importance"]))  # a ``real`` column
+            out.append(Candidate(
+                aggregate_id=aid, note_id=row["note_id"],
+                similarity=sims[aid] if embedding is not None else None,
+                lexical=lex.get(aid, 0.0) if query is not None else None,
+                vector_rank=vranks.get(aid), lexical_rank=lranks.get(aid), fields=fields))
+        return out
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        return _blocks(self.log, scope)
+
+    def _prefix(self, tenant_id: str, resource_id: str | None,
+                thread_id: str | None) -> list[dict[str, Any]]:
+        with self.log.lock:
+            return [dict(r) for r in self.log.scope_rows.values()
+                    if r["tenant_id"] == tenant_id
+                    and (resource_id is None or r["resource_id"] == resource_id)
+                    and (thread_id is None or r["thread_id"] == thread_id)]
+
+    def notes_in_scope(
+        self, tenant_id: str, resource_id: str | None, thread_id: str | None,
+        *, after: NoteRef | None, limit: int,
+    ) -> list[NoteRef]:
+        def key(r: dict[str, Any]) -> tuple[str, str, UUID]:
+            return (r["resource_id"], r["thread_id"], r["aggregate_id"])
+
+        rows = sorted(self._prefix(tenant_id, resource_id, thread_id), key=key)
+        if after is not None:
+            start = (after.scope.resource_id or "", after.scope.thread_id or "", after.aggregate_id)
+            rows = [r for r in rows if key(r) > start]
+        return [
+            NoteRef(aggregate_id=r["aggregate_id"],
+                    scope=Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
+                                thread_id=r["thread_id"] or None),
+                    note_id=r["note_id"], held=bool(r["held"]))
+            for r in rows[:limit]
+        ]
+
+    def count_in_scope(self, tenant_id: str, resource_id: str | None,
+                       thread_id: str | None) -> tuple[int, int]:
+        rows = self._prefix(tenant_id, resource_id, thread_id)
+        held = sum(1 for r in rows if r["held"])
+        return len(rows) - held, held
+
+    def load(self, aggregate_id: UUID) -> Note | None:
+        return self.log.replay(aggregate_id)
+
+    def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:
+        yield from self.log.events(aggregate_id)
+
+    def content_hmac(self, text: str) -> str:
+        return hmac.new(self.log.secret, text.encode(), hashlib.sha256).hexdigest()
+
+    def await_position(self, position: int) -> None:
+        """Projections are updated with the commit: nothing to wait for."""
+
+
+def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: datetime,
+            require_consent: bool) -> bool:
+    """``recall_index.scope_filter`` + kinds + validity + consent, in Python."""
+    t, r, th = scope.sql()
+    visible = row["tenant_id"] == t and (
+        (row["resource_id"] == r and row["thread_id"] == th)
+        or row["visibility"] == "tenant"
+        or (row["visibility"] == "resource" and row["resource_id"] == r and r != ""))
+    if not visible or row["kind"] not in kinds:
+        return False
+    lo, hi = row["valid_from"], row["valid_to"]
+    if (lo is not None and as_of < lo) or (hi is not None and as_of >= hi):
+        return False
+    granted = row["consent_granted"]
+    return granted is True if require_consent else granted is not False
+
+
+def _lexical_scores(rows: Sequence[dict[str, Any]], terms: Sequence[str]) -> dict[UUID, float]:
+    """BM25 IDF sum (``k1 = 0``) of the query ``terms`` each row contains, for rows
+    containing at least one; ``N`` = the admitted rows (capped like PostgreSQL's)."""
+    if not terms:
+        return {}
+    n = float(min(len(rows), recall_index.IDF_CORPUS_CAP))
+    docs = {r["aggregate_id"]: set(lexical_terms(r["content"])) for r in rows}
+    matched = {aid: [t for t in terms if t in words] for aid, words in docs.items()}
+    matched = {aid: ts for aid, ts in matched.items() if ts}
+    df = {t: sum(1 for ts in matched.values() if t in ts) for t in terms}
+    idf = {t: math.log(1 + (max(n, df[t]) - df[t] + 0.5) / (df[t] + 0.5)) for t in terms if df[t]}
+    return {aid: float(sum(idf[t] for t in ts)) for aid, ts in matched.items()}
+
+
+class MemoryFabric:
+    """An in-memory fabric: the same service as ``Fabric``, on in-memory ports.
+
+    - ``scope(tenant_id, resource_id=None, thread_id=None)`` → :class:`Notes`
+    - ``erase_scope(...)``: as ``Fabric.erase_scope``.
+    - ``log``: the :class:`InMemoryEventLog` (``log.event_count()`` for tests).
+    """
+
+    def __init__(self, service: MemoryService, log: InMemoryEventLog, store: InMemoryNoteStore) -> None:
+        self.service = service
+        self.log = log
+        self.store = store
+
+    def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
+        """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
+        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id))
+
+    def erase_scope(
+        self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,
+        hold: bool = False, *, requested_by: str = "operator", batch_size: int = 100,
+    ) -> EraseResult:
+        """Tombstone (or hold) every un-forgotten note of a scope prefix (see
+        ``Fabric.erase_scope``); ``pydantic.ValidationError`` for bad arguments."""
+        args = EraseScopeInput(
+            tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
+            requested_by=requested_by, batch_size=batch_size,
+        )
+        return self.service.erase_scope(args)
+
+    def catch_up(self) -> dict[str, int]:
+        """Projections are always at the log head: their positions."""
+        return {"recall_index": self.log.position, "working_value": self.log.position,
+                "note_scope": self.log.position, "consolidation": self.log.position}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> MemoryFabric:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_memory_fabric(
+    *,
+    embedder: Embedder | None = None,
+    consolidate: bool | Consolidation | dict[str, Any] = True,
+    limits: Limits | dict[str, Any] | None = None,
+    redactor: Callable[[str], str] | None = None,
+    require_consent: bool = False,
+    working_validator: WorkingValidator | None = None,
+) -> MemoryFabric:
+    """An in-memory fabric with ``open_fabric``'s settings (no ``dsn``, no projections
+    runner: projections always update with the write). Raises
+    ``pydantic.ValidationError`` for bad ``consolidate`` / ``limits`` settings."""
+    if isinstance(consolidate, Consolidation):
+        consolidation = consolidate
+    elif isinstance(consolidate, bool):
+        consolidation = Consolidation(enabled=consolidate)
+    else:
+        consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
+    limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
+    log = InMemoryEventLog()
+    store = InMemoryNoteStore(log)
+
+    def unit_of_work(scopes: Sequence[Scope]) -> InMemoryUnitOfWork:
+        return InMemoryUnitOfWork(log, scopes)
+
+    service = MemoryService(
+        unit_of_work=unit_of_work, store=store, embedder=embedder or HashEmbedder(),
+        consolidation=consolidation, limits=limits_model, redactor=redactor,
+        require_consent=require_consent, working_validator=working_validator,
+    )
+    return MemoryFabric(service, log, store)

@@ -1,0 +1,1 @@
+"""Contract tests: the same behaviours against every backend (see behaviours.py)."""

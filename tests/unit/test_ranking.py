@@ -1,0 +1,119 @@
+"""Recall ranking with crafted candidates, pure (no database)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from memfabric.domain.inputs import Scoring
+from memfabric.domain.ports import Candidate
+from memfabric.domain.ranking import Ranking, rank
+
+AS_OF = datetime(2025, 6, 1, tzinfo=UTC)
+FLAT = Scoring(recency_weight=0.0, importance_weight=0.0)
+
+
+def cand(note_id: str, *, sim: float | None = None, lex: float | None = None, vrank: int | None = None,
+         lrank: int | None = None, tokens: int = 5, ingested: datetime = AS_OF, importance: float = 0.5,
+         t_ref: datetime | None = None) -> Candidate:
+    fields: dict[str, Any] = {
+        "tenant_id": "acme", "resource_id": "", "thread_id": "", "kind": "fact", "note_id": note_id,
+        "importance": importance, "token_count": tokens, "tags": [], "path": None, "subject": None,
+        "content": f"content {note_id}", "source_entry_ids": [], "supersedes": None, "t_ref": t_ref,
+        "ingested_at": ingested, "version": 1, "valid_from": None, "valid_to": None,
+        "visibility": "thread", "consent_granted": None, "context": None, "keywords": [],
+        "fold_count": 0, "updated_at": None, "consent": None,
+    }
+    return Candidate(uuid.uuid4(), note_id, sim, lex, vrank, lrank, fields)
+
+
+def how(mode: str = "hybrid", *, scoring: Scoring = FLAT, w: float = 0.5, top_k: int = 10,
+        budget: int | None = None) -> Ranking:
+    return Ranking(mode=mode, as_of=AS_OF, scoring=scoring, vector_weight=w, top_k=top_k,  # type: ignore[arg-type]
+                   budget=budget)
+
+
+def ids(result: Any) -> list[str]:
+    return [h.id for h in result.hits]
+
+
+def test_convex_fusion_normalises_lexical() -> None:
+    a = cand("a", sim=0.9, lex=1.0)
+    b = cand("b", sim=0.1, lex=4.0)
+    out = rank([a, b], how(w=0.5))
+    # a: 0.45 + 0.5*0.25 = 0.575; b: 0.05 + 0.5*1 = 0.55
+    assert ids(out) == ["a", "b"]
+    assert out.explain[0].relevance == pytest.approx(0.575)
+    assert out.explain[1].lexical == pytest.approx(1.0)
+    assert ids(rank([a, b], how(w=0.2))) == ["b", "a"]
+
+
+def test_negative_cosine_counts_as_zero() -> None:
+    out = rank([cand("a", sim=-0.7, lex=0.0)], how("vector"))
+    assert out.explain[0].relevance == 0.0 and out.explain[0].similarity == -0.7
+
+
+def test_vector_and_lexical_modes() -> None:
+    a = cand("a", sim=0.9, lex=1.0)
+    b = cand("b", sim=0.2, lex=3.0)
+    assert ids(rank([a, b], how("vector"))) == ["a", "b"]
+    out = rank([a, b], how("lexical"))
+    assert ids(out) == ["b", "a"]
+    assert out.explain[0].relevance == pytest.approx(1.0)
+    assert out.explain[1].relevance == pytest.approx(1 / 3)
+
+
+def test_rrf_uses_ranks_only() -> None:
+    a = cand("a", sim=0.99, lex=0.1, vrank=2, lrank=1)
+    b = cand("b", sim=0.10, lex=9.0, vrank=1, lrank=2)
+    scoring = Scoring(recency_weight=0.0, importance_weight=0.0, fusion="rrf")
+    assert ids(rank([a, b], how(scoring=scoring, w=0.8))) == ["b", "a"]
+    assert ids(rank([a, b], how(scoring=scoring, w=0.2))) == ["a", "b"]
+    top = rank([cand("c", vrank=1, lrank=1)], how(scoring=scoring, w=0.5))
+    assert top.explain[0].relevance == pytest.approx(1.0)
+
+
+def test_recency_and_importance_weights() -> None:
+    old = cand("old", sim=0.5, ingested=AS_OF - timedelta(days=300))
+    new = cand("new", sim=0.5, ingested=AS_OF - timedelta(days=1))
+    scoring = Scoring(recency_weight=1.0, importance_weight=0.0)
+    assert ids(rank([old, new], how("vector", scoring=scoring))) == ["new", "old"]
+    low = cand("low", sim=0.5, importance=0.1)
+    high = cand("high", sim=0.5, importance=0.9)
+    scoring = Scoring(recency_weight=0.0, importance_weight=1.0)
+    assert ids(rank([low, high], how("vector", scoring=scoring))) == ["high", "low"]
+    # t_ref is the recency reference when given
+    dated = cand("dated", sim=0.5, ingested=AS_OF, t_ref=AS_OF - timedelta(days=30))
+    out = rank([dated], how("vector", scoring=Scoring(recency_weight=1.0, importance_weight=0.0)))
+    assert out.explain[0].recency == pytest.approx(0.5)
+
+
+def test_ties_break_by_ingestion_then_id() -> None:
+    t = AS_OF - timedelta(days=1)
+    later = cand("aaa", sim=0.5, ingested=AS_OF)
+    earlier = cand("zzz", sim=0.5, ingested=t)
+    same_b = cand("bbb", sim=0.5, ingested=t)
+    assert ids(rank([later, earlier, same_b], how("vector"))) == ["bbb", "zzz", "aaa"]
+
+
+def test_top_k_and_budget() -> None:
+    cands = [cand(f"n{i}", sim=1.0 - i / 10, tokens=t) for i, t in enumerate([4, 3, 10, 1])]
+    assert ids(rank(cands, how("vector", top_k=2))) == ["n0", "n1"]
+    assert ids(rank(cands, how("vector", budget=7))) == ["n0", "n1"]  # stops at n2, never skips to n3
+    assert ids(rank(cands, how("vector", budget=1))) == ["n0"]  # the best hit is always returned
+    out = rank(cands, how("vector", budget=100))
+    assert ids(out) == ["n0", "n1", "n2", "n3"] and len(out.explain) == 4
+
+
+def test_empty_candidates() -> None:
+    out = rank([], how())
+    assert out.hits == [] and out.explain == []
+
+
+def test_hits_are_views_of_fields() -> None:
+    out = rank([cand("x", sim=0.3, lex=0.0)], how())
+    hit = out.hits[0]
+    assert hit.outcome == "recalled" and hit.content == "content x" and hit.scope.tenant_id == "acme"
+    assert hit.scope.resource_id is None and out.explain[0].id == "x"
