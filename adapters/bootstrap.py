@@ -154,6 +154,7 @@ def open_fabric(
     working_validator: Any = None,
     pool_size: Annotated[int, Field(ge=1, le=64)] = 2,
     max_overflow: Annotated[int, Field(ge=0, le=256)] = 8,
+    subjects: Any = True,
 ) -> Fabric:
     """Open a fabric.
 
@@ -163,6 +164,12 @@ def open_fabric(
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
       ``HashEmbedder(384)``. Its ``dim`` must match an existing recall index.
     - ``consolidate``: ``True`` (default), ``False`` or ``{"threshold": 0.85}``.
+    - ``subjects``: the subject extractor whose inferred key decides when a
+      subject-less fact supersedes another (``memfabric.domain.subjects``): default
+      ``RuleSubjectExtractor()``; any object with ``extract(text, *, kind)`` returning a
+      ``SubjectKey`` or ``None``; ``None``/``False`` turns inference off (then only exact
+      repeats, ``path``, an explicit ``subject`` or ``supersedes`` consolidate; cosine
+      similarity never supersedes).
     - ``limits``: ``{"max_entry_text_chars": 8000}``.
     - ``redactor``: ``str -> str`` applied to content and context before embedding and
       sealing. ``require_consent``: recall only notes with granted consent.
@@ -219,6 +226,7 @@ def open_fabric(
                 unit_of_work=unit_of_work, store=store, embedder=embedder,
                 consolidation=consolidation, limits=limits_model, redactor=redactor,
                 require_consent=require_consent, working_validator=working_validator,
+                subject_extractor=subjects,
             )
             if catch_up:
                 engine.catch_up()

@@ -39,7 +39,7 @@ from eventsourcing.domain import CanSnapshotAggregate
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 from memfabric.domain.errors import EventIntegrityError, FabricError
-from memfabric.domain.note import ERASED, PROTECTED_FIELDS
+from memfabric.domain.note import ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS
 from memfabric.projections import tables
 from psycopg import Connection, Cursor
 
@@ -333,9 +333,10 @@ class SealingMapper(Mapper[UUID]):
             else:
                 fields = [f for f in PROTECTED_FIELDS if f in getattr(cls, "__dataclass_fields__", {})]
             if key is None:
-                erased = fields
+                erased = [f for f in fields if f not in OPTIONAL_PROTECTED]
                 for f in fields:
-                    target[f] = [] if f == "keywords" else (None if f == "embedding" else ERASED)
+                    target[f] = ([] if f == "keywords" else
+                                 None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED)
             else:
                 try:
                     payload = AESGCM(key).decrypt(

@@ -74,11 +74,12 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
 
         first = acme_ids[0]
         again = acme.remember(kind="fact", content="user prefers metric units.", tags=["ui"])
-        changed = acme.remember(kind="fact", content="User prefers metric units and Celsius", tags=["prefs"])
+        # The inferred subject key (user|preference:unit) decides, not cosine similarity.
+        changed = acme.remember(kind="fact", content="User prefers imperial units", tags=["prefs"])
         _section(console, "2. consolidation: a repeat folds, a changed fact supersedes")
         t2 = _table("write", "id", "outcome", "supersedes", "tags")
         t2.add_row("'user prefers metric units.'", again.id, again.outcome, "-", ", ".join(again.tags))
-        t2.add_row("'... metric units and Celsius'", changed.id, changed.outcome, changed.supersedes or "-",
+        t2.add_row("'User prefers imperial units'", changed.id, changed.outcome, changed.supersedes or "-",
                    ", ".join(changed.tags))
         console.print(t2)
         summary["fold_same_id"] = again.id == first

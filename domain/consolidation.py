@@ -7,12 +7,25 @@ The rule lives here once and serves the single and the batch path:
    consolidation index (``UnitOfWork.neighbours``, SQL) and :class:`LocalIndex` (the
    notes the same write already touched). Both return *supersets*: live, currently
    valid, not superseded notes of exactly the write's scope and kind with the same
-   ``path``, the same ``subject``, the same token hash, or a near vector.
+   ``path``, the same ``subject``, the same token hash, the same *inferred* subject key
+   (:mod:`memfabric.domain.subjects`; for a ``from_to`` key: the same entity), or a
+   near vector.
 2. :func:`choose` applies the candidate rule (:func:`is_candidate`) and picks one:
-   an exact token match first, then the highest cosine similarity.
+   an exact token match first, then (subject-less writes) a note the inferred key
+   says the write supersedes, else (file / subject-keyed writes) the highest cosine.
 3. :func:`decide` turns write + neighbour into an outcome: ``fold`` (the same note
    again), ``supersede`` (a changed fact replaces it), ``precede`` (older news: the
-   neighbour already replaced it) or ``insert``.
+   neighbour already replaced it) or ``insert``; :func:`reason` says why.
+
+**Cosine similarity never supersedes** (issue 12): "Ticket 4411 is open" and "Ticket
+4412 is open" are 0.98 apart and different tickets, "Alice lives in Berlin" and "Alice
+moved to Munich" only 0.3-0.6 and the same slot. A subject-less write supersedes only
+when both notes carry an inferred :class:`~memfabric.domain.subjects.SubjectKey` and
+:func:`memfabric.domain.subjects.supersedes` says the new one replaces the old (same
+single-valued slot, changed value; negation; from-to). With no key (inference off,
+non-English, no rule sure) the write folds into an exact repeat or is inserted. The
+caller's explicit ``subject``/``supersedes`` and a file's ``path`` still decide first.
+``threshold`` now only bounds which near vectors the batch-local index proposes.
 """
 
 from __future__ import annotations
@@ -20,22 +33,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memfabric.domain.note import Note
+from memfabric.domain.subjects import WILDCARD, SubjectKey, Supersession, supersedes
 
 DEFAULT_THRESHOLD = 0.85
-"""Cosine similarity at or above which a changed same-kind note supersedes its neighbour."""
+"""Cosine similarity at or above which the batch-local index proposes a neighbour (a
+proposal only: similarity never supersedes)."""
 
 FoldOutcome = Literal["insert", "fold", "supersede", "precede"]
 
 
 class Consolidation(BaseModel):
     """Consolidation settings: ``enabled`` (default True) and ``threshold`` in [0, 1]
-    (cosine, default 0.85)."""
+    (cosine at which batch-local near vectors are proposed as candidates, default 0.85)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     enabled: bool = True
@@ -52,6 +67,7 @@ class NeighbourQuery:
     token_hash: str
     path: str | None
     subject: str | None
+    inferred: SubjectKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +82,39 @@ class Neighbour:
     subject: str | None
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+    inferred: SubjectKey | None = None
+
+
+def key_to_dict(key: SubjectKey | None) -> dict[str, Any] | None:
+    """A subject key as stored on the ``Remembered`` event (``inferred_subject``)."""
+    if key is None:
+        return None
+    return {"key": key.key, "entity": key.entity, "attribute": key.attribute, "value": key.value,
+            "rule": key.rule, "polarity": key.polarity, "single_valued": key.single_valued,
+            "previous": key.previous}
+
+
+def key_from_dict(d: Any) -> SubjectKey | None:
+    """The inverse of :func:`key_to_dict` (``None`` for a missing or erased value)."""
+    if not isinstance(d, dict) or "entity" not in d:
+        return None
+    return SubjectKey(entity=d["entity"], attribute=d["attribute"], value=d["value"], rule=d["rule"],
+                      polarity=bool(d.get("polarity", True)),
+                      single_valued=bool(d.get("single_valued", True)), previous=d.get("previous"))
+
+
+def note_key(note: Note) -> SubjectKey | None:
+    """The inferred subject key a note was remembered with (``None`` for notes written
+    before issue 12, with inference off, or with no key)."""
+    return key_from_dict(getattr(note, "inferred_subject", None))
+
+
+def inferred_supersession(query: NeighbourQuery, neighbour: Neighbour) -> Supersession | None:
+    """Whether the write's inferred key supersedes the neighbour's (subject-less
+    writes only)."""
+    if query.kind == "file" or query.subject is not None:
+        return None
+    return supersedes(query.inferred, neighbour.inferred)
 
 
 def is_candidate(query: NeighbourQuery, neighbour: Neighbour) -> bool:
@@ -84,9 +133,12 @@ def choose(query: NeighbourQuery, candidates: Iterable[Neighbour]) -> Neighbour 
     admits, an exact token match first, then the highest similarity; ties go to the
     earlier candidate (callers list the write's own batch first: it is newer)."""
     best: Neighbour | None = None
+    keyed = query.kind == "file" or query.subject is not None
     for cand in candidates:
         if not is_candidate(query, cand):
             continue
+        if not keyed and cand.tokens != query.token_hash and inferred_supersession(query, cand) is None:
+            continue  # similarity alone decides nothing
         if best is None or _rank(query, cand) > _rank(query, best):
             best = cand
     return best
@@ -107,20 +159,23 @@ def decide(
     """How the write consolidates with ``neighbour`` (from :func:`choose`).
 
     - no neighbour → ``insert``;
-    - ``file`` or subject-keyed writes: equal tokens → ``fold``, else ``supersede``;
-    - otherwise equal normalized tokens → ``fold``; similarity ≥ ``threshold`` →
-      ``supersede``; below → ``insert``.
+    - equal normalized tokens → ``fold``;
+    - ``file`` or subject-keyed writes: otherwise ``supersede``;
+    - subject-less writes: ``supersede`` when the inferred keys say so
+      (:func:`inferred_supersession`), else ``insert`` — never on similarity
+      (``threshold`` is accepted for compatibility and unused).
 
     Then time is respected: a repeat whose window is disjoint from the neighbour's is
     a recurrence (``insert``), and a changed fact that starts before the neighbour
     starts is history the neighbour already replaced (``precede``)."""
+    del threshold
     if neighbour is None:
         return "insert"
     same = neighbour.tokens == query.token_hash
     keyed = query.kind == "file" or query.subject is not None
     if same:
         outcome: FoldOutcome = "fold"
-    elif keyed or neighbour.similarity >= threshold:
+    elif keyed or inferred_supersession(query, neighbour) is not None:
         outcome = "supersede"
     else:
         return "insert"
@@ -132,6 +187,27 @@ def decide(
             and neighbour.valid_from is not None and valid_from < neighbour.valid_from):
         return "precede"
     return outcome
+
+
+def reason(query: NeighbourQuery, neighbour: Neighbour | None, outcome: FoldOutcome) -> dict[str, Any] | None:
+    """Why the write had ``outcome`` against ``neighbour`` (recorded on its events and
+    shown by ``lineage`` and ``MemoryNote.decision``): ``basis`` is ``exact_repeat``,
+    ``path``, ``explicit_subject`` or ``inferred_subject`` (then with ``subject_key``,
+    ``old_value``, ``new_value``, ``decision_rule`` and ``extraction_rules``), plus the
+    neighbour's ``note_id`` and ``similarity``. ``None`` for a plain insert."""
+    if neighbour is None or outcome == "insert":
+        return None
+    base: dict[str, Any] = {"note_id": neighbour.note_id, "similarity": round(neighbour.similarity, 4)}
+    if neighbour.tokens == query.token_hash:
+        return {"basis": "exact_repeat", **base}
+    if query.kind == "file":
+        return {"basis": "path", "path": query.path, **base}
+    if query.subject is not None:
+        return {"basis": "explicit_subject", "subject": query.subject, **base}
+    sup = inferred_supersession(query, neighbour)
+    if sup is None:
+        return None
+    return {"basis": "inferred_subject", **sup.as_event_fields(), **base}
 
 
 def windows_disjoint(
@@ -171,6 +247,8 @@ class LocalIndex:
         self._by_hash: dict[tuple[str, str], list[str]] = {}
         self._by_path: dict[str, list[str]] = {}
         self._by_subject: dict[tuple[str, str], list[str]] = {}
+        self._by_inferred: dict[tuple[str, str], list[str]] = {}
+        self._by_entity: dict[tuple[str, str], list[str]] = {}
         self._similar: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._note_of_item: dict[int, str] = {}
         self._item_of_note: dict[str, int] = {}
@@ -209,6 +287,10 @@ class LocalIndex:
                 self._by_path.setdefault(note.path, []).append(nid)
             if note.subject is not None:
                 self._by_subject.setdefault((note.kind, note.subject), []).append(nid)
+            key = note_key(note)
+            if key is not None and note.subject is None:
+                self._by_inferred.setdefault((note.kind, key.key), []).append(nid)
+                self._by_entity.setdefault((note.kind, key.entity), []).append(nid)
         self._matrix[row] = vector
         if item is not None:
             self._note_of_item[item] = nid
@@ -241,8 +323,18 @@ class LocalIndex:
         if query.subject is not None:
             return self._rows(self._by_subject.get((query.kind, query.subject), []), query, now)
         out = self._newest_exact(query, now)
+        out += self._rows(self._inferred_ids(query), query, now)
         out += self._rows(self._similar_ids(query, threshold, item), query, now)
         return out
+
+    def _inferred_ids(self, query: NeighbourQuery) -> list[str]:
+        """Notes of the write's inferred key (a ``from_to`` key: of its entity)."""
+        key = query.inferred
+        if key is None:
+            return []
+        if key.attribute == WILDCARD:
+            return list(self._by_entity.get((query.kind, key.entity), []))
+        return list(self._by_inferred.get((query.kind, key.key), []))
 
     def _newest_exact(self, query: NeighbourQuery, now: datetime) -> list[Neighbour]:
         for nid in reversed(self._by_hash.get((query.kind, query.token_hash), [])):
@@ -272,5 +364,5 @@ class LocalIndex:
                 continue
             sim = float(np.dot(self._matrix[self._row_of[nid]], query.embedding))
             out.append(Neighbour(nid, sim, self._hash_of[nid], note.path, note.subject,
-                                 note.valid_from, note.valid_to))
+                                 note.valid_from, note.valid_to, note_key(note)))
         return out

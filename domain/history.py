@@ -78,4 +78,5 @@ def _walk(svc: MemoryService, scope: Scope, start: Note, seen: set[str], step: A
 def _chain_row(n: Note) -> dict[str, Any]:
     return {"id": n.note_id, "valid_from": n.valid_from, "valid_to": n.valid_to,
             "ingested_at": n.created_on, "forgotten": n.forgotten, "held": n.held,
-            "content": n.content, "folds": n.fold_count}
+            "content": n.content, "folds": n.fold_count,
+            "reason": getattr(n, "decision", None)}

@@ -25,11 +25,18 @@ _NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
 
 PROTECTED_FIELDS: tuple[str, ...] = (
     "content", "context", "keywords", "embedding", "text", "path", "from_path", "to_path",
+    "inferred_subject", "decision",
 )
 """Event (and snapshot) fields sealed with the note's data key; erased for good when the
 key is destroyed. ``path`` is protected because a file note without content stores its
 path as its content. Scope ids, ``subject``, ``tags``, ``source_entry_ids``, link ids,
 times and consent stay plain: they are metadata, not content (see ``docs/erasure.md``)."""
+
+OPTIONAL_PROTECTED: frozenset[str] = frozenset({"inferred_subject", "decision"})
+"""Protected fields added after 0.1.0 (with defaults): derived from the content (the
+inferred subject key and values, why a write folded or superseded), so sealed like it;
+once the key is destroyed they read as ``None`` and are not listed as erased (events of
+0.1.0 never had them)."""
 
 ERASED = "<erased>"
 """What a protected field reads as once its note's key has been destroyed."""
@@ -127,6 +134,8 @@ class Note(Aggregate):
         dim: int
         token_count: int
         cause: str
+        inferred_subject: dict[str, Any] | None = None
+        decision: dict[str, Any] | None = None
 
     class Folded(Aggregate.Event):
         """The same note was written again: annotations unioned, new content wins, the
@@ -147,6 +156,7 @@ class Note(Aggregate):
         valid_from: datetime | None
         valid_to: datetime | None
         cause: str
+        decision: dict[str, Any] | None = None
 
         def apply(self, note: Note) -> None:
             note.content = self.content
@@ -179,9 +189,11 @@ class Note(Aggregate):
         successor_id: str
         valid_to: datetime
         cause: str
+        decision: dict[str, Any] | None = None
 
         def apply(self, note: Note) -> None:
             note.superseded_by = self.successor_id
+            note.supersession = self.decision
             if note.valid_to is None or self.valid_to < note.valid_to:
                 note.valid_to = self.valid_to
             note.updated_at = self.timestamp
@@ -316,6 +328,8 @@ class Note(Aggregate):
         dim: int,
         token_count: int,
         cause: str,
+        inferred_subject: dict[str, Any] | None = None,
+        decision: dict[str, Any] | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.resource_id = resource_id
@@ -349,6 +363,9 @@ class Note(Aggregate):
         self.forgotten_at: datetime | None = None
         self.content_hmac: str | None = None
         self.held = False
+        self.inferred_subject = inferred_subject
+        self.decision = decision
+        self.supersession: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------- commands
     @classmethod
@@ -386,10 +403,12 @@ class Note(Aggregate):
         self._check_live()
         self.trigger_event(self.Folded, **fields)
 
-    def supersede(self, *, successor_id: str, valid_to: datetime, cause: str) -> None:
+    def supersede(self, *, successor_id: str, valid_to: datetime, cause: str,
+                  decision: dict[str, Any] | None = None) -> None:
         self._check_live()
         self.trigger_event(
-            self.Superseded, successor_id=successor_id, valid_to=valid_to, cause=cause
+            self.Superseded, successor_id=successor_id, valid_to=valid_to, cause=cause,
+            decision=decision,
         )
 
     def link(self, links: list[dict[str, Any]], cause: str = "caller") -> None:

@@ -6,10 +6,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Strict, TypeAdapter
+from pydantic import Strict, StrictBool, TypeAdapter
 
 from memfabric.domain.attach import Attachment
 from memfabric.domain.attach import attach as attach_session
+from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.context import ContextProvider
 from memfabric.domain.errors import ScopeError
 from memfabric.domain.inputs import (
@@ -43,6 +44,21 @@ from memfabric.domain.service import MemoryService
 _ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
     list[Annotated[RememberInput, Strict()] | dict[str, Any]]
 )
+
+
+_CONSOLIDATE: TypeAdapter[Any] = TypeAdapter(StrictBool | Consolidation | None)
+
+
+def consolidate_setting(value: Any, default: Consolidation) -> Consolidation | None:
+    """A per-call ``consolidate`` argument as settings (``None``: the fabric's own);
+    ``pydantic.ValidationError`` for anything but a bool, a ``Consolidation`` or a
+    mapping of its fields (``enabled``, ``threshold``)."""
+    if isinstance(value, Mapping):
+        value = {"enabled": True, **value}
+    parsed = _CONSOLIDATE.validate_python(value)
+    if parsed is None or isinstance(parsed, Consolidation):
+        return parsed
+    return default.model_copy(update={"enabled": parsed})
 
 
 class Notes:
@@ -98,6 +114,7 @@ class Notes:
         supersedes: str | None = None,
         importance: float | None = None,
         consent: Consent | Mapping[str, Any] | None = None,
+        consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
     ) -> MemoryNote:
         """Write one note and return it (``MemoryNote.outcome``: ``inserted``, ``folded`` or
         ``superseding``; for a working block ``inserted`` or ``replaced``).
@@ -112,9 +129,13 @@ class Notes:
         (``NoteForgottenError``). Working notes are never recalled.
 
         Fields are those of :class:`~memfabric.domain.inputs.RememberInput`. With consolidation on (the default), a ``fact``/``procedure``/``file``
-        write first looks up its nearest live same-kind note in this scope and folds
-        into it (same normalized tokens, or same ``path`` for ``file``) or supersedes it
-        (cosine ≥ threshold, or same ``subject``). When this returns the note is durable
+        write first looks up its live same-kind candidates in this scope and folds
+        into one (same normalized tokens, or same ``path`` for ``file``) or supersedes it
+        (same explicit ``subject``, or — for a subject-less fact — the same inferred
+        subject slot with a changed value, see :mod:`memfabric.domain.subjects`; cosine
+        similarity alone never supersedes). ``MemoryNote.decision`` says why.
+        ``consolidate`` overrides the fabric's setting for this call: ``False`` (insert),
+        ``True`` or ``{"threshold": 0.9}`` (``pydantic.ValidationError`` otherwise). When this returns the note is durable
         and visible to the next ``recall`` in any process.
 
         Raises ``pydantic.ValidationError`` (bad field), ``NoteExistsError`` (explicit
@@ -132,18 +153,23 @@ class Notes:
             "context": context, "links": links, "supersedes": supersedes,
             "importance": importance, "consent": consent,
         }
+        settings = consolidate_setting(consolidate, self._service.consolidation)
         item = self._service.validate_remember({k: v for k, v in given.items() if v is not None})
-        return self._service.remember(self.scope, item)
+        return self._service.remember(self.scope, item, consolidate=settings)
 
-    def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput]) -> list[MemoryNote]:
+    def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput], *,
+                      consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
+                      ) -> list[MemoryNote]:
         """Bulk write: same outcome as ``remember`` on each item in order, in one
-        transaction (all or nothing). Items are mappings of remember fields."""
+        transaction (all or nothing). Items are mappings of remember fields;
+        ``consolidate`` as for ``remember``."""
+        settings = consolidate_setting(consolidate, self._service.consolidation)
         raw = _ITEMS.validate_python(items)  # a list of mappings, else ValidationError
         validated = [
             item if isinstance(item, RememberInput) else self._service.validate_remember(dict(item))
             for item in raw
         ]
-        return self._service.remember_many(self.scope, validated)
+        return self._service.remember_many(self.scope, validated, consolidate=settings)
 
     def append_block(
         self, block: str, text: str, *, expected_version: int | None = None

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class _Prepared:
 
 def remember_many(
     svc: MemoryService, scope: Scope, items: Sequence[RememberInput], *,
-    consolidate: bool | None = None,
+    consolidate: bool | consolidation.Consolidation | None = None,
 ) -> list[MemoryNote]:
     """Write ``items`` in order in one unit of work (see the module doc). ``working``
     items write their block and are never embedded. Raises what the item checks raise
@@ -73,11 +73,13 @@ def remember_many(
         raise NotSupportedError("kind 'episode' is a view over a conversation ledger and is not supported yet")
     if not items:
         return []
-    on = svc.consolidation.enabled if consolidate is None else consolidate
-    prepared = _prepare(svc, items, on)
+    settings = (consolidate if isinstance(consolidate, consolidation.Consolidation)
+                else svc.consolidation if consolidate is None
+                else svc.consolidation.model_copy(update={"enabled": bool(consolidate)}))
+    prepared = _prepare(svc, items, settings.enabled)
     with svc.unit_of_work([scope]) as uow:
         now = datetime.now(timezone.utc)
-        writer = _Writer(svc, uow, scope, now, prepared)
+        writer = _Writer(svc, uow, scope, now, prepared, settings.threshold)
         results = [writer.write(i, item) for i, item in enumerate(items)]
         uow.commit()
     svc.store.await_position(uow.position)
@@ -90,9 +92,12 @@ def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> di
     texts = [svc.redact(item.text) or "" for _, item in picked]
     vectors = svc.embed(texts) if texts else np.zeros((0, svc.embedder.dim), np.float32)
     out = {}
+    extractor = svc.subject_extractor
     for n, ((i, item), text) in enumerate(zip(picked, texts, strict=True)):
+        inferred = (extractor.extract(text, kind=item.kind)
+                    if extractor is not None and item.subject is None and item.kind == "fact" else None)
         query = NeighbourQuery(item.kind, vectors[n], policy.token_hash(policy.normalized_tokens(text)),
-                               item.path, item.subject)
+                               item.path, item.subject, inferred)
         asks = on and item.id is None and item.supersedes is None
         out[i] = _Prepared(item, n, text, query, asks)
     return out
@@ -102,13 +107,13 @@ class _Writer:
     """Decides and records the items of one write inside its unit of work."""
 
     def __init__(self, svc: MemoryService, uow: UnitOfWork, scope: Scope, now: datetime,
-                 prepared: dict[int, _Prepared]) -> None:
+                 prepared: dict[int, _Prepared], threshold: float) -> None:
         self.svc, self.uow, self.scope, self.now = svc, uow, scope, now
         self.prepared = prepared
         asking = [p for p in prepared.values() if p.consolidate]
         found = uow.neighbours(scope, [p.query for p in asking], now=now) if asking else []
         self.stored = {p.index: cands for p, cands in zip(asking, found, strict=True)}
-        self.threshold = svc.consolidation.threshold
+        self.threshold = threshold
         self.local = LocalIndex(svc.embedder.dim, len(prepared))
         if len(asking) > 1:
             self.local.prepare(np.stack([p.query.embedding for p in prepared.values()]), self.threshold)
@@ -126,17 +131,19 @@ class _Writer:
         self._check_links(p.item)
         if p.item.supersedes is not None:
             old = self._explicit_target(p.item)
-            return self._insert(p, "supersede", old, None)
+            return self._insert(p, "supersede", old, None, {"basis": "caller_supersedes",
+                                                              "note_id": old.note_id})
         neighbour = self._neighbour(p) if p.consolidate else None
         outcome = consolidation.decide(p.query, neighbour, threshold=self.threshold,
                                        valid_from=p.item.valid_from, valid_to=p.item.valid_to)
+        why = consolidation.reason(p.query, neighbour, outcome)
         if outcome in ("fold", "supersede"):
             assert neighbour is not None
             old = self._load(neighbour.note_id)
             if outcome == "fold":
-                return self._fold(p, old)
-            return self._insert(p, "supersede", old, neighbour)
-        return self._insert(p, outcome, None, neighbour)
+                return self._fold(p, old, why)
+            return self._insert(p, "supersede", old, neighbour, why)
+        return self._insert(p, outcome, None, neighbour, why)
 
     def _neighbour(self, p: _Prepared) -> Neighbour | None:
         local = self.local.candidates(p.query, self.now, threshold=self.threshold, item=p.index)
@@ -180,7 +187,7 @@ class _Writer:
                 f"valid_from {old.valid_from.isoformat()}")
         return old
 
-    def _fold(self, p: _Prepared, old: Note) -> MemoryNote:
+    def _fold(self, p: _Prepared, old: Note, why: dict[str, Any] | None) -> MemoryNote:
         item = p.item
         old.fold(
             content=p.text, context=self.svc.redact(item.context), keywords=list(item.keywords),
@@ -190,12 +197,13 @@ class _Writer:
             token_count=policy.count_tokens(p.text), importance=item.importance,
             consent=item.consent.model_dump() if item.consent else None,
             t_ref=item.t_ref, valid_from=item.valid_from, valid_to=item.valid_to, cause="fold",
+            decision=why,
         )
         self._track(old, p)
-        return note_view(old, "folded")
+        return note_view(old, "folded", decision=why)
 
     def _insert(self, p: _Prepared, outcome: consolidation.FoldOutcome, old: Note | None,
-                neighbour: Neighbour | None) -> MemoryNote:
+                neighbour: Neighbour | None, why: dict[str, Any] | None) -> MemoryNote:
         item = p.item
         note_id = item.id or new_note_id()
         valid_from = item.valid_from
@@ -212,12 +220,13 @@ class _Writer:
             consent=item.consent.model_dump() if item.consent else None,
             embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
             dim=self.svc.embedder.dim, token_count=policy.count_tokens(p.text), cause="caller",
+            inferred_subject=consolidation.key_to_dict(p.query.inferred), decision=why,
         )
         if outcome == "precede" and neighbour is not None:
             _close_before(note, neighbour)
         self._track(note, p)
         if old is not None:
-            _close_superseded(old, note_id, valid_from or self.now)
+            _close_superseded(old, note_id, valid_from or self.now, why)
             self.uow.add(old)
             self.local.touch(old)
         result: Outcome = {"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted")  # type: ignore[assignment]
@@ -234,12 +243,15 @@ def _close_before(note: Note, neighbour: Neighbour) -> None:
         return
     if note.valid_to is None or note.valid_to > neighbour.valid_from:
         note.supersede(successor_id=neighbour.note_id, valid_to=neighbour.valid_from,
-                       cause=f"supersession:{neighbour.note_id}")
+                       cause=f"supersession:{neighbour.note_id}",
+                       decision=note.decision)
 
 
-def _close_superseded(old: Note, successor_id: str, close_at: datetime) -> None:
+def _close_superseded(old: Note, successor_id: str, close_at: datetime,
+                      why: dict[str, Any] | None = None) -> None:
     """Close ``old``'s window where its successor starts (never an inverted window:
     a successor starting before ``old`` leaves it an empty window)."""
     if old.valid_from is not None and close_at < old.valid_from:
         close_at = old.valid_from
-    old.supersede(successor_id=successor_id, valid_to=close_at, cause=f"supersession:{successor_id}")
+    old.supersede(successor_id=successor_id, valid_to=close_at, cause=f"supersession:{successor_id}",
+                  decision=why)

@@ -94,6 +94,11 @@ class MemoryNote:
     held: bool = False
     outcome: Outcome = "inserted"
     forgotten_at: datetime | None = None
+    decision: dict[str, Any] | None = None
+    """Why this write folded or superseded (``basis``: ``exact_repeat``, ``path``,
+    ``explicit_subject``, ``inferred_subject`` with ``subject_key``/``old_value``/
+    ``new_value``/``decision_rule``/``extraction_rules``, or ``caller_supersedes``);
+    ``None`` for a plain insert."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +229,8 @@ class RepointResult:
     held: tuple[str, ...]
 
 
-def note_view(note: Note, outcome: Outcome = "inserted") -> MemoryNote:
+def note_view(note: Note, outcome: Outcome = "inserted", *,
+              decision: dict[str, Any] | None = None) -> MemoryNote:
     """The read model of a ``Note`` aggregate's current state."""
     return MemoryNote(
         id=note.note_id,
@@ -255,4 +261,5 @@ def note_view(note: Note, outcome: Outcome = "inserted") -> MemoryNote:
         held=note.held,
         outcome=outcome,
         forgotten_at=note.forgotten_at,
+        decision=decision if decision is not None else getattr(note, "decision", None),
     )

@@ -41,12 +41,25 @@ from memfabric.domain.results import (
     RepointResult,
 )
 from memfabric.domain.scope import Scope
+from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor
+
+_DEFAULT = object()
 
 OVERSAMPLE = 4
 """Candidates fetched per requested hit (each list), before re-ranking."""
 
 MIN_CANDIDATES = 40
 """Candidates fetched per list at the least."""
+
+
+def _extractor(value: object) -> SubjectExtractor | None:
+    if value is _DEFAULT or value is True:
+        return RuleSubjectExtractor()
+    if value is None or value is False:
+        return None
+    if not isinstance(value, SubjectExtractor):
+        raise TypeError("subject_extractor: expected an object with extract(text, *, kind) or None")
+    return value
 
 
 class MemoryService:
@@ -56,6 +69,10 @@ class MemoryService:
     ``embedder``: text to vectors. Settings: ``consolidation``, ``limits``,
     ``redactor`` (``str -> str`` applied to content and context before embedding),
     ``require_consent`` (recall only granted notes) and ``working_validator``.
+    ``subject_extractor``: the :class:`~memfabric.domain.subjects.SubjectExtractor`
+    whose inferred key decides subject-less supersession (default
+    ``RuleSubjectExtractor()``; ``None``/``False``: no inference, so only exact
+    repeats, ``path``, explicit ``subject`` and ``supersedes`` consolidate).
     Construct it through ``memfabric.adapters.open_fabric`` (PostgreSQL) or
     ``memfabric.adapters.memory.open_memory_fabric`` (in memory).
     """
@@ -71,6 +88,7 @@ class MemoryService:
         redactor: Callable[[str], str] | None = None,
         require_consent: bool = False,
         working_validator: working.WorkingValidator | None = None,
+        subject_extractor: SubjectExtractor | None | object = _DEFAULT,
     ) -> None:
         self._unit_of_work = unit_of_work
         self.store = store
@@ -80,6 +98,7 @@ class MemoryService:
         self.redactor = redactor
         self.require_consent = require_consent
         self.working_validator = working_validator
+        self.subject_extractor = _extractor(subject_extractor)
 
     # ---------------------------------------------------------------- helpers
     def unit_of_work(self, scopes: Sequence[Scope]) -> UnitOfWork:
@@ -112,12 +131,13 @@ class MemoryService:
         return RememberInput.model_validate(
             fields, context={"max_entry_text_chars": self.limits.max_entry_text_chars})
 
-    def remember(self, scope: Scope, item: RememberInput, *, consolidate: bool | None = None) -> MemoryNote:
+    def remember(self, scope: Scope, item: RememberInput, *,
+                 consolidate: bool | Consolidation | None = None) -> MemoryNote:
         """Write one note (see ``Notes.remember``)."""
         return self.remember_many(scope, [item], consolidate=consolidate)[0]
 
     def remember_many(self, scope: Scope, items: Sequence[RememberInput], *,
-                      consolidate: bool | None = None) -> list[MemoryNote]:
+                      consolidate: bool | Consolidation | None = None) -> list[MemoryNote]:
         """Write notes in order in one unit of work (see :mod:`memfabric.domain.remember`)."""
         return remember.remember_many(self, scope, items, consolidate=consolidate)
 

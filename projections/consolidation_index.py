@@ -12,6 +12,14 @@ Neighbour lookups scan one scope's rows exactly (btree on scope and kind, then t
 cosine distance of each row): there is no HNSW index here, so a write pays no HNSW
 maintenance for it, and the result is exact. The cost grows with the size of one
 scope (about 1 ms per 2,000 notes of 384 dimensions).
+
+Columns ``inferred_key`` (``entity|attribute`` of the note's inferred subject key,
+``note.inferred_subject``; btree) and ``inferred`` (the whole key as jsonb) were added
+by issue 12: same-key notes are candidates however far apart their vectors are.
+``create`` adds them to a table of an older release (``ALTER TABLE ... ADD COLUMN IF
+NOT EXISTS``); the rows of such a table stay ``NULL`` there until the projection is
+rebuilt (``memfabric projections rebuild consolidation``) — notes written before
+issue 12 carry no inferred key anyway, so nothing is lost without the rebuild.
 """
 
 from __future__ import annotations
@@ -25,7 +33,10 @@ from pgvector import Vector
 from psycopg import Cursor, sql
 from psycopg.types.range import Range
 
-from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from psycopg.types.json import Jsonb
+
+from memfabric.domain.consolidation import Neighbour, NeighbourQuery, key_from_dict, note_key
+from memfabric.domain.subjects import WILDCARD
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.domain.scope import Scope
@@ -38,11 +49,12 @@ KINDS = ("fact", "procedure", "file")
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "kind", "note_id",
     "token_hash", "path", "subject", "valid", "ingested_at", "embedding",
+    "inferred_key", "inferred",
 )
 """Column order of a row tuple (also the COPY order)."""
 
 _TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text",
-          "tstzrange", "timestamptz", "vector")
+          "tstzrange", "timestamptz", "vector", "text", "jsonb")
 
 CHUNK = 500
 """Queries per neighbour statement."""
@@ -59,7 +71,15 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         note.note_id, token_hash(normalized_tokens(note.content)), note.path, note.subject,
         Range(note.valid_from, note.valid_to, bounds="[)"), note.created_on,
         np.frombuffer(note.embedding, dtype=np.float32),
+        *_inferred_cols(note),
     )
+
+
+def _inferred_cols(note: Note) -> tuple[str | None, Jsonb | None]:
+    key = note_key(note) if note.subject is None else None
+    if key is None:
+        return (None, None)
+    return (key.key, Jsonb(note.inferred_subject))
 
 
 def ddl(dim: int, table: str = TABLE) -> sql.Composed:
@@ -68,8 +88,16 @@ def ddl(dim: int, table: str = TABLE) -> sql.Composed:
         " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL, resource_id text NOT NULL,"
         " thread_id text NOT NULL, kind text NOT NULL, note_id text NOT NULL,"
         " token_hash text NOT NULL, path text, subject text, valid tstzrange NOT NULL,"
-        " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL)"
+        " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL,"
+        " inferred_key text, inferred jsonb)"
     ).format(t=sql.Identifier(table), dim=sql.Literal(dim))
+
+
+def migrate_ddl(table: str = TABLE) -> list[sql.Composed]:
+    """Columns added after the first release (a table created by an older release)."""
+    t = sql.Identifier(table)
+    return [sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred_key text").format(t=t),
+            sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred jsonb").format(t=t)]
 
 
 def index_ddl(table: str = TABLE) -> list[sql.Composed]:
@@ -83,11 +111,13 @@ def index_ddl(table: str = TABLE) -> list[sql.Composed]:
             i=sql.Identifier(f"{table}_path"), t=t),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (" + scope + ", subject) WHERE subject IS NOT NULL").format(
             i=sql.Identifier(f"{table}_subject"), t=t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (" + scope + ", inferred_key)"
+                " WHERE inferred_key IS NOT NULL").format(i=sql.Identifier(f"{table}_inferred"), t=t),
     ]
 
 
 _COLS = ("n.note_id, n.token_hash, n.path, n.subject, 1 - (n.embedding <=> q.vec) AS sim,"
-         " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to")
+         " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to, n.inferred")
 _CURRENT = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
             " AND n.kind = q.kind AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)")
 _LATERAL = {  # noqa: S608 - table and column names are constants of this module
@@ -99,11 +129,17 @@ _LATERAL = {  # noqa: S608 - table and column names are constants of this module
              " AND n.token_hash = q.h ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
              f" (SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
              " ORDER BY n.embedding <=> q.vec LIMIT %(k)s)",
+    # same inferred key; a from-to key (attribute "*"): same entity
+    "inferred": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
+                " AND n.inferred_key IS NOT NULL AND (n.inferred_key = q.ikey OR"
+                " (q.ient IS NOT NULL AND n.inferred->>'entity' = q.ient))"
+                " ORDER BY n.ingested_at DESC LIMIT %(ik)s)",
 }
 _STATEMENTS = {
     group: ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
-            " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[])"
-            " AS q(i, kind, h, path, subject, vec) CROSS JOIN LATERAL (" + lateral + ") m")
+            " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[], %(ikey)s::text[],"
+            " %(ient)s::text[]) AS q(i, kind, h, path, subject, vec, ikey, ient)"
+            " CROSS JOIN LATERAL (" + lateral + ") m")
     for group, lateral in _LATERAL.items()
 }
 
@@ -124,9 +160,11 @@ def select_neighbours(
     only current notes of exactly ``scope`` and the query's kind."""
     t, r, th = scope.sql()
     out: list[list[Neighbour]] = [[] for _ in queries]
-    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": []}
+    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": [], "inferred": []}
     for i, q in enumerate(queries):
         groups[group_of(q)].append(i)
+        if group_of(q) == "plain" and q.inferred is not None:
+            groups["inferred"].append(i)
     for group, idx in groups.items():
         for start in range(0, len(idx), CHUNK):
             chunk = idx[start : start + CHUNK]
@@ -137,12 +175,23 @@ def select_neighbours(
                 "path": [queries[i].path for i in chunk],
                 "subject": [queries[i].subject for i in chunk],
                 "vec": [Vector(np.asarray(queries[i].embedding, np.float32)) for i in chunk],
+                "ikey": [_ikey(queries[i]) for i in chunk],
+                "ient": [_ient(queries[i]) for i in chunk],
+                "ik": per_query * 3,
             }
             for row in cur.execute(_STATEMENTS[group], params).fetchall():
                 out[row["i"]].append(Neighbour(
                     row["note_id"], base.finite(float(row["sim"])), row["token_hash"], row["path"],
-                    row["subject"], row["valid_from"], row["valid_to"]))
+                    row["subject"], row["valid_from"], row["valid_to"], key_from_dict(row["inferred"])))
     return out
+
+
+def _ikey(q: NeighbourQuery) -> str | None:
+    return q.inferred.key if q.inferred is not None and q.inferred.attribute != WILDCARD else None
+
+
+def _ient(q: NeighbourQuery) -> str | None:
+    return q.inferred.entity if q.inferred is not None and q.inferred.attribute == WILDCARD else None
 
 
 class ConsolidationIndexProjection:
@@ -158,6 +207,8 @@ class ConsolidationIndexProjection:
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         cur.execute(ddl(self.dim, TABLE + table_suffix))
+        for stmt in migrate_ddl(TABLE + table_suffix):
+            cur.execute(stmt)
         if not table_suffix:
             self.create_indexes(cur)
 

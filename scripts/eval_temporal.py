@@ -423,6 +423,58 @@ def run_incremental(facts: Sequence[Fact], args: argparse.Namespace, data_dir: s
     return out
 
 
+def run_shared(facts: Sequence[Fact], args: argparse.Namespace, data_dir: str | None) -> Scored:
+    """Issue 12: every fact in ONE scope, every value remembered in global start order
+    with the defaults (consolidation on, no ``subject``, no ``valid_to``): the inferred
+    subject key must close the right windows and never another fact's."""
+    out = Scored()
+    tenant = common.new_tenant("dyknow-shared")
+    stream = sorted(((a.start, fi, i) for fi, f in enumerate(facts) for i, a in enumerate(f.answers)),
+                    key=lambda x: (x[0], x[1], x[2]))
+    owner: dict[str, tuple[int, str]] = {}
+    supersessions = false_sup = folded = 0
+    examples: list[str] = []
+    with common.fabric_session(
+        dsn=args.dsn, embedder_name=args.embedder, consolidate=True, data_dir=data_dir
+    ) as fabric:
+        notes = fabric.scope(tenant)
+        order: dict[int, list[str]] = {}
+        for start, fi, i in stream:
+            fact, a = facts[fi], facts[fi].answers[i]
+            n = notes.remember(kind="fact", content=fact.content(a.value), t_ref=start, valid_from=start)
+            nid = common.note_id(n)
+            if nid in owner:
+                folded += 1
+                if owner[nid][0] != fi and len(examples) < 10:
+                    examples.append(f"fold across facts: {fact.content(a.value)!r}")
+                continue
+            owner[nid] = (fi, a.value)
+            order.setdefault(fi, []).append(nid)
+            sup = common.attr(n, "supersedes")
+            if sup:
+                supersessions += 1
+                if owner.get(sup, (fi,))[0] != fi:
+                    false_sup += 1
+                    if len(examples) < 10:
+                        examples.append(f"false: {fact.content(a.value)!r} retired {facts[owner[sup][0]].key!r}")
+        missed = expected = 0
+        for fi, fact in enumerate(facts):
+            ids = order.get(fi, [])
+            for prev in ids[:-1]:
+                expected += 1
+                if notes.get(prev).superseded_by is None:
+                    missed += 1
+            id_value = {nid: v for nid, (f2, v) in owner.items() if f2 == fi}
+            score_fact(notes, fact, id_value, args.mode, out, "shared")
+    out.diagnostics = {
+        "values": len(stream), "folded": folded, "supersessions": supersessions,
+        "false_supersessions": false_sup,
+        "false_supersession_rate": false_sup / supersessions if supersessions else 0.0,
+        "expected_closures": expected, "missed_closures": missed, "examples": examples,
+    }
+    return out
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -443,6 +495,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--consolidate", choices=("on", "off"), default="off", help="consolidation for the explicit-window run"
     )
     p.add_argument("--skip-incremental", action="store_true")
+    p.add_argument("--skip-shared", action="store_true", help="skip the shared-scope stream (issue 12)")
     p.add_argument("--limit", type=int, default=None, help="only the first N facts")
     p.add_argument("--show-failures", type=int, default=10, help="print up to N failed queries per run")
     p.add_argument("--out", default=None, help="write the results as JSON here")
@@ -472,9 +525,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             timer = common.Timer()
             incremental = run_incremental(facts, args, dd)
             print(f"incremental run: {timer():.1f}s")
+        shared = None
+        if not args.skip_shared:
+            timer = common.Timer()
+            shared = run_shared(facts, args, dd)
+            print(f"shared-scope run: {timer():.1f}s")
 
     rows = []
-    for label, s in (("explicit", explicit), ("incremental", incremental)):
+    for label, s in (("explicit", explicit), ("incremental", incremental), ("shared", shared)):
         if s is None:
             continue
         m, x = s.metrics(), s.extra()
@@ -484,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ["run", "current@1", "asof@1", "asof@1_own", "stale_rate", "n_facts", "n_windows"],
         rows,
     )
-    for label, s in (("explicit", explicit), ("incremental", incremental)):
+    for label, s in (("explicit", explicit), ("incremental", incremental), ("shared", shared)):
         if s is None:
             continue
         print(f"{label} diagnostics: {s.diagnostics}")
@@ -496,6 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload: dict[str, Any] = dict(explicit.metrics())
     if incremental is not None:
         payload["incremental"] = incremental.metrics()
+    if shared is not None:
+        payload["shared"] = {**shared.metrics(), **shared.extra()}
     payload["meta"] = {
         "data": str(args.data),
         "embedder": args.embedder,

@@ -50,9 +50,13 @@ def test_changed_fact_supersedes_and_as_of_sees_the_old(fabric: Fabric, dsn: str
     notes = fabric.scope("acme", "u1", "t1")
     first = notes.remember(kind="fact", content="User prefers metric units")
     between = datetime.now(timezone.utc)
-    second = notes.remember(kind="fact", content="User prefers metric units and Celsius")
+    # Issue 12: the inferred key decides, not cosine. The extractor's ``prefers`` rule
+    # keys this as user|preference:unit; "metric units and Celsius" has the same value
+    # ("metric units") so it is no change (see test_supersession), "imperial units" is one.
+    second = notes.remember(kind="fact", content="User prefers imperial units")
     assert second.outcome == "superseding" and second.supersedes == first.id and second.id != first.id
-    now_hits = notes.recall("preferred units")
+    assert second.decision is not None and second.decision["basis"] == "inferred_subject"
+    now_hits = notes.recall("prefers imperial units")
     assert [h.id for h in now_hits.hits] == [second.id]
     past = notes.recall("preferred units", as_of=between)
     assert [h.id for h in past.hits] == [first.id]
@@ -148,7 +152,7 @@ def test_history_is_typed_with_causes(fabric: Fabric) -> None:
     notes = fabric.scope("acme")
     a = notes.remember(kind="fact", content="User prefers metric units")
     notes.remember(kind="fact", content="User prefers metric units")
-    b = notes.remember(kind="fact", content="User prefers metric units and Celsius")
+    b = notes.remember(kind="fact", content="User prefers imperial units")
     hist = notes.history(a.id)
     assert [(h.version, h.type, h.cause) for h in hist] == [
         (1, "Remembered", "caller"), (2, "Folded", "fold"), (3, "Superseded", f"supersession:{b.id}")]
@@ -176,7 +180,7 @@ def test_lineage_both_directions_with_folds_and_links(fabric: Fabric) -> None:
 def test_cli_lineage_prints_a_timeline(fabric: Fabric, dsn: str) -> None:
     notes = fabric.scope("acme", "u1")
     a = notes.remember(kind="fact", content="User prefers metric units")
-    b = notes.remember(kind="fact", content="User prefers metric units and Celsius")
+    b = notes.remember(kind="fact", content="User prefers imperial units")
     result = CliRunner().invoke(app, ["lineage", b.id, "--tenant", "acme", "--resource", "u1", "--dsn", dsn])
     assert result.exit_code == 0, result.output
     assert a.id in result.output and "Superseded" in result.output and "Remembered" in result.output
