@@ -1,7 +1,66 @@
-"""memfabric adapters: PostgreSQL persistence, embedders, the embedded server, the CLI,
-and the composition root ``open_fabric``."""
+"""memfabric's public surface: the composition roots (``open_fabric`` on PostgreSQL,
+``open_memory_fabric`` in memory), the scope handle, read models, inputs, errors,
+embedders, subject extraction and the agent tools.
+
+Everything a host uses is importable from here; the modules behind it
+(``memfabric.domain.*``, ``memfabric.projections.*``, ``memfabric.adapters.*``) are the
+implementation and may move between releases.
+"""
 
 from memfabric.adapters.bootstrap import Fabric, open_fabric
-from memfabric.adapters.embedders import HashEmbedder
+from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
+from memfabric.adapters.memory import MemoryFabric, open_memory_fabric
+from memfabric.adapters.tools import MemoryTools, ToolDefinition, UnknownToolError, tool_error
+from memfabric.domain.attach import Attachment, AttachSettings, NotAttachedError, SessionError
+from memfabric.domain.consolidation import Consolidation
+from memfabric.domain.context import ContextProvider
+from memfabric.domain.errors import (
+    CapacityError,
+    ConflictError,
+    EmbedderError,
+    EventIntegrityError,
+    FabricError,
+    NoteExistsError,
+    NoteForgottenError,
+    NoteNotFoundError,
+    NotSupportedError,
+    ProjectionError,
+    ProjectionLagError,
+    ScopeError,
+    SettingsError,
+    SupersessionError,
+    ValidatorRejectedError,
+)
+from memfabric.domain.inputs import Consent, Kind, Limits, RecallMode, Scoring
+from memfabric.domain.inputs import Link as LinkInput
+from memfabric.domain.notes import Notes
+from memfabric.domain.ports import Embedder
+from memfabric.domain.results import (
+    ConsentInfo,
+    EraseResult,
+    Explain,
+    ForgetResult,
+    HistoryEntry,
+    Lineage,
+    Link,
+    MemoryNote,
+    Outcome,
+    PathForgetResult,
+    RecallResult,
+    RepointResult,
+)
+from memfabric.domain.scope import Scope
+from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
 
-__all__ = ["Fabric", "HashEmbedder", "open_fabric"]
+__all__ = [
+    "AttachSettings", "Attachment", "CapacityError", "ConflictError", "Consent", "ConsentInfo",
+    "Consolidation", "ContextProvider", "Embedder", "EmbedderError", "EraseResult",
+    "EventIntegrityError", "Explain", "Fabric", "FabricError", "ForgetResult", "HashEmbedder",
+    "HistoryEntry", "Kind", "Limits", "Lineage", "Link", "LinkInput", "MemoryFabric", "MemoryNote",
+    "MemoryTools", "NotAttachedError", "NotSupportedError", "NoteExistsError", "NoteForgottenError",
+    "NoteNotFoundError", "Notes", "Outcome", "PathForgetResult", "ProjectionError",
+    "ProjectionLagError", "RecallMode", "RecallResult", "RepointResult", "RuleSubjectExtractor",
+    "Scope", "ScopeError", "Scoring", "SessionError", "SettingsError", "SubjectExtractor",
+    "SubjectKey", "SupersessionError", "ToolDefinition", "UnknownToolError",
+    "ValidatorRejectedError", "embedder_from_name", "open_fabric", "open_memory_fabric", "tool_error",
+]

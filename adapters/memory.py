@@ -47,7 +47,7 @@ from uuid import UUID
 
 import numpy as np
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
+from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery, key_from_dict
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.note import ERASED, PROTECTED_FIELDS, Note, note_uuid
@@ -308,10 +308,11 @@ class InMemoryUnitOfWork:
                 plain = [r for r in mine if r["subject"] is None]
                 exact = [r for r in newest if r["subject"] is None and r["token_hash"] == q.token_hash][:1]
                 near = sorted(plain, key=lambda r: -_cosine(r["embedding"], q.embedding))[:per_query]
-                picked = exact + near
+                picked = exact + near + _same_inferred(newest, q, per_query * 3)
             out.append([
                 Neighbour(r["note_id"], _cosine(r["embedding"], q.embedding), r["token_hash"],
-                          r["path"], r["subject"], r["valid_from"], r["valid_to"])
+                          r["path"], r["subject"], r["valid_from"], r["valid_to"],
+                          key_from_dict(_json(r["inferred"])))
                 for r in picked
             ])
         return out
@@ -354,6 +355,23 @@ def _blocks(log: InMemoryEventLog, scope: Scope) -> dict[str, BlockEntry]:
     with log.lock:
         return {label: BlockEntry(**entry) for key, label, entry in log.blocks.values()
                 if key == scope.key}
+
+
+def _json(value: Any) -> Any:
+    """A stored jsonb value (psycopg's ``Jsonb`` wrapper in a row tuple) as plain data."""
+    return getattr(value, "obj", value)
+
+
+def _same_inferred(newest: list[dict[str, Any]], q: NeighbourQuery, limit: int) -> list[dict[str, Any]]:
+    """Like the ``inferred`` lookup of ``consolidation_index.select_neighbours``: current
+    subject-less notes with the query's inferred key (a from-to key: the same entity)."""
+    ikey, ient = consolidation_index.inferred_key_of(q), consolidation_index.inferred_entity_of(q)
+    if ikey is None and ient is None:
+        return []
+    found = [r for r in newest if r["subject"] is None and r["inferred_key"] is not None
+             and (r["inferred_key"] == ikey
+                  or (ient is not None and (_json(r["inferred"]) or {}).get("entity") == ient))]
+    return found[:limit]
 
 
 class InMemoryNoteStore:

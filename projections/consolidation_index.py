@@ -175,8 +175,8 @@ def select_neighbours(
                 "path": [queries[i].path for i in chunk],
                 "subject": [queries[i].subject for i in chunk],
                 "vec": [Vector(np.asarray(queries[i].embedding, np.float32)) for i in chunk],
-                "ikey": [_ikey(queries[i]) for i in chunk],
-                "ient": [_ient(queries[i]) for i in chunk],
+                "ikey": [inferred_key_of(queries[i]) for i in chunk],
+                "ient": [inferred_entity_of(queries[i]) for i in chunk],
                 "ik": per_query * 3,
             }
             for row in cur.execute(_STATEMENTS[group], params).fetchall():
@@ -186,11 +186,13 @@ def select_neighbours(
     return out
 
 
-def _ikey(q: NeighbourQuery) -> str | None:
+def inferred_key_of(q: NeighbourQuery) -> str | None:
+    """The inferred key a query looks up (``None`` for a from-to key)."""
     return q.inferred.key if q.inferred is not None and q.inferred.attribute != WILDCARD else None
 
 
-def _ient(q: NeighbourQuery) -> str | None:
+def inferred_entity_of(q: NeighbourQuery) -> str | None:
+    """The entity a from-to query (attribute ``*``) looks up."""
     return q.inferred.entity if q.inferred is not None and q.inferred.attribute == WILDCARD else None
 
 

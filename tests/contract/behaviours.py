@@ -101,6 +101,18 @@ class FabricContract:
         b = notes.remember(kind="fact", content="Quarterly revenue grew by twelve percent")
         assert (a.outcome, b.outcome) == ("inserted", "inserted") and a.id != b.id
 
+    def test_inferred_subject_supersedes_and_similarity_alone_does_not(self, fab: Any) -> None:
+        notes = fab.scope("acme", "u1", "t1")
+        berlin = notes.remember(kind="fact", content="Alice lives in Berlin")
+        munich = notes.remember(kind="fact", content="Alice moved to Munich")
+        assert munich.outcome == "superseding" and munich.supersedes == berlin.id
+        assert munich.decision is not None and munich.decision["basis"] == "inferred_subject"
+        assert notes.lineage(berlin.id).successors == [munich.id]
+        first = notes.remember(kind="fact", content="Ticket 4411 is assigned to the network team")
+        second = notes.remember(kind="fact", content="Ticket 4412 is assigned to the network team")
+        assert second.outcome == "inserted" and second.id != first.id
+        assert {h.id for h in notes.recall("ticket assigned network team", top_k=5).hits} >= {first.id, second.id}
+
     def test_remember_many_equals_one_by_one(self, fab: Any) -> None:
         items: list[dict[str, Any]] = [
             {"kind": "fact", "content": "Prefers window seats"},
