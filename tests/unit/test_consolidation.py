@@ -15,6 +15,7 @@ from memfabric.domain.consolidation import (
     is_candidate,
     windows_disjoint,
 )
+from memfabric.domain.subjects import RuleSubjectExtractor, SubjectKey
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.domain.scope import Scope
@@ -29,16 +30,26 @@ def vec(*xs: float) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
+EXTRACT = RuleSubjectExtractor()
+
+
+def key(text: str) -> SubjectKey:
+    found = EXTRACT.extract(text)
+    assert found is not None, text
+    return found
+
+
 def q(kind: str = "fact", text: str = "a b", v: np.ndarray | None = None, path: str | None = None,
-      subject: str | None = None) -> NeighbourQuery:
+      subject: str | None = None, inferred: SubjectKey | None = None) -> NeighbourQuery:
     return NeighbourQuery(kind, vec(1, 0, 0, 0) if v is None else v, token_hash(normalized_tokens(text)),
-                          path, subject)
+                          path, subject, inferred)
 
 
 def nb(note_id: str = "n1", sim: float = 0.5, text: str = "other", path: str | None = None,
        subject: str | None = None, valid_from: datetime | None = None,
-       valid_to: datetime | None = None) -> Neighbour:
-    return Neighbour(note_id, sim, token_hash(normalized_tokens(text)), path, subject, valid_from, valid_to)
+       valid_to: datetime | None = None, inferred: SubjectKey | None = None) -> Neighbour:
+    return Neighbour(note_id, sim, token_hash(normalized_tokens(text)), path, subject, valid_from, valid_to,
+                     inferred)
 
 
 def note(note_id: str, text: str, *, kind: str = "fact", path: str | None = None,
@@ -70,28 +81,35 @@ def test_plain_meets_only_subjectless() -> None:
 
 
 # ------------------------------------------------------------------ choose
-def test_choose_prefers_exact_tokens_then_similarity() -> None:
+def test_choose_prefers_exact_tokens_then_a_changed_subject_and_never_similarity_alone() -> None:
     exact = nb("ex", sim=0.2, text="a b")
     near = nb("near", sim=0.99)
     far = nb("far", sim=0.1)
     assert choose(q(), [near, exact, far]) == exact
-    assert choose(q(), [far, near]) == near
+    assert choose(q(), [far, near]) is None  # cosine only proposes candidates
     assert choose(q(), [nb("s", sim=1.0, subject="x")]) is None
     assert choose(q(), []) is None
+    munich = q(text="Alice moved to Munich", inferred=key("Alice moved to Munich"))
+    berlin = nb("berlin", sim=0.3, inferred=key("Alice lives in Berlin"))
+    bob = nb("bob", sim=0.9, inferred=key("Bob lives in Berlin"))
+    assert choose(munich, [bob, near, berlin]) == berlin
 
 
 def test_choose_ties_go_to_earlier() -> None:
-    a, b = nb("a", sim=0.9), nb("b", sim=0.9)
-    assert choose(q(), [a, b]) == a
+    munich = q(text="Alice moved to Munich", inferred=key("Alice moved to Munich"))
+    a = nb("a", sim=0.9, inferred=key("Alice lives in Berlin"))
+    b = nb("b", sim=0.9, inferred=key("Alice lives in Paris"))
+    assert choose(munich, [a, b]) == a
 
 
 # ------------------------------------------------------------------ decide
 def test_decide_basic_outcomes() -> None:
     assert decide(q(), None, threshold=0.85) == "insert"
     assert decide(q(), nb(text="a b", sim=0.1), threshold=0.85) == "fold"
-    assert decide(q(), nb(sim=0.9), threshold=0.85) == "supersede"
-    assert decide(q(), nb(sim=0.85), threshold=0.85) == "supersede"
-    assert decide(q(), nb(sim=0.84), threshold=0.85) == "insert"
+    assert decide(q(), nb(sim=0.99), threshold=0.85) == "insert"  # similarity alone never supersedes
+    munich = q(text="Alice moved to Munich", inferred=key("Alice moved to Munich"))
+    assert decide(munich, nb(sim=0.3, inferred=key("Alice lives in Berlin")), threshold=0.85) == "supersede"
+    assert decide(munich, nb(sim=0.9, inferred=key("Alice works at Siemens")), threshold=0.85) == "insert"
 
 
 def test_decide_keyed_writes_supersede_at_any_similarity() -> None:
@@ -108,10 +126,11 @@ def test_decide_disjoint_repeat_is_recurrence() -> None:
 
 
 def test_decide_older_news_precedes() -> None:
-    newer = nb(sim=0.95, valid_from=T0 + timedelta(days=10))
-    assert decide(q(), newer, threshold=0.85, valid_from=T0) == "precede"
-    assert decide(q(), newer, threshold=0.85, valid_from=T0 + timedelta(days=11)) == "supersede"
-    assert decide(q(), newer, threshold=0.85) == "supersede"
+    newer = nb(sim=0.95, valid_from=T0 + timedelta(days=10), inferred=key("Alice lives in Berlin"))
+    munich = q(text="Alice moved to Munich", inferred=key("Alice moved to Munich"))
+    assert decide(munich, newer, threshold=0.85, valid_from=T0) == "precede"
+    assert decide(munich, newer, threshold=0.85, valid_from=T0 + timedelta(days=11)) == "supersede"
+    assert decide(munich, newer, threshold=0.85) == "supersede"
 
 
 # ------------------------------------------------------------------ windows

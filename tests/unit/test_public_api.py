@@ -1,0 +1,32 @@
+"""The README's public API list and ``memfabric.adapters.__all__`` name the same things,
+and every name imports."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import memfabric.adapters as api
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_names() -> set[str]:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Public API", 1)[1].split("\n## ", 1)[0]
+    bullets = [line for line in section.splitlines() if line.startswith("- ")]
+    return {name for line in bullets for name in re.findall(r"`([A-Za-z_]\w*)`", line)}
+
+
+def test_readme_lists_exactly_the_exported_names() -> None:
+    assert readme_names() == set(api.__all__)
+
+
+def test_every_exported_name_imports() -> None:
+    missing = [name for name in api.__all__ if not hasattr(api, name)]
+    assert missing == []
+
+
+def test_errors_are_fabric_errors() -> None:
+    errors = [getattr(api, n) for n in api.__all__ if n.endswith("Error")]
+    assert errors and all(issubclass(e, api.FabricError) for e in errors)
