@@ -155,6 +155,7 @@ def open_fabric(
     pool_size: Annotated[int, Field(ge=1, le=64)] = 2,
     max_overflow: Annotated[int, Field(ge=0, le=256)] = 8,
     subjects: Any = True,
+    session_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None,
 ) -> Fabric:
     """Open a fabric.
 
@@ -164,6 +165,7 @@ def open_fabric(
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
       ``HashEmbedder(384)``. Its ``dim`` must match an existing recall index.
     - ``consolidate``: ``True`` (default), ``False`` or ``{"threshold": 0.85}``.
+    - ``session_id``: only the session with this id may ``attach`` (default: any session).
     - ``subjects``: the subject extractor whose inferred key decides when a
       subject-less fact supersedes another (``memfabric.domain.subjects``): default
       ``RuleSubjectExtractor()``; any object with ``extract(text, *, kind)`` returning a
@@ -226,7 +228,7 @@ def open_fabric(
                 unit_of_work=unit_of_work, store=store, embedder=embedder,
                 consolidation=consolidation, limits=limits_model, redactor=redactor,
                 require_consent=require_consent, working_validator=working_validator,
-                subject_extractor=subjects,
+                subject_extractor=subjects, session_id=session_id,
             )
             if catch_up:
                 engine.catch_up()

@@ -20,7 +20,8 @@ import numpy as np
 
 from memfabric.domain import history, lifecycle, policy, ranking, remember, working
 from memfabric.domain.consolidation import Consolidation
-from memfabric.domain.errors import EmbedderError
+from memfabric.domain.attach import AttachConfig
+from memfabric.domain.errors import EmbedderError, SettingsError
 from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
@@ -58,7 +59,7 @@ def _extractor(value: object) -> SubjectExtractor | None:
     if value is None or value is False:
         return None
     if not isinstance(value, SubjectExtractor):
-        raise TypeError("subject_extractor: expected an object with extract(text, *, kind) or None")
+        raise SettingsError("subject_extractor: expected an object with extract(text, *, kind) or None")
     return value
 
 
@@ -89,6 +90,7 @@ class MemoryService:
         require_consent: bool = False,
         working_validator: working.WorkingValidator | None = None,
         subject_extractor: SubjectExtractor | None | object = _DEFAULT,
+        session_id: str | None = None,
     ) -> None:
         self._unit_of_work = unit_of_work
         self.store = store
@@ -99,6 +101,8 @@ class MemoryService:
         self.require_consent = require_consent
         self.working_validator = working_validator
         self.subject_extractor = _extractor(subject_extractor)
+        self.attach_config = AttachConfig(session_id=session_id)
+        """Who may attach (``session_id``; ``None``: any session) and what is live then."""
 
     # ---------------------------------------------------------------- helpers
     def unit_of_work(self, scopes: Sequence[Scope]) -> UnitOfWork:

@@ -214,3 +214,19 @@ def test_recall_and_forget_tools(fabric: Fabric, tmp_path: Path) -> None:
         assert [e["type"] for e in hist["events"]][-1] == "Forgotten"
         lin = tools.call("memory.lineage", {"id": n.id}, session=S)
         json.dumps(lin)
+
+
+def test_attach_refuses_a_session_other_than_the_configured_one(dsn: str) -> None:
+    """``open_fabric(session_id=...)``: only that session may attach (fails closed)."""
+    from memfabric.adapters import SessionError, open_fabric
+
+    class Session:
+        def __init__(self, sid: str) -> None:
+            self.id = sid
+
+    with open_fabric(dsn, session_id="agent-1") as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        with pytest.raises(SessionError):
+            notes.attach(Session("agent-2"))
+        with notes.attach(Session("agent-1")) as att:
+            assert att.session.id == "agent-1"
