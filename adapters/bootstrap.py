@@ -17,6 +17,7 @@ from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
+from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_settings
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Embedder
 from memfabric.domain.results import EraseResult
@@ -25,6 +26,7 @@ from memfabric.domain.service import MemoryService
 from memfabric.projections import tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import ProjectionEngine, advisory_key
+from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -156,6 +158,9 @@ def open_fabric(
     max_overflow: Annotated[int, Field(ge=0, le=256)] = 8,
     subjects: Any = True,
     session_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None,
+    linker: LinkerSettings | dict[str, Any] | None = None,
+    evolution: EvolutionSettings | dict[str, Any] | None = None,
+    passive: StrictBool = False,
 ) -> Fabric:
     """Open a fabric.
 
@@ -187,6 +192,11 @@ def open_fabric(
       shape) and rejects it by failing validation, raising or returning ``False``
       (``ValidatorRejectedError``; nothing is stored).
 
+    - ``linker`` / ``evolution`` (issue 15, :mod:`memfabric.domain.links`): opt-in,
+      model-free write-path workers, e.g. ``linker={"enabled": True, "top_k": 3}``,
+      ``evolution={"enabled": True, "max_patches": 8}`` (caps 32; off by default). They
+      run only while a session is attached to the written scope and not ``passive``.
+
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
     """
@@ -210,7 +220,8 @@ def open_fabric(
             engine = ProjectionEngine(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim), WorkingValueProjection(),
-                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim)],
+                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim),
+                 LinkGraphProjection()],
                 cursor_loader(log),
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
@@ -230,6 +241,7 @@ def open_fabric(
                 require_consent=require_consent, working_validator=working_validator,
                 subject_extractor=subjects, session_id=session_id,
             )
+            service.configure_workers(**worker_settings(linker, evolution, passive))
             if catch_up:
                 engine.catch_up()
             return Fabric(service, log, store, engine, dsn, embedded)

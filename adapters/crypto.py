@@ -155,12 +155,21 @@ class BatchKeys:
 
     def __init__(self) -> None:
         self.keys: dict[tuple[UUID, int], bytes] = {}
+        self._conn: Connection[Any] | None = None
+        self._asked: set[UUID] = set()
 
     def load(self, conn: Connection[Any], ids: list[UUID]) -> None:
         self.keys = select_keys(conn, ids) if ids else {}
+        self._conn, self._asked = conn, set(ids)
 
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
-        return self.keys.get((originator_id, gen))
+        found = self.keys.get((originator_id, gen))
+        if found is None and self._conn is not None and originator_id not in self._asked:
+            # another note's key (an evolution patch sealed under its source, issue 15)
+            self._asked.add(originator_id)
+            self.keys.update(select_keys(self._conn, [originator_id]))
+            found = self.keys.get((originator_id, gen))
+        return found
 
     def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
         raise FabricError("a replay's key vault is read-only")
@@ -291,6 +300,9 @@ class SealingMapper(Mapper[UUID]):
             state["state"] = inner
         else:
             protected = {k: state.pop(k) for k in PROTECTED_FIELDS if k in state}
+            if state.get("contributed") is not None and state.get("source"):
+                state["contributed"] = self._seal_contribution(
+                    state["contributed"], UUID(state["source"]), originator_id, version)
         plain = self.transcoder.encode(state)
         out = [MAGIC, _U32.pack(len(plain)), plain]
         if protected:
@@ -308,6 +320,36 @@ class SealingMapper(Mapper[UUID]):
             state=b"".join(out),
         )
 
+    def _seal_contribution(self, value: dict[str, Any], source: UUID, originator_id: UUID,
+                           version: int) -> dict[str, Any]:
+        """An evolution patch sealed under its *source* note's key (issue 15): plain
+        ``{"sealed_by", "gen", "blob"}`` (hex of nonce + AES-GCM ciphertext, associated
+        data = this event's originator id and version + the source id)."""
+        gen, key = self.keys.key_for_write(source, 2)
+        nonce = os.urandom(12)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        sealed = AESGCM(key).encrypt(nonce, text, originator_id.bytes + _AAD.pack(version) + source.bytes)
+        return {"sealed_by": str(source), "gen": gen, "blob": (nonce + sealed).hex()}
+
+    def _open_contribution(self, value: Any, originator_id: UUID, version: int) -> Any:
+        """The patch of :meth:`_seal_contribution`, or ``None`` once its source's key is
+        destroyed."""
+        if not isinstance(value, dict) or "sealed_by" not in value:
+            return value
+        source = UUID(value["sealed_by"])
+        key = self.keys.key_for_read(source, int(value["gen"]))
+        if key is None:
+            return None
+        blob = bytes.fromhex(value["blob"])
+        try:
+            text = AESGCM(key).decrypt(blob[:12], blob[12:],
+                                       originator_id.bytes + _AAD.pack(version) + source.bytes)
+        except InvalidTag:
+            raise EventIntegrityError(
+                f"event {version} of aggregate {originator_id} failed authentication: "
+                "its stored bytes were changed") from None
+        return json.loads(text)
+
     def decode_state(self, stored: StoredEvent) -> tuple[dict[str, Any], list[str]]:
         """Plain event fields with protected ones unsealed, or marked erased; returns
         ``(fields, erased_field_names)``."""
@@ -320,6 +362,10 @@ class SealingMapper(Mapper[UUID]):
         state: dict[str, Any] = self.transcoder.decode(data[7 : 7 + n])
         rest = data[7 + n :]
         erased: list[str] = []
+        if isinstance(state.get("contributed"), dict):
+            oid0 = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
+            state["contributed"] = self._open_contribution(
+                state["contributed"], oid0, stored.originator_version)
         if rest:
             (gen,) = _U32.unpack_from(rest, 0)
             nonce, sealed = rest[4:16], rest[16:]

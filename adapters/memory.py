@@ -47,6 +47,7 @@ from uuid import UUID
 
 import numpy as np
 from memfabric.adapters.embedders import HashEmbedder
+from memfabric.domain import links
 from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery, key_from_dict
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -57,7 +58,7 @@ from memfabric.domain.results import EraseResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 from memfabric.domain.working import BlockEntry, WorkingValidator, block_entry
-from memfabric.projections import consolidation_index, note_scope, recall_index
+from memfabric.projections import consolidation_index, link_graph, note_scope, recall_index
 
 ENGLISH_STOP_WORDS: frozenset[str] = frozenset(["i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now"])
 """English stop words (the Snowball list PostgreSQL's ``english.stop`` also derives from)."""
@@ -108,6 +109,9 @@ class InMemoryEventLog:
         self.secret = os.urandom(32)
         self._events: dict[UUID, list[_Stored]] = {}
         self._vault: dict[UUID, dict[int, dict[str, Any]]] = {}
+        self._contrib: dict[UUID, dict[tuple[UUID, int], Any]] = {}
+        """Evolution patches by the note that contributed them (issue 15): shredded with it."""
+        self.link_rows: dict[UUID, list[dict[str, Any]]] = {}
         self.recall_rows: dict[UUID, dict[str, Any]] = {}
         self.consolidation_rows: dict[UUID, dict[str, Any]] = {}
         self.scope_rows: dict[UUID, dict[str, Any]] = {}
@@ -144,6 +148,11 @@ class InMemoryEventLog:
     def _decode(self, aggregate_id: UUID, stored: _Stored,
                 vault: dict[int, dict[str, Any]] | None) -> Any:
         state = copy.deepcopy(stored.state)
+        sealed_by = state.get("contributed")
+        if isinstance(sealed_by, dict) and "sealed_by" in sealed_by:
+            found = self._contrib.get(UUID(sealed_by["sealed_by"]), {}).get(
+                (aggregate_id, int(state["originator_version"])))
+            state["contributed"] = copy.deepcopy(found)
         if stored.sealed:
             version = int(state["originator_version"])
             protected = None if vault is None else vault.get(version)
@@ -176,6 +185,11 @@ class InMemoryEventLog:
                 state.pop("_erased", None)
                 aid: UUID = state["originator_id"]
                 protected = {k: state.pop(k) for k in PROTECTED_FIELDS if k in state}
+                if state.get("contributed") is not None and state.get("source"):
+                    source = UUID(state["source"])
+                    self._contrib.setdefault(source, {})[(aid, int(state["originator_version"]))] = (
+                        state["contributed"])
+                    state["contributed"] = {"sealed_by": str(source)}
                 if protected:
                     self._vault.setdefault(aid, {})[int(state["originator_version"])] = protected
                 self.position += 1
@@ -183,6 +197,7 @@ class InMemoryEventLog:
                     _Stored(type(event), state, bool(protected), self.position))
             for aid in doomed:
                 self._vault.pop(aid, None)
+                self._contrib.pop(aid, None)
             for note in notes:
                 self._project(note)
             return self.position
@@ -193,6 +208,11 @@ class InMemoryEventLog:
         _put(self.consolidation_rows, aid, consolidation_index.COLUMNS,
              consolidation_index.row_for(note))
         _put(self.scope_rows, aid, note_scope.COLUMNS, note_scope.row_for(note))
+        edges = [dict(zip(link_graph.COLUMNS, row, strict=True)) for row in link_graph.rows_for(note)]
+        if edges:
+            self.link_rows[aid] = edges
+        else:
+            self.link_rows.pop(aid, None)
         entry = block_entry(note)
         if entry is None or note.block is None:
             self.blocks.pop(aid, None)
@@ -288,11 +308,10 @@ class InMemoryUnitOfWork:
         return aid in self._aggregates or self._log.has(aid)
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
-                   now: datetime) -> list[list[Neighbour]]:
-        """Like ``consolidation_index.select_neighbours`` (3 per lookup) on the committed
-        consolidation rows."""
+                   now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
+        """Like ``consolidation_index.select_neighbours`` (``per_query`` per lookup) on
+        the committed consolidation rows."""
         self._check()
-        per_query = 3
         with self._log.lock:
             rows = list(self._log.consolidation_rows.values())
         out: list[list[Neighbour]] = []
@@ -383,10 +402,11 @@ class InMemoryNoteStore:
     def recall(
         self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
         kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+        expand: int = 0,
     ) -> list[Candidate]:
         """Candidates like ``recall_index.select_candidates``: the top ``limit`` by
         cosine and the top ``limit`` by the lexical score (see the module doc), every
-        filter applied first."""
+        filter applied first; ``expand``: plus that many linked notes (issue 15)."""
         with self.log.lock:
             rows = [copy.deepcopy(r) for r in self.log.recall_rows.values()
                     if _admits(r, scope, kinds, as_of, require_consent)]
@@ -405,17 +425,27 @@ class InMemoryNoteStore:
             order = sorted((by_id[a] for a in lex),
                            key=lambda r: (-lex[r["aggregate_id"]], r["ingested_at"], r["aggregate_id"]))
             lranks = {r["aggregate_id"]: i + 1 for i, r in enumerate(order[:limit])}
+        seeds = set(vranks) | set(lranks)
+        with self.log.lock:
+            edges = [dict(e) for es in self.log.link_rows.values() for e in es]
+            indexed = {aid: dict(r) for aid, r in self.log.recall_rows.items()}
+        linked = _linked(edges, seeds, by_id, expand) if expand > 0 else {}
+        if embedding is not None:
+            q = np.asarray(embedding, np.float32)
+            sims.update({aid: _cosine(by_id[aid]["embedding"], q) for aid in linked})
         out: list[Candidate] = []
-        for aid in sorted(set(vranks) | set(lranks)):
+        for aid in [*sorted(seeds), *linked]:
             row = by_id[aid]
             fields = {k: v for k, v in row.items()
                       if k not in ("embedding", "valid", "token_hash", "superseded_by", "embedder_id")}
             fields["importance"] = float(np.float32(fields["importance"]))  # a ``real`` column
+            fields["links"] = _links_of(aid, edges, indexed, scope)
             out.append(Candidate(
                 aggregate_id=aid, note_id=row["note_id"],
                 similarity=sims[aid] if embedding is not None else None,
                 lexical=lex.get(aid, 0.0) if query is not None else None,
-                vector_rank=vranks.get(aid), lexical_rank=lranks.get(aid), fields=fields))
+                vector_rank=vranks.get(aid), lexical_rank=lranks.get(aid), fields=fields,
+                link=linked.get(aid)))
         return out
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
@@ -484,6 +514,42 @@ def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: date
     return granted is True if require_consent else granted is not False
 
 
+def _linked(edges: Sequence[dict[str, Any]], seeds: set[UUID], admitted: dict[UUID, Any],
+            expand: int) -> dict[UUID, float]:
+    """``recall_index._EXPAND``: notes linked either way to a seed, admitted by the
+    filters, not seeds; the largest edge weight each; top ``expand`` by weight, id."""
+    best: dict[UUID, float] = {}
+    for e in edges:
+        for here, there in ((e["from_aggregate_id"], e["to_aggregate_id"]),
+                            (e["to_aggregate_id"], e["from_aggregate_id"])):
+            if here in seeds and there not in seeds and there in admitted:
+                w = float(np.float32(e["weight"]))
+                best[there] = max(best.get(there, w), w)
+    order = sorted(best, key=lambda a: (-best[a], a))[:expand]
+    return {a: best[a] for a in order}
+
+
+def _links_of(aid: UUID, edges: Sequence[dict[str, Any]], indexed: dict[UUID, dict[str, Any]],
+              scope: Scope) -> list[dict[str, Any]]:
+    """``recall_index._LINKS``: a note's edges to targets indexed and visible from ``scope``."""
+    out = []
+    for e in edges:
+        target = indexed.get(e["to_aggregate_id"])
+        if e["from_aggregate_id"] != aid or target is None or not _visible(target, scope):
+            continue
+        out.append({"id": e["to_note_id"], "relation": e["relation"],
+                    "weight": float(np.float32(e["weight"]))})
+    return sorted(out, key=lambda x: (x["id"], x["relation"]))
+
+
+def _visible(row: dict[str, Any], scope: Scope) -> bool:
+    t, r, th = scope.sql()
+    return row["tenant_id"] == t and (
+        (row["resource_id"] == r and row["thread_id"] == th)
+        or row["visibility"] == "tenant"
+        or (row["visibility"] == "resource" and row["resource_id"] == r and r != ""))
+
+
 def _lexical_scores(rows: Sequence[dict[str, Any]], terms: Sequence[str]) -> dict[UUID, float]:
     """BM25 IDF sum (``k1 = 0``) of the query ``terms`` each row contains, for rows
     containing at least one; ``N`` = the admitted rows (capped like PostgreSQL's)."""
@@ -550,6 +616,9 @@ def open_memory_fabric(
     redactor: Callable[[str], str] | None = None,
     require_consent: bool = False,
     working_validator: WorkingValidator | None = None,
+    linker: Any = None,
+    evolution: Any = None,
+    passive: bool = False,
 ) -> MemoryFabric:
     """An in-memory fabric with ``open_fabric``'s settings (no ``dsn``, no projections
     runner: projections always update with the write). Raises
@@ -572,4 +641,5 @@ def open_memory_fabric(
         consolidation=consolidation, limits=limits_model, redactor=redactor,
         require_consent=require_consent, working_validator=working_validator,
     )
+    service.configure_workers(**links.worker_settings(linker, evolution, passive))
     return MemoryFabric(service, log, store)

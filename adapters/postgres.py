@@ -198,6 +198,7 @@ class PostgresNoteStore:
     def recall(
         self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
         kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+        expand: int = 0,
     ) -> list[Candidate]:
         """:func:`memfabric.projections.recall_index.select_candidates` in one
         transaction: exact search for a tenant of at most :attr:`exact_search_max`
@@ -213,7 +214,7 @@ class PostgresNoteStore:
                     sql.Literal(max(self.ef_search, limit))))
             return recall_index.select_candidates(
                 cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
-                limit=limit, require_consent=require_consent)
+                limit=limit, require_consent=require_consent, expand=expand)
 
     def _tenant_size(self, cur: Cursor[Any], tenant_id: str) -> int:
         """Indexed notes of a tenant, counted up to ``exact_search_max + 1`` and cached

@@ -136,9 +136,10 @@ class PostgresUnitOfWork:
         return row is not None
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
-                   now: datetime) -> list[list[Neighbour]]:
+                   now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
         with self.conn.cursor() as cur:
-            return consolidation_index.select_neighbours(cur, scope, queries, now=now)
+            return consolidation_index.select_neighbours(cur, scope, queries, now=now,
+                                                         per_query=per_query)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         with self.conn.cursor() as cur:

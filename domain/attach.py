@@ -136,6 +136,13 @@ class Gate:
                 return True
         return False
 
+    def any_attached(self, scope_key: str) -> bool:
+        """Whether any session has a live attachment for the scope ``scope_key`` (what
+        the write-path workers of issue 15 check)."""
+        with self._lock:
+            live = [att for (_, key), atts in self._open.items() if key == scope_key for att in atts]
+        return any(att.active for att in live)
+
     def require(self, session: object, scope_key: str) -> None:
         """Raise :class:`NotAttachedError` unless :meth:`is_attached`."""
         if not self.is_attached(session, scope_key):

@@ -302,6 +302,22 @@ class LocalIndex:
             self._by_hash.setdefault((note.kind, token_hash), []).append(nid)
             self._hash_of[nid] = token_hash
 
+    def nearest(self, vector: np.ndarray, kind: str, k: int) -> list[tuple[str, float]]:
+        """The ``k`` local notes of ``kind`` nearest to ``vector`` that are live and not
+        superseded, with their cosine similarity (the linker's batch neighbours)."""
+        n = len(self._row_ids)
+        if n == 0 or k <= 0:
+            return []
+        sims = self._matrix[:n] @ np.asarray(vector, np.float32)
+        out: list[tuple[str, float]] = []
+        for row in np.argsort(-sims, kind="stable"):
+            note = self._notes[self._row_ids[int(row)]]
+            if note.kind == kind and note.live and note.superseded_by is None:
+                out.append((note.note_id, float(sims[int(row)])))
+                if len(out) >= k:
+                    break
+        return out
+
     def _new_row(self, nid: str) -> int:
         row = len(self._row_ids)
         if row >= self._matrix.shape[0]:

@@ -249,6 +249,9 @@ class Scoring(_Input):
     half_life: timedelta = timedelta(days=30)
     vector_weight: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     fusion: Literal["convex", "rrf"] = "convex"
+    link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
+    """Weight of the link term of a hit added by link expansion (issue 15): its score
+    gains ``link_weight · edge weight`` (see ``memfabric.domain.ranking``)."""
 
     @field_validator("half_life")
     @classmethod
@@ -269,6 +272,8 @@ class RecallInput(_Input):
     - ``budget``: 1-1,000,000 tokens; the best hit is always returned and ranking stops
       at the first hit that would not fit.
     - ``mode``: ``hybrid`` (default), ``vector`` or ``lexical``.
+    - ``expand_links``: add up to ``top_k`` notes linked to the candidates (default
+      True; issue 15).
     """
 
     query: QueryText
@@ -278,6 +283,7 @@ class RecallInput(_Input):
     budget: Budget | None = None
     scoring: Scoring | None = None
     mode: RecallMode = "hybrid"
+    expand_links: StrictBool = True
 
 
 class ContextOptions(_Input):

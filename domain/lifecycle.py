@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from memfabric.domain import working
+from memfabric.domain import links, working
 from memfabric.domain.history import history
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput
@@ -42,12 +42,15 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
     ``legal_hold`` with ``hold``) in ``uow``, shredding the keys of the tombstoned (not
     held) ones. Forgotten notes are skipped; held notes stay as they are."""
     tally = _Tally()
+    in_flight = {note.id: note for note in notes}
     for note in notes:
         if note.forgotten:
             continue
         if note.held:
             tally.already_held.append(note.note_id)
             continue
+        if not hold:
+            links.withdraw_contributions(uow, note, in_flight)
         digest = uow.content_hmac(note.content) if note.content is not None else None
         note.forget(content_hmac=digest, reason="legal_hold" if hold else "forgotten",
                     requested_by=requested_by, cause=cause)

@@ -63,6 +63,15 @@ def _union_links(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[d
     return list(by_key.values())
 
 
+def _contributions(note: Note) -> dict[str, dict[str, Any]]:
+    """The evolution patches a note holds, by source aggregate id (older snapshots
+    have no such attribute)."""
+    found = getattr(note, "contributions", None)
+    if found is None:
+        found = note.contributions = {}
+    return found
+
+
 _VISIBILITY_ORDER = {"thread": 0, "resource": 1, "tenant": 2}
 
 
@@ -208,19 +217,75 @@ class Note(Aggregate):
             note.links = _union_links(note.links, self.links)
             note.updated_at = self.timestamp
 
+    class Unlinked(Aggregate.Event):
+        """Link edges were removed (``links``: ``{id, relation}`` of each edge)."""
+
+        links: list[dict[str, Any]]
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            gone = {(link["id"], link.get("relation", "related")) for link in self.links}
+            note.links = [link for link in note.links
+                          if (link["id"], link.get("relation", "related")) not in gone]
+            note.updated_at = self.timestamp
+
     class Evolved(Aggregate.Event):
-        """A worker refined the note's context, keywords or tags (content unchanged)."""
+        """A worker refined the note's context, keywords or tags (content unchanged).
+
+        The evolution worker (issue 15) writes its patch in ``contributed``
+        (``{"keywords": [...], "context": str | None}``) with ``source`` = the aggregate
+        id of the note that contributed it: the storage mapper seals ``contributed``
+        under the *source's* data key, so forgetting the source makes the patch
+        unreadable (it then decodes as ``None`` and applies nothing)."""
 
         context: str | None
         keywords: list[str]
         tags: list[str]
         cause: str
+        source: str | None = None
+        contributed: dict[str, Any] | None = None
 
         def apply(self, note: Note) -> None:
             if self.context is not None:
                 note.context = self.context
             note.keywords = _union(note.keywords, self.keywords)
             note.tags = _union(note.tags, self.tags)
+            if self.source is not None and isinstance(self.contributed, dict):
+                patch = self.contributed
+                contributions = _contributions(note)
+                contributions[self.source] = patch
+                note.keywords = _union(note.keywords, list(patch.get("keywords") or []))
+                if note.context is None and patch.get("context"):
+                    note.context = patch["context"]
+            note.updated_at = self.timestamp
+
+    class Contributed(Aggregate.Event):
+        """This note's evolution patches went to the notes ``note_ids`` (same scope);
+        forgetting it withdraws them (see :class:`Withdrawn`)."""
+
+        note_ids: list[str]
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.contributed_to = _union(list(getattr(note, "contributed_to", [])), self.note_ids)
+            note.updated_at = self.timestamp
+
+    class Withdrawn(Aggregate.Event):
+        """The note that contributed an evolution patch (``source``, an aggregate id)
+        was forgotten: the patch's keywords and context leave this note."""
+
+        source: str
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            contributions = _contributions(note)
+            patch = contributions.pop(self.source, None)
+            if patch:
+                kept = {k for other in contributions.values() for k in other.get("keywords") or []}
+                drop = set(patch.get("keywords") or []) - kept
+                note.keywords = [k for k in note.keywords if k not in drop]
+                if patch.get("context") is not None and note.context == patch["context"]:
+                    note.context = None
             note.updated_at = self.timestamp
 
     class Repointed(Aggregate.Event):
@@ -297,6 +362,7 @@ class Note(Aggregate):
             note.keywords = []
             note.embedding = None
             note.path = None
+            note.contributions = {}
             if note.kind == "working":
                 note.block_version += 1
 
@@ -366,6 +432,8 @@ class Note(Aggregate):
         self.inferred_subject = inferred_subject
         self.decision = decision
         self.supersession: dict[str, Any] | None = None
+        self.contributions: dict[str, dict[str, Any]] = {}
+        self.contributed_to: list[str] = []
 
     # ----------------------------------------------------------------- commands
     @classmethod
@@ -422,6 +490,26 @@ class Note(Aggregate):
         self.trigger_event(
             self.Evolved, context=context, keywords=keywords, tags=tags, cause=cause
         )
+
+    def unlink(self, links: list[dict[str, Any]], cause: str = "caller") -> None:
+        self._check_live()
+        self.trigger_event(self.Unlinked, links=links, cause=cause)
+
+    def contribute(self, *, source: Note, patch: dict[str, Any], cause: str) -> None:
+        """An evolution patch from ``source`` (sealed under its key, see ``Evolved``)."""
+        self._check_live()
+        self.trigger_event(self.Evolved, context=None, keywords=[], tags=[], cause=cause,
+                           source=str(source.id), contributed=patch)
+
+    def record_contributions(self, note_ids: list[str], cause: str) -> None:
+        self._check_live()
+        self.trigger_event(self.Contributed, note_ids=note_ids, cause=cause)
+
+    def withdraw(self, *, source: Note, cause: str) -> None:
+        """Drop what ``source`` contributed (it is being forgotten)."""
+        if self.forgotten or str(source.id) not in _contributions(self):
+            return
+        self.trigger_event(self.Withdrawn, source=str(source.id), cause=cause)
 
     def repoint(self, *, to_path: str, cause: str = "caller") -> None:
         self._check_live()

@@ -171,6 +171,26 @@ class Notes:
         ]
         return self._service.remember_many(self.scope, validated, consolidate=settings)
 
+    def link(self, from_id: str, to_id: str, relation: str = "related",
+             weight: float = 1.0) -> MemoryNote:
+        """Add the edge ``from_id -> to_id`` (``relation``, ``weight`` in [0, 1]) as a
+        ``Linked`` event on the source note and return the source (``outcome``
+        ``linked``); the same edge again replaces its weight. Both notes must be live
+        notes of this scope. Raises ``pydantic.ValidationError`` (bad id, relation or
+        weight), ``NoteNotFoundError``, ``NoteForgottenError`` (forgotten or held),
+        ``LinkError`` (a note linking to itself); nothing is written then. See
+        :mod:`memfabric.domain.links`."""
+        edge = Link(id=_note_id(to_id), relation=relation, weight=weight)
+        return self._service.link(self.scope, _note_id(from_id), edge.id,
+                                  relation=edge.relation, weight=edge.weight)
+
+    def unlink(self, from_id: str, to_id: str, relation: str = "related") -> MemoryNote:
+        """Remove the edge ``from_id -> to_id`` of ``relation`` with an ``Unlinked``
+        event (no such edge: nothing is written) and return the source (``outcome``
+        ``unlinked``). Raises as :meth:`link` (the target may be forgotten)."""
+        edge = Link(id=_note_id(to_id), relation=relation)
+        return self._service.unlink(self.scope, _note_id(from_id), edge.id, relation=edge.relation)
+
     def append_block(
         self, block: str, text: str, *, expected_version: int | None = None
     ) -> MemoryNote:
@@ -241,6 +261,7 @@ class Notes:
         budget: int | None = None,
         scoring: Scoring | Mapping[str, Any] | None = None,
         mode: RecallMode = "hybrid",
+        expand_links: bool = True,
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
@@ -259,8 +280,16 @@ class Notes:
         (Bruch et al., TOIS 2023; ``scoring.fusion="rrf"`` for weighted reciprocal rank
         fusion), the cosine in ``vector`` mode. Formulas: :mod:`memfabric.domain.ranking`.
         Hits and explain rows never contain the query text.
+
+        Links (issue 15): every hit carries its links (``MemoryNote.links``, to targets
+        still recallable). With ``expand_links`` (default True) the same SQL statement
+        also takes the notes linked, in either direction, to the candidates of both
+        lists and passing every filter above; up to ``top_k`` of them are added (their
+        ``explain.link`` is True and their score gains ``scoring.link_weight`` × the
+        edge weight), ranked with the direct hits under one ``budget``.
         """
-        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode}
+        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode,
+                                "expand_links": expand_links}
         if top_k is not None:
             data["top_k"] = top_k
         if budget is not None:

@@ -59,6 +59,9 @@ class Candidate:
     vector_rank: int | None
     lexical_rank: int | None
     fields: dict[str, Any]
+    link: float | None = None
+    """Set for a note added by link expansion (issue 15): the largest weight of an edge
+    joining it to a list candidate. ``fields["links"]``: the note's own edges."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +110,14 @@ class UnitOfWork(Protocol):
 
     def neighbours(
         self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
+        per_query: int = 3,
     ) -> list[list[Neighbour]]:
         """Consolidation candidates of each query from the committed consolidation
         index (a superset; :func:`memfabric.domain.consolidation.choose` applies the
         rule): live, current, not superseded notes of exactly ``scope`` and the
         query's kind — same ``path`` (file), same ``subject``, same token hash, and the
-        nearest vectors. Bounded SQL, batched."""
+        ``per_query`` nearest vectors (the linker asks for its ``top_k``). Bounded SQL,
+        batched."""
         ...
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
@@ -164,9 +169,12 @@ class NoteStore(Protocol):
         as_of: datetime,
         limit: int,
         require_consent: bool,
+        expand: int = 0,
     ) -> list[Candidate]:
         """Up to ``limit`` candidates from the vector list and ``limit`` from the lexical
-        list, fused; every scope, kind, validity and consent filter runs in the query."""
+        list, fused; every scope, kind, validity and consent filter runs in the query.
+        ``expand`` > 0: plus up to that many notes linked to those candidates (either
+        direction), under the same filters, in the same query (issue 15)."""
         ...
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:

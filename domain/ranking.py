@@ -10,9 +10,19 @@ For each candidate (see ``memfabric.domain.ports.Candidate``)::
     score     = relevance + recency_weight · 0.5^(age / half_life) + importance_weight · importance
                                                              (additive, Park et al., UIST 2023)
 
-Hits are sorted by score (ties: earlier ``ingested_at``, then id), cut at ``top_k`` and
-at ``budget`` (summed ``token_count``; the best hit is always returned and ranking
-stops at the first hit that would not fit).
+Link expansion (issue 15). A candidate the recall statement added because it is linked
+(either direction) to a list candidate carries ``link`` = the largest weight ``e`` of
+such an edge, and::
+
+    score     = relevance + recency_weight · recency + importance_weight · importance
+                + link_weight · e                             (link_weight: Scoring, default 0.1)
+
+List candidates have no link term. The list candidates are sorted by score and cut at
+``top_k``; the linked ones likewise, at ``expand`` (``top_k`` when recall expands);
+both are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and
+cut at ``budget`` (summed ``token_count`` over the whole result; the best hit is always
+returned and ranking stops at the first hit that would not fit). ``explain.link`` is
+True exactly for the linked hits.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from datetime import datetime
 from memfabric.domain import policy
 from memfabric.domain.inputs import RecallMode, Scoring
 from memfabric.domain.ports import Candidate
-from memfabric.domain.results import ConsentInfo, Explain, MemoryNote, RecallResult
+from memfabric.domain.results import ConsentInfo, Explain, Link, MemoryNote, RecallResult
 from memfabric.domain.scope import Scope
 
 
@@ -39,6 +49,7 @@ class Ranking:
     vector_weight: float
     top_k: int
     budget: int | None
+    expand: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +59,23 @@ class _Scored:
     recency: float
     lexical: float | None
     cand: Candidate
+    link: float = 0.0
 
 
 def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     """Ranked hits and their parallel explain rows (see the module doc)."""
     best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
     scored = [_score(c, how, best_lex) for c in candidates]
-    scored.sort(key=lambda s: (-s.total, s.cand.fields["ingested_at"], s.cand.note_id))
+
+    def order(s: _Scored) -> tuple[float, object, str]:
+        return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
+
+    direct = sorted((s for s in scored if s.cand.link is None), key=order)[: how.top_k]
+    linked = sorted((s for s in scored if s.cand.link is not None), key=order)[: how.expand]
     hits: list[MemoryNote] = []
     explain: list[Explain] = []
     used = 0
-    for s in scored[: how.top_k]:
+    for s in sorted([*direct, *linked], key=order):
         tokens = int(s.cand.fields["token_count"])
         if how.budget is not None and hits and used + tokens > how.budget:
             break
@@ -84,7 +101,11 @@ def _score(cand: Candidate, how: Ranking, best_lex: float) -> _Scored:
     total = policy.score(relevance, rec, float(f["importance"]),
                          recency_weight=how.scoring.recency_weight,
                          importance_weight=how.scoring.importance_weight)
-    return _Scored(total, relevance, rec, lexical, cand)
+    link = 0.0
+    if cand.link is not None:
+        link = how.scoring.link_weight * cand.link
+        total += link
+    return _Scored(total, relevance, rec, lexical, cand, link)
 
 
 def _explain(s: _Scored) -> Explain:
@@ -95,7 +116,8 @@ def _explain(s: _Scored) -> Explain:
         similarity=None if c.similarity is None else round(c.similarity, 6),
         recency=round(s.recency, 6),
         importance=float(f["importance"]),
-        link=0.0,
+        link=c.link is not None,
+        link_score=round(s.link, 6),
         valid=(f["valid_from"], f["valid_to"]),
         relevance=round(s.relevance, 6),
         lexical=None if s.lexical is None else round(s.lexical, 6),
@@ -128,6 +150,7 @@ def candidate_view(cand: Candidate) -> MemoryNote:
         version=int(f["version"]),
         context=f["context"],
         keywords=tuple(f["keywords"] or ()),
+        links=tuple(Link.from_dict(link) for link in f.get("links") or ()),
         fold_count=int(f["fold_count"]),
         updated_at=f["updated_at"],
         outcome="recalled",

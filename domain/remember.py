@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memfabric.domain import consolidation, policy, working
+from memfabric.domain import consolidation, links, policy, working
 from memfabric.domain.consolidation import LocalIndex, Neighbour, NeighbourQuery
 from memfabric.domain.errors import (
     NoteExistsError,
@@ -110,8 +110,11 @@ class _Writer:
                  prepared: dict[int, _Prepared], threshold: float) -> None:
         self.svc, self.uow, self.scope, self.now = svc, uow, scope, now
         self.prepared = prepared
-        asking = [p for p in prepared.values() if p.consolidate]
-        found = uow.neighbours(scope, [p.query for p in asking], now=now) if asking else []
+        # issue 15: live workers reuse this lookup (every item asks, top-k nearest)
+        self.workers = links.workers_for(svc, scope)
+        asking = [p for p in prepared.values() if p.consolidate or self.workers is not None]
+        wanted = {} if self.workers is None else {"per_query": max(3, self.workers.neighbours_wanted)}
+        found = uow.neighbours(scope, [p.query for p in asking], now=now, **wanted) if asking else []
         self.stored = {p.index: cands for p, cands in zip(asking, found, strict=True)}
         self.threshold = threshold
         self.local = LocalIndex(svc.embedder.dim, len(prepared))
@@ -229,6 +232,10 @@ class _Writer:
             _close_superseded(old, note_id, valid_from or self.now, why)
             self.uow.add(old)
             self.local.touch(old)
+        if self.workers is not None:
+            skip = {old.note_id} if old is not None else set()
+            links.run_workers(self.workers, self.uow, self.scope, note, p.query.embedding,
+                              self.stored.get(p.index, []), self.local, skip)
         result: Outcome = {"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted")  # type: ignore[assignment]
         return note_view(note, result)
 

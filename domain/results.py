@@ -16,10 +16,12 @@ from memfabric.domain.scope import Scope
 
 Outcome = Literal[
     "inserted", "folded", "superseding", "preceding", "replaced", "appended", "recalled", "read",
+    "linked", "unlinked",
 ]
 """What a call did to or with a note: ``remember`` gives ``inserted``, ``folded``,
 ``superseding`` or ``preceding`` (working blocks ``inserted``, ``replaced`` or
-``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``."""
+``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``; ``link``/``unlink`` give
+``linked``/``unlinked`` (the source note)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,9 @@ class Explain:
     the vector weight; ``vector`` mode uses ``max(0, similarity)``, ``lexical`` mode
     ``lexical``. ``vector_rank`` and ``lexical_rank`` are 1-based ranks in the two
     candidate lists (``None`` outside a list); ``recency`` in (0, 1]; ``importance`` in [0, 1];
-    ``link`` is 0.0 (links do not rank yet); ``valid`` is the note's window ``(valid_from, valid_to)``.
+    ``link`` is True for a hit added by 1-hop link expansion (issue 15; it was a float,
+    always 0.0, before) and ``link_score`` its link term ``link_weight · edge weight``
+    (0.0 otherwise; formula in :mod:`memfabric.domain.ranking`); ``valid`` is the note's window ``(valid_from, valid_to)``.
     """
 
     id: str
@@ -122,12 +126,13 @@ class Explain:
     similarity: float | None
     recency: float
     importance: float
-    link: float
+    link: bool
     valid: tuple[datetime | None, datetime | None]
     relevance: float = 0.0
     lexical: float | None = None
     vector_rank: int | None = None
     lexical_rank: int | None = None
+    link_score: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from memfabric.domain import history, lifecycle, policy, ranking, remember, working
+from memfabric.domain import history, lifecycle, links, policy, ranking, remember, working
 from memfabric.domain.consolidation import Consolidation
-from memfabric.domain.attach import AttachConfig
+from memfabric.domain.attach import AttachConfig, AttachSettings
+from memfabric.domain.links import EvolutionSettings, LinkerSettings
 from memfabric.domain.errors import EmbedderError, SettingsError
 from memfabric.domain.inputs import (
     AppendBlockInput,
@@ -103,6 +104,21 @@ class MemoryService:
         self.subject_extractor = _extractor(subject_extractor)
         self.attach_config = AttachConfig(session_id=session_id)
         """Who may attach (``session_id``; ``None``: any session) and what is live then."""
+        self.linker = LinkerSettings()
+        """The linker worker (issue 15, :mod:`memfabric.domain.links`): off by default."""
+        self.evolution = EvolutionSettings()
+        """The evolution worker (issue 15): off by default."""
+        self.passive = False
+        """``passive``: the write-path workers never run."""
+
+    def configure_workers(self, *, linker: LinkerSettings, evolution: EvolutionSettings,
+                          passive: bool) -> None:
+        """Set the issue-15 workers and what an attached session is granted."""
+        self.linker, self.evolution, self.passive = linker, evolution, passive
+        self.attach_config = AttachConfig(
+            session_id=self.attach_config.session_id,
+            settings=AttachSettings(linker=linker.enabled, evolution=evolution.enabled,
+                                    passive=passive))
 
     # ---------------------------------------------------------------- helpers
     def unit_of_work(self, scopes: Sequence[Scope]) -> UnitOfWork:
@@ -182,14 +198,25 @@ class MemoryService:
         embedding = self.embed([query.query])[0] if query.mode != "lexical" else None
         candidates = self.store.recall(
             scope, embedding=embedding, query=query.query if query.mode != "vector" else None,
-            kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent)
+            kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent,
+            **({"expand": limit} if query.expand_links else {}))
         scoring = query.scoring or Scoring()
         weight = scoring.vector_weight
         if weight is None:
             weight = float(getattr(self.embedder, "vector_weight", policy.DEFAULT_VECTOR_WEIGHT))
         how = ranking.Ranking(mode=query.mode, as_of=as_of, scoring=scoring, vector_weight=weight,
-                              top_k=query.top_k, budget=query.budget)
+                              top_k=query.top_k, budget=query.budget,
+                              expand=query.top_k if query.expand_links else 0)
         return ranking.rank(candidates, how)
+
+    def link(self, scope: Scope, from_id: str, to_id: str, *, relation: str,
+             weight: float) -> MemoryNote:
+        """Add a link edge (see :func:`memfabric.domain.links.link`)."""
+        return links.link(self, scope, from_id, to_id, relation=relation, weight=weight)
+
+    def unlink(self, scope: Scope, from_id: str, to_id: str, *, relation: str) -> MemoryNote:
+        """Remove a link edge (see :func:`memfabric.domain.links.unlink`)."""
+        return links.unlink(self, scope, from_id, to_id, relation=relation)
 
     def working_value(self, scope: Scope) -> dict[str, Any]:
         """The working value of exactly ``scope`` (see ``Notes.working_value``)."""

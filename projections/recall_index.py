@@ -272,7 +272,30 @@ _LEXICAL_LIST = (
 _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"
 
 
-def recall_statement(*, vector: bool, lexical: bool, require_consent: bool) -> sql.Composed:
+_EXPAND = (
+    # issue 15: 1-hop link expansion. Seeds = the union of both lists; a linked note
+    # (either direction) must pass every filter of the lists ({w}) and not be a seed.
+    ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.weight FROM {g} g"
+    " JOIN c ON g.from_aggregate_id = c.aggregate_id"
+    " UNION ALL SELECT g.from_aggregate_id, g.weight FROM {g} g"
+    " JOIN c ON g.to_aggregate_id = c.aggregate_id),"
+    " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw FROM le l"
+    " WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id)"
+    " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
+    " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
+    " ca AS (SELECT aggregate_id FROM c UNION ALL SELECT aggregate_id FROM lx)"
+)
+_NO_EXPAND = ", ca AS (SELECT aggregate_id FROM c)"
+_LINKS = (
+    "(SELECT coalesce(jsonb_agg(jsonb_build_object('id', g.to_note_id, 'relation', g.relation,"
+    " 'weight', g.weight) ORDER BY g.to_note_id, g.relation), '[]'::jsonb) FROM {g} g"
+    " WHERE g.from_aggregate_id = i.aggregate_id AND EXISTS (SELECT 1 FROM {t} x"
+    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs}))"
+)
+
+
+def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
+                     expand: bool = False) -> sql.Composed:
     """The one recall statement: the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
     both, the exact cosine similarity and full-text score, with every scope, kind,
@@ -284,45 +307,61 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool) -> s
     filters admit (counted up to :data:`IDF_CORPUS_CAP`) and ``df`` the number of those
     containing the lexeme: BM25 with ``k1 = 0`` (no term-frequency or length term, which
     barely matter for short notes). Parameters: ``t, r, th, kinds, as_of, limit``, and
-    ``q`` (float32 vector, binary) / ``text``, ``idf_cap``."""
+    ``q`` (float32 vector, binary) / ``text``, ``idf_cap``.
+
+    Every row carries ``links`` (jsonb: the note's edges in ``mf_link_graph`` whose
+    target still has a row here visible from the scope). With ``expand`` (issue 15)
+    the statement also returns up to ``expand`` (parameter) notes linked in either
+    direction to a candidate of either list, each passing the same filters, with
+    ``link_w`` = the largest weight of such an edge (``NULL`` for list candidates)."""
     t, w = sql.Identifier(TABLE), _where(require_consent)
+    g = sql.Identifier(tables.LINK_GRAPH)
     parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(
-        "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr)"
-        " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank"
-        " FROM c JOIN {t} i ON i.aggregate_id = c.aggregate_id"
-        " LEFT JOIN vr ON vr.aggregate_id = c.aggregate_id"
-        " LEFT JOIN lr ON lr.aggregate_id = c.aggregate_id{lex_join}"
+        "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
+        " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
+        " {link_w} AS link_w, {links} AS links"
+        " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id"
+        " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
+        " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}{lx_join}"
     ).format(
         parts=sql.SQL(", ").join(parts), ret=sql.SQL(RETURNED), t=t,
+        expand=sql.SQL(_EXPAND if expand else _NO_EXPAND).format(t=t, w=w, g=g),
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
         lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
-        lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = c.aggregate_id" if lexical else ""),
+        lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
+        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id" if expand else ""),
+        link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
+        links=sql.SQL(_LINKS).format(g=g, t=t, xs=scope_filter("x")),
     )
 
 
 def select_candidates(
     cur: Cursor[Any], scope: Scope, *, embedding: np.ndarray | None, query: str | None,
     kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+    expand: int = 0,
 ) -> list[Candidate]:
     """Run :func:`recall_statement` in the caller's transaction; returns candidates with
-    their similarity, raw lexical score and ranks."""
+    their similarity, raw lexical score and ranks (``expand`` > 0: plus up to that many
+    linked notes, ``Candidate.link`` set)."""
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
-                              "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP}
+                              "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
+                              "expand": expand}
     if embedding is not None:
         params["q"] = np.asarray(embedding, np.float32)
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
-                            require_consent=require_consent)
+                            require_consent=require_consent, expand=expand > 0)
     out = []
     for row in cur.execute(stmt, params).fetchall():
-        sim, lex = row.pop("sim"), row.pop("lex")
+        sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
         out.append(Candidate(
             aggregate_id=row["aggregate_id"], note_id=row["note_id"],
             similarity=None if sim is None else base.finite(float(sim)),
             lexical=None if lex is None else float(lex),
-            vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row))
+            vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row,
+            link=None if link_w is None else float(link_w)))
     return out
 
 

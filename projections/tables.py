@@ -26,6 +26,7 @@ RECALL_INDEX = "mf_recall_index"
 CONSOLIDATION_INDEX = "mf_consolidation"
 NOTE_SCOPE = "mf_note_scope"
 WORKING_VALUE = "mf_working_value"
+LINK_GRAPH = "mf_link_graph"
 
 
 def tracking(projection: str) -> str:

@@ -1,0 +1,258 @@
+"""Links (issue 15): the ``link``/``unlink`` commands and the two opt-in workers.
+
+Commands. ``link(from_id, to_id, relation, weight)`` adds the edge
+``{id: to_id, relation, weight}`` to the source note with a ``Linked`` event (the
+same edge again replaces its weight); ``unlink(from_id, to_id, relation)`` removes it
+with an ``Unlinked`` event (no edge: nothing written). Both ends are notes of the
+handle's scope (a link target is always resolved in the source's scope); the source
+must be live (``NoteNotFoundError`` / ``NoteForgottenError``), and for ``link`` the
+target too; a note cannot link to itself (``LinkError``). Nothing is written when
+it raises.
+
+Workers (model-free, off by default, inert until attached). They run inline after a
+write, inside the write's unit of work, only while a session is attached to the
+written scope (``gate_for(service).any_attached(scope.key)``) and the fabric is not
+``passive``:
+
+- **linker** (``LinkerSettings``: ``enabled``, ``top_k`` 1-32, ``floor``): a new note
+  gets ``related`` edges to its ``top_k`` closest same-scope, same-kind, live and
+  current neighbours whose cosine similarity is at least ``floor``
+  (:data:`DEFAULT_FLOOR`); weight = the similarity (clipped to [0, 1]). The
+  neighbours are those the write's consolidation lookup already fetched
+  (``UnitOfWork.neighbours``, asked for ``top_k`` nearest) plus the notes written
+  earlier in the same batch (``LocalIndex.nearest``): no extra query for
+  consolidating writes.
+- **evolution** (``EvolutionSettings``: ``enabled``, ``max_patches`` 1-32,
+  ``max_bytes``): for the same neighbours (similarity ≥ ``floor``, nearest first, at
+  most ``max_patches``) it unions the new note's keywords into the neighbour's and
+  fills the neighbour's missing ``context`` with the new note's. It never touches
+  content, validity, consent or source ids; a neighbour that would gain nothing is
+  not patched; each patch's JSON is at most ``max_bytes`` bytes (keywords dropped,
+  then the context cut, to fit). Each patch is an ``Evolved`` event on the neighbour
+  with cause ``evolution:<new note id>:v<its version>`` whose ``contributed`` payload
+  is sealed under the *new note's* key; the new note records the patched ids
+  (``Contributed``). Forgetting the new note withdraws every patch (``Withdrawn`` on
+  each patched note, re-projected in the same transaction) and destroys the key that
+  sealed them, so what it contributed is unreadable everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from memfabric.domain.attach import gate_for
+from memfabric.domain.errors import FabricError, NoteForgottenError, NoteNotFoundError
+from memfabric.domain.note import Note, note_uuid
+from memfabric.domain.results import MemoryNote, note_view
+from memfabric.domain.scope import Scope
+
+if TYPE_CHECKING:
+    from memfabric.domain.consolidation import LocalIndex, Neighbour
+    from memfabric.domain.ports import UnitOfWork
+    from memfabric.domain.service import MemoryService
+
+DEFAULT_FLOOR = 0.3
+"""Least cosine similarity of a linked / patched neighbour."""
+
+MAX_WORKER_CAP = 32
+"""Upper bound of ``top_k`` and ``max_patches``."""
+
+
+class LinkError(FabricError):
+    """A link that cannot be made (a note linking to itself)."""
+
+
+class LinkerSettings(BaseModel):
+    """The linker worker: ``enabled`` (default False), ``top_k`` edges per new note
+    (1-32, default 3) and ``floor`` (least similarity, default 0.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = False
+    top_k: int = Field(default=3, ge=1, le=MAX_WORKER_CAP)
+    floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
+
+
+class EvolutionSettings(BaseModel):
+    """The evolution worker: ``enabled`` (default False), ``max_patches`` per new note
+    (1-32, default 8), ``max_bytes`` per patch (64-4096, default 512) and ``floor``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = False
+    max_patches: int = Field(default=8, ge=1, le=MAX_WORKER_CAP)
+    max_bytes: int = Field(default=512, ge=64, le=4096)
+    floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
+
+
+def worker_settings(linker: LinkerSettings | dict[str, Any] | None,
+                    evolution: EvolutionSettings | dict[str, Any] | None,
+                    passive: bool) -> dict[str, Any]:
+    """``configure_workers`` arguments from ``open_fabric``'s ``linker``/``evolution``
+    (``pydantic.ValidationError`` for a bad setting)."""
+    return {
+        "linker": linker if isinstance(linker, LinkerSettings) else LinkerSettings.model_validate(linker or {}),
+        "evolution": (evolution if isinstance(evolution, EvolutionSettings)
+                      else EvolutionSettings.model_validate(evolution or {})),
+        "passive": passive,
+    }
+
+
+# ------------------------------------------------------------------- commands
+def _live(uow: UnitOfWork, scope: Scope, note_id: str, what: str) -> Note:
+    note = uow.load(scope, note_id)
+    if note is None:
+        raise NoteNotFoundError(f"{what}: no note {note_id!r} in scope {scope}")
+    if not note.live:
+        raise NoteForgottenError(f"{what}: note {note_id!r} is forgotten or held")
+    return note
+
+
+def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation: str,
+         weight: float) -> MemoryNote:
+    """Add the edge ``from_id -> to_id`` (see the module doc)."""
+    if from_id == to_id:
+        raise LinkError(f"to_id: note {from_id!r} cannot link to itself")
+    with svc.unit_of_work([scope]) as uow:
+        source = _live(uow, scope, from_id, "from_id")
+        _live(uow, scope, to_id, "to_id")
+        source.link([{"id": to_id, "relation": relation, "weight": float(weight)}], cause="caller")
+        uow.add(source)
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return note_view(source, "linked")
+
+
+def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
+           relation: str) -> MemoryNote:
+    """Remove the edge ``from_id -> to_id`` of ``relation`` (absent: nothing written)."""
+    with svc.unit_of_work([scope]) as uow:
+        source = _live(uow, scope, from_id, "from_id")
+        if uow.load(scope, to_id) is None:
+            raise NoteNotFoundError(f"to_id: no note {to_id!r} in scope {scope}")
+        if any(lk["id"] == to_id and lk.get("relation", "related") == relation for lk in source.links):
+            source.unlink([{"id": to_id, "relation": relation}], cause="caller")
+            uow.add(source)
+            uow.commit()
+    svc.store.await_position(uow.position)
+    return note_view(source, "unlinked")
+
+
+# -------------------------------------------------------------------- workers
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """The workers live for one write (see :func:`workers_for`)."""
+
+    linker: LinkerSettings | None
+    evolution: EvolutionSettings | None
+
+    @property
+    def neighbours_wanted(self) -> int:
+        """How many nearest neighbours the write's lookup must fetch."""
+        return max(self.linker.top_k if self.linker else 0,
+                   self.evolution.max_patches if self.evolution else 0)
+
+
+def workers_for(svc: MemoryService, scope: Scope) -> Workers | None:
+    """The live workers of a write to ``scope``: ``None`` unless one is enabled, the
+    fabric is not passive and a session is attached to ``scope`` (the attach gate)."""
+    linker: LinkerSettings | None = getattr(svc, "linker", None)
+    evolution: EvolutionSettings | None = getattr(svc, "evolution", None)
+    linker = linker if linker is not None and linker.enabled else None
+    evolution = evolution if evolution is not None and evolution.enabled else None
+    if (linker is None and evolution is None) or getattr(svc, "passive", False):
+        return None
+    if not gate_for(svc).any_attached(scope.key):
+        return None
+    return Workers(linker, evolution)
+
+
+def closest(note: Note, vector: np.ndarray, stored: list[Neighbour], local: LocalIndex,
+            floor: float, k: int, skip: set[str]) -> list[tuple[str, float]]:
+    """The ``k`` nearest live, current neighbours of a new note at similarity ≥
+    ``floor``: stored candidates (the write's lookup) and the batch's own notes."""
+    best: dict[str, float] = {}
+    for nid, sim in local.nearest(vector, note.kind, k + len(skip) + 1):
+        best[nid] = sim
+    for c in stored:
+        if c.note_id not in local:
+            best.setdefault(c.note_id, c.similarity)
+    out = [(nid, sim) for nid, sim in best.items()
+           if nid != note.note_id and nid not in skip and sim >= floor]
+    out.sort(key=lambda x: (-x[1], x[0]))
+    return out[:k]
+
+
+def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vector: np.ndarray,
+                stored: list[Neighbour], local: LocalIndex, skip: set[str]) -> None:
+    """Link and evolve for the new note ``note`` (see the module doc)."""
+    cause = f"evolution:{note.note_id}:v{note.version}"  # the write's own event
+    floor = min(s.floor for s in (workers.linker, workers.evolution) if s is not None)
+    near = closest(note, vector, stored, local, floor, workers.neighbours_wanted, skip)
+    targets: list[tuple[Note, float]] = []
+    for nid, sim in near:
+        other = uow.load(scope, nid)
+        if other is not None and other.live and other.superseded_by is None:
+            targets.append((other, sim))
+    if workers.linker is not None:
+        edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, sim)), 6)}
+                 for t, sim in targets if sim >= workers.linker.floor][: workers.linker.top_k]
+        if edges:
+            note.link(edges, cause="linker")
+            uow.add(note)
+    if workers.evolution is not None:
+        patched: list[str] = []
+        for other, sim in targets:
+            if len(patched) >= workers.evolution.max_patches or sim < workers.evolution.floor:
+                continue
+            patch = evolution_patch(note, other, workers.evolution.max_bytes)
+            if patch is None:
+                continue
+            other.contribute(source=note, patch=patch, cause=cause)
+            uow.add(other)
+            patched.append(other.note_id)
+        if patched:
+            note.record_contributions(patched, cause="evolution")
+            uow.add(note)
+
+
+def _size(patch: dict[str, Any]) -> int:
+    return len(json.dumps(patch, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def evolution_patch(source: Note, target: Note, max_bytes: int) -> dict[str, Any] | None:
+    """What ``target`` gains from ``source`` (new keywords; ``source.context`` when
+    ``target`` has none), at most ``max_bytes`` bytes of JSON; ``None`` when nothing."""
+    patch: dict[str, Any] = {"keywords": [], "context": None}
+    for kw in source.keywords:
+        if kw in target.keywords or kw in patch["keywords"]:
+            continue
+        patch["keywords"].append(kw)
+        if _size(patch) > max_bytes:
+            patch["keywords"].pop()
+            break
+    if target.context is None and source.context:
+        text = source.context
+        while text and _size({**patch, "context": text}) > max_bytes:
+            raw = text.encode()
+            over = _size({**patch, "context": text}) - max_bytes
+            text = raw[: max(0, min(len(raw) - 1, len(raw) - over))].decode("utf-8", "ignore")
+        patch["context"] = text or None
+    if not patch["keywords"] and patch["context"] is None:
+        return None
+    return patch
+
+
+def withdraw_contributions(uow: UnitOfWork, note: Note, in_flight: dict[UUID, Note]) -> None:
+    """Before ``note`` is forgotten: withdraw its evolution patches from the notes it
+    patched (``in_flight``: notes this unit of work already holds, by aggregate id)."""
+    for nid in getattr(note, "contributed_to", []):
+        target = in_flight.get(note_uuid(note.scope, nid)) or uow.load(note.scope, nid)
+        if target is None or target.forgotten:
+            continue
+        target.withdraw(source=note, cause=f"withdraw:{note.note_id}")
+        uow.add(target)
