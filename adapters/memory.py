@@ -445,7 +445,8 @@ class InMemoryNoteStore:
                 similarity=sims[aid] if embedding is not None else None,
                 lexical=lex.get(aid, 0.0) if query is not None else None,
                 vector_rank=vranks.get(aid), lexical_rank=lranks.get(aid), fields=fields,
-                link=linked.get(aid)))
+                link=max(w for _, w in linked[aid]) if aid in linked else None,
+                link_from=tuple(linked.get(aid, ()))))
         return out
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
@@ -515,18 +516,18 @@ def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: date
 
 
 def _linked(edges: Sequence[dict[str, Any]], seeds: set[UUID], admitted: dict[UUID, Any],
-            expand: int) -> dict[UUID, float]:
+            expand: int) -> dict[UUID, list[tuple[UUID, float]]]:
     """``recall_index._EXPAND``: notes linked either way to a seed, admitted by the
-    filters, not seeds; the largest edge weight each; top ``expand`` by weight, id."""
-    best: dict[UUID, float] = {}
+    filters, not seeds, with their ``(seed, weight)`` edges sorted by seed; top
+    ``expand`` by largest weight, then id."""
+    found: dict[UUID, list[tuple[UUID, float]]] = {}
     for e in edges:
         for here, there in ((e["from_aggregate_id"], e["to_aggregate_id"]),
                             (e["to_aggregate_id"], e["from_aggregate_id"])):
             if here in seeds and there not in seeds and there in admitted:
-                w = float(np.float32(e["weight"]))
-                best[there] = max(best.get(there, w), w)
-    order = sorted(best, key=lambda a: (-best[a], a))[:expand]
-    return {a: best[a] for a in order}
+                found.setdefault(there, []).append((here, float(np.float32(e["weight"]))))
+    order = sorted(found, key=lambda a: (-max(w for _, w in found[a]), a))[:expand]
+    return {a: sorted(found[a], key=lambda x: str(x[0])) for a in order}
 
 
 def _links_of(aid: UUID, edges: Sequence[dict[str, Any]], indexed: dict[UUID, dict[str, Any]],

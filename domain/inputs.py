@@ -249,9 +249,10 @@ class Scoring(_Input):
     half_life: timedelta = timedelta(days=30)
     vector_weight: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     fusion: Literal["convex", "rrf"] = "convex"
-    link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
+    link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.5
     """Weight of the link term of a hit added by link expansion (issue 15): its score
-    gains ``link_weight · edge weight`` (see ``memfabric.domain.ranking``)."""
+    gains ``link_weight · max(edge weight · relevance of the linked direct hit)`` (see
+    ``memfabric.domain.ranking``)."""
 
     @field_validator("half_life")
     @classmethod

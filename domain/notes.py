@@ -286,7 +286,8 @@ class Notes:
         also takes the notes linked, in either direction, to the candidates of both
         lists and passing every filter above; up to ``top_k`` of them are added (their
         ``explain.link`` is True and their score gains ``scoring.link_weight`` × the
-        edge weight), ranked with the direct hits under one ``budget``.
+        best edge weight × relevance of a direct hit they link to), ranked with the
+        direct hits under one ``budget``.
         """
         data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode,
                                 "expand_links": expand_links}

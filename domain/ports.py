@@ -62,6 +62,8 @@ class Candidate:
     link: float | None = None
     """Set for a note added by link expansion (issue 15): the largest weight of an edge
     joining it to a list candidate. ``fields["links"]``: the note's own edges."""
+    link_from: tuple[tuple[UUID, float], ...] = ()
+    """For an expanded note: ``(list candidate aggregate id, edge weight)`` pairs."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,14 +11,17 @@ For each candidate (see ``memfabric.domain.ports.Candidate``)::
                                                              (additive, Park et al., UIST 2023)
 
 Link expansion (issue 15). A candidate the recall statement added because it is linked
-(either direction) to a list candidate carries ``link`` = the largest weight ``e`` of
-such an edge, and::
+(either direction) to list candidates carries those edges ``(seed, e)``; its score
+spreads the relevance of the direct hits it is linked to (one hop of spreading
+activation, Collins & Loftus 1975; Crestani 1997)::
 
+    link      = max over its edges to a direct hit h of  e · relevance(h)
     score     = relevance + recency_weight · recency + importance_weight · importance
-                + link_weight · e                             (link_weight: Scoring, default 0.1)
+                + link_weight · link                          (link_weight: Scoring, default 0.5)
 
-List candidates have no link term. The list candidates are sorted by score and cut at
-``top_k``; the linked ones likewise, at ``expand`` (``top_k`` when recall expands);
+(0 when none of its seeds is among the direct hits). List candidates have no link term.
+The list candidates are sorted by score and cut at ``top_k`` (the direct hits); the
+linked ones likewise, at ``expand`` (``top_k`` when recall expands);
 both are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and
 cut at ``budget`` (summed ``token_count`` over the whole result; the best hit is always
 returned and ranking stops at the first hit that would not fit). ``explain.link`` is
@@ -30,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from memfabric.domain import policy
 from memfabric.domain.inputs import RecallMode, Scoring
@@ -65,13 +69,14 @@ class _Scored:
 def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     """Ranked hits and their parallel explain rows (see the module doc)."""
     best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
-    scored = [_score(c, how, best_lex) for c in candidates]
 
     def order(s: _Scored) -> tuple[float, object, str]:
         return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
 
-    direct = sorted((s for s in scored if s.cand.link is None), key=order)[: how.top_k]
-    linked = sorted((s for s in scored if s.cand.link is not None), key=order)[: how.expand]
+    direct = sorted((_score(c, how, best_lex) for c in candidates if c.link is None), key=order)[: how.top_k]
+    hit_relevance = {s.cand.aggregate_id: s.relevance for s in direct}
+    linked = sorted((_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None),
+                    key=order)[: how.expand]
     hits: list[MemoryNote] = []
     explain: list[Explain] = []
     used = 0
@@ -85,7 +90,8 @@ def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     return RecallResult(hits=hits, explain=explain)
 
 
-def _score(cand: Candidate, how: Ranking, best_lex: float) -> _Scored:
+def _score(cand: Candidate, how: Ranking, best_lex: float,
+           hit_relevance: dict[UUID, float] | None = None) -> _Scored:
     lexical = None if cand.lexical is None else (cand.lexical / best_lex if best_lex > 0 else 0.0)
     if how.mode == "vector":
         relevance = max(0.0, cand.similarity or 0.0)
@@ -102,8 +108,10 @@ def _score(cand: Candidate, how: Ranking, best_lex: float) -> _Scored:
                          recency_weight=how.scoring.recency_weight,
                          importance_weight=how.scoring.importance_weight)
     link = 0.0
-    if cand.link is not None:
-        link = how.scoring.link_weight * cand.link
+    if cand.link is not None and hit_relevance:
+        spread = max((w * hit_relevance[seed] for seed, w in cand.link_from if seed in hit_relevance),
+                     default=0.0)
+        link = how.scoring.link_weight * spread
         total += link
     return _Scored(total, relevance, rec, lexical, cand, link)
 

@@ -117,7 +117,8 @@ class Explain:
     ``lexical``. ``vector_rank`` and ``lexical_rank`` are 1-based ranks in the two
     candidate lists (``None`` outside a list); ``recency`` in (0, 1]; ``importance`` in [0, 1];
     ``link`` is True for a hit added by 1-hop link expansion (issue 15; it was a float,
-    always 0.0, before) and ``link_score`` its link term ``link_weight · edge weight``
+    always 0.0, before) and ``link_score`` its link term ``link_weight · max(edge weight ·
+    relevance of the linked direct hit)``
     (0.0 otherwise; formula in :mod:`memfabric.domain.ranking`); ``valid`` is the note's window ``(valid_from, valid_to)``.
     """
 

@@ -275,11 +275,12 @@ _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank W
 _EXPAND = (
     # issue 15: 1-hop link expansion. Seeds = the union of both lists; a linked note
     # (either direction) must pass every filter of the lists ({w}) and not be a seed.
-    ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.weight FROM {g} g"
-    " JOIN c ON g.from_aggregate_id = c.aggregate_id"
-    " UNION ALL SELECT g.from_aggregate_id, g.weight FROM {g} g"
+    ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight"
+    " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id"
+    " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
     " JOIN c ON g.to_aggregate_id = c.aggregate_id),"
-    " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw FROM le l"
+    " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
+    " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
     " WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id)"
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
@@ -313,7 +314,8 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     target still has a row here visible from the scope). With ``expand`` (issue 15)
     the statement also returns up to ``expand`` (parameter) notes linked in either
     direction to a candidate of either list, each passing the same filters, with
-    ``link_w`` = the largest weight of such an edge (``NULL`` for list candidates)."""
+    ``link_w`` = the largest weight of such an edge (``NULL`` for list candidates),
+    ``link_seeds``/``link_ws`` the candidates it is linked to and the edge weights."""
     t, w = sql.Identifier(TABLE), _where(require_consent)
     g = sql.Identifier(tables.LINK_GRAPH)
     parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
@@ -321,7 +323,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     return sql.SQL(
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
         " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
-        " {link_w} AS link_w, {links} AS links"
+        " {link_w} AS link_w, {seeds} AS link_seeds, {ws} AS link_ws, {links} AS links"
         " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id"
         " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
         " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}{lx_join}"
@@ -333,6 +335,8 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
         lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id" if expand else ""),
         link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
+        seeds=sql.SQL("lx.seeds" if expand else "NULL::uuid[]"),
+        ws=sql.SQL("lx.ws" if expand else "NULL::float8[]"),
         links=sql.SQL(_LINKS).format(g=g, t=t, xs=scope_filter("x")),
     )
 
@@ -356,12 +360,14 @@ def select_candidates(
     out = []
     for row in cur.execute(stmt, params).fetchall():
         sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
+        seeds, ws = row.pop("link_seeds") or [], row.pop("link_ws") or []
         out.append(Candidate(
             aggregate_id=row["aggregate_id"], note_id=row["note_id"],
             similarity=None if sim is None else base.finite(float(sim)),
             lexical=None if lex is None else float(lex),
             vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row,
-            link=None if link_w is None else float(link_w)))
+            link=None if link_w is None else float(link_w),
+            link_from=tuple(zip(seeds, map(float, ws), strict=True))))
     return out
 
 

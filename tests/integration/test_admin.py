@@ -64,10 +64,10 @@ def test_status_before_and_after_writes_and_runner_once(dsn: str) -> None:
         time.sleep(0.05)
         status = {s.name: s for s in admin.status()}
         # the recall index waits for the runner; the write-side projections are current
-        behind = [status["recall_index"]]
+        behind = [status["recall_index"], status["link_graph"]]
         assert all(s.head == 2 and s.position == 0 and s.lag_events == 2 for s in behind)
         assert all(s.lag_seconds > 0 for s in behind)
-        current = [s for name, s in status.items() if name != "recall_index"]
+        current = [s for name, s in status.items() if name not in ("recall_index", "link_graph")]
         assert {s.name for s in current} == {"working_value", "note_scope", "consolidation"}
         assert all((s.position, s.head, s.lag_events) == (2, 2, 0) for s in current)
 
@@ -188,7 +188,7 @@ def test_a_bad_event_stops_the_projection_with_its_position(dsn: str) -> None:
         assert "stopped at notification 2 (memfabric.domain.note:Note.Remembered)" in res.output  # type: ignore[attr-defined]
         admin = ProjectionAdmin.for_fabric(writer)
         for s in admin.status():
-            if s.name != "recall_index":  # write-side projections were applied by the writer
+            if s.name not in ("recall_index", "link_graph"):  # write-side ones were applied by the writer
                 assert s.position == 3 and s.error is None
                 continue
             assert s.position == 1 and s.lag_events == 2  # event 1 applied, 2 never skipped

@@ -1,0 +1,130 @@
+"""Issue 15 goals on LoCoMo dev: the linker (attached during ingestion) vs no links.
+
+Run (from the repository root)::
+
+    python scripts/eval_links.py                     # every conversation, hash embedder
+    python scripts/eval_links.py --limit 2 --out /tmp/links.json
+
+Ingests every conversation exactly like ``scripts/eval_locomo.py`` (one ``fact`` per
+turn, ``remember_many`` in turn order, consolidation on) into three fabrics on one
+embedded PostgreSQL:
+
+* ``off``: no workers (no links), recall as today;
+* ``linker``: ``linker={"enabled": True, "top_k": K}``, a session attached to each
+  conversation's scope during ingestion (so the linker runs), then recall with
+  ``expand_links=True`` (the default);
+* ``linker, no expansion``: the same fabric recalled with ``expand_links=False``
+  (isolates the effect of the expansion from the write path).
+
+Reports frac@10 / any@10 / frac@25 per LoCoMo category (the goal: multi-hop,
+category 1, frac@10 +10% relative with the linker, no other category lower), link
+count per note, ingestion time per turn (write-latency cost) and recall p50 with and
+without expansion. The data (CC BY-NC 4.0) is read in place and never copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _eval_common as common  # noqa: E402
+import eval_locomo as locomo  # noqa: E402
+
+
+class _Session:
+    id = "eval-links"
+
+
+def run(convs: Sequence[locomo.Conversation], *, linker: dict[str, Any] | None, dsn: str | None,
+        data_dir: str, embedder: str, expand_modes: Sequence[bool]) -> dict[str, Any]:
+    from memfabric.adapters import open_fabric
+
+    kwargs: dict[str, Any] = {"dsn": dsn, "embedder": common.make_embedder(embedder)}
+    if dsn is None:
+        kwargs["data_dir"] = data_dir
+    if linker is not None:
+        kwargs["linker"] = linker
+    tenant = common.new_tenant("links")
+    rankings: dict[bool, dict[tuple[str, int], Any]] = {e: {} for e in expand_modes}
+    latencies: dict[bool, list[float]] = {e: [] for e in expand_modes}
+    ingest_s = 0.0
+    turns = 0
+    notes_total = 0
+    edges_total = 0
+    with open_fabric(**kwargs) as fabric:
+        for conv in convs:
+            notes = fabric.scope(tenant, resource_id=conv.sample_id)
+            att = notes.attach(_Session()) if linker is not None else None
+            t0 = time.perf_counter()
+            info = locomo.ingest(notes, conv)
+            ingest_s += time.perf_counter() - t0
+            turns += len(conv.turns)
+            if att is not None:
+                att.detach()
+            ids = set(info.turn_note.values())
+            notes_total += len(ids)
+            edges_total += sum(len(notes.get(i).links) for i in ids)
+            for expand in expand_modes:
+                for qi, q in enumerate(conv.questions):
+                    t0 = time.perf_counter()
+                    res = notes.recall(q.question, top_k=locomo.TOP_K, expand_links=expand)
+                    latencies[expand].append(time.perf_counter() - t0)
+                    hits = list(res.hits)[: locomo.TOP_K]
+                    rankings[expand][(conv.sample_id, qi)] = [frozenset(common.source_ids(h)) for h in hits]
+    return {
+        "scores": {e: locomo.json_view(locomo.score_run(convs, rankings[e])) for e in expand_modes},
+        "ingest_ms_per_turn": 1000 * ingest_s / max(turns, 1),
+        "links_per_note": edges_total / max(notes_total, 1),
+        "notes": notes_total,
+        "recall_p50_ms": {e: 1000 * statistics.median(latencies[e]) for e in expand_modes},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=common.default_data_path("locomo-dev", "locomo-dev.json"))
+    p.add_argument("--dsn", default=None)
+    p.add_argument("--embedder", choices=common.EMBEDDERS, default="hash")
+    p.add_argument("--top-k-links", type=int, default=3)
+    p.add_argument("--floor", type=float, default=None)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    stats = locomo.EvidenceStats()
+    convs = locomo.load_conversations(args.data, args.limit, stats)
+    linker: dict[str, Any] = {"enabled": True, "top_k": args.top_k_links}
+    if args.floor is not None:
+        linker["floor"] = args.floor
+    with common.scratch_dir(None) as data_dir:
+        off = run(convs, linker=None, dsn=args.dsn, data_dir=data_dir, embedder=args.embedder,
+                  expand_modes=(True,))
+        on = run(convs, linker=linker, dsn=args.dsn, data_dir=data_dir, embedder=args.embedder,
+                 expand_modes=(True, False))
+    rows = []
+    for cat in (*locomo.CATEGORIES, locomo.POOLED):
+        b = off["scores"][True].get(cat, {})
+        a = on["scores"][True].get(cat, {})
+        n = on["scores"][False].get(cat, {})
+        if not b:
+            continue
+        rel = (a["frac@10"] / b["frac@10"] - 1) if b.get("frac@10") else None
+        rows.append([f"{cat} {locomo.CATEGORY_NAMES[cat]}", b["frac@10"], a["frac@10"], n["frac@10"],
+                     "-" if rel is None else f"{100 * rel:+.1f}%", b["frac@25"], a["frac@25"]])
+    common.print_table(f"LoCoMo frac@10, linker top_k={args.top_k_links} (embedder={args.embedder})",
+                       ["category", "off", "linker", "linker,no-expand", "rel", "off@25", "linker@25"], rows)
+    print(f"links per note: {on['links_per_note']:.2f} over {on['notes']} notes")
+    print(f"ingest ms/turn: off {off['ingest_ms_per_turn']:.2f}, linker {on['ingest_ms_per_turn']:.2f}")
+    print(f"recall p50 ms: off {off['recall_p50_ms'][True]:.2f}, linker+expand {on['recall_p50_ms'][True]:.2f},"
+          f" linker no-expand {on['recall_p50_ms'][False]:.2f}")
+    common.write_json(args.out, {"off": off, "linker": on, "args": vars(args) | {"data": str(args.data)}})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
