@@ -49,6 +49,7 @@ from memfabric.domain.results import (
     RecallResult,
     RepointResult,
 )
+from memfabric.domain.links import EvolutionSettings, LinkError, LinkerSettings
 from memfabric.domain.scope import Scope
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
 
@@ -63,4 +64,5 @@ __all__ = [
     "Scope", "ScopeError", "Scoring", "SessionError", "SettingsError", "SubjectExtractor",
     "SubjectKey", "SupersessionError", "ToolDefinition", "UnknownToolError",
     "ValidatorRejectedError", "embedder_from_name", "open_fabric", "open_memory_fabric", "tool_error",
+    "LinkError", "LinkerSettings", "EvolutionSettings",
 ]

@@ -38,7 +38,9 @@ import _bench_common as data  # noqa: E402
 
 from memfabric.adapters import HashEmbedder, open_fabric  # noqa: E402
 
-MODES = ("hybrid", "vector", "lexical")
+MODES = ("hybrid", "vector", "lexical", "hybrid+links")
+"""``hybrid+links``: hybrid with 1-hop link expansion (issue 15); the other modes
+recall with ``expand_links=False``."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=5000, help="remember_many batch size (default 5000)")
     p.add_argument("--dsn", default=None, help="server DSN (default: embedded PostgreSQL in a temp dir)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--links", type=int, default=3,
+                   help="edges per note of every tenant written into mf_link_graph (default 3)")
     return p.parse_args(argv)
 
 
@@ -74,6 +78,25 @@ def load(fabric: Any, ds: data.Dataset, batch: int) -> dict[int, str]:
     return ids
 
 
+def add_links(conn: Any, k: int) -> None:
+    """``k`` edges per note to other notes of its tenant (each note to the next ``k`` in
+    aggregate-id order), written straight into the ``mf_link_graph`` projection: the
+    benchmark times the read side only, and linking 100k notes through ``link`` would
+    take longer than the benchmark itself."""
+    conn.execute(
+        "INSERT INTO mf_link_graph (from_aggregate_id, to_aggregate_id, from_note_id, to_note_id,"
+        " tenant_id, resource_id, thread_id, relation, weight)"
+        " SELECT a.aggregate_id, b.aggregate_id, a.note_id, b.note_id, a.tenant_id, a.resource_id,"
+        " a.thread_id, 'related', 0.5 FROM (SELECT aggregate_id, note_id, tenant_id, resource_id, thread_id,"
+        " row_number() OVER (PARTITION BY tenant_id ORDER BY aggregate_id) AS n,"
+        " count(*) OVER (PARTITION BY tenant_id) AS m FROM mf_recall_index) a"
+        " JOIN LATERAL generate_series(1, %s) s(j) ON true"
+        " JOIN (SELECT aggregate_id, note_id, tenant_id,"
+        " row_number() OVER (PARTITION BY tenant_id ORDER BY aggregate_id) AS n FROM mf_recall_index) b"
+        " ON b.tenant_id = a.tenant_id AND b.n = (a.n + s.j - 1) %% a.m + 1"
+        " ON CONFLICT DO NOTHING", (k,))
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     k = (len(ordered) - 1) * p / 100
@@ -88,7 +111,10 @@ def run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         ids = load(fabric, ds, args.batch)
         load_s = time.perf_counter() - t0
         with psycopg.connect(dsn, autocommit=True) as conn:
+            if args.links:
+                add_links(conn, args.links)
             conn.execute("VACUUM ANALYZE mf_recall_index")
+            conn.execute("VACUUM ANALYZE mf_link_graph")
         notes = fabric.scope(data.tenant_name(data.QUERY_TENANT))
         times: dict[str, list[float]] = {m: [] for m in MODES}
         hits: dict[str, int] = {m: 0 for m in MODES}
@@ -96,7 +122,8 @@ def run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
             timed = qi >= args.warmup
             for mode in MODES:
                 t1 = time.perf_counter()
-                res = notes.recall(query, top_k=args.top_k, mode=mode)
+                res = notes.recall(query, top_k=args.top_k, mode=mode.split("+")[0],
+                                   expand_links=mode.endswith("+links"))
                 elapsed = (time.perf_counter() - t1) * 1000
                 if timed:
                     times[mode].append(elapsed)
@@ -131,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'mode':<8} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'hit@10':>7}")
     for mode, m in result["modes"].items():
         print(f"{mode:<8} {m['p50_ms']:>8.2f} {m['p95_ms']:>8.2f} {m['mean_ms']:>8.2f} {m['hit@10']:>7.3f}")
+    print(f"hybrid+links / hybrid: p50 {result['modes']['hybrid+links']['p50_ms'] / result['modes']['hybrid']['p50_ms']:.2f}x")
     print(f"hybrid / vector: p50 {result['ratio_p50']:.2f}x, p95 {result['ratio_p95']:.2f}x, "
           f"mean {result['ratio_mean']:.2f}x")
     if args.out:

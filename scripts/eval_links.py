@@ -18,7 +18,8 @@ embedded PostgreSQL:
 
 Reports frac@10 / any@10 / frac@25 per LoCoMo category (the goal: multi-hop,
 category 1, frac@10 +10% relative with the linker, no other category lower), link
-count per note, ingestion time per turn (write-latency cost) and recall p50 with and
+count per note, ingestion time per turn (write-latency cost, batched), single
+``remember`` p50 with the linker and evolution attached vs off, and recall p50 with and
 without expansion. The data (CC BY-NC 4.0) is read in place and never copied.
 """
 
@@ -86,6 +87,33 @@ def run(convs: Sequence[locomo.Conversation], *, linker: dict[str, Any] | None, 
     }
 
 
+def write_latency(conv: locomo.Conversation, *, workers: bool, dsn: str | None, data_dir: str,
+                  embedder: str, preload: int = 200, timed: int = 100) -> dict[str, float]:
+    """p50 / mean of single ``remember`` calls after ``preload`` turns, workers on
+    (linker + evolution, attached) or off."""
+    from memfabric.adapters import open_fabric
+
+    kwargs: dict[str, Any] = {"dsn": dsn, "embedder": common.make_embedder(embedder)}
+    if dsn is None:
+        kwargs["data_dir"] = data_dir
+    if workers:
+        kwargs |= {"linker": {"enabled": True, "top_k": 3}, "evolution": {"enabled": True, "max_patches": 8}}
+    times = []
+    with open_fabric(**kwargs) as fabric:
+        notes = fabric.scope(common.new_tenant("links-w"), resource_id=conv.sample_id)
+        if workers:
+            notes.attach(_Session())
+        items = [dict(kind="fact", content=t.content, t_ref=t.when, valid_from=t.when,
+                      source_entry_ids=[t.dia_id]) for t in conv.turns]
+        common.remember_all(notes, items[:preload])
+        for item in items[preload: preload + timed]:
+            t0 = time.perf_counter()
+            notes.remember(**item)
+            times.append(time.perf_counter() - t0)
+    return {"p50_ms": 1000 * statistics.median(times), "mean_ms": 1000 * statistics.fmean(times),
+            "n": len(times)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=common.default_data_path("locomo-dev", "locomo-dev.json"))
@@ -106,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   expand_modes=(True,))
         on = run(convs, linker=linker, dsn=args.dsn, data_dir=data_dir, embedder=args.embedder,
                  expand_modes=(True, False))
+        single = {name: write_latency(convs[0], workers=flag, dsn=args.dsn, data_dir=data_dir,
+                                      embedder=args.embedder) for name, flag in (("off", False), ("workers", True))}
     rows = []
     for cat in (*locomo.CATEGORIES, locomo.POOLED):
         b = off["scores"][True].get(cat, {})
@@ -122,7 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"ingest ms/turn: off {off['ingest_ms_per_turn']:.2f}, linker {on['ingest_ms_per_turn']:.2f}")
     print(f"recall p50 ms: off {off['recall_p50_ms'][True]:.2f}, linker+expand {on['recall_p50_ms'][True]:.2f},"
           f" linker no-expand {on['recall_p50_ms'][False]:.2f}")
-    common.write_json(args.out, {"off": off, "linker": on, "args": vars(args) | {"data": str(args.data)}})
+    print(f"single remember after 200 notes, p50 ms: off {single['off']['p50_ms']:.2f},"
+          f" linker+evolution attached {single['workers']['p50_ms']:.2f}")
+    common.write_json(args.out, {"off": off, "linker": on, "single_remember": single,
+                                 "args": vars(args) | {"data": str(args.data)}})
     return 0
 
 
