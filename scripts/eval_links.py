@@ -30,7 +30,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
