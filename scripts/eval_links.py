@@ -44,7 +44,8 @@ class _Session:
 
 
 def run(convs: Sequence[locomo.Conversation], *, linker: dict[str, Any] | None, dsn: str | None,
-        data_dir: str, embedder: str, expand_modes: Sequence[bool]) -> dict[str, Any]:
+        data_dir: str, embedder: str, expand_modes: Sequence[bool],
+        link_weight: float | None = None) -> dict[str, Any]:
     from memfabric.adapters import open_fabric
 
     kwargs: dict[str, Any] = {"dsn": dsn, "embedder": common.make_embedder(embedder)}
@@ -75,7 +76,8 @@ def run(convs: Sequence[locomo.Conversation], *, linker: dict[str, Any] | None, 
             for expand in expand_modes:
                 for qi, q in enumerate(conv.questions):
                     t0 = time.perf_counter()
-                    res = notes.recall(q.question, top_k=locomo.TOP_K, expand_links=expand)
+                    res = notes.recall(q.question, top_k=locomo.TOP_K, expand_links=expand,
+                                       scoring=None if link_weight is None else {"link_weight": link_weight})
                     latencies[expand].append(time.perf_counter() - t0)
                     hits = list(res.hits)[: locomo.TOP_K]
                     rankings[expand][(conv.sample_id, qi)] = [frozenset(common.source_ids(h)) for h in hits]
@@ -123,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--top-k-links", type=int, default=3)
     p.add_argument("--floor", type=float, default=None)
     p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--link-weight", type=float, default=None, help="Scoring.link_weight (default the library's)")
+    p.add_argument("--no-single", action="store_true", help="skip the single-write latency runs")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     stats = locomo.EvidenceStats()
@@ -134,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         off = run(convs, linker=None, dsn=args.dsn, data_dir=data_dir, embedder=args.embedder,
                   expand_modes=(True,))
         on = run(convs, linker=linker, dsn=args.dsn, data_dir=data_dir, embedder=args.embedder,
-                 expand_modes=(True, False))
-        single = {name: write_latency(convs[0], workers=flag, dsn=args.dsn, data_dir=data_dir,
+                 expand_modes=(True, False), link_weight=args.link_weight)
+        single = {} if args.no_single else {name: write_latency(convs[0], workers=flag, dsn=args.dsn, data_dir=data_dir,
                                       embedder=args.embedder) for name, flag in (("off", False), ("workers", True))}
     rows = []
     for cat in (*locomo.CATEGORIES, locomo.POOLED):
@@ -153,8 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"ingest ms/turn: off {off['ingest_ms_per_turn']:.2f}, linker {on['ingest_ms_per_turn']:.2f}")
     print(f"recall p50 ms: off {off['recall_p50_ms'][True]:.2f}, linker+expand {on['recall_p50_ms'][True]:.2f},"
           f" linker no-expand {on['recall_p50_ms'][False]:.2f}")
-    print(f"single remember after 200 notes, p50 ms: off {single['off']['p50_ms']:.2f},"
-          f" linker+evolution attached {single['workers']['p50_ms']:.2f}")
+    if single:
+        print(f"single remember after 200 notes, p50 ms: off {single['off']['p50_ms']:.2f},"
+              f" linker+evolution attached {single['workers']['p50_ms']:.2f}")
     common.write_json(args.out, {"off": off, "linker": on, "single_remember": single,
                                  "args": vars(args) | {"data": str(args.data)}})
     return 0
