@@ -430,7 +430,6 @@ class InMemoryNoteStore:
             edges = [dict(e) for es in self.log.link_rows.values() for e in es]
             indexed = {aid: dict(r) for aid, r in self.log.recall_rows.items()}
         linked = _linked(edges, seeds, by_id, expand) if expand > 0 else {}
-        among = _among(edges, seeds) if expand > 0 else {}
         if embedding is not None:
             q = np.asarray(embedding, np.float32)
             sims.update({aid: _cosine(by_id[aid]["embedding"], q) for aid in linked})
@@ -447,7 +446,7 @@ class InMemoryNoteStore:
                 lexical=lex.get(aid, 0.0) if query is not None else None,
                 vector_rank=vranks.get(aid), lexical_rank=lranks.get(aid), fields=fields,
                 link=max(w for _, w in linked[aid]) if aid in linked else None,
-                link_from=tuple(linked.get(aid) or among.get(aid) or ())))
+                link_from=tuple(linked.get(aid, ()))))
         return out
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
@@ -529,17 +528,6 @@ def _linked(edges: Sequence[dict[str, Any]], seeds: set[UUID], admitted: dict[UU
                 found.setdefault(there, []).append((here, float(np.float32(e["weight"]))))
     order = sorted(found, key=lambda a: (-max(w for _, w in found[a]), a))[:expand]
     return {a: sorted(found[a], key=lambda x: str(x[0])) for a in order}
-
-
-def _among(edges: Sequence[dict[str, Any]], seeds: set[UUID]) -> dict[UUID, list[tuple[UUID, float]]]:
-    """``recall_index._EXPAND``'s ``sx``: seeds linked to seeds, with those edges."""
-    found: dict[UUID, list[tuple[UUID, float]]] = {}
-    for e in edges:
-        for here, there in ((e["from_aggregate_id"], e["to_aggregate_id"]),
-                            (e["to_aggregate_id"], e["from_aggregate_id"])):
-            if here in seeds and there in seeds:
-                found.setdefault(there, []).append((here, float(np.float32(e["weight"]))))
-    return {a: sorted(v, key=lambda x: str(x[0])) for a, v in found.items()}
 
 
 def _links_of(aid: UUID, edges: Sequence[dict[str, Any]], indexed: dict[UUID, dict[str, Any]],

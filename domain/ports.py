@@ -63,8 +63,7 @@ class Candidate:
     """Set for a note added by link expansion (issue 15): the largest weight of an edge
     joining it to a list candidate. ``fields["links"]``: the note's own edges."""
     link_from: tuple[tuple[UUID, float], ...] = ()
-    """The ``(list candidate aggregate id, edge weight)`` pairs of the edges joining this
-    note to list candidates (either direction; with expansion only)."""
+    """For an expanded note: ``(list candidate aggregate id, edge weight)`` pairs."""
 
 
 @dataclass(frozen=True, slots=True)

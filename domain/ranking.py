@@ -10,24 +10,22 @@ For each candidate (see ``memfabric.domain.ports.Candidate``)::
     score     = relevance + recency_weight · 0.5^(age / half_life) + importance_weight · importance
                                                              (additive, Park et al., UIST 2023)
 
-Link expansion (issue 15). The recall statement returns, with every candidate, the edges
-``(seed, e)`` joining it to list candidates (either direction), and adds the notes
-linked to list candidates that are not candidates themselves. Ranking takes two passes:
-the first scores the list candidates as above and takes its top ``top_k`` as the hits
-``H``; the second spreads their relevance one hop (spreading activation, Collins &
-Loftus 1975; Crestani 1997) to every candidate linked to them::
+Link expansion (issue 15). A candidate the recall statement added because it is linked
+(either direction) to list candidates carries those edges ``(seed, e)``; its score
+spreads the relevance of the direct hits it is linked to (one hop of spreading
+activation, Collins & Loftus 1975; Crestani 1997)::
 
-    link      = max over its edges to a first-pass hit h ≠ itself of  e · relevance(h)
+    link      = max over its edges to a direct hit h of  e · relevance(h)
     score     = relevance + recency_weight · recency + importance_weight · importance
                 + link_weight · link                          (link_weight: Scoring, default 0.5)
 
-(``link`` = 0 without such an edge; without expansion there is no second pass). The
-list candidates are re-sorted and cut at ``top_k``; the added (linked) notes likewise,
-at ``expand`` (``top_k`` when recall expands);
+(0 when none of its seeds is among the direct hits). List candidates have no link term.
+The list candidates are sorted by score and cut at ``top_k`` (the direct hits); the
+linked ones likewise, at ``expand`` (``top_k`` when recall expands);
 both are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and
 cut at ``budget`` (summed ``token_count`` over the whole result; the best hit is always
 returned and ranking stops at the first hit that would not fit). ``explain.link`` is
-True exactly for the added hits; ``explain.link_score`` is the link term of any hit.
+True exactly for the linked hits.
 """
 
 from __future__ import annotations
@@ -75,19 +73,14 @@ def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     def order(s: _Scored) -> tuple[float, object, str]:
         return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
 
-    direct = sorted((_score(c, how, best_lex) for c in candidates if c.link is None), key=order)
-    if how.expand > 0:
-        # second pass: the first pass's hits spread their relevance one hop
-        first = {s.cand.aggregate_id: s.relevance for s in direct[: how.top_k]}
-        direct = sorted((_score(s.cand, how, best_lex, first) for s in direct), key=order)
-        linked = sorted((_score(c, how, best_lex, first) for c in candidates if c.link is not None),
-                        key=order)[: how.expand]
-    else:
-        linked = []
+    direct = sorted((_score(c, how, best_lex) for c in candidates if c.link is None), key=order)[: how.top_k]
+    hit_relevance = {s.cand.aggregate_id: s.relevance for s in direct}
+    linked = sorted((_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None),
+                    key=order)[: how.expand]
     hits: list[MemoryNote] = []
     explain: list[Explain] = []
     used = 0
-    for s in sorted([*direct[: how.top_k], *linked], key=order):
+    for s in sorted([*direct, *linked], key=order):
         tokens = int(s.cand.fields["token_count"])
         if how.budget is not None and hits and used + tokens > how.budget:
             break
@@ -115,9 +108,9 @@ def _score(cand: Candidate, how: Ranking, best_lex: float,
                          recency_weight=how.scoring.recency_weight,
                          importance_weight=how.scoring.importance_weight)
     link = 0.0
-    if hit_relevance and cand.link_from:
-        spread = max((w * hit_relevance[seed] for seed, w in cand.link_from
-                      if seed in hit_relevance and seed != cand.aggregate_id), default=0.0)
+    if cand.link is not None and hit_relevance:
+        spread = max((w * hit_relevance[seed] for seed, w in cand.link_from if seed in hit_relevance),
+                     default=0.0)
         link = how.scoring.link_weight * spread
         total += link
     return _Scored(total, relevance, rec, lexical, cand, link)

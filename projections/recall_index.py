@@ -284,10 +284,6 @@ _EXPAND = (
     " WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id)"
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
-    # list candidates linked to other list candidates (the link term reaches them too)
-    " sx AS MATERIALIZED (SELECT l.aggregate_id, array_agg(l.seed ORDER BY l.seed) AS seeds,"
-    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
-    " WHERE EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id) GROUP BY l.aggregate_id),"
     " ca AS (SELECT aggregate_id FROM c UNION ALL SELECT aggregate_id FROM lx)"
 )
 _NO_EXPAND = ", ca AS (SELECT aggregate_id FROM c)"
@@ -319,8 +315,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     the statement also returns up to ``expand`` (parameter) notes linked in either
     direction to a candidate of either list, each passing the same filters, with
     ``link_w`` = the largest weight of such an edge (``NULL`` for list candidates),
-    ``link_seeds``/``link_ws`` the list candidates it is linked to and the edge weights
-    (also set on a list candidate linked to other list candidates)."""
+    ``link_seeds``/``link_ws`` the candidates it is linked to and the edge weights."""
     t, w = sql.Identifier(TABLE), _where(require_consent)
     g = sql.Identifier(tables.LINK_GRAPH)
     parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
@@ -338,11 +333,10 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
         lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
         lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
-        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id"
-                        " LEFT JOIN sx ON sx.aggregate_id = ca.aggregate_id" if expand else ""),
+        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id" if expand else ""),
         link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
-        seeds=sql.SQL("coalesce(lx.seeds, sx.seeds)" if expand else "NULL::uuid[]"),
-        ws=sql.SQL("coalesce(lx.ws, sx.ws)" if expand else "NULL::float8[]"),
+        seeds=sql.SQL("lx.seeds" if expand else "NULL::uuid[]"),
+        ws=sql.SQL("lx.ws" if expand else "NULL::float8[]"),
         links=sql.SQL(_LINKS).format(g=g, t=t, xs=scope_filter("x")),
     )
 

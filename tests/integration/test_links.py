@@ -176,21 +176,6 @@ def test_recall_expands_one_hop_in_both_directions(plain: Fabric) -> None:
     assert [h.id for h in tight.hits] == [a.id]
 
 
-def test_list_candidates_linked_to_hits_gain_the_link_term(plain: Fabric) -> None:
-    notes = plain.scope("acme", "u1", "t1")
-    a = notes.remember(kind="fact", content="Alice adopted a greyhound named Zephyr")
-    b = notes.remember(kind="fact", content="A greyhound needs a warm coat")
-    c = notes.remember(kind="fact", content="Another greyhound lives next door")
-    notes.link(b.id, a.id, weight=0.8)
-    res = notes.recall("greyhound Zephyr", mode="lexical", top_k=3)
-    e = {x.id: x for x in res.explain}
-    assert not any(x.link for x in res.explain)  # all three are list candidates
-    assert e[b.id].link_score > 0 and e[c.id].link_score == 0.0
-    assert [h.id for h in res.hits].index(b.id) < [h.id for h in res.hits].index(c.id)
-    off = notes.recall("greyhound Zephyr", mode="lexical", top_k=3, expand_links=False)
-    assert all(x.link_score == 0.0 for x in off.explain)
-
-
 def test_expansion_is_capped_at_top_k(plain: Fabric) -> None:
     notes = plain.scope("acme", "u1", "t1")
     a = notes.remember(kind="fact", content="Alice adopted a greyhound named Zephyr")
