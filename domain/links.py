@@ -33,7 +33,12 @@ written scope (``gate_for(service).any_attached(scope.key)``) and the fabric is 
   is sealed under the *new note's* key; the new note records the patched ids
   (``Contributed``). Forgetting the new note withdraws every patch (``Withdrawn`` on
   each patched note, re-projected in the same transaction) and destroys the key that
-  sealed them, so what it contributed is unreadable everywhere.
+  sealed them, so what it contributed is unreadable everywhere (``docs/erasure.md``;
+  limit: eventsourcing snapshots, which memfabric does not enable, would keep a copy).
+
+The link graph projection (:mod:`memfabric.projections.link_graph`) drops the edges of a
+forgotten or held *source* at once; a forgotten or held *target* is honoured at query
+time (recall follows and lists only edges whose target has a recall-index row).
 """
 
 from __future__ import annotations
