@@ -198,9 +198,10 @@ def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vec
     cause = f"evolution:{note.note_id}:v{note.version}"  # the write's own event
     floor = min(s.floor for s in (workers.linker, workers.evolution) if s is not None)
     near = closest(note, vector, stored, local, floor, workers.neighbours_wanted, skip)
+    loaded = {n.note_id: n for n in uow.load_ids([note_uuid(scope, nid) for nid, _ in near])}
     targets: list[tuple[Note, float]] = []
-    for nid, sim in near:
-        other = uow.load(scope, nid)
+    for nid, sim in near:  # one replay query for every neighbour
+        other = loaded.get(nid)
         if other is not None and other.live and other.superseded_by is None:
             targets.append((other, sim))
     if workers.linker is not None:
