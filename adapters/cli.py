@@ -19,6 +19,7 @@ from typing import Annotated, Any, NoReturn
 
 import psycopg
 import typer
+from eventsourcing import persistence as es_persistence
 from pydantic import ValidationError
 from rich import box
 from rich.console import Console
@@ -87,8 +88,9 @@ PATTERNS = {
 }
 """Plain words for the regular expressions of the input models."""
 
-HANDLED = (ValidationError, FabricError, psycopg.Error)
-"""Errors a command reports in one line each (exit 2) instead of a traceback."""
+HANDLED = (ValidationError, FabricError, psycopg.Error, es_persistence.PersistenceError)
+"""Errors a command reports in one line each (exit 2) instead of a traceback (eventsourcing
+re-raises psycopg's ``DataError``, ``OperationalError`` ... as its own ``PersistenceError``s)."""
 
 
 def _open(dsn: str | None, data_dir: str | None, **kwargs: Any) -> Fabric:
@@ -110,7 +112,7 @@ def error_lines(exc: BaseException | str) -> list[str]:
             lines.append(f"{field}: {msg}" if field else msg)
         return lines
     text = " ".join(str(exc).split())
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError | es_persistence.OperationalError):
         text = f"cannot use the database: {text}"
     return [text or type(exc).__name__]
 

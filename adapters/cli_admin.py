@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import psycopg
+from eventsourcing import persistence as es_persistence
 import typer
 from cryptography.exceptions import InvalidTag
 from pydantic import ValidationError
@@ -70,7 +71,7 @@ TenantFilterOpt = Annotated[str | None, typer.Option(
     "--tenant", "-t", metavar="ID", help="Only this tenant's notes.")]
 EveryOpt = Annotated[int, typer.Option(metavar="N", help="Events per checkpoint.", min=1)]
 
-HANDLED = (FabricError, ValidationError, psycopg.Error)
+HANDLED = (FabricError, ValidationError, psycopg.Error, es_persistence.PersistenceError)
 """Errors a command reports in one line (exit 2) instead of a traceback."""
 UNREADABLE = (InvalidTag, FabricError, ValueError)
 """What decoding a changed event row raises (``InvalidTag`` from AES-GCM, a named

@@ -109,6 +109,11 @@ class KeyStore:
         self.remember({(originator_id, gen): key})
         return key
 
+    def shredded(self, originator_id: UUID, gen: int) -> bool:
+        """Whether key ``gen`` of the note was destroyed on purpose (see :func:`shredded`)."""
+        with self.datastore.get_connection() as conn:
+            return shredded(forgotten_versions(conn, [originator_id]), originator_id, gen)
+
     def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
         """(gen, key) to seal a snapshot of an existing note: its latest key, or ``None``
         when the note has none (it was forgotten)."""
@@ -135,6 +140,30 @@ def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple
     return {(_first(r, "originator_id", 0), int(_first(r, "gen", 1))): bytes(_first(r, "key", 2)) for r in rows}
 
 
+FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
+"""Topic of the tombstone event (part of the log format)."""
+
+
+def forgotten_versions(conn: Connection[Any], originator_ids: list[UUID]) -> dict[UUID, int]:
+    """The version of the latest ``Forgotten`` event of each of the given notes that
+    has one, on ``conn``."""
+    rows = conn.execute(
+        f"SELECT originator_id, max(originator_version) AS v FROM {tables.EVENTS}"  # noqa: S608
+        " WHERE originator_id = ANY(%s) AND topic = %s GROUP BY originator_id",
+        (originator_ids, FORGOTTEN_TOPIC),
+    ).fetchall()
+    return {_first(r, "originator_id", 0): int(_first(r, "v", 1)) for r in rows}
+
+
+def shredded(forgotten: dict[UUID, int], originator_id: UUID, gen: int) -> bool:
+    """A missing key ``gen`` is a shredding (reads ``<erased>``) exactly when the note
+    has a ``Forgotten`` event at or after version ``gen``: ``forget`` deletes every key
+    in the tombstone's transaction, and a note written again after it gets a fresh key
+    (gen = the version of that write). Any other missing key is an integrity fault."""
+    version = forgotten.get(originator_id)
+    return version is not None and version >= gen
+
+
 def _first(row: Any, name: str, index: int) -> Any:
     return row[name] if isinstance(row, dict) else row[index]
 
@@ -155,9 +184,11 @@ class BatchKeys:
 
     def __init__(self) -> None:
         self.keys: dict[tuple[UUID, int], bytes] = {}
+        self.forgotten: dict[UUID, int] = {}
 
     def load(self, conn: Connection[Any], ids: list[UUID]) -> None:
         self.keys = select_keys(conn, ids) if ids else {}
+        self.forgotten = forgotten_versions(conn, ids) if ids else {}
 
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
         return self.keys.get((originator_id, gen))
@@ -167,6 +198,9 @@ class BatchKeys:
 
     def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
         raise FabricError("a replay's key vault is read-only")
+
+    def shredded(self, originator_id: UUID, gen: int) -> bool:
+        return shredded(self.forgotten, originator_id, gen)
 
 
 class TransactionKeys:
@@ -184,6 +218,7 @@ class TransactionKeys:
         self.pending: dict[UUID, tuple[int, bytes]] = {}
         self.loaded: dict[tuple[UUID, int], bytes] = {}
         self.doomed: set[UUID] = set()
+        self.forgotten: dict[UUID, int] = {}
 
     def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
         """(gen, key) to seal an event at ``version``: the note's latest key, or a fresh
@@ -206,6 +241,14 @@ class TransactionKeys:
         """Read the keys of notes about to be replayed in one query."""
         if originator_ids:
             self.loaded.update(select_keys(self.conn, originator_ids))
+            self.forgotten.update(forgotten_versions(self.conn, originator_ids))
+
+    def shredded(self, originator_id: UUID, gen: int) -> bool:
+        if originator_id in self.doomed:
+            return True
+        if originator_id not in self.forgotten:
+            self.forgotten.update(forgotten_versions(self.conn, [originator_id]))
+        return shredded(self.forgotten, originator_id, gen)
 
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
         found = self.pending.get(originator_id)
@@ -254,6 +297,8 @@ class KeyVault(Protocol):
     def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None: ...
 
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None: ...
+
+    def shredded(self, originator_id: UUID, gen: int) -> bool: ...
 
 
 class SealingMapper(Mapper[UUID]):
@@ -332,6 +377,10 @@ class SealingMapper(Mapper[UUID]):
                 fields = list(target.pop("_sealed", []))
             else:
                 fields = [f for f in PROTECTED_FIELDS if f in getattr(cls, "__dataclass_fields__", {})]
+            if key is None and not self.keys.shredded(oid, gen):
+                raise EventIntegrityError(
+                    f"event {stored.originator_version} of aggregate {oid}: key fault: its data "
+                    f"key (generation {gen}) is missing although the note was never forgotten")
             if key is None:
                 erased = [f for f in fields if f not in OPTIONAL_PROTECTED]
                 for f in fields:

@@ -51,9 +51,33 @@ SECRETS_DDL = (
     " created_at timestamptz NOT NULL DEFAULT now())"
 )
 
+EF_SEARCH_MAX = 1000
+"""pgvector's upper bound for ``hnsw.ef_search``."""
+
 
 class PostgresNoteRecorder(PostgresApplicationRecorder):
     """eventsourcing's application recorder that inserts on a caller's cursor."""
+
+    def create_table(self) -> None:
+        """eventsourcing's ``create_table``, minus the ``CREATE TYPE`` of the stored-event
+        composite type when that type already exists: eventsourcing runs it on every
+        open and swallows the ``DuplicateObject``, which leaves an ERROR line in the
+        server log each time."""
+        with self.datastore.transaction(commit=False) as cur:
+            row = cur.execute(
+                "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
+                " WHERE t.typname = %s AND n.nspname = coalesce(nullif(%s, ''), current_schema())",
+                (self.stored_event_type_name, self.datastore.schema or ""),
+            ).fetchone()
+        if row is None:
+            super().create_table()
+            return
+        statements = self.sql_create_statements
+        self.sql_create_statements = [s for s in statements if "CREATE TYPE" not in s.as_string()]
+        try:
+            super().create_table()
+        finally:
+            self.sql_create_statements = statements
 
     def insert_on(self, cur: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
         """Insert ``stored_events`` in the transaction ``cur`` belongs to, through the
@@ -209,8 +233,10 @@ class PostgresNoteStore:
                 cur.execute("SET LOCAL enable_indexscan = off")
             else:
                 cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                # pgvector accepts ef_search up to 1000; iterative scan keeps going past
+                # ef_search until ``limit`` rows pass the filters, so capping loses no rows.
                 cur.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                    sql.Literal(max(self.ef_search, limit))))
+                    sql.Literal(min(EF_SEARCH_MAX, max(self.ef_search, limit)))))
             return recall_index.select_candidates(
                 cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
                 limit=limit, require_consent=require_consent)

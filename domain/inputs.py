@@ -8,7 +8,7 @@ aliases (``validFrom``, ``sourceEntryIds`` ...). Read models (what calls return)
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -38,7 +38,35 @@ BLOCK_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 NoteId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{12}$")]
 BlockLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=512, strip_whitespace=True)]
-Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+"""The smallest positive normal float32: the recall index stores weights as ``real``,
+so a smaller non-zero value would underflow there."""
+
+
+def _not_tiny(value: float) -> float:
+    if value != 0.0 and abs(value) < FLOAT32_MIN_NORMAL:
+        raise ValueError(f"must be 0 or at least {FLOAT32_MIN_NORMAL:.8g} (too small to store)")
+    return value
+
+
+Unit = Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_not_tiny)]
+
+MIN_INSTANT = datetime(1, 1, 1, tzinfo=timezone.utc)
+MAX_INSTANT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+
+
+def _utc_in_range(value: datetime) -> datetime:
+    """Reject an instant whose UTC value falls outside years 1-9999 (PostgreSQL would
+    store it, but no reader could turn it back into a ``datetime``)."""
+    try:
+        value.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        raise ValueError("must lie within years 1-9999 in UTC") from None
+    return value
+
+
+Instant = Annotated[AwareDatetime, AfterValidator(_utc_in_range)]
+"""A timezone-aware datetime whose UTC value lies within years 1-9999."""
 
 DEFAULT_MAX_ENTRY_TEXT_CHARS = 8000
 
@@ -46,19 +74,27 @@ WORKING_FIELDS = frozenset({"kind", "block", "content"})
 """The only fields a ``working`` note accepts (its id is derived from the block label)."""
 
 
-def reject_nul(value: Any) -> Any:
+MAX_NESTING = 32
+"""Deepest nesting of lists, tuples and dicts an input may have."""
+
+
+def reject_nul(value: Any, _depth: int = 0) -> Any:
     """Raise ``ValueError`` when a string (or a string inside a list, tuple or dict)
-    holds a NUL character, which PostgreSQL text cannot store."""
+    holds a NUL character, which PostgreSQL text cannot store, or when containers nest
+    deeper than :data:`MAX_NESTING` (checked before any recursion can overflow)."""
     if isinstance(value, str):
         if "\x00" in value:
             raise ValueError("must not contain NUL (\\x00) characters")
-    elif isinstance(value, list | tuple):
-        for item in value:
-            reject_nul(item)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            reject_nul(key)
-            reject_nul(item)
+    elif isinstance(value, list | tuple | dict):
+        if _depth >= MAX_NESTING:
+            raise ValueError(f"must not nest lists or objects more than {MAX_NESTING} deep")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                reject_nul(key, _depth + 1)
+                reject_nul(item, _depth + 1)
+        else:
+            for item in value:
+                reject_nul(item, _depth + 1)
     return value
 
 
@@ -128,9 +164,9 @@ class RememberInput(_Input):
     content: Annotated[str, StringConstraints(min_length=1)] | None = None
     path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
     block: BlockLabel | None = None
-    t_ref: AwareDatetime | None = None
-    valid_from: AwareDatetime | None = None
-    valid_to: AwareDatetime | None = None
+    t_ref: Instant | None = None
+    valid_from: Instant | None = None
+    valid_to: Instant | None = None
     keywords: list[NonEmpty] = Field(default_factory=list, max_length=64)
     tags: list[NonEmpty] = Field(default_factory=list, max_length=64)
     source_entry_ids: list[NonEmpty] = Field(default_factory=list, max_length=256)
@@ -273,7 +309,7 @@ class RecallInput(_Input):
 
     query: QueryText
     kinds: RecallKinds = ("fact", "file")
-    as_of: AwareDatetime | None = None
+    as_of: Instant | None = None
     top_k: TopK = 10
     budget: Budget | None = None
     scoring: Scoring | None = None
@@ -296,7 +332,7 @@ class ContextOptions(_Input):
     include_semantic: bool = True
     query: QueryText | None = None
     kinds: RecallKinds = ("fact", "file")
-    as_of: AwareDatetime | None = None
+    as_of: Instant | None = None
     top_k: TopK = 10
     budget: Budget | None = None
 

@@ -64,6 +64,8 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
     ``deleted=0, held=False``; held: ``deleted=0, held=True``, left unchanged."""
     with svc.unit_of_work([scope]) as uow:
         note = uow.load(scope, note_id)
+        if block is not None:
+            working.check_block_note(note, block)
         if note is None:
             return ForgetResult(id=note_id if block is None else None, block=block, deleted=0, held=False)
         tally = tombstone(uow, [note], hold=hold, requested_by=requested_by, cause="caller")

@@ -38,11 +38,23 @@ COLUMNS: tuple[str, ...] = (
 )
 """Column order of a row tuple (also the COPY order)."""
 
+_LO, _HI = "'0001-01-01 00:00:00+00'::timestamptz", "'9999-12-31 23:59:59.999999+00'::timestamptz"
+
+
+def _readable(expr: str, name: str) -> str:
+    """``expr`` when Python can read it back (UTC years 1-9999), else NULL (an open
+    bound): a row written before instants were validated must not break recall."""
+    return f"CASE WHEN {expr} BETWEEN {_LO} AND {_HI} THEN {expr} END AS {name}"
+
+
 RETURNED = (
     "i.tenant_id, i.resource_id, i.thread_id, i.kind, i.note_id, i.importance, i.token_count,"
-    " i.tags, i.path, i.subject, i.content, i.source_entry_ids, i.supersedes, i.t_ref,"
-    " i.ingested_at, i.version, lower(i.valid) AS valid_from, upper(i.valid) AS valid_to,"
-    " i.visibility, i.consent_granted, i.context, i.keywords, i.fold_count, i.updated_at,"
+    " i.tags, i.path, i.subject, i.content, i.source_entry_ids, i.supersedes, "
+    + _readable("i.t_ref", "t_ref") + ","
+    f" least(greatest(i.ingested_at, {_LO}), {_HI}) AS ingested_at, i.version, "
+    + _readable("lower(i.valid)", "valid_from") + ", " + _readable("upper(i.valid)", "valid_to") + ","
+    " i.visibility, i.consent_granted, i.context, i.keywords, i.fold_count, "
+    + _readable("i.updated_at", "updated_at") + ","
     " i.consent"
 )
 """Columns a recall returns (table alias ``i``)."""
