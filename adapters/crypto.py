@@ -238,10 +238,10 @@ class TransactionKeys:
         return found if found is not None else select_latest(self.conn, originator_id)
 
     def preload(self, originator_ids: list[UUID]) -> None:
-        """Read the keys of notes about to be replayed in one query."""
+        """Read the keys of notes about to be replayed in one query (whether a missing
+        key was shredded is only asked when one is missing: :meth:`shredded`)."""
         if originator_ids:
             self.loaded.update(select_keys(self.conn, originator_ids))
-            self.forgotten.update(forgotten_versions(self.conn, originator_ids))
 
     def shredded(self, originator_id: UUID, gen: int) -> bool:
         if originator_id in self.doomed:
