@@ -135,6 +135,9 @@ _LATERAL = {  # noqa: S608 - table and column names are constants of this module
                 " (q.ient IS NOT NULL AND n.inferred->>'entity' = q.ient))"
                 " ORDER BY n.ingested_at DESC LIMIT %(ik)s)",
 }
+# a plain write with an inferred key: both lookups in one statement (one round trip)
+_LATERAL["plain+inferred"] = _LATERAL["plain"] + " UNION ALL " + _LATERAL["inferred"]
+del _LATERAL["inferred"]
 _STATEMENTS = {
     group: ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
             " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[], %(ikey)s::text[],"
@@ -160,11 +163,10 @@ def select_neighbours(
     only current notes of exactly ``scope`` and the query's kind."""
     t, r, th = scope.sql()
     out: list[list[Neighbour]] = [[] for _ in queries]
-    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": [], "inferred": []}
+    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": [], "plain+inferred": []}
     for i, q in enumerate(queries):
-        groups[group_of(q)].append(i)
-        if group_of(q) == "plain" and q.inferred is not None:
-            groups["inferred"].append(i)
+        group = group_of(q)
+        groups["plain+inferred" if group == "plain" and q.inferred is not None else group].append(i)
     for group, idx in groups.items():
         for start in range(0, len(idx), CHUNK):
             chunk = idx[start : start + CHUNK]
