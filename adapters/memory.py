@@ -52,7 +52,7 @@ from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.note import ERASED, PROTECTED_FIELDS, Note, note_uuid
 from memfabric.domain.notes import Notes
-from memfabric.domain.ports import Candidate, Embedder, NoteRef
+from memfabric.domain.ports import Candidate, Embedder, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.results import EraseResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
@@ -383,13 +383,14 @@ class InMemoryNoteStore:
     def recall(
         self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
         kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+        filters: NoteFilter | None = None,
     ) -> list[Candidate]:
         """Candidates like ``recall_index.select_candidates``: the top ``limit`` by
         cosine and the top ``limit`` by the lexical score (see the module doc), every
         filter applied first."""
         with self.log.lock:
             rows = [copy.deepcopy(r) for r in self.log.recall_rows.values()
-                    if _admits(r, scope, kinds, as_of, require_consent)]
+                    if _admits(r, scope, kinds, as_of, require_consent) and _filtered(r, filters)]
         by_id = {r["aggregate_id"]: r for r in rows}
         sims: dict[UUID, float] = {}
         vranks: dict[UUID, int] = {}
@@ -408,15 +409,40 @@ class InMemoryNoteStore:
         out: list[Candidate] = []
         for aid in sorted(set(vranks) | set(lranks)):
             row = by_id[aid]
-            fields = {k: v for k, v in row.items()
-                      if k not in ("embedding", "valid", "token_hash", "superseded_by", "embedder_id")}
-            fields["importance"] = float(np.float32(fields["importance"]))  # a ``real`` column
+            fields = _returned(row)
             out.append(Candidate(
                 aggregate_id=aid, note_id=row["note_id"],
                 similarity=sims[aid] if embedding is not None else None,
                 lexical=lex.get(aid, 0.0) if query is not None else None,
                 vector_rank=vranks.get(aid), lexical_rank=lranks.get(aid), fields=fields))
         return out
+
+    def _listed(self, query: ListQuery) -> list[dict[str, Any]]:
+        with self.log.lock:
+            return [copy.deepcopy(r) for r in self.log.recall_rows.values() if _lists(r, query)]
+
+    def list_notes(
+        self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
+    ) -> list[Candidate]:
+        """Like ``recall_index.select_page``: ordered by ``(ingested_at, aggregate_id)``."""
+        rows = sorted(self._listed(query), key=lambda r: (r["ingested_at"], r["aggregate_id"]))
+        if after is not None:
+            rows = [r for r in rows if (r["ingested_at"], r["aggregate_id"]) > after]
+        return [Candidate(aggregate_id=r["aggregate_id"], note_id=r["note_id"], similarity=None,
+                          lexical=None, vector_rank=None, lexical_rank=None, fields=_returned(r))
+                for r in rows[:limit]]
+
+    def count_notes(self, query: ListQuery) -> int:
+        return len(self._listed(query))
+
+    def scopes_with(self, *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
+        with self.log.lock:
+            keys = {(r["tenant_id"], r["resource_id"], r["thread_id"])
+                    for r in self.log.recall_rows.values()
+                    if (tenant_id is None or r["tenant_id"] == tenant_id)
+                    and all(t in r["tags"] for t in tags)}
+        return [Scope(tenant_id=t, resource_id=r or None, thread_id=th or None)
+                for t, r, th in sorted(keys)]
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
         return _blocks(self.log, scope)
@@ -482,6 +508,51 @@ def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: date
         return False
     granted = row["consent_granted"]
     return granted is True if require_consent else granted is not False
+
+
+def _returned(row: dict[str, Any]) -> dict[str, Any]:
+    """The fields ``recall_index.RETURNED`` selects from a row."""
+    fields = {k: v for k, v in row.items()
+              if k not in ("embedding", "valid", "token_hash", "superseded_by", "embedder_id")}
+    fields["importance"] = float(np.float32(fields["importance"]))  # a ``real`` column
+    return fields
+
+
+def _filtered(row: dict[str, Any], filters: NoteFilter | None) -> bool:
+    """``recall_index.filter_sql`` in Python."""
+    if filters is None:
+        return True
+    if not all(t in row["tags"] for t in filters.tags):
+        return False
+    if filters.subject is not None and row["subject"] != filters.subject:
+        return False
+    return filters.min_importance is None or float(np.float32(row["importance"])) >= filters.min_importance
+
+
+def _lists(row: dict[str, Any], query: ListQuery) -> bool:
+    """``recall_index._list_where`` in Python."""
+    t, r, th = query.scope.sql()
+    if query.prefix:
+        visible = row["tenant_id"] == t and (
+            query.scope.resource_id is None or row["resource_id"] == r) and (
+            query.scope.thread_id is None or row["thread_id"] == th)
+    else:
+        visible = row["tenant_id"] == t and (
+            (row["resource_id"] == r and row["thread_id"] == th)
+            or row["visibility"] == "tenant"
+            or (row["visibility"] == "resource" and row["resource_id"] == r and r != ""))
+    if not visible or row["kind"] not in query.kinds:
+        return False
+    if query.valid_at is not None:
+        lo, hi = row["valid_from"], row["valid_to"]
+        if (lo is not None and query.valid_at < lo) or (hi is not None and query.valid_at >= hi):
+            return False
+    if not query.include_superseded and row["superseded_by"] is not None:
+        return False
+    granted = row["consent_granted"]
+    if not (granted is True if query.require_consent else granted is not False):
+        return False
+    return _filtered(row, query.filters)
 
 
 def _lexical_scores(rows: Sequence[dict[str, Any]], terms: Sequence[str]) -> dict[UUID, float]:

@@ -35,7 +35,7 @@ from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFact
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
 from memfabric.domain.errors import ProjectionLagError
 from memfabric.domain.note import Note
-from memfabric.domain.ports import Candidate, NoteRef
+from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import note_scope, recall_index, tables, working_value
@@ -222,6 +222,7 @@ class PostgresNoteStore:
     def recall(
         self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
         kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+        filters: NoteFilter | None = None,
     ) -> list[Candidate]:
         """:func:`memfabric.projections.recall_index.select_candidates` in one
         transaction: exact search for a tenant of at most :attr:`exact_search_max`
@@ -239,7 +240,22 @@ class PostgresNoteStore:
                     sql.Literal(min(EF_SEARCH_MAX, max(self.ef_search, limit)))))
             return recall_index.select_candidates(
                 cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
-                limit=limit, require_consent=require_consent)
+                limit=limit, require_consent=require_consent, filters=filters)
+
+    def list_notes(
+        self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
+    ) -> list[Candidate]:
+        """:func:`memfabric.projections.recall_index.select_page` (keyset, one statement)."""
+        with self.connection() as conn, conn.cursor() as cur:
+            return recall_index.select_page(cur, query, after=after, limit=limit)
+
+    def count_notes(self, query: ListQuery) -> int:
+        with self.connection() as conn, conn.cursor() as cur:
+            return recall_index.count_rows(cur, query)
+
+    def scopes_with(self, *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
+        with self.connection() as conn, conn.cursor() as cur:
+            return recall_index.select_scopes(cur, tenant_id=tenant_id, tags=tags)
 
     def _tenant_size(self, cur: Cursor[Any], tenant_id: str) -> int:
         """Indexed notes of a tenant, counted up to ``exact_search_max + 1`` and cached

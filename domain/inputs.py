@@ -305,6 +305,11 @@ class RecallInput(_Input):
     - ``budget``: 1-1,000,000 tokens; the best hit is always returned and ranking stops
       at the first hit that would not fit.
     - ``mode``: ``hybrid`` (default), ``vector`` or ``lexical``.
+    - ``tags`` (the note carries every one), ``subject`` (equal), ``min_importance``
+      (in [0, 1]): filters applied inside the recall query.
+    - ``min_relevance``: in [0, 1], default :data:`DEFAULT_MIN_RELEVANCE`; a hit whose
+      evidence (see ``memfabric.domain.ranking``) is below it is dropped, so
+      ``top_k`` is never padded with notes sharing nothing with the query. 0 disables.
     """
 
     query: QueryText
@@ -314,6 +319,14 @@ class RecallInput(_Input):
     budget: Budget | None = None
     scoring: Scoring | None = None
     mode: RecallMode = "hybrid"
+    tags: list[NonEmpty] = Field(default_factory=list, max_length=64)
+    subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    min_importance: Unit | None = None
+    min_relevance: Unit = 0.05
+
+
+DEFAULT_MIN_RELEVANCE = 0.05
+"""Default relevance floor of recall and of the context provider."""
 
 
 class ContextOptions(_Input):
@@ -323,7 +336,8 @@ class ContextOptions(_Input):
       block of the scope, in label order.
     - ``include_semantic`` (default True): one ``semantic-memory`` block per recalled
       note, in rank order, under exactly the rules of ``recall`` (``kinds``, ``as_of``,
-      ``top_k``, ``budget``: same types, defaults and limits as :class:`RecallInput`).
+      ``top_k``, ``budget``, ``min_relevance``: same types, defaults and limits as
+      :class:`RecallInput`).
     - ``query``: the query used when a call gives none (no user message either); with
       no query at all a call returns no semantic blocks.
     """
@@ -335,7 +349,7 @@ class ContextOptions(_Input):
     as_of: Instant | None = None
     top_k: TopK = 10
     budget: Budget | None = None
-
+    min_relevance: Unit = DEFAULT_MIN_RELEVANCE
 
 
 class Limits(BaseModel):
@@ -422,4 +436,31 @@ class DeletePathArgs(_Args):
 
     path: FilePath
     hold: StrictBool = False
+    requested_by: Requester | None = None
+
+
+class ListInput(_Args):
+    """Arguments of ``Notes.list`` / ``Notes.count``.
+
+    - ``kinds``: subset of ``fact, procedure, file`` (default all three).
+    - ``tags`` (every one), ``subject`` (equal): as in recall.
+    - ``valid_at``: timezone-aware; only notes whose ``[valid_from, valid_to)`` contains
+      it (default: any window).
+    - ``include_superseded``: also list notes a newer note replaced (default False).
+    - ``limit``: 1-1000 (default 100); ``cursor``: the ``next_cursor`` of the previous page.
+    """
+
+    kinds: RecallKinds = ("fact", "procedure", "file")
+    tags: list[NonEmpty] = Field(default_factory=list, max_length=64)
+    subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    valid_at: AwareDatetime | None = None
+    include_superseded: StrictBool = False
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    cursor: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+
+
+class ReleaseHoldArgs(NoteRefArgs):
+    """Arguments of ``Notes.release_hold``: a note ``id`` and ``requested_by`` (1-200
+    characters or ``None``)."""
+
     requested_by: Requester | None = None

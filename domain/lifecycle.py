@@ -16,11 +16,18 @@ from typing import TYPE_CHECKING
 
 from memfabric.domain import working
 from memfabric.domain.history import history
-from memfabric.domain.errors import FabricError
+from memfabric.domain.errors import FabricError, NoteNotFoundError
 from memfabric.domain.inputs import EraseScopeInput
 from memfabric.domain.note import Note
 from memfabric.domain.ports import UnitOfWork
-from memfabric.domain.results import EraseResult, ForgetResult, PathForgetResult, RepointResult
+from memfabric.domain.results import (
+    EraseResult,
+    ForgetResult,
+    MemoryNote,
+    PathForgetResult,
+    RepointResult,
+    note_view,
+)
 from memfabric.domain.scope import Scope
 
 if TYPE_CHECKING:
@@ -73,6 +80,22 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
     svc.store.await_position(uow.position)
     return ForgetResult(id=note_id if block is None else None, block=block,
                         deleted=len(tally.deleted), held=bool(tally.held or tally.already_held))
+
+
+def release_hold(svc: MemoryService, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
+    """Lift the legal hold of note ``note_id``: one ``HoldReleased`` event; in the same
+    unit of work its projection rows come back, so it is recalled and listed again.
+    The hold's ``Forgotten`` event stays in the history. Raises ``NoteNotFoundError``
+    (absent), ``NoteForgottenError`` (tombstoned), ``NotHeldError`` (not held)."""
+    with svc.unit_of_work([scope]) as uow:
+        note = uow.load(scope, note_id)
+        if note is None:
+            raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
+        note.release_hold(requested_by=requested_by)
+        uow.add(note)
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return note_view(note, "released")
 
 
 def forget_block(svc: MemoryService, scope: Scope, label: str, *, hold: bool,

@@ -18,7 +18,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate
 
-from memfabric.domain.errors import NoteForgottenError
+from memfabric.domain.errors import NoteForgottenError, NotHeldError
 from memfabric.domain.scope import Scope
 
 _NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
@@ -300,6 +300,17 @@ class Note(Aggregate):
             if note.kind == "working":
                 note.block_version += 1
 
+    class HoldReleased(Aggregate.Event):
+        """A legal hold was lifted: the note is live again (recalled, listed, a fold
+        and link candidate). The hold's ``Forgotten`` event stays in the history."""
+
+        requested_by: str
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.held = False
+            note.updated_at = self.timestamp
+
     def __init__(  # noqa: PLR0913 - the Remembered event's fields
         self,
         *,
@@ -456,3 +467,11 @@ class Note(Aggregate):
             requested_by=requested_by,
             cause=cause,
         )
+
+    def release_hold(self, *, requested_by: str, cause: str = "caller") -> None:
+        """Lift the legal hold (``NoteForgottenError`` for a forgotten note,
+        ``NotHeldError`` for one that is not held)."""
+        self._check_live()
+        if not self.held:
+            raise NotHeldError(f"note {self.note_id} is not under legal hold")
+        self.trigger_event(self.HoldReleased, requested_by=requested_by, cause=cause)

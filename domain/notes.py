@@ -21,9 +21,11 @@ from memfabric.domain.inputs import (
     ForgetArgs,
     Kind,
     Link,
+    ListInput,
     NoteRefArgs,
     RecallInput,
     RecallMode,
+    ReleaseHoldArgs,
     RememberInput,
     RepointArgs,
     Scoring,
@@ -34,6 +36,7 @@ from memfabric.domain.results import (
     HistoryEntry,
     Lineage,
     MemoryNote,
+    NotePage,
     PathForgetResult,
     RecallResult,
     RepointResult,
@@ -241,6 +244,10 @@ class Notes:
         budget: int | None = None,
         scoring: Scoring | Mapping[str, Any] | None = None,
         mode: RecallMode = "hybrid",
+        tags: Sequence[str] | None = None,
+        subject: str | None = None,
+        min_importance: float | None = None,
+        min_relevance: float | None = None,
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
@@ -259,8 +266,19 @@ class Notes:
         (Bruch et al., TOIS 2023; ``scoring.fusion="rrf"`` for weighted reciprocal rank
         fusion), the cosine in ``vector`` mode. Formulas: :mod:`memfabric.domain.ranking`.
         Hits and explain rows never contain the query text.
+
+        - ``tags`` (a hit carries every one), ``subject`` (equal), ``min_importance``:
+          filters inside the recall SQL, before ranking.
+        - ``min_relevance`` (default 0.05, 0 disables): hits with less evidence (cosine
+          and full-text, see :mod:`memfabric.domain.ranking`) are dropped, so fewer than
+          ``top_k`` come back when fewer notes match at all.
         """
-        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode}
+        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode,
+                                "subject": subject, "min_importance": min_importance}
+        if tags is not None:
+            data["tags"] = tags
+        if min_relevance is not None:
+            data["min_relevance"] = min_relevance
         if top_k is not None:
             data["top_k"] = top_k
         if budget is not None:
@@ -370,6 +388,61 @@ class Notes:
             self.scope, args.path, hold=args.hold, requested_by=args.requested_by or self.actor
         )
 
+
+    # -------------------------------------------------------------- lifecycle
+    def release_hold(self, id: str, *, requested_by: str | None = None) -> MemoryNote:  # noqa: A002
+        """Lift the legal hold of note ``id`` (a ``HoldReleased`` event recording
+        ``requested_by``, default this handle's actor): it is recalled, listed and in
+        context again; the hold's tombstone stays in :meth:`history`. Returns the note
+        (``outcome="released"``).
+
+        Raises ``NoteNotFoundError`` (no such note in this scope), ``NoteForgottenError``
+        (tombstoned), ``NotHeldError`` (not held), ``ValidationError`` (bad id or
+        ``requested_by``); nothing is written then."""
+        args = ReleaseHoldArgs(id=id, requested_by=requested_by)
+        return self._service.release_hold(self.scope, args.id, requested_by=args.requested_by or self.actor)
+
+    # ---------------------------------------------------------------- browsing
+    def count(
+        self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
+        subject: str | None = None, valid_at: datetime | None = None,
+        include_superseded: bool = False,
+    ) -> int:
+        """How many notes :meth:`list` would return over all its pages (same filters)."""
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
+        return self._service.count_notes(self.scope, args)
+
+    def list(  # noqa: A003 - public API name
+        self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
+        subject: str | None = None, valid_at: datetime | None = None,
+        include_superseded: bool = False, limit: int = 100, cursor: str | None = None,
+    ) -> NotePage:
+        """One page of the notes visible from this scope (recall's scope, visibility and
+        consent rules; held and forgotten notes never listed), oldest first by
+        ``(ingested_at, id)``: ``page.items`` (``MemoryNote``, ``outcome="listed"``) and
+        ``page.next_cursor`` (opaque; pass it as ``cursor`` for the next page, ``None``
+        on the last). Keyset paging: a note that existed when paging started is listed
+        exactly once however many notes are written meanwhile.
+
+        ``kinds`` default fact, procedure and file; ``tags`` (every one), ``subject``
+        (equal); ``valid_at`` (only notes valid then; default any window);
+        ``include_superseded`` (default False); ``limit`` 1-1000. Raises
+        ``ValidationError`` for a bad argument or a cursor this fabric did not issue."""
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor)
+        return self._service.list_notes(self.scope, args)
+
+
+def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_superseded: Any,
+               limit: Any, cursor: Any) -> ListInput:
+    data: dict[str, Any] = {"subject": subject, "valid_at": valid_at,
+                            "include_superseded": include_superseded, "cursor": cursor}
+    if kinds is not None:
+        data["kinds"] = kinds
+    if tags is not None:
+        data["tags"] = tags
+    if limit is not None:
+        data["limit"] = limit
+    return ListInput.model_validate(data)
 
 
 def _note_id(value: str) -> str:

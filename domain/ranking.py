@@ -10,6 +10,13 @@ For each candidate (see ``memfabric.domain.ports.Candidate``)::
     score     = relevance + recency_weight · 0.5^(age / half_life) + importance_weight · importance
                                                              (additive, Park et al., UIST 2023)
 
+Relevance floor: a candidate whose *evidence* is below ``min_relevance`` (default
+0.05, see :data:`memfabric.domain.inputs.DEFAULT_MIN_RELEVANCE`) is dropped before the
+cut, so ``top_k`` is never padded with notes that share nothing with the query
+(cosine ≈ 0 and no matching term). The evidence is the relevance above, except under
+``fusion="rrf"``, whose rank-based values carry no magnitude: there it is the convex
+relevance ``w · max(0, cosine) + (1 − w) · lexical`` of the same candidate.
+
 Hits are sorted by score (ties: earlier ``ingested_at``, then id), cut at ``top_k`` and
 at ``budget`` (summed ``token_count``; the best hit is always returned and ranking
 stops at the first hit that would not fit).
@@ -24,7 +31,7 @@ from datetime import datetime
 from memfabric.domain import policy
 from memfabric.domain.inputs import RecallMode, Scoring
 from memfabric.domain.ports import Candidate
-from memfabric.domain.results import ConsentInfo, Explain, MemoryNote, RecallResult
+from memfabric.domain.results import ConsentInfo, Explain, MemoryNote, Outcome, RecallResult
 from memfabric.domain.scope import Scope
 
 
@@ -39,6 +46,7 @@ class Ranking:
     vector_weight: float
     top_k: int
     budget: int | None
+    min_relevance: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +56,14 @@ class _Scored:
     recency: float
     lexical: float | None
     cand: Candidate
+    evidence: float
 
 
 def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     """Ranked hits and their parallel explain rows (see the module doc)."""
     best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
-    scored = [_score(c, how, best_lex) for c in candidates]
+    scored = [s for s in (_score(c, how, best_lex) for c in candidates)
+              if s.evidence >= how.min_relevance]
     scored.sort(key=lambda s: (-s.total, s.cand.fields["ingested_at"], s.cand.note_id))
     hits: list[MemoryNote] = []
     explain: list[Explain] = []
@@ -78,13 +88,16 @@ def _score(cand: Candidate, how: Ranking, best_lex: float) -> _Scored:
         relevance = policy.weighted_rrf_relevance(cand.vector_rank, cand.lexical_rank, how.vector_weight)
     else:
         relevance = policy.convex_relevance(cand.similarity, lexical, how.vector_weight)
+    evidence = relevance
+    if how.mode == "hybrid" and how.scoring.fusion == "rrf":
+        evidence = policy.convex_relevance(cand.similarity, lexical, how.vector_weight)
     f = cand.fields
     reference = f["t_ref"] or f["valid_from"] or f["ingested_at"]
     rec = policy.recency(reference, how.as_of, how.scoring.half_life)
     total = policy.score(relevance, rec, float(f["importance"]),
                          recency_weight=how.scoring.recency_weight,
                          importance_weight=how.scoring.importance_weight)
-    return _Scored(total, relevance, rec, lexical, cand)
+    return _Scored(total, relevance, rec, lexical, cand, evidence)
 
 
 def _explain(s: _Scored) -> Explain:
@@ -104,8 +117,8 @@ def _explain(s: _Scored) -> Explain:
     )
 
 
-def candidate_view(cand: Candidate) -> MemoryNote:
-    """The read model of a recall-index row (``outcome="recalled"``)."""
+def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote:
+    """The read model of a recall-index row (``outcome="recalled"`` unless told)."""
     f = cand.fields
     return MemoryNote(
         id=cand.note_id,
@@ -130,5 +143,5 @@ def candidate_view(cand: Candidate) -> MemoryNote:
         keywords=tuple(f["keywords"] or ()),
         fold_count=int(f["fold_count"]),
         updated_at=f["updated_at"],
-        outcome="recalled",
+        outcome=outcome,
     )

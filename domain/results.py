@@ -16,10 +16,12 @@ from memfabric.domain.scope import Scope
 
 Outcome = Literal[
     "inserted", "folded", "superseding", "preceding", "replaced", "appended", "recalled", "read",
+    "listed", "released",
 ]
 """What a call did to or with a note: ``remember`` gives ``inserted``, ``folded``,
 ``superseding`` or ``preceding`` (working blocks ``inserted``, ``replaced`` or
-``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``."""
+``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``; ``list`` gives
+``listed``; ``release_hold`` gives ``released``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,15 @@ class RecallResult:
 
     hits: list[MemoryNote] = field(default_factory=list)
     explain: list[Explain] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class NotePage:
+    """One page of ``Notes.list``: ``items`` in ``(ingested_at, id)`` order and
+    ``next_cursor`` (opaque; ``None`` on the last page)."""
+
+    items: list[MemoryNote] = field(default_factory=list)
+    next_cursor: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

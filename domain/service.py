@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from memfabric.domain import history, lifecycle, policy, ranking, remember, working
+from memfabric.domain import browse, history, lifecycle, policy, ranking, remember, working
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig
 from memfabric.domain.errors import EmbedderError, SettingsError
@@ -26,17 +26,19 @@ from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
     Limits,
+    ListInput,
     RecallInput,
     RememberInput,
     Scoring,
 )
-from memfabric.domain.ports import Embedder, NoteStore, UnitOfWork, UnitOfWorkFactory
+from memfabric.domain.ports import Embedder, ListQuery, NoteFilter, NoteStore, UnitOfWork, UnitOfWorkFactory
 from memfabric.domain.results import (
     EraseResult,
     ForgetResult,
     HistoryEntry,
     Lineage,
     MemoryNote,
+    NotePage,
     PathForgetResult,
     RecallResult,
     RepointResult,
@@ -182,14 +184,36 @@ class MemoryService:
         embedding = self.embed([query.query])[0] if query.mode != "lexical" else None
         candidates = self.store.recall(
             scope, embedding=embedding, query=query.query if query.mode != "vector" else None,
-            kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent)
+            kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent,
+            filters=_filters(query.tags, query.subject, query.min_importance))
         scoring = query.scoring or Scoring()
         weight = scoring.vector_weight
         if weight is None:
             weight = float(getattr(self.embedder, "vector_weight", policy.DEFAULT_VECTOR_WEIGHT))
         how = ranking.Ranking(mode=query.mode, as_of=as_of, scoring=scoring, vector_weight=weight,
-                              top_k=query.top_k, budget=query.budget)
+                              top_k=query.top_k, budget=query.budget,
+                              min_relevance=query.min_relevance)
         return ranking.rank(candidates, how)
+
+    def list_query(self, scope: Scope, args: ListInput) -> ListQuery:
+        """The store query of ``Notes.list`` / ``Notes.count`` arguments."""
+        return ListQuery(scope=scope, kinds=tuple(args.kinds),
+                         filters=_filters(args.tags, args.subject, None) or NoteFilter(),
+                         valid_at=args.valid_at, include_superseded=args.include_superseded,
+                         require_consent=self.require_consent)
+
+    def list_notes(self, scope: Scope, args: ListInput) -> NotePage:
+        """One keyset page of the notes visible from ``scope`` (see ``Notes.list``)."""
+        return browse.page(self.store, self.list_query(scope, args), cursor=args.cursor,
+                           limit=args.limit)
+
+    def count_notes(self, scope: Scope, args: ListInput) -> int:
+        """How many notes ``Notes.list`` would list over every page."""
+        return self.store.count_notes(self.list_query(scope, args))
+
+    def release_hold(self, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
+        """Lift a legal hold (see :func:`memfabric.domain.lifecycle.release_hold`)."""
+        return lifecycle.release_hold(self, scope, note_id, requested_by=requested_by)
 
     def working_value(self, scope: Scope) -> dict[str, Any]:
         """The working value of exactly ``scope`` (see ``Notes.working_value``)."""
@@ -210,3 +234,9 @@ class MemoryService:
     def verify_content(self, scope: Scope, note_id: str, text: str) -> bool:
         """Whether ``text`` matches a tombstone's keyed hash."""
         return lifecycle.verify_content(self, scope, note_id, text)
+
+
+def _filters(tags: Sequence[str], subject: str | None, min_importance: float | None) -> NoteFilter | None:
+    if not tags and subject is None and min_importance is None:
+        return None
+    return NoteFilter(tags=tuple(tags), subject=subject, min_importance=min_importance)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import numpy as np
 from psycopg import Cursor, sql
@@ -19,7 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg.types.range import Range
 
 from memfabric.domain.note import Note
-from memfabric.domain.ports import Candidate
+from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.projections import base, tables
@@ -83,7 +84,7 @@ def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
 
 def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
     """Secondary indexes: HNSW (cosine, m=16, ef_construction=64), GIN on tsv, btrees on
-    scope + kind and tenant + kind."""
+    scope + kind, tenant + kind and tenant + (ingested_at, aggregate_id) (listing)."""
     t = sql.Identifier(table)
     name = table + suffix
     return [
@@ -99,6 +100,9 @@ def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
         ).format(i=sql.Identifier(f"{name}_scope"), t=t),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, kind)").format(
             i=sql.Identifier(f"{name}_tenant"), t=t
+        ),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, ingested_at, aggregate_id)").format(
+            i=sql.Identifier(f"{name}_listing"), t=t
         ),
     ]
 
@@ -248,15 +252,40 @@ IDF_CORPUS_CAP = 10_000
 many; beyond it the count, and so the cost, stays bounded."""
 
 
-def _where(require_consent: bool) -> sql.Composable:
+def _consent(require_consent: bool) -> sql.Composable:
+    # An explicit refusal (granted=False) is never recalled; with require_consent
+    # only notes whose consent was granted are.
+    return (sql.SQL("consent_granted IS TRUE") if require_consent
+            else sql.SQL("consent_granted IS DISTINCT FROM FALSE"))
+
+
+def filter_sql(filters: NoteFilter | None) -> list[sql.Composable]:
+    """The conditions of ``filters`` (parameters ``f_tags``, ``f_subject``, ``f_imp``,
+    see :func:`filter_params`): every tag (``tags @>``), equal subject, importance at least."""
+    out: list[sql.Composable] = []
+    if filters is not None and filters.tags:
+        out.append(sql.SQL("tags @> %(f_tags)s::text[]"))
+    if filters is not None and filters.subject is not None:
+        out.append(sql.SQL("subject = %(f_subject)s"))
+    if filters is not None and filters.min_importance is not None:
+        out.append(sql.SQL("importance >= %(f_imp)s::float8"))
+    return out
+
+
+def filter_params(filters: NoteFilter | None) -> dict[str, Any]:
+    """Parameters of :func:`filter_sql`."""
+    if filters is None:
+        return {}
+    return {"f_tags": list(filters.tags), "f_subject": filters.subject, "f_imp": filters.min_importance}
+
+
+def _where(require_consent: bool, filters: NoteFilter | None = None) -> sql.Composable:
     return sql.SQL(" AND ").join([
         scope_filter(),
         sql.SQL("kind = ANY(%(kinds)s)"),
         sql.SQL("valid @> %(as_of)s::timestamptz"),
-        # An explicit refusal (granted=False) is never recalled; with require_consent
-        # only notes whose consent was granted are.
-        sql.SQL("consent_granted IS TRUE") if require_consent
-        else sql.SQL("consent_granted IS DISTINCT FROM FALSE"),
+        _consent(require_consent),
+        *filter_sql(filters),
     ])
 
 
@@ -284,7 +313,8 @@ _LEXICAL_LIST = (
 _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"
 
 
-def recall_statement(*, vector: bool, lexical: bool, require_consent: bool) -> sql.Composed:
+def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
+                     filters: NoteFilter | None = None) -> sql.Composed:
     """The one recall statement: the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
     both, the exact cosine similarity and full-text score, with every scope, kind,
@@ -296,8 +326,8 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool) -> s
     filters admit (counted up to :data:`IDF_CORPUS_CAP`) and ``df`` the number of those
     containing the lexeme: BM25 with ``k1 = 0`` (no term-frequency or length term, which
     barely matter for short notes). Parameters: ``t, r, th, kinds, as_of, limit``, and
-    ``q`` (float32 vector, binary) / ``text``, ``idf_cap``."""
-    t, w = sql.Identifier(TABLE), _where(require_consent)
+    ``q`` (float32 vector, binary) / ``text``, ``idf_cap`` and those of :func:`filter_params`."""
+    t, w = sql.Identifier(TABLE), _where(require_consent, filters)
     parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(
@@ -317,16 +347,18 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool) -> s
 def select_candidates(
     cur: Cursor[Any], scope: Scope, *, embedding: np.ndarray | None, query: str | None,
     kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+    filters: NoteFilter | None = None,
 ) -> list[Candidate]:
     """Run :func:`recall_statement` in the caller's transaction; returns candidates with
     their similarity, raw lexical score and ranks."""
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
-                              "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP}
+                              "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
+                              **filter_params(filters)}
     if embedding is not None:
         params["q"] = np.asarray(embedding, np.float32)
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
-                            require_consent=require_consent)
+                            require_consent=require_consent, filters=filters)
     out = []
     for row in cur.execute(stmt, params).fetchall():
         sim, lex = row.pop("sim"), row.pop("lex")
@@ -344,3 +376,66 @@ def tenant_size(cur: Cursor[Any], tenant_id: str, cap: int) -> int:
         sql.SQL("SELECT count(*) AS n FROM (SELECT 1 FROM {t} WHERE tenant_id = %s LIMIT %s) s").format(
             t=sql.Identifier(TABLE)), (tenant_id, cap)).fetchone()
     return int(row["n"]) if row else 0
+
+
+def _list_where(query: ListQuery) -> tuple[sql.Composable, dict[str, Any]]:
+    t, r, th = query.scope.sql()
+    params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(query.kinds),
+                              "valid_at": query.valid_at, **filter_params(query.filters)}
+    conds: list[sql.Composable] = []
+    if query.prefix:
+        conds.append(sql.SQL("tenant_id = %(t)s"))
+        if query.scope.resource_id is not None:
+            conds.append(sql.SQL("resource_id = %(r)s"))
+        if query.scope.thread_id is not None:
+            conds.append(sql.SQL("thread_id = %(th)s"))
+    else:
+        conds.append(scope_filter())
+    conds.append(sql.SQL("kind = ANY(%(kinds)s)"))
+    if query.valid_at is not None:
+        conds.append(sql.SQL("valid @> %(valid_at)s::timestamptz"))
+    if not query.include_superseded:
+        conds.append(sql.SQL("superseded_by IS NULL"))
+    conds.append(_consent(query.require_consent))
+    conds.extend(filter_sql(query.filters))
+    return sql.SQL(" AND ").join(conds), params
+
+
+def select_page(
+    cur: Cursor[Any], query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
+) -> list[Candidate]:
+    """Keyset page of the rows ``query`` admits, ordered by ``(ingested_at,
+    aggregate_id)`` after ``after`` (btree ``(tenant_id, ingested_at, aggregate_id)``)."""
+    where, params = _list_where(query)
+    if after is not None:
+        where = sql.SQL("{w} AND (ingested_at, aggregate_id) > (%(a_at)s::timestamptz, %(a_id)s::uuid)").format(w=where)
+        params["a_at"], params["a_id"] = after
+    params["limit"] = limit
+    stmt = sql.SQL(
+        "SELECT i.aggregate_id, {ret} FROM {t} i WHERE {w}"
+        " ORDER BY i.ingested_at, i.aggregate_id LIMIT %(limit)s"
+    ).format(ret=sql.SQL(RETURNED), t=sql.Identifier(TABLE), w=where)
+    return [Candidate(aggregate_id=row["aggregate_id"], note_id=row["note_id"], similarity=None,
+                      lexical=None, vector_rank=None, lexical_rank=None, fields=row)
+            for row in cur.execute(stmt, params).fetchall()]
+
+
+def count_rows(cur: Cursor[Any], query: ListQuery) -> int:
+    """How many rows ``query`` admits."""
+    where, params = _list_where(query)
+    row = cur.execute(sql.SQL("SELECT count(*) AS n FROM {t} WHERE {w}").format(
+        t=sql.Identifier(TABLE), w=where), params).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def select_scopes(cur: Cursor[Any], *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
+    """Distinct scopes of the rows carrying every tag of ``tags`` (one tenant or all)."""
+    conds: list[sql.Composable] = [sql.SQL("tags @> %(tags)s::text[]")]
+    if tenant_id is not None:
+        conds.append(sql.SQL("tenant_id = %(t)s"))
+    stmt = sql.SQL(
+        "SELECT DISTINCT tenant_id, resource_id, thread_id FROM {t} WHERE {w} ORDER BY 1, 2, 3"
+    ).format(t=sql.Identifier(TABLE), w=sql.SQL(" AND ").join(conds))
+    rows = cur.execute(stmt, {"tags": list(tags), "t": tenant_id}).fetchall()
+    return [Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
+                  thread_id=r["thread_id"] or None) for r in rows]
