@@ -267,7 +267,8 @@ def recorded_embedder(dsn: str) -> dict[str, Any] | None:
 
 
 def _record_embedder(dsn: str, embedder: Embedder) -> None:
-    params = {k: v for k, v in vars(embedder).items()
+    attrs = {"vector_weight": getattr(embedder, "vector_weight", None), **getattr(embedder, "__dict__", {})}
+    params = {k: v for k, v in attrs.items()
               if not k.startswith("_") and isinstance(v, str | int | float | bool) and k not in ("id", "dim")}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(EMBEDDER_DDL)
