@@ -270,7 +270,7 @@ def note_scope(fabric: Fabric, note_id: str, tenant: str | None = None, resource
     the only scope of the log with a note of that id. ``NoteNotFoundError`` when none
     has it; ``FabricError`` listing the scopes when several do."""
     if not NOTE_ID_RE.match(note_id):
-        raise FabricError(f"id: {note_id!r} is not a note id (12 lowercase hex digits)")
+        raise FabricError("id: must be 12 lowercase hex digits")
     if tenant is not None and (resource is not None or thread is not None):
         return fabric.scope(tenant, resource, thread)
     found = sorted({
