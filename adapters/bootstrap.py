@@ -5,13 +5,14 @@ Following cosmicpython's ``bootstrap``: the only place that knows every adapter.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import psycopg
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
-from memfabric.adapters.embedders import HashEmbedder
+from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
@@ -163,7 +164,9 @@ def open_fabric(
       ``$MEMFABRIC_DSN``; with neither, the embedded PostgreSQL 18 in ``data_dir``
       (default ``$MEMFABRIC_HOME/pg`` or the user data dir) is started or joined.
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
-      ``HashEmbedder(384)``. Its ``dim`` must match an existing recall index.
+      ``HashEmbedder(384)``, or the embedder recorded in the database
+      (``mf_fabric_embedder``, written on first open) built from its id. An embedder other
+      than the recorded one raises ``FabricError`` naming both.
     - ``consolidate``: ``True`` (default), ``False`` or ``{"threshold": 0.85}``.
     - ``session_id``: only the session with this id may ``attach`` (default: any session).
     - ``subjects``: the subject extractor whose inferred key decides when a
@@ -197,7 +200,8 @@ def open_fabric(
         with psycopg.connect(dsn, autocommit=True) as ddl_lock:
             ddl_lock.execute("SELECT pg_advisory_lock(%s)", (advisory_key("mf-open"),))
             _ensure_extension(dsn)
-            embedder = embedder or HashEmbedder()
+            recorded = recorded_embedder(dsn)
+            embedder = _choose_embedder(embedder, recorded)
             if isinstance(consolidate, Consolidation):
                 consolidation = consolidate
             elif isinstance(consolidate, bool):
@@ -215,6 +219,8 @@ def open_fabric(
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
             _check_dim(log.datastore, embedder.dim)
+            if recorded is None:
+                _record_embedder(dsn, embedder)
             engine.create()
             store.secret()  # created or read now, so no write needs a second connection
             if not inline_projections and await_projections:
@@ -237,6 +243,62 @@ def open_fabric(
         if embedded is not None:
             embedded.close()
         raise
+
+
+EMBEDDER_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {tables.FABRIC_EMBEDDER} ("
+    " singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),"
+    " embedder_id text NOT NULL, dim integer NOT NULL, params jsonb NOT NULL DEFAULT '{}',"
+    " recorded_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+def recorded_embedder(dsn: str) -> dict[str, Any] | None:
+    """The embedder recorded in the database (``{"id", "dim", "params"}``), or ``None``
+    for a database opened for the first time (or by a version before the record)."""
+    with psycopg.connect(dsn) as conn:
+        exists = conn.execute("SELECT to_regclass(%s)", (tables.FABRIC_EMBEDDER,)).fetchone()
+        if not exists or exists[0] is None:
+            return None
+        row = conn.execute(
+            f"SELECT embedder_id, dim, params FROM {tables.FABRIC_EMBEDDER}"  # noqa: S608
+        ).fetchone()
+    return None if row is None else {"id": row[0], "dim": int(row[1]), "params": dict(row[2] or {})}
+
+
+def _record_embedder(dsn: str, embedder: Embedder) -> None:
+    attrs = {"vector_weight": getattr(embedder, "vector_weight", None), **getattr(embedder, "__dict__", {})}
+    params = {k: v for k, v in attrs.items()
+              if not k.startswith("_") and isinstance(v, str | int | float | bool) and k not in ("id", "dim")}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(EMBEDDER_DDL)
+        conn.execute(
+            f"INSERT INTO {tables.FABRIC_EMBEDDER} (embedder_id, dim, params) VALUES (%s, %s, %s)"  # noqa: S608
+            " ON CONFLICT DO NOTHING",
+            (str(embedder.id), int(embedder.dim), json.dumps(params)),
+        )
+
+
+def _choose_embedder(embedder: Embedder | None, recorded: dict[str, Any] | None) -> Embedder:
+    """The given embedder (refused when it is not the recorded one), else the recorded
+    one built from its id, else ``HashEmbedder()``."""
+    if recorded is None:
+        return embedder or HashEmbedder()
+    if embedder is None:
+        try:
+            return embedder_from_name(recorded["id"])
+        except ValueError:
+            raise FabricError(
+                f"the database records embedder {recorded['id']} (dimension {recorded['dim']}), which memfabric "
+                "cannot build by itself; pass that embedder to open_fabric(embedder=...)") from None
+        except ImportError as exc:
+            raise FabricError(
+                f"the database records embedder {recorded['id']}, whose package is not installed: {exc}") from None
+    if str(embedder.id) != recorded["id"]:
+        raise FabricError(
+            f"embedder {embedder.id} (dimension {embedder.dim}) does not match the database's recorded embedder "
+            f"{recorded['id']} (dimension {recorded['dim']}); open it with the recorded one or without an embedder")
+    return embedder
 
 
 def _check_dim(datastore: Any, dim: int) -> None:

@@ -335,7 +335,10 @@ class SealingMapper(Mapper[UUID]):
                 inner["_sealed"] = list(protected)
             state["state"] = inner
         else:
-            protected = {k: state.pop(k) for k in PROTECTED_FIELDS if k in state}
+            # a protected field that is None carries nothing: it stays in the clear, so
+            # an erased event still tells which fields it had (no ``path: <erased>`` on a
+            # note that never had a path)
+            protected = {k: state.pop(k) for k in PROTECTED_FIELDS if state.get(k) is not None}
         plain = self.transcoder.encode(state)
         out = [MAGIC, _U32.pack(len(plain)), plain]
         if protected:
@@ -376,7 +379,8 @@ class SealingMapper(Mapper[UUID]):
                 target = state["state"] = dict(state["state"])
                 fields = list(target.pop("_sealed", []))
             else:
-                fields = [f for f in PROTECTED_FIELDS if f in getattr(cls, "__dataclass_fields__", {})]
+                fields = [f for f in PROTECTED_FIELDS
+                          if f in getattr(cls, "__dataclass_fields__", {}) and f not in state]
             if key is None and not self.keys.shredded(oid, gen):
                 raise EventIntegrityError(
                     f"event {stored.originator_version} of aggregate {oid}: key fault: its data "

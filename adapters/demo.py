@@ -92,14 +92,15 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None = None) -> dict[str, Any]:
+def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None = None,
+             embedder: Any = None) -> dict[str, Any]:
     """Run the demo; returns a summary dict (used by tests). Each run uses a fresh thread."""
     from memfabric.adapters.cli import lineage_summary, lineage_table, recall_table
 
     run = uuid.uuid4().hex[:6]
     thread = f"demo-{run}"
     summary: dict[str, Any] = {}
-    with open_fabric(dsn, data_dir=data_dir) as fabric:
+    with open_fabric(dsn, data_dir=data_dir, embedder=embedder) as fabric:
         where = "embedded PostgreSQL" if fabric._embedded else "PostgreSQL at the given DSN"  # noqa: SLF001
         console.print(Panel.fit(f"memfabric demo · {where} · thread {thread}", style="bold"))
         acme = fabric.scope("acme", "user-1", thread)

@@ -93,10 +93,13 @@ def test_history_of_forgotten_note_marks_protected_fields_erased(fabric: Fabric)
 
     remembered, folded, tomb = notes.history(n.id)
     for entry in (remembered, folded):
-        assert set(entry.erased) >= {"content", "context", "keywords", "embedding"}
+        assert set(entry.erased) >= {"content", "keywords", "embedding"}
         assert all(entry.fields[name] == ERASED for name in entry.erased)
         assert "4471" not in repr(entry.fields)
-    assert "path" in remembered.erased
+    assert "context" in remembered.erased
+    # issue 19: only fields the event had read <erased> (the fact had no path, the fold no context)
+    assert "path" not in remembered.erased and remembered.fields["path"] is None
+    assert "context" not in folded.erased
     assert folded.fields["tags"] == ["again"]  # plain metadata stays readable
     assert tomb.type == "Forgotten" and tomb.erased == ()
 
