@@ -402,7 +402,10 @@ class InMemoryNoteStore:
         lex: dict[UUID, float] = {}
         lranks: dict[UUID, int] = {}
         if query is not None:
-            lex = _lexical_scores(rows, lexical_terms(query))
+            terms = lexical_terms(query)
+            # like the recall statement: at most MAX_QUERY_TERMS distinct terms, the longest
+            terms = sorted(terms, key=lambda w: (-len(w), w))[: recall_index.MAX_QUERY_TERMS]
+            lex = _lexical_scores(rows, terms)
             order = sorted((by_id[a] for a in lex),
                            key=lambda r: (-lex[r["aggregate_id"]], r["ingested_at"], r["aggregate_id"]))
             lranks = {r["aggregate_id"]: i + 1 for i, r in enumerate(order[:limit])}

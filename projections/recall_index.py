@@ -247,6 +247,12 @@ class RecallIndexProjection:
         return copy_rows(cur, rows, TABLE + table_suffix)
 
 
+MAX_QUERY_TERMS = 32
+"""The lexical list uses at most this many distinct query lexemes, the longest ones
+(length is a cheap stand-in for rarity): a long message used as the query (up to 8,000
+characters) costs about what a 32-term query costs instead of seconds. Short queries
+are unaffected."""
+
 IDF_CORPUS_CAP = 10_000
 """Recall counts the notes its filters admit (the ``N`` of the full-text IDF) up to this
 many; beyond it the count, and so the cost, stays bounded."""
@@ -296,7 +302,8 @@ _VECTOR_LIST = (
 )
 _LEXICAL_LIST = (
     "qt AS (SELECT lexeme, quote_literal(lexeme)::tsquery AS q"
-    " FROM unnest(to_tsvector('english', %(text)s))),"
+    " FROM unnest(to_tsvector('english', %(text)s))"
+    " ORDER BY length(lexeme) DESC, lexeme LIMIT %(max_terms)s),"
     " tq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS q FROM qt),"
     " m AS MATERIALIZED (SELECT aggregate_id, ingested_at, tsv FROM {t}"
     " WHERE tsv @@ (SELECT q FROM tq) AND {w}),"
@@ -354,6 +361,7 @@ def select_candidates(
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                               "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
+                              "max_terms": MAX_QUERY_TERMS,
                               **filter_params(filters)}
     if embedding is not None:
         params["q"] = np.asarray(embedding, np.float32)

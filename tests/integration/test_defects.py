@@ -176,3 +176,21 @@ def test_defect_10_reopen_logs_no_server_error(dsn: str) -> None:
     new = log.read_bytes()[size:].decode(errors="replace")
     assert "stored_event_uuid" not in new, new
     assert " ERROR: " not in new, new
+
+
+def test_defect_5_a_long_query_uses_only_its_longest_terms(fabric: Fabric) -> None:
+    """An 8,000-character message used as the query costs about what a 32-term query
+    costs: the lexical list keeps the MAX_QUERY_TERMS longest distinct lexemes
+    (``scripts/bench_long_query.py`` measures the cost: seconds before, tens of ms after)."""
+    from memfabric.projections.recall_index import MAX_QUERY_TERMS
+
+    notes = fabric.scope("acme", "u1", "t1")
+    short_word = notes.remember(kind="fact", content="zebu grazing")
+    long_word = notes.remember(kind="fact", content="Quarterly reconciliationprocedure")
+    filler = [f"extraordinarily{i:03d}" for i in range(MAX_QUERY_TERMS)]
+    query = " ".join(["zebu", "reconciliationprocedure", *filler])
+    hits = notes.recall(query, mode="lexical", min_relevance=0, top_k=5)
+    lexical = {e.id: e.lexical for e in hits.explain}
+    assert lexical.get(long_word.id, 0) > 0          # a long term is kept
+    assert short_word.id not in lexical or not lexical[short_word.id]  # "zebu" was dropped
+    assert notes.recall("zebu", mode="lexical").hits[0].id == short_word.id  # short queries unaffected
