@@ -1,0 +1,496 @@
+"""The extraction rules of subject inference, one function per rule, tried in the order of
+:data:`RULES` (documented in :mod:`memfabric.domain.subjects`).
+
+Each rule takes one pre-processed sentence and the :class:`~memfabric.domain.subject_text.Context`
+(who "I" is) and returns a :class:`~memfabric.domain.subject_key.SubjectKey` or ``None``.
+Every rule starts with a cheap substring / trigger test so that most sentences are
+rejected before the main regex runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from memfabric.domain.subject_key import WILDCARD, SubjectKey
+from memfabric.domain.subject_text import (
+    ADVERBS, PRONOUNS, STATUS_WORDS, STEM, WORD_RE, Context, adjective_like, attribute_np, clean_value,
+    fold_accents, holder_of, is_multi_valued, looks_like_place, looks_like_value, norm_attr, norm_value, proper_name,
+)
+
+
+Rule = Callable[[str, Context], SubjectKey | None]
+
+
+def _key(entity: str, attribute: str, value: str, rule: str, *, polarity: bool = True,
+         single: bool | None = None, previous: str | None = None) -> SubjectKey | None:
+    v = norm_value(value)
+    if not entity or not attribute or not v:
+        return None
+    if single is None:
+        single = not is_multi_valued(attribute)
+    if not single and attribute != WILDCARD:
+        attribute = f"{attribute}:{v}"
+    return SubjectKey(entity=entity[:120], attribute=attribute[:120], value=v, rule=rule,
+                      polarity=polarity, single_valued=single,
+                      previous=norm_value(previous) if previous else None)
+
+
+_RELATIVE = re.compile(
+    r"^the (?P<attr>(?:\S+ ){0,4}?(?:team|club|company|employer|city|school|party|band|label))"
+    r" (?P<ent>.+?) (?:is |are )?(?:currently |now )?(?:\w+ing|\w+s|\w+) (?:for|at|in|with|to)\b.*? is (?:now |currently )?(?P<val>.+)$",
+    re.IGNORECASE,
+)
+
+
+def _rule_relative_role(s: str, ctx: Context) -> SubjectKey | None:
+    if not s[:4].lower() == "the ":
+        return None
+    m = _RELATIVE.match(s)
+    if not m:
+        return None
+    ent = proper_name(m.group("ent")) or holder_of(m.group("ent"), ctx)
+    if ent is None:
+        return None
+    return _key(ent, norm_attr(m.group("attr")), clean_value(m.group("val")), "relative_role")
+
+
+_HELD_BY = re.compile(r"^(?P<np>.+?) (?:is|are) (?:now |currently |still )?(?:held|occupied|filled) by (?P<val>.+)$", re.IGNORECASE)
+
+
+def _rule_held_by(s: str, ctx: Context) -> SubjectKey | None:
+    if " by " not in s:
+        return None
+    m = _HELD_BY.match(s)
+    if not m:
+        return None
+    ea = attribute_np(m.group("np"), ctx)
+    if ea is None:
+        return None
+    return _key(ea[0], ea[1], clean_value(m.group("val")), "held_by")
+
+
+_INVERTED = re.compile(
+    r"^(?P<val>.+?) (?:is|has become|became|was (?:appointed|named|elected) (?:as )?|"
+    r"has been (?:appointed|named|elected) (?:as )?|is now|is currently) (?:now |currently |officially )?"
+    r"(?P<np>(?:the |my |our |[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s )?.+)$"
+)
+_ROLE_WORDS = re.compile(
+    r"\b(?:ceo|cfo|cto|coo|chief|president|chair|chairman|chairwoman|chairperson|director|head|manager|"
+    r"captain|coach|mayor|governor|minister|secretary|treasurer|leader|lead|owner|editor|principal|dean|"
+    r"chancellor|speaker|commissioner|ambassador|capital|champion|king|queen|pope|host|conductor)\b",
+    re.IGNORECASE,
+)
+
+
+def _rule_inverted_role(s: str, ctx: Context) -> SubjectKey | None:
+    if not (" is " in s or " became " in s or " become " in s or " was " in s) or not (
+        " of " in s or " at " in s or " for " in s or " my " in s or " our " in s or "'s " in s
+    ):
+        return None
+    m = _INVERTED.match(s)
+    if not m:
+        return None
+    val = m.group("val")
+    if proper_name(val) is None and not val.lower().startswith(("the ",)):
+        if not re.match(r"^[A-Z0-9]", val):
+            return None
+    if val.split()[0].lower() in PRONOUNS:
+        return None
+    np = clean_value(m.group("np"))
+    low = np.lower()
+    owned = low.startswith(("my ", "our ")) or bool(re.match(r"^[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s ", np))
+    if not owned:
+        # "the X of Y" / "CEO of Y": only a role noun owned by a named entity is a slot
+        # ("Bob is proud of Alice", "X is the best" stay alone)
+        m2 = re.match(r"^(?:the )?(.+?) (?:of|at|for) ", np)
+        if m2 is None or not _ROLE_WORDS.search(m2.group(1)):
+            return None
+    ea = attribute_np(np, ctx)
+    if ea is None or ea[0] == "_":
+        return None
+    if val.lower().startswith("the "):
+        return None
+    return _key(ea[0], ea[1], val, "inverted_role")
+
+
+_FROM_TO = re.compile(
+    r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*(?:switched|changed|moved|went|upgraded|downgraded|"
+    r"transferred|swapped|traded|relocated|shifted|converted|migrated)"
+    r"(?: (?P<poss>her|his|my|their|our|its) (?P<attr>[a-z][a-z -]{0,30}?))? from (?P<prev>.+?) (?:to|for) (?P<val>.+)$",
+    re.IGNORECASE,
+)
+
+def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
+    if " from " not in s:
+        return None
+    m = _FROM_TO.match(s)
+    if not m:
+        return None
+    subj = m.group("subj")
+    ent = holder_of(subj, ctx)
+    prev, val = clean_value(m.group("prev")), clean_value(m.group("val"))
+    if not prev or not val:
+        return None
+    if ent is None:
+        ea = attribute_np(subj, ctx)
+        if ea is None:
+            return None
+        return _key(ea[0], ea[1], val, "from_to", previous=prev)
+    if m.group("attr"):
+        poss = m.group("poss").lower()
+        owner = ent if poss != "my" else ctx.me
+        return _key(owner, norm_attr(m.group("attr")), val, "from_to", previous=prev)
+    verb = re.search(r"(moved|relocated)", s[len(subj):], re.IGNORECASE)
+    if verb and looks_like_place(prev) and looks_like_place(val):
+        return _key(ent, "residence", val, "from_to", previous=prev)
+    return _key(ent, WILDCARD, val, "from_to", single=True, previous=prev)
+
+
+# (verb regex, attribute, single-valued, polarity)
+_HOLDER_VERBS: list[tuple[str, str, bool, bool]] = [
+    (r"(?:lives?|living|resides?|residing|is based|am based|are based|settled|has settled|"
+     r"moved|has moved|relocated|moved back|moved over|is now living|now lives|based) (?:in|to)", "residence", True, True),
+    (r"(?:moved|relocated|moved back)(?: out)? to", "residence", True, True),
+    (r"(?:calls?) (?P<obj2>.+?) home", "residence", True, True),
+    (r"(?:works?|working|is working|am working|started working|began working|is employed|am employed|"
+     r"got a (?:new )?job|took a (?:new )?job|accepted a (?:new )?job|landed a (?:new )?job|started a new job|"
+     r"has a (?:new )?job|started (?:a )?(?:new )?(?:position|role)) (?:at|for|with|by)", "employer", True, True),
+    (r"(?:is employed|am employed|employed) by", "employer", True, True),
+    (r"joined (?P<obj3>[A-Z][\w&.-]*(?: [A-Z][\w&.-]*)*) as", "employer", True, True),
+    (r"(?:works?|working|is working|am working|started working|is employed|am employed|serves|is serving|"
+     r"am serving) as", "role", True, True),
+    (r"(?:was|got|has been|have been|just got|is being) promoted to", "role", True, True),
+    (r"(?:plays?|playing|is playing|races?|racing|is racing|drives|driving|is driving|signed|has signed|"
+     r"transferred|was transferred|is on loan) (?:for|with|to|at)", "team", True, True),
+    (r"(?:drives?|driving|is driving) (?:a|an)", "car", True, True),
+    (r"(?:studies|studying|is studying|am studying|is enrolled|am enrolled|goes to school|is a student) (?:at|in)",
+     "school", True, True),
+    (r"attends", "school", True, True),
+    (r"(?:is|am|are|got) (?:married|engaged) to", "partner", True, True),
+    (r"(?:is|am) (?:dating|seeing|in a relationship with)", "partner", True, True),
+    (r"prefers?", "preference", True, True),
+    # multi-valued relations (value becomes part of the key)
+    (r"(?:has|have|owns?) (?:a|an|two|three|\d+)", "has", False, True),
+    (r"(?:visited|has visited|have visited|been to|has been to|have been to)", "visited", False, True),
+    (r"speaks?", "speaks", False, True),
+    (r"(?:uses?|is using|am using)", "uses", False, True),
+    (r"(?:is|am) (?:allergic) to", "allergic", False, True),
+]
+_NEG_VERBS: list[tuple[str, str, bool]] = [
+    (r"(?:quit|left|has left|resigned from|stopped working (?:at|for)|was laid off (?:from|by)|got fired from|"
+     r"retired from) (?:(?:her|his|my|their) (?:job|position|role) (?:at|with) )?", "employer", True),
+    (r"(?:moved out of|moved away from)", "residence", True),
+    (r"(?:sold|gave away|got rid of) (?:her|his|my|their)", "car", True),
+]
+
+
+def _compile_holder() -> list[tuple[re.Pattern[str], str, bool, bool]]:
+    out = []
+    for verb, attr, single, pol in _HOLDER_VERBS:
+        # (cheap unanchored pre-filter, anchored rule)
+        out.append((re.compile(r"(?<=\s)(?:" + verb + r")(?:\s+|$)", re.IGNORECASE), attr, single, pol))
+    return out
+
+
+_PEEL = {"has", "have", "had", "is", "am", "are", "was", "now", "currently", "still", "recently", "just",
+         "finally", "officially", "already", "actually", "also", "really", "happily", "then", "again",
+         "eventually", "soon", "even", "longer", "no", "not", "never", "does", "do", "did"}
+_NEG_WORDS = {"not", "never", "no"}
+_MODAL = re.compile(r"\b(?:will|would|could|should|might|may|going to|want to|wants to|plans? to|hopes? to|"
+                    r"used to|if|wish|thinking of|considering|about to|trying to|tries to)\b", re.IGNORECASE)
+
+
+def _peel(head: str) -> tuple[str, bool]:
+    """Split "Alice does not even" into ("Alice", negated=True)."""
+    words = head.split()
+    negated = False
+    while len(words) > 1 and words[-1].lower() in _PEEL:
+        negated = negated or words[-1].lower() in _NEG_WORDS
+        words.pop()
+    return " ".join(words), negated
+
+
+_HOLDER_RES = _compile_holder()
+_ANY_HOLDER = re.compile(
+    r"(?<=\s)(?:" + "|".join(re.sub(r"\(\?P<\w+>", "(?:", v) for v, _, _, _ in _HOLDER_VERBS)
+    + "|" + "|".join(v for v, _, _ in _NEG_VERBS) + r")",
+    re.IGNORECASE,
+)
+_NEG_RES = [
+    (re.compile(r"\b(?:" + verb + r")", re.IGNORECASE), re.compile(r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*(?:" + verb + r")(?P<obj>.+)$", re.IGNORECASE), attr, single)
+    for verb, attr, single in _NEG_VERBS
+]
+
+
+def _rule_holder_verb(s: str, ctx: Context) -> SubjectKey | None:
+    if not _ANY_HOLDER.search(s):
+        return None
+    for pre, rx, attr, single in _NEG_RES:
+        if not pre.search(s):
+            continue
+        m = rx.match(s)
+        if m:
+            ent = holder_of(m.group("subj"), ctx)
+            val = clean_value(m.group("obj"))
+            if ent and looks_like_value(val) and not val.lower().startswith(("to ", "for ")):
+                if attr == "car":
+                    val = re.sub(r"^(?:car|vehicle)\b\s*(?:,\s*)?(?:a |an |the )?", "", val)
+                return _key(ent, attr, val, "holder_verb", polarity=False, single=single)
+    for pre2, attr, single, pol in _HOLDER_RES:
+        m = pre2.search(s)
+        if not m or m.start() == 0:
+            continue
+        subj, negated = _peel(s[: m.start()])
+        if _MODAL.search(s[: m.start()]):
+            return None
+        ent = holder_of(subj, ctx)
+        if ent is None:
+            return None
+        groups = m.groupdict()
+        obj = groups.get("obj2") or groups.get("obj3") or s[m.end():]
+        val = clean_value(obj)
+        if attr == "employer" and groups.get("obj3"):
+            val = groups["obj3"]
+        if attr == "role":
+            val = re.sub(r"^(?:a|an|the)\s+", "", val, flags=re.IGNORECASE)
+            val = re.split(r"\s+(?:at|for|with|in)\s+", val, maxsplit=1)[0]
+        if attr in {"employer", "team", "residence", "school"}:
+            val = re.split(r"\s+as\s+", val, maxsplit=1)[0]
+        if attr == "preference":
+            val = re.split(r"\s+(?:over|to|rather than|instead of)\s+", val, maxsplit=1)[0]
+            head = norm_value(val).split()
+            if not head or head[0] in PRONOUNS or head[0] in {"to", "not"}:
+                return None
+            attr = f"preference:{STEM.stemWord(head[-1])}"
+        if attr == "has":
+            val = m.group(0).split()[-1] + " " + val
+            val = re.sub(r"^(?:a|an)\s+", "", val)
+        if not looks_like_value(val):
+            return None
+        polarity = pol and not negated
+        return _key(ent, attr, val, "holder_verb", polarity=polarity, single=single)
+    return None
+
+
+_POS = r"(?:love|loves|loved|like|likes|enjoy|enjoys|adore|adores|am into|is into|are into|am a (?:big |huge )?fan of|is a (?:big |huge )?fan of|really like|really love)"
+_NEGS = (r"(?:hate|hates|dislike|dislikes|can not stand|cannot stand|could not stand|detest|detests|"
+         r"am not a fan of|is not a fan of|(?:do|does|did) not (?:really )?(?:like|love|enjoy)|no longer (?:like|likes|love|loves|enjoy|enjoys)|"
+         r"(?:am|is) (?:tired|sick) of|(?:got|am|is|have got|has gotten) bored (?:of|with)|stopped (?:liking|enjoying|loving)|"
+         r"(?:am|is) over)")
+_SENTIMENT = re.compile(
+    r"^(?P<subj>I|we|We|(?-i:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3})|my \w+|My \w+|the user|The user|user|User) (?:(?:now|still|really|absolutely|totally|actually|honestly|kind of|kinda|just|also) )*"
+    r"(?:(?P<neg>" + _NEGS + r")|(?P<pos>" + _POS + r")) (?P<obj>.+)$",
+    re.IGNORECASE,
+)
+_SENTIMENT_TRIGGER = re.compile(
+    r"\b(?:lov|lik|enjoy|ador|into|fan|hat|dislik|stand|detest|tired|sick|bored|over)", re.IGNORECASE
+)
+_OBJ_STOP = {"to", "it", "that", "this", "how", "when", "what", "the", "a", "an", "you", "your", "them",
+             "her", "him", "those", "these", "being", "seeing", "hearing", "having", "doing", "getting",
+             "my", "our", "his", "their", "its", "all", "so", "some", "every", "each", "with", "there", "here"}
+
+
+def _rule_sentiment(s: str, ctx: Context) -> SubjectKey | None:
+    if not _SENTIMENT_TRIGGER.search(s):
+        return None
+    m = _SENTIMENT.match(s)
+    if not m:
+        return None
+    ent = holder_of(m.group("subj"), ctx)
+    if ent is None:
+        return None
+    obj = clean_value(m.group("obj"))
+    words = [w for w in WORD_RE.findall(fold_accents(obj).lower())]
+    if words and words[0] == "to" and len(words) > 1:
+        words = words[1:]
+    while words and words[0] in {"the", "a", "an"}:
+        words = words[1:]
+    if not words or words[0] in _OBJ_STOP or words[0] in PRONOUNS or len(words) > 4:
+        return None
+    stem = " ".join(STEM.stemWord(w) for w in words)
+    return SubjectKey(entity=ent, attribute=f"feeling:{stem}"[:120], value="+" if m.group("pos") else "-",
+                      rule="sentiment", polarity=True, single_valued=True)
+
+
+_PLACE_ATTRS = ("location", "headquarters", "address", "residence")
+
+
+_COPULAR_TRIGGER = re.compile(
+    r" (?:is|are|changed|moved|was|has|got|rose|increased|went|dropped|fell|decreased|became|switched|now|"
+    r"reads)\b|'s ", re.IGNORECASE
+)
+_COPULAR = re.compile(
+    r"^(?P<np>.+?) (?P<cop>is|are|'s|has changed to|changed to|has been changed to|was changed to|"
+    r"got changed to|was updated to|has been updated to|is now set to|is set to|was set to|has been set to|"
+    r"moved to|has moved to|was moved to|has been moved to|got moved to|was pushed (?:back )?to|"
+    r"has been pushed (?:back )?to|was postponed to|was rescheduled (?:for|to)|has been rescheduled (?:for|to)|"
+    r"rose to|has risen to|increased to|has increased to|went up to|dropped to|has dropped to|fell to|"
+    r"decreased to|went down to|was raised to|has been raised to|was lowered to|was reduced to|"
+    r"was cut to|was bumped to|became|has become|switched to|has switched to|is located in|is located at|"
+    r"are located in|is based in|now reads|reads) (?P<rest>.+)$",
+    re.IGNORECASE,
+)
+
+
+def _rule_copular(s: str, ctx: Context) -> SubjectKey | None:
+    if not _COPULAR_TRIGGER.search(s):
+        return None
+    m = _COPULAR.match(s)
+    if not m:
+        return None
+    ea = attribute_np(m.group("np"), ctx)
+    if ea is None:
+        return None
+    ent, attr = ea
+    if not attr or attr.split()[0] in PRONOUNS:
+        return None
+    rest = m.group("rest").strip()
+    polarity = True
+    neg = re.match(r"^(?:no longer|not|never) (.+)$", rest, re.IGNORECASE)
+    if neg:
+        polarity, rest = False, neg.group(1)
+    rest = re.sub(r"^(?:now|currently|still|officially|finally|actually|at) (?=\S)", "", rest, flags=re.IGNORECASE)
+    rest = re.sub(r"^(?:now|currently|still) ", "", rest, flags=re.IGNORECASE)
+    cop = m.group("cop").lower()
+    single = None
+    if cop == "are" and attr.endswith("s") and not attr.endswith("ss"):
+        single = False
+    rest = re.sub(r"^(?:located|situated|based|stored|kept) (?=in |at )", "", rest, flags=re.IGNORECASE)
+    placed = False
+    if re.match(r"^(?:in|at|on) ", rest, re.IGNORECASE) and cop in {"is", "are", "'s"}:
+        rest = rest.split(" ", 1)[1]
+        placed = True
+    elif "moved" in cop or "located" in cop or "based" in cop:
+        placed = True
+    if placed and looks_like_place(rest) and not attr.endswith(_PLACE_ATTRS):
+        attr = f"{attr}/location"
+    elif placed:
+        pass
+    elif cop in {"is", "are", "'s"}:
+        first = clean_value(rest).lower()
+        if first in STATUS_WORDS:
+            attr = f"{attr}/status"
+        elif re.match(r"^(?:very|so|really|too|quite|pretty|super|a bit|kind of|always|usually|often|"
+                      r"going|about|getting|being|doing|looking|coming|gonna|like|such|one of|the best|"
+                      r"great|good|bad|awesome|amazing|important|hard|tough|nice|fine|ok|okay)\b", rest, re.IGNORECASE):
+            return None
+    val = clean_value(rest)
+    if ent == "_" and not re.search(r"\d|[A-Z]", val):
+        if len(val.split()) > 3 or (cop in {"is", "are", "'s"} and adjective_like(val)):
+            return None  # "the server is fast": an adjective, not a slot value
+    if not looks_like_value(val):
+        return None
+    return _key(ent, attr, val, "copular", polarity=polarity, single=single)
+
+
+_STATUS = re.compile(
+    r"^(?P<subj>.+?) (?:is|are|was|has been|got|was marked|is marked|is now marked|has been marked|"
+    r"is marked as|was marked as|has been marked as) (?:now |currently |finally |still |officially )?"
+    r"(?P<neg>no longer |not )?(?P<val>[a-z]+(?: (?:progress|hold))?)$",
+    re.IGNORECASE,
+)
+
+
+def _rule_status(s: str, ctx: Context) -> SubjectKey | None:
+    last = s.rsplit(None, 1)[-1].lower()
+    if last not in STATUS_WORDS and last not in {"progress", "hold"}:
+        return None
+    m = _STATUS.match(s)
+    if not m:
+        return None
+    val = m.group("val").lower()
+    if val not in STATUS_WORDS:
+        return None
+    ent = holder_of(m.group("subj"), ctx)
+    if ent is None:
+        ea = attribute_np(m.group("subj"), ctx)
+        if ea is None:
+            return None
+        ent = ea[0] if ea[0] != "_" else ea[1]
+        if ea[0] != "_":
+            ent = f"{ea[0]}/{ea[1]}"
+    return _key(ent, "status", val, "status", polarity=not m.group("neg"))
+
+
+_PLACED = re.compile(
+    r"^(?P<subj>.+?) (?:is|are) (?:now |currently |still )?(?:located |stored |kept |installed |parked )?"
+    r"(?:in|at|on) (?P<val>.+)$",
+    re.IGNORECASE,
+)
+
+
+def _rule_placed(s: str, ctx: Context) -> SubjectKey | None:
+    """An identified thing's location: "Server db-7 is in rack 3" (ids only: people "in"
+    places are left alone)."""
+    if not any(ch.isdigit() for ch in s):
+        return None
+    m = _PLACED.match(s)
+    if not m or not any(ch.isdigit() for ch in m.group("subj")):
+        return None
+    ent = proper_name(m.group("subj"))
+    if ent is None:
+        return None
+    return _key(ent, "location", clean_value(m.group("val")), "placed")
+
+
+_AGE = re.compile(
+    r"^(?P<subj>.+?) (?:is|am|are|just turned|turned|has turned|will be|is now|am now) (?:now )?(?P<n>\d{1,3})(?: years? old| yo)?$",
+    re.IGNORECASE,
+)
+
+
+def _rule_age(s: str, ctx: Context) -> SubjectKey | None:
+    last = s.rsplit(None, 1)[-1].lower()
+    if not (last.isdigit() or last in {"old", "yo"}):
+        return None
+    m = _AGE.match(s)
+    if not m or "will be" in s.lower():
+        return None
+    ent = holder_of(m.group("subj"), ctx)
+    if ent is None:
+        return None
+    return _key(ent, "age", m.group("n"), "age")
+
+
+_LABEL = re.compile(r"^(?P<label>[^:]{1,60}?)\s*:\s+(?P<val>.{1,120})$")
+
+
+def rule_label_value(text: str, ctx: Context) -> SubjectKey | None:
+    m = _LABEL.match(text.strip().rstrip("."))
+    if not m:
+        return None
+    label, val = m.group("label").strip(), m.group("val").strip()
+    if len(val.split()) > 8 or val.endswith("?"):
+        return None
+    if any(ch.isdigit() for ch in label) and proper_name(label) is not None:
+        # "Ticket 4411: resolved" — an entity label; only a status word is a slot
+        ent = proper_name(label)
+        v = val.lower().rstrip(".!")
+        if ent is None or v not in STATUS_WORDS:
+            return None
+        return _key(ent, "status", v, "label_value")
+    if proper_name(label) is not None:
+        return None  # "Jon: Thanks!" — a name, not an attribute label
+    ea = attribute_np(label, ctx)
+    if ea is None:
+        low = label.lower()
+        if re.fullmatch(r"[a-z][a-z /-]{0,40}", low) and low.split()[0] not in PRONOUNS:
+            ea = ("_", norm_attr(low))
+        else:
+            return None
+    return _key(ea[0], ea[1], val, "label_value")
+
+
+RULES: tuple[Rule, ...] = (
+    _rule_relative_role,
+    _rule_held_by,
+    _rule_inverted_role,
+    _rule_from_to,
+    _rule_sentiment,
+    _rule_holder_verb,
+    _rule_status,
+    _rule_placed,
+    _rule_age,
+    _rule_copular,
+)

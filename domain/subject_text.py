@@ -1,0 +1,441 @@
+"""Text helpers of subject inference (:mod:`memfabric.domain.subjects`): word lists and the
+attribute synonym table, normalisation of values / entities / attributes, the noun-phrase
+readers (a proper name, the holder of a relation, an attribute noun phrase) and the
+pre-processing of a note (language gate, contractions, sentence split).
+
+Everything here is pure and deterministic (stdlib + snowballstemmer).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+import snowballstemmer
+
+from memfabric.domain.subject_key import MAX_KEY_CHARS
+
+
+STEM = snowballstemmer.stemmer("english")
+
+_ARTICLES = {"the", "a", "an"}
+_MODIFIERS = {"current", "currently", "new", "present", "latest", "actual", "now"}
+PRONOUNS = {
+    "he", "she", "they", "it", "this", "that", "these", "those", "you", "we", "him", "her",
+    "them", "his", "hers", "their", "its", "there", "here", "who", "what", "which", "one",
+    "someone", "everyone", "everything", "something", "anything", "nothing", "me", "us",
+    "your", "yours", "all", "both", "each", "some", "any", "i",
+}
+_FIRST_PERSON = {"i", "me", "myself"}
+
+# synonym table over *stemmed* attribute phrases → canonical attribute
+_ATTR_SYNONYMS: dict[str, str] = {
+    "chief execut offic": "ceo",
+    "chief execut": "ceo",
+    "ceo": "ceo",
+    "headquart": "headquarters",
+    "headquart locat": "headquarters",
+    "head offic": "headquarters",
+    "head offic locat": "headquarters",
+    "main offic": "headquarters",
+    "main offic locat": "headquarters",
+    "central locat": "headquarters",
+    "hq": "headquarters",
+    "general secretari": "secretary general",
+    "secretari general": "secretary general",
+    "secretary-gener": "secretary general",
+    "secretari-gener": "secretary general",
+    "chairperson": "chair",
+    "chairman": "chair",
+    "chairwoman": "chair",
+    "chair": "chair",
+    "director / manag": "director",
+    "director/manag": "director",
+    "director manag": "director",
+    "director": "director",
+    "director general": "director",
+    "director-gener": "director",
+    "head coach": "head coach",
+    "coach": "head coach",
+    "manag": "manager",
+    "phone": "phone",
+    "phone number": "phone",
+    "telephon": "phone",
+    "telephon number": "phone",
+    "mobil": "phone",
+    "mobil number": "phone",
+    "cell": "phone",
+    "cell number": "phone",
+    "cell phone number": "phone",
+    "email": "email",
+    "e-mail": "email",
+    "email address": "email",
+    "e-mail address": "email",
+    "car": "car",
+    "vehicl": "car",
+    "employ": "employer",
+    "compani": "employer",
+    "workplac": "employer",
+    "job": "role",
+    "job titl": "role",
+    "titl": "role",
+    "role": "role",
+    "occup": "role",
+    "profess": "role",
+    "posit": "role",
+    "home": "residence",
+    "home citi": "residence",
+    "citi": "residence",
+    "resid": "residence",
+    "partner": "partner",
+    "husband": "partner",
+    "wife": "partner",
+    "spous": "partner",
+    "boyfriend": "partner",
+    "girlfriend": "partner",
+    "fianc": "partner",
+    "fiance": "partner",
+    "fiancé": "partner",
+    "team": "team",
+    "club": "team",
+    "footbal club": "team",
+    "footbal team": "team",
+    "basketbal team": "team",
+    "nba team": "team",
+    "school": "school",
+    "univers": "school",
+    "colleg": "school",
+}
+
+# attribute heads that hold several values at once
+_MULTI_NOUNS = {
+    "sister", "brother", "sibl", "friend", "kid", "child", "children", "son", "daughter",
+    "cousin", "colleagu", "neighbor", "neighbour", "pet", "dog", "cat", "hobbi", "hobbies",
+    "interest", "skill", "languag", "allergi", "parent", "grandchild", "aunt", "uncl",
+    "nephew", "niec", "client", "custom", "tag", "member", "favorit thing",
+}
+
+STATUS_WORDS = {
+    "open", "opened", "reopened", "closed", "resolved", "fixed", "pending", "done",
+    "blocked", "merged", "deployed", "shipped", "delivered", "paid", "unpaid", "overdue",
+    "cancelled", "canceled", "approved", "rejected", "active", "inactive", "enabled",
+    "disabled", "online", "offline", "down", "up", "broken", "running", "stopped",
+    "in progress", "on hold", "completed", "complete", "failed", "failing", "passing",
+    "live", "archived", "deprecated", "expired", "valid", "invalid",
+    "accepted", "declined", "scheduled", "postponed", "finished", "started", "draft",
+    "published", "unassigned", "assigned", "escalated", "healthy", "degraded",
+}
+
+_ENGLISH_FUNCTION = {
+    "the", "is", "are", "was", "of", "and", "to", "in", "my", "i", "at", "for", "has",
+    "have", "now", "with", "on", "a", "an", "works", "lives", "not", "no", "by", "from",
+    "be", "am", "it", "this", "that", "his", "her", "their", "our", "we", "you",
+}
+_FOREIGN_FUNCTION = {
+    # de
+    "der", "die", "das", "und", "ist", "nicht", "jetzt", "wohnt", "arbeitet", "bei", "ein",
+    "eine", "ich", "bin", "mein", "meine", "nach", "zu", "auf", "mit", "seit", "sind",
+    # fr
+    "le", "les", "est", "et", "une", "je", "suis", "mon", "ma", "chez", "dans", "habite",
+    "travaille", "maintenant", "pour", "avec", "sur", "du", "au", "aux",
+    # es / it / pt
+    "el", "los", "las", "es", "y", "vive", "trabaja", "ahora", "en", "con", "mi", "soy",
+    "il", "lo", "gli", "che", "sono", "ora", "lavora", "abita", "um", "uma", "mora", "agora",
+    "não", "em", "é", "ele", "ela", "está",
+    # nl
+    "het", "een", "ik", "woont", "werkt", "bij", "nu", "niet", "naar",
+}
+_NAME_PARTICLES = {"de", "van", "von", "der", "den", "da", "di", "du", "la", "le", "al", "bin", "el", "dos", "del"}
+
+ADVERBS = (
+    r"(?:(?:now|currently|still|recently|just|finally|officially|already|actually|also|"
+    r"really|happily|since|then|again|eventually|soon)\s+)"
+)
+_TRAIL_CUT = re.compile(
+    r"(?:,|;|:|\(|\s[-–—]\s|\s+(?:since|as of|starting|from now|last|this|next|now|anymore|any more|"
+    r"these days|for (?:the )?(?:past|last)|because|but|so that|after|when|where|which|"
+    r"who|while|until|in order|recently|yesterday|today|tonight|this week|"
+    r"a (?:few|couple)|effective|instead|again|too|as well|"
+    r"(?:in|on|by|around|from) (?:(?:19|20)\d\d|january|february|march|april|may|june|july|"
+    r"august|september|october|november|december|spring|summer|autumn|fall|winter|monday|"
+    r"tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?:one|two|three|four|five|six|a|\d+) (?:days?|weeks?|months?|years?) ago|"
+    r"(?:a lot|so much|very much|more than)|and (?=[a-z]))\b)",
+    re.IGNORECASE,
+)
+
+_NON_LATIN = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f\u1e00-\u1eff]", re.UNICODE)
+WORD_RE = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*", re.UNICODE)
+
+
+def fold_accents(s: str) -> str:
+    s = unicodedata.normalize("NFKD", s)
+    return "".join(ch for ch in s if not unicodedata.combining(ch))
+
+
+def norm_value(s: str) -> str:
+    """Lower-case, accent-folded, articles and punctuation dropped ("a Volvo XC40." → "volvo xc40")."""
+    toks = re.findall(r"[a-z0-9+#@]+(?:[.'_:/-][a-z0-9+#@]+)*", fold_accents(s).lower())
+    while toks and toks[0] in _ARTICLES:
+        toks = toks[1:]
+    return " ".join(toks)[:MAX_KEY_CHARS]
+
+
+def norm_entity(s: str) -> str:
+    toks = re.findall(r"[a-z0-9]+(?:[.'-][a-z0-9]+)*|/", fold_accents(s).lower())
+    toks = [t for t in toks if t not in _ARTICLES]
+    return " ".join(toks).replace(" / ", "/")
+
+
+@lru_cache(maxsize=4096)
+def norm_attr(s: str) -> str:
+    """Stemmed, modifier-free attribute, mapped through the synonym table."""
+    raw = fold_accents(s).lower().replace("favourite", "favorite")
+    toks = re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*|/", raw)
+    toks = [t for t in toks if t not in _ARTICLES and t not in _MODIFIERS]
+    stems = [t if t == "/" else STEM.stemWord(t) for t in toks]
+    # "position of X" / "X position" → X (DyKnow "The CEO position at …")
+    while len(stems) > 2 and stems[1] == "of" and stems[0] in {"posit", "name", "role", "offic", "titl"}:
+        stems = stems[2:]
+    if len(stems) > 1 and stems[-1] in {"posit", "role", "job", "seat"}:
+        stems = stems[:-1]
+    phrase = " ".join(stems)
+    if phrase in _ATTR_SYNONYMS:
+        return _ATTR_SYNONYMS[phrase]
+    if stems and stems[-1] in {"team", "club"}:
+        return "team"
+    if stems and stems[-1] in {"headquart"}:
+        return "headquarters"
+    return phrase
+
+
+def is_multi_valued(attr: str) -> bool:
+    words = attr.split()
+    return bool(words) and (words[-1] in _MULTI_NOUNS or attr in _MULTI_NOUNS)
+
+
+_COMMON_ADJ = {
+    "fast", "slow", "cheap", "expensive", "big", "small", "good", "bad", "great", "nice", "new", "old", "hot",
+    "cold", "warm", "easy", "hard", "long", "short", "high", "low", "full", "empty", "busy", "quiet", "loud",
+    "late", "early", "ready", "right", "wrong", "true", "false", "clean", "dirty", "safe", "fun", "cool",
+    "free", "fine", "ok", "okay", "huge", "tiny", "best", "worse", "worst", "better", "same", "different",
+    "weird", "strange", "sure", "real", "fake", "cute", "ugly", "pretty", "simple", "complex", "light",
+    "heavy", "dark", "bright", "strong", "weak", "rich", "poor", "smart", "fair", "nuts", "lit", "sad",
+}
+_ADJ_SUFFIX = re.compile(r"(?:ful|ous|ive|able|ible|al|ic|y|less|ed|ing|est|ish|ant|ent)$")
+
+
+def adjective_like(v: str) -> bool:
+    return " " not in v and (v in _COMMON_ADJ or bool(_ADJ_SUFFIX.search(v)))
+
+
+def clean_value(obj: str) -> str:
+    """The value phrase: cut at the first clause boundary / time adverbial."""
+    obj = obj.strip()
+    m = _TRAIL_CUT.search(obj)
+    if m and m.start() > 0:
+        obj = obj[: m.start()]
+    return obj.strip(" .!,;:'\"")
+
+
+def looks_like_value(v: str) -> bool:
+    words = v.split()
+    if not words or len(words) > 8:
+        return False
+    return words[0].lower() not in PRONOUNS or len(words) > 1 and words[0].lower() in {"her", "his", "their", "my"}
+
+
+# --------------------------------------------------------------------------- noun phrases
+
+_CAP_TOKEN = re.compile(r"^(?:[A-Z0-9#][\w.&'’+-]*|[a-z]+-?\d[\w-]*)$")
+
+
+def proper_name(np: str) -> str | None:
+    """A capitalised name or an identifier ("Alice", "Kevin De Bruyne", "Ticket 4411",
+    "db-7", "Order #1001"), normalised; None for pronouns / common nouns."""
+    toks = np.replace(",", " ").split()
+    if not toks or len(toks) > 7:
+        return None
+    if toks[0].lower() in PRONOUNS or toks[0].lower() in {"the", "my", "our", "a", "an"}:
+        if not (toks[0].lower() == "the" and len(toks) > 1 and all(_CAP_TOKEN.match(t) or t.lower() in _NAME_PARTICLES for t in toks[1:])):
+            return None
+        toks = toks[1:]
+    for i, t in enumerate(toks):
+        if _CAP_TOKEN.match(t):
+            continue
+        if i > 0 and (t.lower() in _NAME_PARTICLES or t.lower() in {"of", "and", "&"}):
+            continue
+        if i > 0 and any(ch.isdigit() or ch in "_#" for ch in t):
+            continue
+        if i == len(toks) - 2 and len(toks) <= 4 and any(ch.isdigit() or ch in "_#" for ch in toks[-1]):
+            continue  # "Feature flag dark_mode", "Order no 55"
+        return None
+    if toks[-1].lower() in _NAME_PARTICLES | {"of", "and", "&"}:
+        return None
+    name = norm_entity(" ".join(toks))
+    return name or None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    speaker: str | None  # normalised speaker of a chat turn
+
+    @property
+    def me(self) -> str:
+        return self.speaker or "self"
+
+
+_ROLE_SUBJECTS = {"the user": "user", "user": "user", "the customer": "customer", "customer": "customer",
+                  "the client": "client", "client": "client", "the patient": "patient", "patient": "patient"}
+
+
+def holder_of(np: str, ctx: Context) -> str | None:
+    """Who a relation verb is about: I/we, my X, X's Y, the user, a name or an id."""
+    s = np.strip().strip(",")
+    low = s.lower()
+    if low in _FIRST_PERSON:
+        return ctx.me
+    if low == "we":
+        return f"{ctx.me}/we"
+    if low in _ROLE_SUBJECTS:
+        return _ROLE_SUBJECTS[low]
+    m = re.match(r"^(?:my|our) ([a-z][a-z -]{0,30})$", s, re.IGNORECASE)
+    if m:
+        return f"{ctx.me}/{norm_attr(m.group(1))}"
+    m = re.match(r"^(.+?)['’]s ([a-z][a-z -]{0,30})$", s)
+    if m:
+        owner = holder_of(m.group(1), ctx)
+        return f"{owner}/{norm_attr(m.group(2))}" if owner else None
+    name = proper_name(s)
+    if name is not None:
+        if ctx.speaker is not None and name == "i":
+            return ctx.me
+        return name
+    return None
+
+
+def attribute_np(np: str, ctx: Context) -> tuple[str, str] | None:
+    """(entity, attribute) of an attribute noun phrase: "my X", "Alice's X", "the X of
+    Y", "the X at Y", "the X held by Y", "the X" (implicit entity ``_``)."""
+    s = np.strip().strip(",")
+    # "the position of CEO at X" / "the name of the current X at Y" → "CEO at X"
+    s = re.sub(r"^(?:the )?(?:position|post|office|role|name|title|job) of (?:the )?", "", s, flags=re.IGNORECASE)
+    if not s:
+        return None
+    m = re.match(r"^(?:my|our) (.{1,60})$", s, re.IGNORECASE)
+    if m:
+        return ctx.me, norm_attr(m.group(1))
+    m = re.match(r"^(?:the )?(.+?)['’]s? (.{1,60})$", s, re.IGNORECASE) if "'" in s or "’" in s else None
+    if m:
+        owner = holder_of(m.group(1), ctx)
+        if owner is None and re.fullmatch(r"(?i:the )?[a-z][a-z -]{0,30}", m.group(1)):
+            owner = norm_entity(m.group(1))
+        if owner is None or owner.split()[0] in PRONOUNS:
+            return None
+        return owner, norm_attr(m.group(2))
+    m = re.match(r"^(?:the )?(.{1,60}?) (?:held|led|run|owned|coached|managed) by (.+)$", s, re.IGNORECASE)
+    if m:
+        ent = proper_name(m.group(2))
+        return (ent, norm_attr(m.group(1))) if ent else None
+    # "the X of Y" / "the X at Y": entity starts at the first of/at followed by a capital
+    m = re.match(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?=[A-Z0-9])(.+)$", s)
+    if m:
+        ent = proper_name(m.group(2)) or holder_of(m.group(2), ctx)
+        return (ent, norm_attr(m.group(1))) if ent else None
+    m = re.match(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?([a-z][a-z0-9 -]{0,40})$", s)
+    if m and m.group(2).split()[0] not in PRONOUNS:
+        return norm_entity(m.group(2)), norm_attr(m.group(1))
+    m = re.match(r"^the ([a-z][a-z0-9 /_-]{0,50})$", s, re.IGNORECASE)
+    if m and any(w[:1].islower() for w in m.group(1).split()):
+        words = m.group(1).split()
+        if words and words[0] not in PRONOUNS:
+            return "_", norm_attr(m.group(1))
+    return None
+
+
+
+_TIME_WORD = re.compile(
+    r"\b(?:\d|monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|june|"
+    r"july|august|september|october|november|december|noon|midnight|tomorrow|today|week|month|year)",
+    re.IGNORECASE,
+)
+
+
+def looks_like_place(v: str) -> bool:
+    """A place-like value: capitalised or "the/a <noun>", and no date/time in it."""
+    v = v.strip()
+    if not v or _TIME_WORD.search(v):
+        return False
+    return v[0].isupper() or bool(re.match(r"^(?:the|a|an|my|our|her|his) [a-z]", v))
+
+
+# --------------------------------------------------------------------------- pre-processing
+
+LEAD = re.compile(
+    r"^(?:(?:update|fyi|note|news|good news|big news|quick update|heads up|btw|by the way|so|well|oh|ok|okay|"
+    r"yeah|yes|yep|actually|guess what|just so you know|turns out|correction|also|and|but|anyway|hey|hi|"
+    r"as of [^,]{1,30}|since [^,]{1,30}|starting [^,]{1,30}|from [^,]{1,30} on|last [a-z]+|this [a-z]+|"
+    r"in (?:19|20)\d\d|recently|effective [^,]{1,30}|after [^,]{1,40})\s*[,:!\-–]?\s+)+",
+    re.IGNORECASE,
+)
+SPEAKER = re.compile(r"^(?P<spk>[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}):\s+(?P<body>.+)$", re.DOTALL)
+LABEL_WORDS = {"update", "note", "fyi", "news", "correction", "edit", "reminder", "todo", "summary",
+                "heads up", "good news", "big news", "quick update", "btw", "ps", "status", "info"}
+_ABBREV = re.compile(r"(?:^|\s)(?:[A-Z]|Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp|vs|No|Nr|[A-Z]\.[A-Z])\.$")
+TRAILING_ADV = re.compile(r"(?:[\s,]+(?:now|again|anymore|any more|these days|currently|already|lately|then|"
+                           r"actually|as well|too|for now|for good))+$", re.IGNORECASE)
+TRAIL_LAST = {"now", "again", "anymore", "more", "days", "currently", "already", "lately", "then",
+               "actually", "well", "too", "good"}
+_SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])|\s*[\n]+\s*")
+
+
+def is_foreign(text: str) -> bool:
+    if _NON_LATIN.search(text):
+        return True
+    words = [w.lower() for w in WORD_RE.findall(text) if w[:1].islower()]
+    foreign = sum(1 for w in words if w in _FOREIGN_FUNCTION and w not in _ENGLISH_FUNCTION)
+    english = sum(1 for w in words if w in _ENGLISH_FUNCTION)
+    return foreign > 0 and foreign >= english
+
+
+def normalise(s: str) -> str:
+    s = s.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
+    if "'" in s:
+        s = _CONTRACTION.sub(_expand, s)
+    return " ".join(s.split())
+
+
+_CONTRACTION = re.compile(
+    r"\b(?:(I)'(m)|(can|won)'t|(\w+)n't|(I|you|we|they)'(ve|ll|d|re)|(he|she|it|that|there|what)'s)\b",
+    re.IGNORECASE,
+)
+_SUFFIX = {"m": "am", "ve": "have", "ll": "will", "d": "would", "re": "are"}
+
+
+def _expand(m: re.Match[str]) -> str:
+    g = m.groups()
+    if g[0]:
+        return f"{g[0]} am"
+    if g[2]:
+        return "can not" if g[2].lower() == "can" else "will not"
+    if g[3]:
+        return f"{g[3]} not"
+    if g[4]:
+        return f"{g[4]} {_SUFFIX[g[5].lower()]}"
+    return f"{g[6]} is"
+
+
+def sentences(body: str) -> list[str]:
+    """Sentence split that keeps "Dr. Patel", "Khalid A. Al-Falih" together."""
+    out: list[str] = []
+    for piece in _SENT_SPLIT.split(body):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if out and _ABBREV.search(out[-1]):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
