@@ -22,7 +22,7 @@ from memfabric.domain.subject_text import (
 Rule = Callable[[str, Context], SubjectKey | None]
 
 
-def _key(entity: str, attribute: str, value: str, rule: str, *, polarity: bool = True,
+def make_key(entity: str, attribute: str, value: str, rule: str, *, polarity: bool = True,
          single: bool | None = None, previous: str | None = None) -> SubjectKey | None:
     v = norm_value(value)
     if not entity or not attribute or not v:
@@ -52,7 +52,7 @@ def _rule_relative_role(s: str, ctx: Context) -> SubjectKey | None:
     ent = proper_name(m.group("ent")) or holder_of(m.group("ent"), ctx)
     if ent is None:
         return None
-    return _key(ent, norm_attr(m.group("attr")), clean_value(m.group("val")), "relative_role")
+    return make_key(ent, norm_attr(m.group("attr")), clean_value(m.group("val")), "relative_role")
 
 
 _HELD_BY = re.compile(r"^(?P<np>.+?) (?:is|are) (?:now |currently |still )?(?:held|occupied|filled) by (?P<val>.+)$", re.IGNORECASE)
@@ -67,7 +67,7 @@ def _rule_held_by(s: str, ctx: Context) -> SubjectKey | None:
     ea = attribute_np(m.group("np"), ctx)
     if ea is None:
         return None
-    return _key(ea[0], ea[1], clean_value(m.group("val")), "held_by")
+    return make_key(ea[0], ea[1], clean_value(m.group("val")), "held_by")
 
 
 _INVERTED = re.compile(
@@ -111,7 +111,7 @@ def _rule_inverted_role(s: str, ctx: Context) -> SubjectKey | None:
         return None
     if val.lower().startswith("the "):
         return None
-    return _key(ea[0], ea[1], val, "inverted_role")
+    return make_key(ea[0], ea[1], val, "inverted_role")
 
 
 _FROM_TO = re.compile(
@@ -136,15 +136,15 @@ def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
         ea = attribute_np(subj, ctx)
         if ea is None:
             return None
-        return _key(ea[0], ea[1], val, "from_to", previous=prev)
+        return make_key(ea[0], ea[1], val, "from_to", previous=prev)
     if m.group("attr"):
         poss = m.group("poss").lower()
         owner = ent if poss != "my" else ctx.me
-        return _key(owner, norm_attr(m.group("attr")), val, "from_to", previous=prev)
+        return make_key(owner, norm_attr(m.group("attr")), val, "from_to", previous=prev)
     verb = re.search(r"(moved|relocated)", s[len(subj):], re.IGNORECASE)
     if verb and looks_like_place(prev) and looks_like_place(val):
-        return _key(ent, "residence", val, "from_to", previous=prev)
-    return _key(ent, WILDCARD, val, "from_to", single=True, previous=prev)
+        return make_key(ent, "residence", val, "from_to", previous=prev)
+    return make_key(ent, WILDCARD, val, "from_to", single=True, previous=prev)
 
 
 # (verb regex, attribute, single-valued, polarity)
@@ -227,50 +227,69 @@ def _rule_holder_verb(s: str, ctx: Context) -> SubjectKey | None:
     if not _ANY_HOLDER.search(s):
         return None
     for pre, rx, attr, single in _NEG_RES:
-        if not pre.search(s):
-            continue
-        m = rx.match(s)
-        if m:
-            ent = holder_of(m.group("subj"), ctx)
-            val = clean_value(m.group("obj"))
-            if ent and looks_like_value(val) and not val.lower().startswith(("to ", "for ")):
-                if attr == "car":
-                    val = re.sub(r"^(?:car|vehicle)\b\s*(?:,\s*)?(?:a |an |the )?", "", val)
-                return _key(ent, attr, val, "holder_verb", polarity=False, single=single)
+        if pre.search(s):
+            m = rx.match(s)
+            found = _negated_holder_value(m, attr, ctx) if m else None
+            if found is not None:
+                return make_key(found[0], attr, found[1], "holder_verb", polarity=False, single=single)
     for pre2, attr, single, pol in _HOLDER_RES:
         m = pre2.search(s)
-        if not m or m.start() == 0:
-            continue
-        subj, negated = _peel(s[: m.start()])
-        if _MODAL.search(s[: m.start()]):
-            return None
-        ent = holder_of(subj, ctx)
-        if ent is None:
-            return None
-        groups = m.groupdict()
-        obj = groups.get("obj2") or groups.get("obj3") or s[m.end():]
-        val = clean_value(obj)
-        if attr == "employer" and groups.get("obj3"):
-            val = groups["obj3"]
-        if attr == "role":
-            val = re.sub(r"^(?:a|an|the)\s+", "", val, flags=re.IGNORECASE)
-            val = re.split(r"\s+(?:at|for|with|in)\s+", val, maxsplit=1)[0]
-        if attr in {"employer", "team", "residence", "school"}:
-            val = re.split(r"\s+as\s+", val, maxsplit=1)[0]
-        if attr == "preference":
-            val = re.split(r"\s+(?:over|to|rather than|instead of)\s+", val, maxsplit=1)[0]
-            head = norm_value(val).split()
-            if not head or head[0] in PRONOUNS or head[0] in {"to", "not"}:
-                return None
-            attr = f"preference:{STEM.stemWord(head[-1])}"
-        if attr == "has":
-            val = m.group(0).split()[-1] + " " + val
-            val = re.sub(r"^(?:a|an)\s+", "", val)
-        if not looks_like_value(val):
-            return None
-        polarity = pol and not negated
-        return _key(ent, attr, val, "holder_verb", polarity=polarity, single=single)
+        if m and m.start() > 0:
+            return _affirmed_holder_verb(s, m, attr, single, pol, ctx)
     return None
+
+
+def _negated_holder_value(m: re.Match[str], attr: str, ctx: Context) -> tuple[str, str] | None:
+    """(entity, value) of "Alice quit her job at Acme", "moved out of Paris", "sold my
+    Volvo"; ``None`` lets the next verb pattern try."""
+    ent = holder_of(m.group("subj"), ctx)
+    val = clean_value(m.group("obj"))
+    if not ent or not looks_like_value(val) or val.lower().startswith(("to ", "for ")):
+        return None
+    if attr == "car":
+        val = re.sub(r"^(?:car|vehicle)\b\s*(?:,\s*)?(?:a |an |the )?", "", val)
+    return ent, val
+
+
+def _affirmed_holder_verb(s: str, m: re.Match[str], attr: str, single: bool, pol: bool,
+                          ctx: Context) -> SubjectKey | None:
+    """The first relation verb found (``m``) after a subject: peel adverbs/negation off the
+    subject, trim the object to the value, and key it under ``attr``."""
+    subj, negated = _peel(s[: m.start()])
+    if _MODAL.search(s[: m.start()]):
+        return None
+    ent = holder_of(subj, ctx)
+    if ent is None:
+        return None
+    groups = m.groupdict()
+    val = clean_value(groups.get("obj2") or groups.get("obj3") or s[m.end():])
+    if attr == "employer" and groups.get("obj3"):
+        val = groups["obj3"]
+    val = _trim_holder_value(attr, val, m)
+    if attr == "preference":
+        head = norm_value(val).split()
+        if not head or head[0] in PRONOUNS or head[0] in {"to", "not"}:
+            return None
+        attr = f"preference:{STEM.stemWord(head[-1])}"
+    if not looks_like_value(val):
+        return None
+    return make_key(ent, attr, val, "holder_verb", polarity=pol and not negated, single=single)
+
+
+def _trim_holder_value(attr: str, val: str, m: re.Match[str]) -> str:
+    """Attribute-specific trimming of a relation verb's object ("a nurse at X" → "nurse",
+    "Acme as CTO" → "Acme", "tea over coffee" → "tea", "has a dog" → "a dog" → "dog")."""
+    if attr == "role":
+        val = re.sub(r"^(?:a|an|the)\s+", "", val, flags=re.IGNORECASE)
+        val = re.split(r"\s+(?:at|for|with|in)\s+", val, maxsplit=1)[0]
+    if attr in {"employer", "team", "residence", "school"}:
+        val = re.split(r"\s+as\s+", val, maxsplit=1)[0]
+    if attr == "preference":
+        val = re.split(r"\s+(?:over|to|rather than|instead of)\s+", val, maxsplit=1)[0]
+    if attr == "has":
+        val = m.group(0).split()[-1] + " " + val
+        val = re.sub(r"^(?:a|an)\s+", "", val)
+    return val
 
 
 _POS = r"(?:love|loves|loved|like|likes|enjoy|enjoys|adore|adores|am into|is into|are into|am a (?:big |huge )?fan of|is a (?:big |huge )?fan of|really like|really love)"
@@ -381,7 +400,7 @@ def _rule_copular(s: str, ctx: Context) -> SubjectKey | None:
             return None  # "the server is fast": an adjective, not a slot value
     if not looks_like_value(val):
         return None
-    return _key(ent, attr, val, "copular", polarity=polarity, single=single)
+    return make_key(ent, attr, val, "copular", polarity=polarity, single=single)
 
 
 _STATUS = re.compile(
@@ -410,7 +429,7 @@ def _rule_status(s: str, ctx: Context) -> SubjectKey | None:
         ent = ea[0] if ea[0] != "_" else ea[1]
         if ea[0] != "_":
             ent = f"{ea[0]}/{ea[1]}"
-    return _key(ent, "status", val, "status", polarity=not m.group("neg"))
+    return make_key(ent, "status", val, "status", polarity=not m.group("neg"))
 
 
 _PLACED = re.compile(
@@ -431,7 +450,7 @@ def _rule_placed(s: str, ctx: Context) -> SubjectKey | None:
     ent = proper_name(m.group("subj"))
     if ent is None:
         return None
-    return _key(ent, "location", clean_value(m.group("val")), "placed")
+    return make_key(ent, "location", clean_value(m.group("val")), "placed")
 
 
 _AGE = re.compile(
@@ -450,7 +469,7 @@ def _rule_age(s: str, ctx: Context) -> SubjectKey | None:
     ent = holder_of(m.group("subj"), ctx)
     if ent is None:
         return None
-    return _key(ent, "age", m.group("n"), "age")
+    return make_key(ent, "age", m.group("n"), "age")
 
 
 _LABEL = re.compile(r"^(?P<label>[^:]{1,60}?)\s*:\s+(?P<val>.{1,120})$")
@@ -469,7 +488,7 @@ def rule_label_value(text: str, ctx: Context) -> SubjectKey | None:
         v = val.lower().rstrip(".!")
         if ent is None or v not in STATUS_WORDS:
             return None
-        return _key(ent, "status", v, "label_value")
+        return make_key(ent, "status", v, "label_value")
     if proper_name(label) is not None:
         return None  # "Jon: Thanks!" — a name, not an attribute label
     ea = attribute_np(label, ctx)
@@ -479,7 +498,7 @@ def rule_label_value(text: str, ctx: Context) -> SubjectKey | None:
             ea = ("_", norm_attr(low))
         else:
             return None
-    return _key(ea[0], ea[1], val, "label_value")
+    return make_key(ea[0], ea[1], val, "label_value")
 
 
 RULES: tuple[Rule, ...] = (

@@ -167,31 +167,41 @@ def supersedes(new: SubjectKey | None, old: SubjectKey | None) -> Supersession |
     if new is None or old is None:
         return None
     if new.attribute == WILDCARD:
-        if (
-            new.previous is not None
-            and old.entity == new.entity
-            and old.polarity
-            and old.single_valued
-            and _value_matches(old.value, new.previous)
-        ):
-            return _sup("from_to", new, old, key=old.key)
-        return None
+        return _from_to_supersedes(new, old)
     if old.attribute == WILDCARD or new.key != old.key:
         return None
     same_value = _value_matches(new.value, old.value)
     if new.polarity and old.polarity:
-        if new.single_valued and old.single_valued and not same_value:
-            if new.previous is not None and not _value_matches(old.value, new.previous):
-                return None
-            return _sup("value_changed", new, old)
-        return None
+        return _value_changed(new, old) if not same_value else None
     if not new.polarity and old.polarity:
         return _sup("negation", new, old) if same_value else None
-    if new.polarity and not old.polarity:
-        if same_value or new.single_valued:
-            return _sup("reaffirmed", new, old)
-        return None
+    if new.polarity and not old.polarity and (same_value or new.single_valued):
+        return _sup("reaffirmed", new, old)
     return None
+
+
+def _from_to_supersedes(new: SubjectKey, old: SubjectKey) -> Supersession | None:
+    """A wildcard ``from_to`` key: replaces an affirmative single-valued note of the same
+    entity whose value is the stated previous value."""
+    if (
+        new.previous is not None
+        and old.entity == new.entity
+        and old.polarity
+        and old.single_valued
+        and _value_matches(old.value, new.previous)
+    ):
+        return _sup("from_to", new, old, key=old.key)
+    return None
+
+
+def _value_changed(new: SubjectKey, old: SubjectKey) -> Supersession | None:
+    """Both affirmative, different values: only a single-valued slot changes, and a
+    stated previous value must match the old one."""
+    if not (new.single_valued and old.single_valued):
+        return None
+    if new.previous is not None and not _value_matches(old.value, new.previous):
+        return None
+    return _sup("value_changed", new, old)
 
 
 def resolve_subject(
@@ -248,15 +258,7 @@ class RuleSubjectExtractor:
         text = normalise(text)
         if is_foreign(text):
             return None
-        speaker: str | None = None
-        body = text
-        m = SPEAKER.match(text)
-        if m and not re.search(r"['’]s\b", m.group("spk")) and not any(c.isdigit() for c in m.group("spk")):
-            spk_words = m.group("spk").split()
-            if (all(w[:1].isupper() for w in spk_words) and len(m.group("body").split()) >= 2
-                    and m.group("spk").lower() not in LABEL_WORDS):
-                speaker = norm_entity(m.group("spk"))
-                body = m.group("body")
+        speaker, body = _split_speaker(text)
         ctx = Context(speaker)
         if speaker is None and text.split(":", 1)[0].strip().lower() not in LABEL_WORDS:
             hit = rule_label_value(text, ctx)
@@ -264,20 +266,42 @@ class RuleSubjectExtractor:
                 return hit
             if re.match(r"^[^:]{1,60}:\s", text) and text.split(":", 1)[0].lower() not in LABEL_WORDS:
                 return None  # a label whose value is not a slot
-        for sent in sentences(body):
-            if not sent or sent.endswith("?"):
-                continue
-            sent = LEAD.sub("", sent).strip().rstrip(".!").strip()
-            if sent.rsplit(None, 1)[-1].lower() in TRAIL_LAST:
-                sent = TRAILING_ADV.sub("", sent)
-            if len(sent) > 160:
-                continue
-            if len(sent) < 5:
-                continue
-            if speaker is not None and re.match(r"^(?:you|he|she|they)\b", sent, re.IGNORECASE):
+        for raw in sentences(body):
+            sent = _prepare_sentence(raw, speaker)
+            if sent is None:
                 continue
             for rule in RULES:
                 hit = rule(sent, ctx)
                 if hit is not None:
                     return hit
         return None
+
+
+def _split_speaker(text: str) -> tuple[str | None, str]:
+    """``"Caroline: I moved"`` → ``("caroline", "I moved")``; ``(None, text)`` when the
+    prefix is not a speaker name (a possessive, a number, a label word such as "Update")."""
+    m = SPEAKER.match(text)
+    if m is None:
+        return None, text
+    spk = m.group("spk")
+    if re.search(r"['’]s\b", spk) or any(c.isdigit() for c in spk):
+        return None, text
+    if (all(w[:1].isupper() for w in spk.split()) and len(m.group("body").split()) >= 2
+            and spk.lower() not in LABEL_WORDS):
+        return norm_entity(spk), m.group("body")
+    return None, text
+
+
+def _prepare_sentence(sent: str, speaker: str | None) -> str | None:
+    """Strip discourse markers and trailing adverbs; ``None`` for a sentence no rule
+    should see (a question, too short or long, an unresolvable pronoun in a chat turn)."""
+    if not sent or sent.endswith("?"):
+        return None
+    sent = LEAD.sub("", sent).strip().rstrip(".!").strip()
+    if sent.rsplit(None, 1)[-1].lower() in TRAIL_LAST:  # IndexError on an empty sentence (kept as is)
+        sent = TRAILING_ADV.sub("", sent)
+    if len(sent) > 160 or len(sent) < 5:
+        return None
+    if speaker is not None and re.match(r"^(?:you|he|she|they)\b", sent, re.IGNORECASE):
+        return None
+    return sent
