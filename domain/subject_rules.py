@@ -352,6 +352,20 @@ _COPULAR = re.compile(
 )
 
 
+_BE = {"is", "are", "'s"}
+_COPULAR_NEG = re.compile(r"^(?:no longer|not|never) (.+)$", re.IGNORECASE)
+_COPULAR_ADVERB = re.compile(r"^(?:now|currently|still|officially|finally|actually|at) (?=\S)", re.IGNORECASE)
+_COPULAR_ADVERB_AGAIN = re.compile(r"^(?:now|currently|still) ", re.IGNORECASE)
+_COPULAR_PLACE_VERB = re.compile(r"^(?:located|situated|based|stored|kept) (?=in |at )", re.IGNORECASE)
+_COPULAR_PLACE_PREP = re.compile(r"^(?:in|at|on) ", re.IGNORECASE)
+_NOT_A_SLOT_VALUE = re.compile(  # "is very ...", "is going to", "is great": an opinion, not a value
+    r"^(?:very|so|really|too|quite|pretty|super|a bit|kind of|always|usually|often|"
+    r"going|about|getting|being|doing|looking|coming|gonna|like|such|one of|the best|"
+    r"great|good|bad|awesome|amazing|important|hard|tough|nice|fine|ok|okay)\b",
+    re.IGNORECASE,
+)
+
+
 def _rule_copular(s: str, ctx: Context) -> SubjectKey | None:
     if not _COPULAR_TRIGGER.search(s):
         return None
@@ -364,43 +378,53 @@ def _rule_copular(s: str, ctx: Context) -> SubjectKey | None:
     ent, attr = ea
     if not attr or attr.split()[0] in PRONOUNS:
         return None
-    rest = m.group("rest").strip()
-    polarity = True
-    neg = re.match(r"^(?:no longer|not|never) (.+)$", rest, re.IGNORECASE)
-    if neg:
-        polarity, rest = False, neg.group(1)
-    rest = re.sub(r"^(?:now|currently|still|officially|finally|actually|at) (?=\S)", "", rest, flags=re.IGNORECASE)
-    rest = re.sub(r"^(?:now|currently|still) ", "", rest, flags=re.IGNORECASE)
     cop = m.group("cop").lower()
-    single = None
-    if cop == "are" and attr.endswith("s") and not attr.endswith("ss"):
-        single = False
-    rest = re.sub(r"^(?:located|situated|based|stored|kept) (?=in |at )", "", rest, flags=re.IGNORECASE)
-    placed = False
-    if re.match(r"^(?:in|at|on) ", rest, re.IGNORECASE) and cop in {"is", "are", "'s"}:
-        rest = rest.split(" ", 1)[1]
-        placed = True
-    elif "moved" in cop or "located" in cop or "based" in cop:
-        placed = True
-    if placed and looks_like_place(rest) and not attr.endswith(_PLACE_ATTRS):
-        attr = f"{attr}/location"
-    elif placed:
-        pass
-    elif cop in {"is", "are", "'s"}:
-        first = clean_value(rest).lower()
-        if first in STATUS_WORDS:
-            attr = f"{attr}/status"
-        elif re.match(r"^(?:very|so|really|too|quite|pretty|super|a bit|kind of|always|usually|often|"
-                      r"going|about|getting|being|doing|looking|coming|gonna|like|such|one of|the best|"
-                      r"great|good|bad|awesome|amazing|important|hard|tough|nice|fine|ok|okay)\b", rest, re.IGNORECASE):
-            return None
+    polarity, rest = _copular_rest(m.group("rest").strip())
+    single = False if cop == "are" and attr.endswith("s") and not attr.endswith("ss") else None
+    refined = _copular_sub_attribute(attr, cop, rest)
+    if refined is None:
+        return None
+    attr, rest = refined
     val = clean_value(rest)
     if ent == "_" and not re.search(r"\d|[A-Z]", val):
-        if len(val.split()) > 3 or (cop in {"is", "are", "'s"} and adjective_like(val)):
+        if len(val.split()) > 3 or (cop in _BE and adjective_like(val)):
             return None  # "the server is fast": an adjective, not a slot value
     if not looks_like_value(val):
         return None
     return make_key(ent, attr, val, "copular", polarity=polarity, single=single)
+
+
+def _copular_rest(rest: str) -> tuple[bool, str]:
+    """(polarity, rest) after the copula: a leading negation, time adverbs and a
+    "located/based/…" before "in/at" are dropped."""
+    polarity = True
+    neg = _COPULAR_NEG.match(rest)
+    if neg:
+        polarity, rest = False, neg.group(1)
+    rest = _COPULAR_ADVERB.sub("", rest)
+    rest = _COPULAR_ADVERB_AGAIN.sub("", rest)
+    return polarity, _COPULAR_PLACE_VERB.sub("", rest)
+
+
+def _copular_sub_attribute(attr: str, cop: str, rest: str) -> tuple[str, str] | None:
+    """(attribute, rest) with a ``/location`` or ``/status`` sub-attribute when the value
+    is a place ("The office is in Hamburg") or a status word ("The build is broken");
+    ``None`` when the copula introduces an opinion ("is very …", "is great")."""
+    placed = False
+    if _COPULAR_PLACE_PREP.match(rest) and cop in _BE:
+        rest = rest.split(" ", 1)[1]
+        placed = True
+    elif "moved" in cop or "located" in cop or "based" in cop:
+        placed = True
+    if placed:
+        if looks_like_place(rest) and not attr.endswith(_PLACE_ATTRS):
+            attr = f"{attr}/location"
+    elif cop in _BE:
+        if clean_value(rest).lower() in STATUS_WORDS:
+            attr = f"{attr}/status"
+        elif _NOT_A_SLOT_VALUE.match(rest):
+            return None
+    return attr, rest
 
 
 _STATUS = re.compile(
