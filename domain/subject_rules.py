@@ -83,35 +83,47 @@ _ROLE_WORDS = re.compile(
 )
 
 
+_INVERTED_VERB_HINTS = (" is ", " became ", " become ", " was ")
+_INVERTED_OWNER_HINTS = (" of ", " at ", " for ", " my ", " our ", "'s ")
+_OWNED_BY_NAME = re.compile(r"^[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s ")
+_ROLE_OF = re.compile(r"^(?:the )?(.+?) (?:of|at|for) ")
+_UPPER_OR_DIGIT = re.compile(r"^[A-Z0-9]")
+
+
 def _rule_inverted_role(s: str, ctx: Context) -> SubjectKey | None:
-    if not (" is " in s or " became " in s or " become " in s or " was " in s) or not (
-        " of " in s or " at " in s or " for " in s or " my " in s or " our " in s or "'s " in s
-    ):
+    if not any(h in s for h in _INVERTED_VERB_HINTS) or not any(h in s for h in _INVERTED_OWNER_HINTS):
         return None
     m = _INVERTED.match(s)
     if not m:
         return None
     val = m.group("val")
-    if proper_name(val) is None and not val.lower().startswith(("the ",)):
-        if not re.match(r"^[A-Z0-9]", val):
-            return None
-    if val.split()[0].lower() in PRONOUNS:
+    if not _is_named_value(val):
         return None
     np = clean_value(m.group("np"))
-    low = np.lower()
-    owned = low.startswith(("my ", "our ")) or bool(re.match(r"^[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s ", np))
-    if not owned:
-        # "the X of Y" / "CEO of Y": only a role noun owned by a named entity is a slot
-        # ("Bob is proud of Alice", "X is the best" stay alone)
-        m2 = re.match(r"^(?:the )?(.+?) (?:of|at|for) ", np)
-        if m2 is None or not _ROLE_WORDS.search(m2.group(1)):
-            return None
+    if not _is_owned_role(np):
+        return None
     ea = attribute_np(np, ctx)
     if ea is None or ea[0] == "_":
         return None
-    if val.lower().startswith("the "):
-        return None
     return make_key(ea[0], ea[1], val, "inverted_role")
+
+
+def _is_named_value(val: str) -> bool:
+    """The value of an inverted role is a name or an id: not "the …", not a pronoun."""
+    if val.lower().startswith("the "):
+        return False
+    if proper_name(val) is None and not _UPPER_OR_DIGIT.match(val):
+        return False
+    return val.split()[0].lower() not in PRONOUNS
+
+
+def _is_owned_role(np: str) -> bool:
+    """"my X", "Alice's X", or a role noun of a named entity ("the CEO of Amazon");
+    "Bob is proud of Alice" and "X is the best" are not slots."""
+    if np.lower().startswith(("my ", "our ")) or _OWNED_BY_NAME.match(np):
+        return True
+    m = _ROLE_OF.match(np)
+    return m is not None and bool(_ROLE_WORDS.search(m.group(1)))
 
 
 _FROM_TO = re.compile(
