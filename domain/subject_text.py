@@ -8,10 +8,13 @@ Everything here is pure and deterministic (stdlib + snowballstemmer).
 
 from __future__ import annotations
 
+import enum
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 import snowballstemmer
 
@@ -252,30 +255,49 @@ def looks_like_value(v: str) -> bool:
 _CAP_TOKEN = re.compile(r"^(?:[A-Z0-9#][\w.&'’+-]*|[a-z]+-?\d[\w-]*)$")
 
 
+_DETERMINERS = {"the", "my", "our", "a", "an"}
+_NAME_JOINERS = {"of", "and", "&"}
+_NAME_CANNOT_END = _NAME_PARTICLES | _NAME_JOINERS
+
+
 def proper_name(np: str) -> str | None:
     """A capitalised name or an identifier ("Alice", "Kevin De Bruyne", "Ticket 4411",
     "db-7", "Order #1001"), normalised; None for pronouns / common nouns."""
     toks = np.replace(",", " ").split()
     if not toks or len(toks) > 7:
         return None
-    if toks[0].lower() in PRONOUNS or toks[0].lower() in {"the", "my", "our", "a", "an"}:
-        if not (toks[0].lower() == "the" and len(toks) > 1 and all(_CAP_TOKEN.match(t) or t.lower() in _NAME_PARTICLES for t in toks[1:])):
+    first = toks[0].lower()
+    if first in PRONOUNS or first in _DETERMINERS:
+        if not _is_the_name(toks):
             return None
         toks = toks[1:]
-    for i, t in enumerate(toks):
-        if _CAP_TOKEN.match(t):
-            continue
-        if i > 0 and (t.lower() in _NAME_PARTICLES or t.lower() in {"of", "and", "&"}):
-            continue
-        if i > 0 and any(ch.isdigit() or ch in "_#" for ch in t):
-            continue
-        if i == len(toks) - 2 and len(toks) <= 4 and any(ch.isdigit() or ch in "_#" for ch in toks[-1]):
-            continue  # "Feature flag dark_mode", "Order no 55"
+    if not all(_is_name_token(i, t, toks) for i, t in enumerate(toks)):
         return None
-    if toks[-1].lower() in _NAME_PARTICLES | {"of", "and", "&"}:
+    if toks[-1].lower() in _NAME_CANNOT_END:
         return None
     name = norm_entity(" ".join(toks))
     return name or None
+
+
+def _is_the_name(toks: list[str]) -> bool:
+    """"the" + a capitalised name ("The Beatles", "the Hague")."""
+    return toks[0].lower() == "the" and len(toks) > 1 and all(
+        _CAP_TOKEN.match(t) or t.lower() in _NAME_PARTICLES for t in toks[1:]
+    )
+
+
+def _has_id_char(t: str) -> bool:
+    return any(ch.isdigit() or ch in "_#" for ch in t)
+
+
+def _is_name_token(i: int, t: str, toks: list[str]) -> bool:
+    """Token ``i`` of a name: capitalised / an id, or (not first) a particle, joiner or
+    id part; a lower-case word just before a final id ("Feature flag dark_mode", "Order no 55")."""
+    if _CAP_TOKEN.match(t):
+        return True
+    if i > 0 and (t.lower() in _NAME_PARTICLES or t.lower() in _NAME_JOINERS or _has_id_char(t)):
+        return True
+    return i == len(toks) - 2 and len(toks) <= 4 and _has_id_char(toks[-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,44 +338,104 @@ def holder_of(np: str, ctx: Context) -> str | None:
     return None
 
 
+class _Miss(enum.Enum):
+    """A reader of :func:`attribute_np` that does not apply (the next one is tried)."""
+
+    MISS = enum.auto()
+
+
+_AttrReading = tuple[str, str] | None | Literal[_Miss.MISS]
+
+_ROLE_OF_PREFIX = re.compile(r"^(?:the )?(?:position|post|office|role|name|title|job) of (?:the )?", re.IGNORECASE)
+_MY_ATTR = re.compile(r"^(?:my|our) (.{1,60})$", re.IGNORECASE)
+_POSSESSIVE_ATTR = re.compile(r"^(?:the )?(.+?)['’]s? (.{1,60})$", re.IGNORECASE)
+_COMMON_OWNER = re.compile(r"(?i:the )?[a-z][a-z -]{0,30}")
+_HELD_BY_ATTR = re.compile(r"^(?:the )?(.{1,60}?) (?:held|led|run|owned|coached|managed) by (.+)$", re.IGNORECASE)
+_OF_NAME_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?=[A-Z0-9])(.+)$")
+_OF_COMMON_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?([a-z][a-z0-9 -]{0,40})$")
+_THE_ATTR = re.compile(r"^the ([a-z][a-z0-9 /_-]{0,50})$", re.IGNORECASE)
+
+
 def attribute_np(np: str, ctx: Context) -> tuple[str, str] | None:
     """(entity, attribute) of an attribute noun phrase: "my X", "Alice's X", "the X of
-    Y", "the X at Y", "the X held by Y", "the X" (implicit entity ``_``)."""
+    Y", "the X at Y", "the X held by Y", "the X" (implicit entity ``_``).
+
+    The readers in :data:`_ATTR_READERS` are tried in order; the first that applies decides
+    (it may still say ``None``)."""
     s = np.strip().strip(",")
     # "the position of CEO at X" / "the name of the current X at Y" → "CEO at X"
-    s = re.sub(r"^(?:the )?(?:position|post|office|role|name|title|job) of (?:the )?", "", s, flags=re.IGNORECASE)
+    s = _ROLE_OF_PREFIX.sub("", s)
     if not s:
         return None
-    m = re.match(r"^(?:my|our) (.{1,60})$", s, re.IGNORECASE)
-    if m:
-        return ctx.me, norm_attr(m.group(1))
-    m = re.match(r"^(?:the )?(.+?)['’]s? (.{1,60})$", s, re.IGNORECASE) if "'" in s or "’" in s else None
-    if m:
-        owner = holder_of(m.group(1), ctx)
-        if owner is None and re.fullmatch(r"(?i:the )?[a-z][a-z -]{0,30}", m.group(1)):
-            owner = norm_entity(m.group(1))
-        if owner is None or owner.split()[0] in PRONOUNS:
-            return None
-        return owner, norm_attr(m.group(2))
-    m = re.match(r"^(?:the )?(.{1,60}?) (?:held|led|run|owned|coached|managed) by (.+)$", s, re.IGNORECASE)
-    if m:
-        ent = proper_name(m.group(2))
-        return (ent, norm_attr(m.group(1))) if ent else None
-    # "the X of Y" / "the X at Y": entity starts at the first of/at followed by a capital
-    m = re.match(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?=[A-Z0-9])(.+)$", s)
-    if m:
-        ent = proper_name(m.group(2)) or holder_of(m.group(2), ctx)
-        return (ent, norm_attr(m.group(1))) if ent else None
-    m = re.match(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?([a-z][a-z0-9 -]{0,40})$", s)
-    if m and m.group(2).split()[0] not in PRONOUNS:
-        return norm_entity(m.group(2)), norm_attr(m.group(1))
-    m = re.match(r"^the ([a-z][a-z0-9 /_-]{0,50})$", s, re.IGNORECASE)
-    if m and any(w[:1].islower() for w in m.group(1).split()):
-        words = m.group(1).split()
-        if words and words[0] not in PRONOUNS:
-            return "_", norm_attr(m.group(1))
+    for reader in _ATTR_READERS:
+        found = reader(s, ctx)
+        if found is not _Miss.MISS:
+            return found
     return None
 
+
+def _read_my_attr(s: str, ctx: Context) -> _AttrReading:
+    m = _MY_ATTR.match(s)
+    return (ctx.me, norm_attr(m.group(1))) if m else _Miss.MISS
+
+
+def _read_possessive_attr(s: str, ctx: Context) -> _AttrReading:
+    """"Alice's phone", "the company's CEO", "the user's email"."""
+    m = _POSSESSIVE_ATTR.match(s) if "'" in s or "’" in s else None
+    if not m:
+        return _Miss.MISS
+    owner = holder_of(m.group(1), ctx)
+    if owner is None and _COMMON_OWNER.fullmatch(m.group(1)):
+        owner = norm_entity(m.group(1))
+    if owner is None or owner.split()[0] in PRONOUNS:
+        return None
+    return owner, norm_attr(m.group(2))
+
+
+def _read_held_by_attr(s: str, ctx: Context) -> _AttrReading:
+    m = _HELD_BY_ATTR.match(s)
+    if not m:
+        return _Miss.MISS
+    ent = proper_name(m.group(2))
+    return (ent, norm_attr(m.group(1))) if ent else None
+
+
+def _read_of_name_attr(s: str, ctx: Context) -> _AttrReading:
+    """"the X of Y" / "the X at Y": entity starts at the first of/at followed by a capital."""
+    m = _OF_NAME_ATTR.match(s)
+    if not m:
+        return _Miss.MISS
+    ent = proper_name(m.group(2)) or holder_of(m.group(2), ctx)
+    return (ent, norm_attr(m.group(1))) if ent else None
+
+
+def _read_of_common_attr(s: str, ctx: Context) -> _AttrReading:
+    """"the capital of the country": a lower-case entity (not a pronoun)."""
+    m = _OF_COMMON_ATTR.match(s)
+    if not m or m.group(2).split()[0] in PRONOUNS:
+        return _Miss.MISS
+    return norm_entity(m.group(2)), norm_attr(m.group(1))
+
+
+def _read_the_attr(s: str, ctx: Context) -> _AttrReading:
+    """"the deadline": an attribute of the implicit entity ``_``."""
+    m = _THE_ATTR.match(s)
+    if not m or not any(w[:1].islower() for w in m.group(1).split()):
+        return _Miss.MISS
+    words = m.group(1).split()
+    if words and words[0] not in PRONOUNS:
+        return "_", norm_attr(m.group(1))
+    return _Miss.MISS
+
+
+_ATTR_READERS: tuple[Callable[[str, Context], _AttrReading], ...] = (
+    _read_my_attr,
+    _read_possessive_attr,
+    _read_held_by_attr,
+    _read_of_name_attr,
+    _read_of_common_attr,
+    _read_the_attr,
+)
 
 
 _TIME_WORD = re.compile(
