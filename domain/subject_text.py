@@ -18,7 +18,7 @@ from typing import Literal
 
 import snowballstemmer
 
-from memfabric.domain.subject_key import MAX_KEY_CHARS
+from memfabric.domain.subject_key import MAX_KEY_CHARS, WILDCARD, SubjectKey
 
 
 STEM = snowballstemmer.stemmer("english")
@@ -521,3 +521,17 @@ def sentences(body: str) -> list[str]:
         else:
             out.append(piece)
     return out
+
+
+def make_key(entity: str, attribute: str, value: str, rule: str, *, polarity: bool = True,
+         single: bool | None = None, previous: str | None = None) -> SubjectKey | None:
+    v = norm_value(value)
+    if not entity or not attribute or not v:
+        return None
+    if single is None:
+        single = not is_multi_valued(attribute)
+    if not single and attribute != WILDCARD:
+        attribute = f"{attribute}:{v}"
+    return SubjectKey(entity=entity[:120], attribute=attribute[:120], value=v, rule=rule,
+                      polarity=polarity, single_valued=single,
+                      previous=norm_value(previous) if previous else None)
