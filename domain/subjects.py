@@ -97,10 +97,8 @@ from typing import Protocol, runtime_checkable
 
 from memfabric.domain.subject_key import MAX_KEY_CHARS, WILDCARD, SubjectKey
 from memfabric.domain.subject_rules import RULES, rule_label_value
-from memfabric.domain.subject_text import (
-    LABEL_WORDS, LEAD, SPEAKER, TRAIL_LAST, TRAILING_ADV, Context, is_foreign, norm_entity, norm_value,
-    normalise, sentences,
-)
+from memfabric.domain.subject_prep import LABEL_WORDS, is_foreign, normalise, prepare_sentence, sentences, split_speaker
+from memfabric.domain.subject_text import Context, norm_value
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -258,7 +256,7 @@ class RuleSubjectExtractor:
         text = normalise(text)
         if is_foreign(text):
             return None
-        speaker, body = _split_speaker(text)
+        speaker, body = split_speaker(text)
         ctx = Context(speaker)
         if speaker is None and text.split(":", 1)[0].strip().lower() not in LABEL_WORDS:
             hit = rule_label_value(text, ctx)
@@ -267,7 +265,7 @@ class RuleSubjectExtractor:
             if re.match(r"^[^:]{1,60}:\s", text) and text.split(":", 1)[0].lower() not in LABEL_WORDS:
                 return None  # a label whose value is not a slot
         for raw in sentences(body):
-            sent = _prepare_sentence(raw, speaker)
+            sent = prepare_sentence(raw, speaker)
             if sent is None:
                 continue
             for rule in RULES:
@@ -275,33 +273,3 @@ class RuleSubjectExtractor:
                 if hit is not None:
                     return hit
         return None
-
-
-def _split_speaker(text: str) -> tuple[str | None, str]:
-    """``"Caroline: I moved"`` → ``("caroline", "I moved")``; ``(None, text)`` when the
-    prefix is not a speaker name (a possessive, a number, a label word such as "Update")."""
-    m = SPEAKER.match(text)
-    if m is None:
-        return None, text
-    spk = m.group("spk")
-    if re.search(r"['’]s\b", spk) or any(c.isdigit() for c in spk):
-        return None, text
-    if (all(w[:1].isupper() for w in spk.split()) and len(m.group("body").split()) >= 2
-            and spk.lower() not in LABEL_WORDS):
-        return norm_entity(spk), m.group("body")
-    return None, text
-
-
-def _prepare_sentence(sent: str, speaker: str | None) -> str | None:
-    """Strip discourse markers and trailing adverbs; ``None`` for a sentence no rule
-    should see (a question, too short or long, an unresolvable pronoun in a chat turn)."""
-    if not sent or sent.endswith("?"):
-        return None
-    sent = LEAD.sub("", sent).strip().rstrip(".!").strip()
-    if sent.rsplit(None, 1)[-1].lower() in TRAIL_LAST:  # IndexError on an empty sentence (kept as is)
-        sent = TRAILING_ADV.sub("", sent)
-    if len(sent) > 160 or len(sent) < 5:
-        return None
-    if speaker is not None and re.match(r"^(?:you|he|she|they)\b", sent, re.IGNORECASE):
-        return None
-    return sent
