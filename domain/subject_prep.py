@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from memfabric.domain.subject_text import WORD_RE, norm_entity
+from memfabric.domain.subject_text import WORD_RE, has_digit, norm_entity
 
 _ENGLISH_FUNCTION = {
     "the", "is", "are", "was", "of", "and", "to", "in", "my", "i", "at", "for", "has",
@@ -49,11 +49,18 @@ _SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])|\s*[\n]+\s*")
 
 
 def is_foreign(text: str) -> bool:
+    """Non-Latin letters, or at least as many foreign (de/fr/es/it/pt/nl) as English
+    function words among the lower-case words."""
     if _NON_LATIN.search(text):
         return True
-    words = [w.lower() for w in WORD_RE.findall(text) if w[:1].islower()]
-    foreign = sum(1 for w in words if w in _FOREIGN_FUNCTION and w not in _ENGLISH_FUNCTION)
-    english = sum(1 for w in words if w in _ENGLISH_FUNCTION)
+    foreign = english = 0
+    for word in WORD_RE.findall(text):
+        if word[:1].islower():
+            w = word.lower()
+            if w in _ENGLISH_FUNCTION:
+                english += 1
+            elif w in _FOREIGN_FUNCTION:
+                foreign += 1
     return foreign > 0 and foreign >= english
 
 
@@ -105,7 +112,7 @@ def split_speaker(text: str) -> tuple[str | None, str]:
     if m is None:
         return None, text
     spk = m.group("spk")
-    if re.search(r"['’]s\b", spk) or any(c.isdigit() for c in spk):
+    if re.search(r"['’]s\b", spk) or has_digit(spk):
         return None, text
     if (all(w[:1].isupper() for w in spk.split()) and len(m.group("body").split()) >= 2
             and spk.lower() not in LABEL_WORDS):

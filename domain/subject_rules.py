@@ -15,7 +15,8 @@ from collections.abc import Callable
 from memfabric.domain.subject_key import WILDCARD, SubjectKey
 from memfabric.domain.subject_text import (
     ADVERBS, PRONOUNS, STATUS_WORDS, STEM, WORD_RE, Context, adjective_like, attribute_np, clean_value,
-    fold_accents, holder_of, looks_like_place, looks_like_value, make_key, norm_attr, proper_name,
+    fold_accents, has_digit, holder_of, looks_like_place, looks_like_value, make_key, norm_attr, proper_name,
+    union_by_first_letter,
 )
 from memfabric.domain.subject_verbs import rule_holder_verb
 
@@ -157,7 +158,9 @@ _SENTIMENT = re.compile(
     re.IGNORECASE,
 )
 _SENTIMENT_TRIGGER = re.compile(
-    r"\b(?:lov|lik|enjoy|ador|into|fan|hat|dislik|stand|detest|tired|sick|bored|over)", re.IGNORECASE
+    r"\b(?:" + union_by_first_letter(["lov", "lik", "enjoy", "ador", "into", "fan", "hat", "dislik", "stand",
+                                       "detest", "tired", "sick", "bored", "over"]) + ")",
+    re.IGNORECASE,
 )
 _OBJ_STOP = {"to", "it", "that", "this", "how", "when", "what", "the", "a", "an", "you", "your", "them",
              "her", "him", "those", "these", "being", "seeing", "hearing", "having", "doing", "getting",
@@ -190,8 +193,10 @@ _PLACE_ATTRS = ("location", "headquarters", "address", "residence")
 
 
 _COPULAR_TRIGGER = re.compile(
-    r" (?:is|are|changed|moved|was|has|got|rose|increased|went|dropped|fell|decreased|became|switched|now|"
-    r"reads)\b|'s ", re.IGNORECASE
+    r" (?:" + union_by_first_letter(["is", "are", "changed", "moved", "was", "has", "got", "rose", "increased",
+                                      "went", "dropped", "fell", "decreased", "became", "switched", "now",
+                                      "reads"]) + r")\b|'s ",
+    re.IGNORECASE,
 )
 _COPULAR = re.compile(
     r"^(?P<np>.+?) (?P<cop>is|are|'s|has changed to|changed to|has been changed to|was changed to|"
@@ -320,10 +325,10 @@ _PLACED = re.compile(
 def _rule_placed(s: str, ctx: Context) -> SubjectKey | None:
     """An identified thing's location: "Server db-7 is in rack 3" (ids only: people "in"
     places are left alone)."""
-    if not any(ch.isdigit() for ch in s):
+    if not has_digit(s):
         return None
     m = _PLACED.match(s)
-    if not m or not any(ch.isdigit() for ch in m.group("subj")):
+    if not m or not has_digit(m.group("subj")):
         return None
     ent = proper_name(m.group("subj"))
     if ent is None:
@@ -360,7 +365,7 @@ def rule_label_value(text: str, ctx: Context) -> SubjectKey | None:
     label, val = m.group("label").strip(), m.group("val").strip()
     if len(val.split()) > 8 or val.endswith("?"):
         return None
-    if any(ch.isdigit() for ch in label) and proper_name(label) is not None:
+    if has_digit(label) and proper_name(label) is not None:
         # "Ticket 4411: resolved" — an entity label; only a status word is a slot
         ent = proper_name(label)
         v = val.lower().rstrip(".!")

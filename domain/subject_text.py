@@ -153,6 +153,58 @@ _TRAIL_CUT = re.compile(
 WORD_RE = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*", re.UNICODE)
 
 
+_ASCII_DIGIT = re.compile(r"[0-9]")
+
+
+def has_digit(s: str) -> bool:
+    """``any(ch.isdigit() for ch in s)``, with a regex fast path for ASCII text (where
+    ``str.isdigit`` is exactly ``[0-9]``)."""
+    if s.isascii():
+        return _ASCII_DIGIT.search(s) is not None
+    return any(ch.isdigit() for ch in s)
+
+
+def _split_alternatives(verb: str) -> list[str]:
+    """``"(?:a|b c) d"`` → ``["a d", "b c d"]`` (the top-level alternatives of a leading
+    group, each with the shared tail); any other pattern is returned as is."""
+    if not verb.startswith("(?:"):
+        return [verb]
+    depth, parts, start, i = 0, [], 3, 3
+    while i < len(verb):
+        ch = verb[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth == 0:
+            break
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(verb[start:i])
+            start = i + 1
+        i += 1
+    parts.append(verb[start:i])
+    tail = verb[i + 1:]
+    if tail[:1] and tail[0] in "?*+{":
+        raise ValueError(f"a quantified leading group cannot be split: {verb}")
+    return [part + tail for part in parts]
+
+
+def union_by_first_letter(verbs: list[str]) -> str:
+    """One pattern for the union of ``verbs``, grouped by first letter
+    (``l(?:ives?|iving)|r(?:esides?)|…``): the same language as ``a|b|c…``, but the regex
+    engine tests one letter per position instead of every alternative."""
+    groups: dict[str, list[str]] = {}
+    for verb in verbs:
+        for alt in _split_alternatives(verb):
+            if not alt[:1].isalpha() or alt[1:2] in ("?", "*", "+", "{"):
+                raise ValueError(f"a verb pattern must start with a plain letter: {alt}")
+            groups.setdefault(alt[0].lower(), []).append(alt[1:])
+    return "|".join(f"{letter}(?:{'|'.join(rests)})" for letter, rests in groups.items())
+
+
 def fold_accents(s: str) -> str:
     s = unicodedata.normalize("NFKD", s)
     return "".join(ch for ch in s if not unicodedata.combining(ch))

@@ -15,6 +15,7 @@ import re
 from memfabric.domain.subject_key import SubjectKey
 from memfabric.domain.subject_text import (
     ADVERBS, PRONOUNS, STEM, Context, clean_value, holder_of, looks_like_value, make_key, norm_value,
+    union_by_first_letter,
 )
 
 # (verb regex, attribute, single-valued, polarity)
@@ -82,51 +83,10 @@ def _peel(head: str) -> tuple[str, bool]:
 
 
 _HOLDER_RES = _compile_holder()
-def _split_alternatives(verb: str) -> list[str]:
-    """``"(?:a|b c) d"`` → ``["a d", "b c d"]`` (the top-level alternatives of a leading
-    group, each with the shared tail); any other pattern is returned as is."""
-    if not verb.startswith("(?:"):
-        return [verb]
-    depth, parts, start, i = 0, [], 3, 3
-    while i < len(verb):
-        ch = verb[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")" and depth == 0:
-            break
-        elif ch == ")":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            parts.append(verb[start:i])
-            start = i + 1
-        i += 1
-    parts.append(verb[start:i])
-    tail = verb[i + 1:]
-    if tail[:1] and tail[0] in "?*+{":
-        raise ValueError(f"a quantified leading group cannot be split: {verb}")
-    return [part + tail for part in parts]
-
-
-def _by_first_letter(verbs: list[str]) -> str:
-    """One pattern for the union of ``verbs``, grouped by first letter
-    (``l(?:ives?|iving)|r(?:esides?)|…``): the same language as ``a|b|c…``, but the regex
-    engine tests one letter per position instead of every alternative."""
-    groups: dict[str, list[str]] = {}
-    for verb in verbs:
-        for alt in _split_alternatives(verb):
-            if not alt[:1].isalpha() or alt[1:2] in ("?", "*", "+", "{"):
-                raise ValueError(f"a verb pattern must start with a plain letter: {alt}")
-            groups.setdefault(alt[0].lower(), []).append(alt[1:])
-    return "|".join(f"{letter}(?:{'|'.join(rests)})" for letter, rests in groups.items())
-
-
 # Pre-filter: does any relation verb (affirmative or ending) follow a whitespace?
 # Every match of a rule pattern below implies a match here.
 _ANY_HOLDER = re.compile(
-    r"\s(?:" + _by_first_letter([re.sub(r"\(\?P<\w+>", "(?:", v) for v, _, _, _ in _HOLDER_VERBS]
+    r"\s(?:" + union_by_first_letter([re.sub(r"\(\?P<\w+>", "(?:", v) for v, _, _, _ in _HOLDER_VERBS]
                                 + [v for v, _, _ in _NEG_VERBS]) + r")",
     re.IGNORECASE,
 )
