@@ -176,17 +176,24 @@ def _rule_sentiment(s: str, ctx: Context) -> SubjectKey | None:
     ent = holder_of(m.group("subj"), ctx)
     if ent is None:
         return None
-    obj = clean_value(m.group("obj"))
-    words = [w for w in WORD_RE.findall(fold_accents(obj).lower())]
+    stem = _sentiment_object_stem(clean_value(m.group("obj")))
+    if stem is None:
+        return None
+    return SubjectKey(entity=ent, attribute=f"feeling:{stem}"[:120], value="+" if m.group("pos") else "-",
+                      rule="sentiment", polarity=True, single_valued=True)
+
+
+def _sentiment_object_stem(obj: str) -> str | None:
+    """The stemmed object of a feeling ("the beach" → "beach"), at most four words;
+    ``None`` when it starts with a pronoun or a stop word ("that …", "how …", "being …")."""
+    words = WORD_RE.findall(fold_accents(obj).lower())
     if words and words[0] == "to" and len(words) > 1:
         words = words[1:]
     while words and words[0] in {"the", "a", "an"}:
         words = words[1:]
     if not words or words[0] in _OBJ_STOP or words[0] in PRONOUNS or len(words) > 4:
         return None
-    stem = " ".join(STEM.stemWord(w) for w in words)
-    return SubjectKey(entity=ent, attribute=f"feeling:{stem}"[:120], value="+" if m.group("pos") else "-",
-                      rule="sentiment", polarity=True, single_valued=True)
+    return " ".join(STEM.stemWord(w) for w in words)
 
 
 _PLACE_ATTRS = ("location", "headquarters", "address", "residence")
@@ -245,12 +252,19 @@ def _rule_copular(s: str, ctx: Context) -> SubjectKey | None:
         return None
     attr, rest = refined
     val = clean_value(rest)
-    if ent == "_" and not re.search(r"\d|[A-Z]", val):
-        if len(val.split()) > 3 or (cop in _BE and adjective_like(val)):
-            return None  # "the server is fast": an adjective, not a slot value
+    if ent == "_" and _is_description(val, cop):
+        return None
     if not looks_like_value(val):
         return None
     return make_key(ent, attr, val, "copular", polarity=polarity, single=single)
+
+
+def _is_description(val: str, cop: str) -> bool:
+    """For the implicit entity ``_``: a value without digits or capitals that is long or
+    an adjective ("the server is fast") describes, it does not fill a slot."""
+    if re.search(r"\d|[A-Z]", val):
+        return False
+    return len(val.split()) > 3 or (cop in _BE and adjective_like(val))
 
 
 def _copular_rest(rest: str) -> tuple[bool, str]:

@@ -230,12 +230,7 @@ def norm_attr(s: str) -> str:
     raw = fold_accents(s).lower().replace("favourite", "favorite")
     toks = re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*|/", raw)
     toks = [t for t in toks if t not in _ARTICLES and t not in _MODIFIERS]
-    stems = [t if t == "/" else STEM.stemWord(t) for t in toks]
-    # "position of X" / "X position" → X (DyKnow "The CEO position at …")
-    while len(stems) > 2 and stems[1] == "of" and stems[0] in {"posit", "name", "role", "offic", "titl"}:
-        stems = stems[2:]
-    if len(stems) > 1 and stems[-1] in {"posit", "role", "job", "seat"}:
-        stems = stems[:-1]
+    stems = _drop_position_words([t if t == "/" else STEM.stemWord(t) for t in toks])
     phrase = " ".join(stems)
     if phrase in _ATTR_SYNONYMS:
         return _ATTR_SYNONYMS[phrase]
@@ -244,6 +239,15 @@ def norm_attr(s: str) -> str:
     if stems and stems[-1] in {"headquart"}:
         return "headquarters"
     return phrase
+
+
+def _drop_position_words(stems: list[str]) -> list[str]:
+    """"position of X" / "X position" → X (DyKnow "The CEO position at …")."""
+    while len(stems) > 2 and stems[1] == "of" and stems[0] in {"posit", "name", "role", "offic", "titl"}:
+        stems = stems[2:]
+    if len(stems) > 1 and stems[-1] in {"posit", "role", "job", "seat"}:
+        stems = stems[:-1]
+    return stems
 
 
 def is_multi_valued(attr: str) -> bool:

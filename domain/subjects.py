@@ -168,6 +168,11 @@ def supersedes(new: SubjectKey | None, old: SubjectKey | None) -> Supersession |
         return _from_to_supersedes(new, old)
     if old.attribute == WILDCARD or new.key != old.key:
         return None
+    return _same_slot_decision(new, old)
+
+
+def _same_slot_decision(new: SubjectKey, old: SubjectKey) -> Supersession | None:
+    """Both notes fill the same slot: decide by polarity and value (see :func:`supersedes`)."""
     same_value = _value_matches(new.value, old.value)
     if new.polarity and old.polarity:
         return _value_changed(new, old) if not same_value else None
