@@ -3,6 +3,7 @@
 
 Each rule takes one pre-processed sentence and the :class:`~memfabric.domain.subject_text.Context`
 (who "I" is) and returns a :class:`~memfabric.domain.subject_key.SubjectKey` or ``None``.
+The ``holder_verb`` rule, with its verb tables, lives in :mod:`memfabric.domain.subject_verbs`.
 Every rule starts with a cheap substring / trigger test so that most sentences are
 rejected before the main regex runs.
 """
