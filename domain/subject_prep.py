@@ -126,7 +126,9 @@ def prepare_sentence(sent: str, speaker: str | None) -> str | None:
     if not sent or sent.endswith("?"):
         return None
     sent = _LEAD.sub("", sent).strip().rstrip(".!").strip()
-    if sent.rsplit(None, 1)[-1].lower() in _TRAIL_LAST:  # IndexError on an empty sentence (kept as is)
+    if not sent:  # only markers or punctuation
+        return None
+    if sent.rsplit(None, 1)[-1].lower() in _TRAIL_LAST:
         sent = _TRAILING_ADV.sub("", sent)
     if len(sent) > 160 or len(sent) < 5:
         return None
