@@ -47,7 +47,7 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import Connection, sql
 from psycopg.rows import tuple_row
 
-from memfabric.adapters.crypto import MAGIC
+from memfabric.adapters.crypto import MAGIC, MAGIC_TAGGED
 from memfabric.projections import tables
 from memfabric.domain.errors import EventIntegrityError, SettingsError
 from memfabric.domain.note import ERASED
@@ -144,8 +144,9 @@ def _jsonable(value: Any, embeddings: bool) -> Any:
 
 
 def plain_fields(mapper: Any, state: bytes) -> dict[str, Any]:
-    """The clear (unsealed) fields of a stored state, without any key."""
-    if not state.startswith(MAGIC):
+    """The clear (unsealed) fields of a stored state, without any key (and without
+    checking its authentication tag: the decoding mapper does that)."""
+    if not (state.startswith(MAGIC) or state.startswith(MAGIC_TAGGED)):
         raise EventIntegrityError("not a memfabric event state: its stored bytes were changed")
     (n,) = _U32.unpack_from(state, len(MAGIC))
     start = len(MAGIC) + 4

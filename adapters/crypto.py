@@ -10,11 +10,20 @@ protected fields of every earlier event are unrecoverable ciphertext and read ba
 
 Stored state layout (``state`` column of ``memfabric_events``)::
 
-    b"MF1" | u32 len(plain) | plain JSON | [ u32 key_gen | 12-byte nonce | AES-GCM ciphertext ]
+    b"MF2" | u32 len(plain) | plain JSON | [ u32 key_gen | 12-byte nonce | AES-GCM ciphertext ] | 32-byte tag
 
-The AES-GCM associated data is ``originator_id.bytes + u64 originator_version``, so a
-ciphertext cannot be moved to another event. The sealed payload is
-``u32 len(json) | JSON of protected text fields | raw float32 embedding bytes``.
+The tag (:func:`event_tag`) is HMAC-SHA256 under the fabric secret over the event's id,
+version, topic and everything before the tag: the plain metadata (scope, consent, tags,
+subject, validity) cannot be edited, and a state cannot be moved to another event,
+without the event failing authentication on every read, replay and rebuild. The
+AES-GCM associated data is ``originator_id.bytes + u64 originator_version``; the sealed
+payload is ``u32 len(json) | JSON of protected text fields | raw float32 embedding
+bytes``. States written by release 0.1 start with ``b"MF1"`` and have no tag: they stay
+readable in a fabric created before tags existed (``mf_fabric_secret.event_format`` 1);
+in a fabric created since (``event_format`` 2) an untagged state is refused. What
+remains: whoever can read ``mf_fabric_secret`` and write the events table can forge a
+tag (keep the secret's table from writers you do not trust; the audit chain's
+checkpoints, kept elsewhere, still show the change).
 
 Snapshots (when ``IS_SNAPSHOTTING_ENABLED`` is set) are sealed the same way: the
 protected attributes of the snapshotted aggregate state are moved into the sealed
@@ -24,6 +33,8 @@ payload (with the note's latest existing key) and their names are listed in the 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import struct
@@ -45,6 +56,11 @@ from psycopg import Connection, Cursor
 
 KEYS_TABLE = tables.NOTE_KEYS
 MAGIC = b"MF1"
+"""Magic of a release-0.1 state: the plain JSON part is not authenticated (legacy)."""
+MAGIC_TAGGED = b"MF2"
+"""Magic of an authenticated state: the whole state ends with :data:`TAG_BYTES` of
+HMAC-SHA256 under the fabric secret (see :func:`event_tag`)."""
+TAG_BYTES = 32
 _U32 = struct.Struct(">I")
 _AAD = struct.Struct(">Q")
 
@@ -301,17 +317,65 @@ class KeyVault(Protocol):
     def shredded(self, originator_id: UUID, gen: int) -> bool: ...
 
 
-class SealingMapper(Mapper[UUID]):
-    """An eventsourcing ``Mapper`` that seals protected fields per note (see module doc)."""
+def event_tag(secret: bytes, originator_id: UUID, version: int, topic: str, body: bytes) -> bytes:
+    """The authentication tag of a stored event: HMAC-SHA256 under the fabric secret of
+    ``originator_id (16 bytes) | u64 version | topic (UTF-8) | 0x00 | body``, where
+    ``body`` is the whole stored state before the tag (magic, plain JSON metadata and the
+    sealed part). It covers the metadata (scope, consent, tags, subject, validity) and
+    binds the state to its event. It is keyed by the fabric secret, not the note's key,
+    so a tombstone stays verifiable after its note's key is destroyed."""
+    mac = hmac.new(secret, originator_id.bytes + _AAD.pack(version) + topic.encode() + b"\0", hashlib.sha256)
+    mac.update(body)
+    return mac.digest()
 
-    def __init__(self, transcoder: Transcoder, keys: KeyVault) -> None:
+
+class SealingMapper(Mapper[UUID]):
+    """An eventsourcing ``Mapper`` that seals protected fields per note and
+    authenticates every stored event (see module doc).
+
+    ``secret``: the fabric secret; with it every event is written as an authenticated
+    ``MF2`` state and every ``MF2`` state is checked on reading. ``require_tags``: refuse
+    legacy ``MF1`` states (a fabric created by this release has only tagged events, so
+    a row rewritten in the old format is refused too)."""
+
+    def __init__(self, transcoder: Transcoder, keys: KeyVault, *, secret: bytes | None = None,
+                 require_tags: bool = False) -> None:
         super().__init__(transcoder=transcoder)
         self.keys = keys
+        self.secret = secret
+        self.require_tags = require_tags
 
     def bound(self, keys: KeyVault) -> SealingMapper:
         """This mapper sealing and unsealing with ``keys`` (a unit of work's or a
         replay's own key vault) instead of the shared key store."""
-        return SealingMapper(self.transcoder, keys)
+        return SealingMapper(self.transcoder, keys, secret=self.secret, require_tags=self.require_tags)
+
+    def _tag(self, stored_id: UUID, version: int, topic: str, body: bytes) -> bytes:
+        if self.secret is None:
+            raise EventIntegrityError("the fabric secret is not loaded: events cannot be authenticated")
+        return event_tag(self.secret, stored_id, version, topic, body)
+
+    def authenticated_body(self, stored: StoredEvent) -> bytes:
+        """The state without its tag, after checking the tag (``MF2``) or the policy for
+        legacy states (``MF1``); raises ``EventIntegrityError`` naming the event."""
+        data = stored.state
+        oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
+        if data.startswith(MAGIC_TAGGED) and len(data) > len(MAGIC_TAGGED) + TAG_BYTES:
+            body, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
+            if not hmac.compare_digest(tag, self._tag(oid, stored.originator_version, stored.topic, body)):
+                raise EventIntegrityError(
+                    f"event {stored.originator_version} of aggregate {oid} failed authentication: "
+                    "its stored bytes, metadata or topic were changed")
+            return body
+        if data.startswith(MAGIC):
+            if self.require_tags:
+                raise EventIntegrityError(
+                    f"event {stored.originator_version} of aggregate {oid} has no authentication "
+                    "tag although every event of this fabric is authenticated: it was rewritten")
+            return data
+        raise EventIntegrityError(
+            f"event {stored.originator_version} of aggregate {oid} is not a "
+            "memfabric event state: its stored bytes were changed")
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         topic = get_topic(domain_event.__class__)
@@ -340,7 +404,7 @@ class SealingMapper(Mapper[UUID]):
             # note that never had a path)
             protected = {k: state.pop(k) for k in PROTECTED_FIELDS if state.get(k) is not None}
         plain = self.transcoder.encode(state)
-        out = [MAGIC, _U32.pack(len(plain)), plain]
+        out = [MAGIC_TAGGED if self.secret is not None else MAGIC, _U32.pack(len(plain)), plain]
         if protected:
             embedding = protected.pop("embedding", None)
             text = json.dumps(protected, separators=(",", ":"), ensure_ascii=False).encode()
@@ -349,21 +413,15 @@ class SealingMapper(Mapper[UUID]):
             nonce = os.urandom(12)
             sealed = AESGCM(key).encrypt(nonce, payload, originator_id.bytes + _AAD.pack(version))
             out += [_U32.pack(gen), nonce, sealed]
-        return StoredEvent(
-            originator_id=originator_id,
-            originator_version=version,
-            topic=topic,
-            state=b"".join(out),
-        )
+        body = b"".join(out)
+        if self.secret is not None:
+            body += self._tag(originator_id, version, topic, body)
+        return StoredEvent(originator_id=originator_id, originator_version=version, topic=topic, state=body)
 
     def decode_state(self, stored: StoredEvent) -> tuple[dict[str, Any], list[str]]:
         """Plain event fields with protected ones unsealed, or marked erased; returns
         ``(fields, erased_field_names)``."""
-        data = stored.state
-        if not data.startswith(MAGIC):
-            raise EventIntegrityError(
-                f"event {stored.originator_version} of aggregate {stored.originator_id} is not a "
-                "memfabric event state: its stored bytes were changed")
+        data = self.authenticated_body(stored)
         (n,) = _U32.unpack_from(data, 3)
         state: dict[str, Any] = self.transcoder.decode(data[7 : 7 + n])
         rest = data[7 + n :]

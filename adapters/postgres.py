@@ -50,6 +50,12 @@ SECRETS_DDL = (
     " id smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1), secret bytea NOT NULL,"
     " created_at timestamptz NOT NULL DEFAULT now())"
 )
+SECRETS_FORMAT_DDL = (
+    f"ALTER TABLE {tables.FABRIC_SECRET} ADD COLUMN IF NOT EXISTS event_format smallint NOT NULL DEFAULT 1"
+)
+"""``event_format``: 2 for a fabric created by a release that tags every event (legacy
+``MF1`` states are then refused), 1 for one created before (its old events stay
+readable; new events are tagged all the same)."""
 
 EF_SEARCH_MAX = 1000
 """pgvector's upper bound for ``hnsw.ef_search``."""
@@ -111,6 +117,7 @@ class PostgresFactory(_EventsourcingPostgresFactory):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
             cur.execute(KEYS_DDL)
             cur.execute(SECRETS_DDL)
+            cur.execute(SECRETS_FORMAT_DDL)
         return recorder
 
 
@@ -319,14 +326,20 @@ class PostgresNoteStore:
     # ---------------------------------------------------------------- secrets
     def secret(self) -> bytes:
         """The fabric secret (32 random bytes created on first use, kept in
-        ``mf_fabric_secret``); keys the tombstone content hashes."""
+        ``mf_fabric_secret``): keys the tombstone content hashes and the events'
+        authentication tags. Loading it arms the log's mapper: every event written is
+        tagged, every tagged event read is checked, and in a fabric created by this
+        release an untagged event is refused (see ``adapters/crypto.py``)."""
         if self._secret is None:
             with self.datastore.transaction(commit=True) as cur:
                 cur.execute(
-                    f"INSERT INTO {tables.FABRIC_SECRET} (id, secret) VALUES (1, %s)"  # noqa: S608
+                    f"INSERT INTO {tables.FABRIC_SECRET} (id, secret, event_format) VALUES (1, %s, 2)"  # noqa: S608
                     " ON CONFLICT (id) DO NOTHING", (os.urandom(32),))
-                row = cur.execute(f"SELECT secret FROM {tables.FABRIC_SECRET} WHERE id = 1").fetchone()  # noqa: S608
+                row = cur.execute(
+                    f"SELECT secret, event_format FROM {tables.FABRIC_SECRET} WHERE id = 1").fetchone()  # noqa: S608
             self._secret = bytes(row["secret"])
+            mapper = self.log.sealing_mapper
+            mapper.secret, mapper.require_tags = self._secret, int(row["event_format"]) >= 2
         return self._secret
 
     def content_hmac(self, text: str) -> str:

@@ -194,3 +194,52 @@ def test_defect_5_a_long_query_uses_only_its_longest_terms(fabric: Fabric) -> No
     assert lexical.get(long_word.id, 0) > 0          # a long term is kept
     assert short_word.id not in lexical or not lexical[short_word.id]  # "zebu" was dropped
     assert notes.recall("zebu", mode="lexical").hits[0].id == short_word.id  # short queries unaffected
+
+
+def _edit_state(dsn: str, notification_id: int, old: bytes, new: bytes) -> None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT state FROM memfabric_events WHERE notification_id = %s",
+                           (notification_id,)).fetchone()
+        assert row is not None and old in bytes(row[0])
+        conn.execute("UPDATE memfabric_events SET state = %s WHERE notification_id = %s",
+                     (bytes(row[0]).replace(old, new), notification_id))
+
+
+def test_defect_4_edited_metadata_is_refused_by_rebuild_and_reads(dsn: str) -> None:
+    """The plain metadata (scope, consent, tags, ...) is authenticated: widening a
+    thread-private note's visibility, or moving it to another tenant, in SQL makes its
+    event fail authentication; a rebuild stops there, naming the event, and the note
+    never becomes visible elsewhere."""
+    from memfabric.domain.errors import ProjectionError
+    from memfabric.projections.rebuild import ProjectionAdmin
+
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        secret = notes.remember(kind="fact", content="The launch code word is bluebird",
+                                consent={"visibility": "thread"})
+        _edit_state(dsn, 1, b'"visibility":"thread"', b'"visibility":"tenant"')
+        with pytest.raises(ProjectionError) as stop:
+            ProjectionAdmin.for_fabric(fab).rebuild("recall_index")
+        assert stop.value.notification_id == 1 and "authentication" in stop.value.cause
+        with pytest.raises(EventIntegrityError, match="failed authentication"):
+            notes.get(secret.id)
+        other = fab.scope("acme", "u2", "t9").recall("launch code word", min_relevance=0)
+        assert secret.id not in {h.id for h in other.hits}
+
+
+def test_defect_4_moved_tenant_and_stripped_tag_are_refused(dsn: str) -> None:
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        a = notes.remember(kind="fact", content="Invoices go out on Mondays")
+        b = notes.remember(kind="fact", content="The office closes at six")
+        _edit_state(dsn, 1, b'"tenant_id":"acme"', b'"tenant_id":"acmf"')
+        with pytest.raises(EventIntegrityError, match="failed authentication"):
+            notes.get(a.id)
+        # rewriting an event in the untagged 0.1 format is refused in a fabric that tags all
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT state FROM memfabric_events WHERE notification_id = 2").fetchone()
+            assert row is not None and bytes(row[0]).startswith(b"MF2")
+            legacy = b"MF1" + bytes(row[0])[3:-32]
+            conn.execute("UPDATE memfabric_events SET state = %s WHERE notification_id = 2", (legacy,))
+        with pytest.raises(EventIntegrityError, match="no authentication tag"):
+            notes.get(b.id)
