@@ -496,21 +496,39 @@ class InMemoryNoteStore:
         """Projections are updated with the commit: nothing to wait for."""
 
 
-def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: datetime,
-            require_consent: bool) -> bool:
-    """``recall_index.scope_filter`` + kinds + validity + consent, in Python."""
+def _visible(row: dict[str, Any], scope: Scope) -> bool:
+    """``recall_index.scope_filter`` in Python: same tenant, and the note's own
+    (resource, thread), or ``tenant`` visibility, or ``resource`` visibility with the
+    same non-empty resource."""
     t, r, th = scope.sql()
-    visible = row["tenant_id"] == t and (
+    return row["tenant_id"] == t and (
         (row["resource_id"] == r and row["thread_id"] == th)
         or row["visibility"] == "tenant"
         or (row["visibility"] == "resource" and row["resource_id"] == r and r != ""))
-    if not visible or row["kind"] not in kinds:
-        return False
+
+
+def _in_prefix(row: dict[str, Any], scope: Scope) -> bool:
+    """Rows of the scope prefix (``None`` parts match any resource / thread)."""
+    t, r, th = scope.sql()
+    return row["tenant_id"] == t and (scope.resource_id is None or row["resource_id"] == r) and (
+        scope.thread_id is None or row["thread_id"] == th)
+
+
+def _valid_at(row: dict[str, Any], at: datetime) -> bool:
     lo, hi = row["valid_from"], row["valid_to"]
-    if (lo is not None and as_of < lo) or (hi is not None and as_of >= hi):
-        return False
+    return not ((lo is not None and at < lo) or (hi is not None and at >= hi))
+
+
+def _consented(row: dict[str, Any], require_consent: bool) -> bool:
     granted = row["consent_granted"]
     return granted is True if require_consent else granted is not False
+
+
+def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: datetime,
+            require_consent: bool) -> bool:
+    """``recall_index.scope_filter`` + kinds + validity + consent, in Python."""
+    return (_visible(row, scope) and row["kind"] in kinds and _valid_at(row, as_of)
+            and _consented(row, require_consent))
 
 
 def _returned(row: dict[str, Any]) -> dict[str, Any]:
@@ -534,28 +552,11 @@ def _filtered(row: dict[str, Any], filters: NoteFilter | None) -> bool:
 
 def _lists(row: dict[str, Any], query: ListQuery) -> bool:
     """``recall_index._list_where`` in Python."""
-    t, r, th = query.scope.sql()
-    if query.prefix:
-        visible = row["tenant_id"] == t and (
-            query.scope.resource_id is None or row["resource_id"] == r) and (
-            query.scope.thread_id is None or row["thread_id"] == th)
-    else:
-        visible = row["tenant_id"] == t and (
-            (row["resource_id"] == r and row["thread_id"] == th)
-            or row["visibility"] == "tenant"
-            or (row["visibility"] == "resource" and row["resource_id"] == r and r != ""))
-    if not visible or row["kind"] not in query.kinds:
-        return False
-    if query.valid_at is not None:
-        lo, hi = row["valid_from"], row["valid_to"]
-        if (lo is not None and query.valid_at < lo) or (hi is not None and query.valid_at >= hi):
-            return False
-    if not query.include_superseded and row["superseded_by"] is not None:
-        return False
-    granted = row["consent_granted"]
-    if not (granted is True if query.require_consent else granted is not False):
-        return False
-    return _filtered(row, query.filters)
+    visible = _in_prefix(row, query.scope) if query.prefix else _visible(row, query.scope)
+    return (visible and row["kind"] in query.kinds
+            and (query.valid_at is None or _valid_at(row, query.valid_at))
+            and (query.include_superseded or row["superseded_by"] is None)
+            and _consented(row, query.require_consent) and _filtered(row, query.filters))
 
 
 def _lexical_scores(rows: Sequence[dict[str, Any]], terms: Sequence[str]) -> dict[UUID, float]:
