@@ -235,6 +235,8 @@ class TransactionKeys:
         self.loaded: dict[tuple[UUID, int], bytes] = {}
         self.doomed: set[UUID] = set()
         self.forgotten: dict[UUID, int] = {}
+        self.unreadable: set[UUID] = set()
+        """Notes replayed as if their keys were destroyed (a key fault being erased)."""
 
     def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
         """(gen, key) to seal an event at ``version``: the note's latest key, or a fresh
@@ -260,13 +262,15 @@ class TransactionKeys:
             self.loaded.update(select_keys(self.conn, originator_ids))
 
     def shredded(self, originator_id: UUID, gen: int) -> bool:
-        if originator_id in self.doomed:
+        if originator_id in self.doomed or originator_id in self.unreadable:
             return True
         if originator_id not in self.forgotten:
             self.forgotten.update(forgotten_versions(self.conn, [originator_id]))
         return shredded(self.forgotten, originator_id, gen)
 
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
+        if originator_id in self.unreadable:
+            return None
         found = self.pending.get(originator_id)
         if found is not None and found[0] == gen:
             return found[1]
@@ -456,7 +460,8 @@ class SealingMapper(Mapper[UUID]):
                 except InvalidTag:
                     raise EventIntegrityError(
                         f"event {stored.originator_version} of aggregate {oid} failed "
-                        "authentication: its stored bytes were changed"
+                        f"authentication with its data key (generation {gen}): key fault or "
+                        "changed bytes (the key row or the event's stored bytes were altered)"
                     ) from None
                 (m,) = _U32.unpack_from(payload, 0)
                 target.update(json.loads(payload[4 : 4 + m]))

@@ -273,6 +273,9 @@ class InMemoryUnitOfWork:
         found = self.load_ids([note_uuid(scope, note_id)])
         return found[0] if found else None
 
+    def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        return self.load_ids(aggregate_ids)  # no keys in memory: nothing can be unreadable
+
     def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         self._check()
         out: list[Note] = []

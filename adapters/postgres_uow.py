@@ -126,6 +126,12 @@ class PostgresUnitOfWork:
                 out.append(note)
         return out
 
+    def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        """Replay ``aggregate_ids`` as if their data keys were destroyed (protected
+        fields read ``<erased>``): how a note whose key is faulty is still tombstoned."""
+        self.keys.unreadable.update(aggregate_ids)
+        return self.load_ids(aggregate_ids)
+
     def exists(self, scope: Scope, note_id: str) -> bool:
         aggregate_id = note_uuid(scope, note_id)
         if aggregate_id in self._aggregates:

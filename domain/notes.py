@@ -162,17 +162,23 @@ class Notes:
 
     def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput], *,
                       consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
+                      chunk_size: int | None = 250,
                       ) -> list[MemoryNote]:
-        """Bulk write: same outcome as ``remember`` on each item in order, in one
-        transaction (all or nothing). Items are mappings of remember fields;
-        ``consolidate`` as for ``remember``."""
+        """Bulk write: same outcome as ``remember`` on each item in order, one
+        transaction (all or nothing) per ``chunk_size`` items: a batch of at most 250
+        items (the default) is atomic, a larger one is atomic per chunk of 250 (earlier
+        chunks stay written when a later one fails). ``chunk_size=None``: one
+        transaction for the whole batch, which then holds the global append lock (every
+        tenant's writes wait) for its whole duration. Items are mappings of remember
+        fields; ``consolidate`` as for ``remember``."""
         settings = consolidate_setting(consolidate, self._service.consolidation)
         raw = _ITEMS.validate_python(items)  # a list of mappings, else ValidationError
         validated = [
             item if isinstance(item, RememberInput) else self._service.validate_remember(dict(item))
             for item in raw
         ]
-        return self._service.remember_many(self.scope, validated, consolidate=settings)
+        return self._service.remember_many(self.scope, validated, consolidate=settings,
+                                           chunk_size=chunk_size)
 
     def append_block(
         self, block: str, text: str, *, expected_version: int | None = None

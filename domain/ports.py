@@ -131,6 +131,11 @@ class UnitOfWork(Protocol):
         """Like :meth:`load` for many aggregate ids (absent ids are skipped)."""
         ...
 
+    def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        """Replay notes whose content cannot be decrypted (a key fault) as if their
+        keys were destroyed, so that they can still be tombstoned and shredded."""
+        ...
+
     def exists(self, scope: Scope, note_id: str) -> bool:
         """Whether the scope has a note ``note_id`` (in the log or in this unit of work)."""
         ...

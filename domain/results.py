@@ -205,7 +205,11 @@ class EraseResult:
     call put under legal hold (``hold=True``); ``already_held``: notes found under an
     earlier hold and left as they are (content kept); ``remaining``: un-forgotten notes
     neither held nor erased after the call (0 unless notes were written into the scope
-    while it was erased: run it again); ``batches``: write transactions used."""
+    while it was erased: run it again); ``batches``: write transactions used.
+    ``unreadable``: ids of notes (counted in ``deleted``/``held``) whose content could
+    not be decrypted (key fault or changed bytes): tombstoned without a content hash,
+    with cause ``key_fault``, their keys destroyed; ``failed``: ids of notes that could
+    not be tombstoned at all (their events cannot be decoded; counted in ``remaining``)."""
 
     tenant_id: str
     resource_id: str | None
@@ -215,6 +219,8 @@ class EraseResult:
     already_held: int
     remaining: int
     batches: int
+    unreadable: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

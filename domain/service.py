@@ -143,9 +143,10 @@ class MemoryService:
         return self.remember_many(scope, [item], consolidate=consolidate)[0]
 
     def remember_many(self, scope: Scope, items: Sequence[RememberInput], *,
-                      consolidate: bool | Consolidation | None = None) -> list[MemoryNote]:
-        """Write notes in order in one unit of work (see :mod:`memfabric.domain.remember`)."""
-        return remember.remember_many(self, scope, items, consolidate=consolidate)
+                      consolidate: bool | Consolidation | None = None,
+                      chunk_size: int | None = 250) -> list[MemoryNote]:
+        """Write notes in order, atomic per chunk (see :func:`memfabric.domain.remember.remember_many`)."""
+        return remember.remember_many(self, scope, items, consolidate=consolidate, chunk_size=chunk_size)
 
     def append_block(self, scope: Scope, item: AppendBlockInput) -> MemoryNote:
         """Append to a working block (see ``Notes.append_block``)."""

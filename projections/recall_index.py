@@ -153,10 +153,10 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
 
 
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
-    """Upsert or delete the rows of ``notes`` (their current aggregate state); a large
-    load that adds at least BULK_FRACTION of the table goes through :func:`_bulk_load`."""
+    """Upsert or delete the rows of ``notes`` (their current aggregate state); a load of
+    at least :data:`BULK_MIN_ROWS` rows goes through :func:`_bulk_load`."""
     upserts, deletes = split_rows(notes, row_for)
-    if len(upserts) >= BULK_MIN_ROWS and _is_bulk(cur, table, len(upserts)):
+    if len(upserts) >= BULK_MIN_ROWS:
         write_rows(cur, table, COLUMNS, [], deletes)
         _bulk_load(cur, table, upserts)
         return
@@ -164,34 +164,19 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
 
 
 BULK_MIN_ROWS = 2000
-"""A write of at least this many rows (see also :data:`BULK_FRACTION`) is loaded with
-COPY and the HNSW index is rebuilt after the load (see :func:`_bulk_load`)."""
-
-
-BULK_FRACTION = 0.2
-"""...and that adds at least this fraction of the rows already there: inserting row by
-row into HNSW costs several times more per row than building the index in bulk."""
-
-
-def _is_bulk(cur: Cursor[Any], table: str, n: int) -> bool:
-    row = cur.execute(sql.SQL("SELECT count(*) AS c FROM {t}").format(t=sql.Identifier(table))).fetchone()
-    existing = int(row["c"] if isinstance(row, dict) else row[0]) if row else 0
-    return n >= BULK_FRACTION * existing
+"""A write of at least this many rows is loaded with COPY (see :func:`_bulk_load`)."""
 
 
 def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> None:
-    """Large import: drop the HNSW index, delete the rows being replaced, COPY the new
-    rows, rebuild the index (pgvector builds in memory with parallel workers far faster
-    than it inserts row by row). Runs in the writer's transaction, so readers of the
-    table wait for it (the DROP takes an ACCESS EXCLUSIVE lock) and it is all-or-nothing."""
+    """Large load: delete the rows being replaced, COPY the new rows into the live
+    table; the live HNSW index takes them row by row. The index is never dropped in a
+    writer's transaction (issue 17 defect 2): that took an ACCESS EXCLUSIVE lock on the
+    table after the events-table lock, so a concurrent recall or write deadlocked or
+    waited for the whole import. Bulk index builds happen only in a projection rebuild
+    (into a shadow table, outside the append lock)."""
     t = sql.Identifier(table)
-    hnsw = sql.Identifier(f"{table}_hnsw")
-    cur.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=hnsw))
     cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), ([r[6] for r in rows],))
     copy_rows(cur, rows, table)
-    cur.execute("SET LOCAL maintenance_work_mem = '1GB'")
-    cur.execute("SET LOCAL max_parallel_maintenance_workers = 2")
-    cur.execute(index_ddl(table)[0])
 
 
 _COPY_TYPES = (
