@@ -580,6 +580,7 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             "head_digest": report.head_digest, "changed": report.changed,
             "removed": report.removed, "inserted": report.inserted, "broken": report.broken,
             "gaps": report.gaps, "anchor_ok": report.anchor_ok,
+            "unauthenticated": report.unauthenticated,
         }))
     elif report.ok:
         if report.written:
@@ -595,7 +596,8 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             console.print(f"note: ids missing after the last checkpoint (rolled-back writes?): {report.gaps}")
     else:
         console.print(Text("TAMPERED: the event log does not match its audit chain", style="bold red"))
-        for label, ids in (("changed", report.changed), ("removed", report.removed), ("inserted", report.inserted)):
+        for label, ids in (("changed", report.changed), ("removed", report.removed), ("inserted", report.inserted),
+                           ("unauthenticated (tag fails)", report.unauthenticated)):
             if ids:
                 console.print(Text(f"  {label} event rows (notification ids): {ids}", style="red"))
         for problem in report.broken:

@@ -244,3 +244,20 @@ def test_defect_4_moved_tenant_and_stripped_tag_are_refused(dsn: str) -> None:
             conn.execute("UPDATE memfabric_events SET state = %s WHERE notification_id = 2", (legacy,))
         with pytest.raises(EventIntegrityError, match="no authentication tag"):
             notes.get(b.id)
+
+
+def test_defect_4_an_edit_before_the_first_checkpoint_is_never_checkpointed(dsn: str) -> None:
+    """``audit verify`` checks every not-yet-checkpointed event's tag before it writes a
+    checkpoint: a row edited before the first checkpoint is reported, not sealed in."""
+    from memfabric.adapters.audit import verify_chain
+
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        for text in ("Invoices go out on Mondays", "The office closes at six", "Deploys freeze on Fridays"):
+            notes.remember(kind="fact", content=text)
+        _edit_state(dsn, 2, b'"tenant_id":"acme"', b'"tenant_id":"acmf"')
+        report = verify_chain(fab)
+        assert not report.ok and report.unauthenticated == [2] and report.written == 0
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT count(*) FROM mf_audit_chain").fetchone()
+        assert row is not None and row[0] == 0
