@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    Strict,
     AfterValidator,
     StrictBool,
     StrictStr,
@@ -49,7 +50,8 @@ def _not_tiny(value: float) -> float:
     return value
 
 
-Unit = Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(_not_tiny)]
+Unit = Annotated[float, Strict(), Field(ge=0.0, le=1.0), AfterValidator(_not_tiny)]
+"""A number in [0, 1] (an int or float; never a string or a bool)."""
 
 MIN_INSTANT = datetime(1, 1, 1, tzinfo=timezone.utc)
 MAX_INSTANT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)

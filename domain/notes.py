@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Strict, StrictBool, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Strict, StrictBool, TypeAdapter
 
 from memfabric.domain.attach import Attachment
 from memfabric.domain.attach import attach as attach_session
@@ -49,7 +49,6 @@ _ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
 )
 
 
-_CONSOLIDATE: TypeAdapter[Any] = TypeAdapter(StrictBool | Consolidation | None)
 
 
 def consolidate_setting(value: Any, default: Consolidation) -> Consolidation | None:
@@ -58,10 +57,17 @@ def consolidate_setting(value: Any, default: Consolidation) -> Consolidation | N
     mapping of its fields (``enabled``, ``threshold``)."""
     if isinstance(value, Mapping):
         value = {"enabled": True, **value}
-    parsed = _CONSOLIDATE.validate_python(value)
+    parsed = _ConsolidateArg.model_validate({"consolidate": value}).consolidate
     if parsed is None or isinstance(parsed, Consolidation):
         return parsed
     return default.model_copy(update={"enabled": parsed})
+
+
+class _ConsolidateArg(BaseModel):
+    """The per-call ``consolidate`` argument, validated under its own name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    consolidate: StrictBool | Consolidation | None = None
 
 
 class Notes:
