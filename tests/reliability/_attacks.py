@@ -20,9 +20,9 @@ from memfabric.projections.rebuild import ProjectionAdmin
 CTX = mp.get_context("spawn")
 
 
-def _racer(dsn: str, mode: str, n: int, out: Any) -> None:
+def _racer(dsn: str, mode: str, n: int, out: Any, tenant: str = "race") -> None:
     with open_fabric(dsn) as fabric:
-        notes = fabric.scope("race", "u", "t")
+        notes = fabric.scope(tenant, "u", "t")
         try:
             if mode == "same":
                 notes.remember(kind="fact", content="the launch date is 5 May")
@@ -42,15 +42,14 @@ def concurrent_same_fact(dsn: str, rounds: int = 1, procs: int = 4) -> dict[str,
     the same note: one live note or typed errors, never two live notes."""
     failures = attempts = 0
     with open_fabric(dsn) as fabric:
-        admin = fabric.scope("race", "u", "t")
         for r in range(rounds):
             for mode in ("same", "id", "supersedes"):
-                for n in admin.list(limit=100).items:
-                    admin.forget(id=n.id)
+                tenant = f"race{r}{mode}"  # a fresh scope per round and mode
+                admin = fabric.scope(tenant, "u", "t")
                 if mode == "supersedes":
                     admin.remember(kind="fact", content=f"old value round {r}", id="0000000000ba", consolidate=False)
                 q = CTX.Queue()
-                ps = [CTX.Process(target=_racer, args=(dsn, mode, i, q)) for i in range(procs)]
+                ps = [CTX.Process(target=_racer, args=(dsn, mode, i, q, tenant)) for i in range(procs)]
                 for p in ps:
                     p.start()
                 outcomes = [q.get(timeout=120) for _ in ps]
