@@ -371,6 +371,25 @@ class Notes:
         )
 
 
+    # ------------------------------------------------- issue 14: the ledger
+    def conversation(self) -> Any:
+        """The conversation :class:`~memfabric.domain.conversation.Ledger` of this
+        thread scope (every call of a handle without thread raises ``NoLedgerError``)."""
+        from memfabric.domain.conversation import Ledger  # noqa: PLC0415
+        return Ledger(self._service.unit_of_work, self._service.ledger_store, self.scope)
+
+    def search_conversation(
+        self, query: str, *, limit: int = 20, direction: str = "backward",
+        detail: str = "summary", top_k: int = 5, signal: Any = None,
+    ) -> Any:
+        """Lexical search of this thread's conversation: ``SearchResult`` with ``hits``
+        (``entry_id``, ``score`` = share of query terms the entry contains, ``timestamp``,
+        ``page``) and ``scanned``; no embedder. ``limit`` 1-100 and ``top_k`` 1-100 else
+        ``ValidationError``; a set ``signal`` aborts (``LedgerAbortedError``)."""
+        return self.conversation().search(query, limit=limit, direction=direction,
+                                          detail=detail, top_k=top_k, signal=signal)
+
+
 
 def _note_id(value: str) -> str:
     """``value`` checked as a note id (``ValidationError`` on field ``id``)."""

@@ -103,6 +103,9 @@ class MemoryService:
         self.subject_extractor = _extractor(subject_extractor)
         self.attach_config = AttachConfig(session_id=session_id)
         """Who may attach (``session_id``; ``None``: any session) and what is live then."""
+        self.ledger_store: Any = None
+        """The conversation ledger's read side (``memfabric.domain.conversation.LedgerStore``;
+        ``None``: this backend has no ledger). Set by the composition root."""
 
     # ---------------------------------------------------------------- helpers
     def unit_of_work(self, scopes: Sequence[Scope]) -> UnitOfWork:

@@ -1,0 +1,190 @@
+"""Issue 14: the conversation ledger on a real PostgreSQL (fresh database per test)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from pydantic import ValidationError
+
+from memfabric.adapters import Fabric
+from memfabric.domain.errors import NotSupportedError
+from memfabric.domain.ledger import (
+    Conversation, LedgerAbortedError, LedgerError, NoLedgerError, conversation_uuid,
+)
+from memfabric.projections.rebuild import ProjectionAdmin
+from tests.conftest import fetch
+from tests.integration.test_privacy import dump_every_table
+
+T0 = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def fill(ledger, n: int = 6):  # type: ignore[no-untyped-def]
+    texts = [f"message {i} about the {'harbour' if i % 2 else 'garden'} plan" for i in range(n)]
+    return [ledger.append("user" if i % 2 == 0 else "assistant", t, timestamp=T0 + timedelta(minutes=i))
+            for i, t in enumerate(texts)]
+
+
+def test_append_entries_pages_and_cursors(fabric: Fabric) -> None:
+    ledger = fabric.scope("acme", "u1", "t1").conversation()
+    entries = fill(ledger, 7)
+    assert [e.position for e in entries] == list(range(1, 8))
+    assert all(len(e.id) == 12 for e in entries)
+    first = ledger.entries(limit=3)
+    assert [e.id for e in first.entries] == [e.id for e in entries[:3]]
+    rest = ledger.entries(first.next_cursor, limit=10)
+    assert [e.id for e in rest.entries] == [e.id for e in entries[3:]] and rest.next_cursor is None
+    back = ledger.entries(limit=2, direction="backward")
+    assert [e.id for e in back.entries] == [entries[6].id, entries[5].id]
+    page = ledger.page(entries[4].id, limit=3)
+    assert [e.id for e in page.entries] == [e.id for e in entries[2:5]]
+    assert page.before_cursor == "3" and page.after_cursor == "5"
+    assert "message 4 about the garden plan" in page.text and page.text.count("\n") == 2
+    fwd = ledger.page(entries[4].id, limit=5, direction="forward", detail="full")
+    assert [e.id for e in fwd.entries] == [e.id for e in entries[4:]] and fwd.after_cursor is None
+    long = ledger.append("user", "x" * 500)
+    assert len(ledger.page(long.id, limit=1).text) < 260
+    assert "x" * 500 in ledger.page(long.id, limit=1, detail="full").text
+
+
+def test_inputs_validated_nothing_written(fabric: Fabric) -> None:
+    ledger = fabric.scope("acme", "u1", "t1").conversation()
+    e = ledger.append("user", "hello")
+    before = fetch(fabric.dsn, "SELECT count(*) FROM memfabric_events")[0][0]
+    for call in (lambda: ledger.append("", "x"), lambda: ledger.append("user", ""),
+                 lambda: ledger.append("user", "x", timestamp=datetime(2024, 1, 1)),  # naive
+                 lambda: ledger.entries(limit=0), lambda: ledger.entries(direction="up"),  # type: ignore[arg-type]
+                 lambda: ledger.page("nothex"), lambda: ledger.observe("o", source_entry_ids=[]),
+                 lambda: ledger.bind("zz", "yy"), lambda: ledger.open_work_scope(""),
+                 lambda: fabric.scope("acme", "u1", "t1").search_conversation("x", limit=101),
+                 lambda: fabric.scope("acme", "u1", "t1").search_conversation("x", top_k=101)):
+        with pytest.raises(ValidationError):
+            call()
+    with pytest.raises(LedgerError):
+        ledger.observe("o", source_entry_ids=["0123456789ab"])
+    with pytest.raises(LedgerError):
+        ledger.page("0123456789ab")
+    assert fetch(fabric.dsn, "SELECT count(*) FROM memfabric_events")[0][0] == before
+    assert ledger.entries().entries[0].id == e.id
+
+
+def test_no_thread_fails_closed(fabric: Fabric) -> None:
+    ledger = fabric.scope("acme", "u1").conversation()
+    for call in (lambda: ledger.append("user", "x"), lambda: ledger.entries(),
+                 lambda: ledger.page("0123456789ab"), lambda: ledger.observe("o", source_entry_ids=["0123456789ab"]),
+                 lambda: ledger.reflect("r"), lambda: ledger.open_work_scope("w"),
+                 lambda: ledger.close_work_scope("0123456789ab"), lambda: ledger.bind("0123456789ab", "0123456789ab"),
+                 lambda: ledger.search("x"), lambda: ledger.erase(),
+                 lambda: fabric.scope("acme").search_conversation("x")):
+        with pytest.raises(NoLedgerError):
+            call()
+    assert issubclass(NoLedgerError, Exception)
+
+
+def test_observe_reflect_work_scopes(fabric: Fabric) -> None:
+    ledger = fabric.scope("acme", "u1", "t1").conversation()
+    es = fill(ledger, 4)
+    oid = ledger.observe("User is planning the harbour trip", source_entry_ids=[es[1].id])
+    rid = ledger.reflect("Plans come in pairs", source_ids=[oid, es[0].id])
+    sid = ledger.open_work_scope("trip planning")
+    with pytest.raises(LedgerError):
+        ledger.bind("0123456789ab", sid)
+    ledger.bind(rid, sid)
+    state = ledger.state()
+    assert isinstance(state, Conversation)
+    assert state.bindings == {rid: sid} and not state.work_scopes[sid].closed
+    ledger.close_work_scope(sid)
+    with pytest.raises(LedgerError):
+        ledger.close_work_scope(sid)
+    with pytest.raises(LedgerError):
+        ledger.bind(rid, sid)
+    state = ledger.state()
+    assert state is not None and state.promotable(rid)[1] == sid
+    assert state.observations[oid].source_ids == [es[1].id]
+    topics = [r[0] for r in fetch(fabric.dsn, "SELECT topic FROM memfabric_events WHERE originator_id = %s"
+                                  " ORDER BY originator_version", (conversation_uuid(ledger.scope),))]
+    assert topics[0] == "memfabric.domain.ledger:Conversation.Started"
+    assert "memfabric.domain.ledger:Conversation.ReflectionBound" in topics
+
+
+def test_text_is_sealed_in_the_log(fabric: Fabric) -> None:
+    ledger = fabric.scope("acme", "u1", "t1").conversation()
+    ledger.append("user", "my secret is pelican-42")
+    raw = b"".join(bytes(r[0]) for r in fetch(fabric.dsn, "SELECT state FROM memfabric_events"))
+    assert b"pelican-42" not in raw
+
+
+def test_search_conversation(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1", "t1")
+    ledger = notes.conversation()
+    a = ledger.append("user", "We should book the ferry to Zanzibar on Friday")
+    ledger.append("assistant", "Sure, anything else?")
+    b = ledger.append("user", "Also the ferry back")
+    res = notes.search_conversation("ferry Zanzibar", top_k=5, limit=2)
+    assert [h.entry_id for h in res.hits] == [a.id, b.id]
+    assert res.hits[0].score == 1.0 and res.hits[1].score == 0.5
+    assert res.scanned == 2 and res.hits[0].page.entries[-1].id == a.id
+    assert notes.search_conversation("nothing matches").hits == ()
+    ev = threading.Event()
+    ev.set()
+    with pytest.raises(LedgerAbortedError):
+        notes.search_conversation("ferry", signal=ev)
+    ledger.retract(b.id)
+    assert [h.entry_id for h in notes.search_conversation("ferry").hits] == [a.id]
+    other = fabric.scope("acme", "u1", "t2")
+    assert other.search_conversation("ferry").hits == ()
+
+
+def test_erase_scope_shreds_conversation_raw_dump(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1", "t1")
+    ledger = notes.conversation()
+    e = ledger.append("user", "Kestrel-Alpha-991 is my locker code")
+    ledger.observe("Observation Wombat-Quartz-17", source_entry_ids=[e.id])
+    ledger.reflect("Reflection Narwhal-Ember-55", source_ids=[e.id])
+    keep = fabric.scope("acme", "u1", "t9").conversation()
+    keep.append("user", "Unrelated Heron-Violet-3")
+    dump, _ = dump_every_table(fabric.dsn)
+    assert b"Kestrel-Alpha-991" in dump  # the projection holds it while live
+    fabric.erase_scope("acme", "u1", "t1", requested_by="dpo")
+    dump, tables = dump_every_table(fabric.dsn)
+    assert "mf_ledger_entries" in tables
+    for needle in (b"Kestrel-Alpha-991", b"kestrel", b"Wombat-Quartz-17", b"wombat",
+                   b"Narwhal-Ember-55", b"narwhal"):
+        assert needle not in dump, needle
+    assert b"Heron-Violet-3" in dump
+    assert ledger.entries().entries == ()
+    topics = [r[0] for r in fetch(fabric.dsn, "SELECT topic FROM memfabric_events WHERE originator_id = %s",
+                                  (conversation_uuid(ledger.scope),))]
+    assert topics[-1] == "memfabric.domain.ledger:Conversation.Erased"
+    assert fetch(fabric.dsn, "SELECT count(*) FROM mf_note_keys WHERE originator_id = %s",
+                 (conversation_uuid(ledger.scope),))[0][0] == 0
+    # The thread can be written again, with a new key; positions keep increasing.
+    again = ledger.append("user", "fresh start")
+    assert again.position == 2 and [x.id for x in ledger.entries().entries] == [again.id]
+
+
+def test_projection_replays_identically(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1", "t1")
+    ledger = notes.conversation()
+    es = fill(ledger, 5)
+    ledger.observe("harbour plan observed", source_entry_ids=[es[1].id])
+    ledger.retract(es[0].id)
+    notes.remember(kind="fact", content="User prefers metric units")
+    gone = fabric.scope("acme", "u1", "t2").conversation()
+    fill(gone, 3)
+    gone.erase(requested_by="test")
+    admin = ProjectionAdmin.for_fabric(fabric)
+    reports = admin.verify()
+    assert reports and all(r.ok for r in reports), [r for r in reports if not r.ok]
+    assert {"mf_ledger_entries", "mf_ledger_observations", "mf_ledger_threads"} <= {r.table for r in reports}
+    admin.rebuild("ledger")
+    assert all(r.ok for r in admin.verify("ledger"))
+    assert [e.id for e in ledger.entries().entries] == [e.id for e in es[1:]]
+
+
+def test_memory_backend_has_no_ledger() -> None:
+    from memfabric.adapters.memory import open_memory_fabric
+    with open_memory_fabric() as fab:
+        with pytest.raises(NotSupportedError):
+            fab.scope("acme", "u1", "t1").conversation().append("user", "x")
