@@ -153,6 +153,13 @@ class Notes:
             "context": context, "links": links, "supersedes": supersedes,
             "importance": importance, "consent": consent,
         }
+        if kind == "episode":  # issue 14: an observation of the ledger, read (never written)
+            from memfabric.domain.episodes import read_episode  # noqa: PLC0415
+            extra: dict[str, Any] = {k: v for k, v in given.items()
+                                     if v is not None and k not in ("kind", "id")}
+            if consolidate is not None:
+                extra["consolidate"] = consolidate
+            return read_episode(self._service.ledger_store, self.scope, id, extra)
         settings = consolidate_setting(consolidate, self._service.consolidation)
         item = self._service.validate_remember({k: v for k, v in given.items() if v is not None})
         return self._service.remember(self.scope, item, consolidate=settings)

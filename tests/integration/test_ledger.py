@@ -188,3 +188,26 @@ def test_memory_backend_has_no_ledger() -> None:
     with open_memory_fabric() as fab:
         with pytest.raises(NotSupportedError):
             fab.scope("acme", "u1", "t1").conversation().append("user", "x")
+
+
+def test_remember_episode_reads_the_observation(fabric: Fabric) -> None:
+    from memfabric.domain.errors import NoteNotFoundError
+    notes = fabric.scope("acme", "u1", "t1")
+    ledger = notes.conversation()
+    e = ledger.append("user", "I moved to Porto last spring")
+    oid = ledger.observe("User moved to Porto in spring 2024", source_entry_ids=[e.id])
+    before = fetch(fabric.dsn, "SELECT count(*) FROM memfabric_events")[0][0]
+    ep = notes.remember(kind="episode", id=oid)
+    assert (ep.id, ep.kind, ep.content, ep.source_entry_ids) == (
+        oid, "episode", "User moved to Porto in spring 2024", (e.id,))
+    assert fetch(fabric.dsn, "SELECT count(*) FROM memfabric_events")[0][0] == before
+    with pytest.raises(NoteNotFoundError):
+        notes.remember(kind="episode", id="0123456789ab")
+    with pytest.raises(NotSupportedError):
+        notes.remember(kind="episode", id=oid, content="x")
+    with pytest.raises(ValidationError):
+        notes.remember(kind="episode", id="nope")
+    with pytest.raises(NoLedgerError):
+        fabric.scope("acme", "u1").remember(kind="episode", id=oid)
+    with pytest.raises(NoteNotFoundError):  # another thread's ledger never answers
+        fabric.scope("acme", "u1", "t2").remember(kind="episode", id=oid)
