@@ -31,7 +31,7 @@ _GENERIC_NAMES = frozenset({"The", "This", "That", "When", "If", "Use", "Always"
                             "Ensure", "Make", "Prefer", "Avoid", "Keep", "First", "Each",
                             "Every", "Send", "Open", "Read", "Write", "Restart", "Rotate",
                             "Log", "Document", "Record", "Verify", "Confirm", "Escalate",
-                            "Start", "Do", "Don", "Start", "Monday", "Friday"})
+                            "Start", "Do", "Don", "Monday", "Friday"})
 
 
 @dataclass(frozen=True, slots=True)
