@@ -186,6 +186,11 @@ class MemoryService:
         candidates = self.store.recall(
             scope, embedding=embedding, query=query.query if query.mode != "vector" else None,
             kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent)
+        if "episode" in query.kinds and query.mode != "vector":  # issue 14: ledger episodes
+            from memfabric.domain import episodes  # noqa: PLC0415
+            candidates = [*candidates, *episodes.candidates(
+                self.ledger_store, scope, query.query, as_of=as_of, limit=limit,
+                require_consent=self.require_consent)]
         scoring = query.scoring or Scoring()
         weight = scoring.vector_weight
         if weight is None:

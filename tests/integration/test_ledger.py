@@ -211,3 +211,23 @@ def test_remember_episode_reads_the_observation(fabric: Fabric) -> None:
         fabric.scope("acme", "u1").remember(kind="episode", id=oid)
     with pytest.raises(NoteNotFoundError):  # another thread's ledger never answers
         fabric.scope("acme", "u1", "t2").remember(kind="episode", id=oid)
+
+
+def test_recall_episodes_only_when_asked(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1", "t1")
+    ledger = notes.conversation()
+    e = ledger.append("user", "I moved to Porto last spring and love the tiles")
+    o1 = ledger.observe("User moved to Porto in spring", source_entry_ids=[e.id])
+    o2 = ledger.observe("User likes azulejo tiles in Porto " + "very much " * 40, source_entry_ids=[e.id])
+    fact = notes.remember(kind="fact", content="User lives in Porto")
+    assert [h.id for h in notes.recall("Porto spring").hits] == [fact.id]  # untyped: no episodes
+    res = notes.recall("Porto spring", kinds=["episode"], mode="lexical")
+    assert [h.id for h in res.hits][0] == o1 and {h.kind for h in res.hits} == {"episode"}
+    assert [x.id for x in res.explain] == [h.id for h in res.hits]
+    both = notes.recall("Porto spring", kinds=["fact", "episode"])
+    assert {h.id for h in both.hits} == {fact.id, o1, o2}
+    tight = notes.recall("Porto tiles", kinds=["episode"], budget=20)
+    assert len(tight.hits) == 1  # the best hit always, then the budget stops ranking
+    assert notes.recall("Porto", kinds=["episode"], as_of=T0).hits == []
+    assert fabric.scope("acme", "u1", "t2").recall("Porto", kinds=["episode"]).hits == []
+    assert fabric.scope("acme", "u1").recall("Porto", kinds=["episode"]).hits == []
