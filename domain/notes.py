@@ -115,6 +115,7 @@ class Notes:
         importance: float | None = None,
         consent: Consent | Mapping[str, Any] | None = None,
         consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
+        reflection_id: str | None = None,
     ) -> MemoryNote:
         """Write one note and return it (``MemoryNote.outcome``: ``inserted``, ``folded`` or
         ``superseding``; for a working block ``inserted`` or ``replaced``).
@@ -153,6 +154,11 @@ class Notes:
             "context": context, "links": links, "supersedes": supersedes,
             "importance": importance, "consent": consent,
         }
+        if reflection_id is not None:  # issue 14: promotion (memfabric.domain.promotion)
+            from memfabric.domain.promotion import promote  # noqa: PLC0415
+            rest = {k: v for k, v in given.items() if v is not None and k not in ("kind", "content")}
+            return promote(self._service, self.scope, kind=kind, reflection_id=reflection_id,
+                           content=content, fields=rest)
         if kind == "episode":  # issue 14: an observation of the ledger, read (never written)
             from memfabric.domain.episodes import read_episode  # noqa: PLC0415
             extra: dict[str, Any] = {k: v for k, v in given.items()

@@ -183,6 +183,9 @@ class Lineage:
     links: list[dict[str, Any]]
     tombstone: dict[str, Any] | None
     chain: list[dict[str, Any]] = field(default_factory=list)
+    promoted_from: dict[str, Any] | None = None
+    """Issue 14: ``{reflection_id, scope_id}`` of the ledger reflection this note was
+    promoted from (``None`` otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,3 +231,32 @@ def test_recall_episodes_only_when_asked(fabric: Fabric) -> None:
     assert notes.recall("Porto", kinds=["episode"], as_of=T0).hits == []
     assert fabric.scope("acme", "u1", "t2").recall("Porto", kinds=["episode"]).hits == []
     assert fabric.scope("acme", "u1").recall("Porto", kinds=["episode"]).hits == []
+
+
+def test_promotion_from_a_closed_work_scope(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1", "t1")
+    ledger = notes.conversation()
+    e = ledger.append("user", "deploys failed twice because of stale caches")
+    rid = ledger.reflect("Clear the build cache before every deploy", source_ids=[e.id])
+    with pytest.raises(LedgerError):  # not bound
+        notes.remember(kind="procedure", reflection_id=rid)
+    sid = ledger.open_work_scope("deploy hygiene")
+    ledger.bind(rid, sid)
+    before = fetch(fabric.dsn, "SELECT count(*) FROM memfabric_events")[0][0]
+    with pytest.raises(LedgerError):  # scope still open
+        notes.remember(kind="procedure", reflection_id=rid)
+    with pytest.raises(ValidationError):
+        notes.remember(kind="procedure", reflection_id=rid, content="something else")
+    with pytest.raises(NotSupportedError):
+        notes.remember(kind="file", reflection_id=rid, path="a.txt")
+    with pytest.raises(NoLedgerError):
+        fabric.scope("acme", "u1").remember(kind="procedure", reflection_id=rid)
+    assert fetch(fabric.dsn, "SELECT count(*) FROM memfabric_events")[0][0] == before
+    ledger.close_work_scope(sid)
+    n = notes.remember(kind="procedure", reflection_id=rid, tags=["ops"])
+    assert (n.kind, n.content, n.tags) == ("procedure", "Clear the build cache before every deploy", ("ops",))
+    assert notes.lineage(n.id).promoted_from == {"reflection_id": rid, "scope_id": sid}
+    assert notes.get(n.id).content == n.content
+    assert [h.id for h in notes.recall("build cache deploy", kinds=["procedure"]).hits] == [n.id]
+    plain = notes.remember(kind="fact", content="User prefers metric units")
+    assert notes.lineage(plain.id).promoted_from is None
