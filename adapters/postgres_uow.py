@@ -171,6 +171,12 @@ class PostgresUnitOfWork:
             found = select_notes(cur, self._log.sealing_mapper, [aggregate_id], self.keys)
         return found[0] if found else None
 
+    def load_ledger_head(self, aggregate_id: UUID, scope: Scope) -> Any:
+        """The conversation's write head (no replay), or ``None`` when it has no events."""
+        from memfabric.adapters.ledger_pg import select_head  # noqa: PLC0415
+        held = self._others.get(aggregate_id)
+        return held if held is not None else select_head(self.conn, aggregate_id, scope)
+
     def add_aggregate(self, aggregate: Any) -> None:
         """Like :meth:`add` for an aggregate that is not a note."""
         self._events.extend(aggregate.collect_events())

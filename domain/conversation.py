@@ -190,6 +190,8 @@ class LedgerUnitOfWork(Protocol):
 
     def load_aggregate(self, aggregate_id: UUID) -> Any: ...
 
+    def load_ledger_head(self, aggregate_id: UUID, scope: Scope) -> Any: ...
+
     def add_aggregate(self, aggregate: Any) -> None: ...
 
     def shred_aggregate(self, aggregate: Any) -> None: ...
@@ -244,10 +246,16 @@ class Ledger:
             raise NotSupportedError("this backend has no conversation ledger")
         return aggregate_id, self._store
 
-    def _write(self, change: Callable[[Conversation], T], *, shred: bool = False) -> T:
+    def _write(self, change: Callable[[Conversation], T], *, shred: bool = False,
+               head: bool = False) -> T:
+        """Run ``change`` on the conversation in one unit of work; ``head``: on its write
+        head (appends and retractions: no replay, constant cost in the thread's length)."""
         aggregate_id, _ = self._ready()
         with cast(LedgerUnitOfWork, self._unit_of_work([self.scope])) as uow:
-            conv = uow.load_aggregate(aggregate_id)
+            if head:
+                conv = uow.load_ledger_head(aggregate_id, self.scope)
+            else:
+                conv = uow.load_aggregate(aggregate_id)
             if conv is None:
                 conv = Conversation.start(self.scope)
             out = change(conv)
@@ -280,7 +288,7 @@ class Ledger:
                 out.append(LedgerEntry(e.entry_id, e.position, e.role, e.text, e.timestamp,
                                        e.parent_id, e.branch))
             return out
-        return self._write(change) if parsed else []
+        return self._write(change, head=True) if parsed else []
 
     def observe(self, text: str, *, source_entry_ids: Sequence[str]) -> str:
         """Record an observation over live entries; returns its 12-hex id."""
@@ -322,7 +330,7 @@ class Ledger:
         """Hide an entry from pages and search (the log keeps an ``EntryRetracted``)."""
         self._ready()
         args = RetractInput(entry_id=entry_id)
-        self._write(lambda c: c.retract(args.entry_id))
+        self._write(lambda c: c.retract(args.entry_id), head=True)
 
     def erase(self, *, requested_by: str = "caller", cause: str = "caller") -> dict[str, Any]:
         """Tombstone the conversation and destroy its key: every text is shredded.

@@ -13,6 +13,7 @@ mapper makes a fresh key); entry positions keep increasing across erasures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -148,7 +149,10 @@ class Conversation(Aggregate):
         entry_id: str
 
         def apply(self, c: Conversation) -> None:
-            c.by_id[self.entry_id].retracted = True
+            e = c.by_id.get(self.entry_id)
+            if e is not None:
+                e.retracted = True
+            c.retracted_ids.append(self.entry_id)
 
     class Erased(Aggregate.Event):
         """The tombstone: every text of the conversation is shredded with its key."""
@@ -167,6 +171,7 @@ class Conversation(Aggregate):
             c.reflections = {}
             c.work_scopes = {}
             c.bindings = {}
+            c.retracted_ids = []
             c.erasures += 1
             c.erased_at = self.timestamp
 
@@ -184,6 +189,43 @@ class Conversation(Aggregate):
         self.bindings: dict[str, str] = {}
         self.erasures = 0
         self.erased_at: datetime | None = None
+        self.retracted_ids: list[str] = []
+        self.partial = False
+        """True for a :meth:`head`: only appends and retractions are allowed, and only
+        the new entries are in ``entries`` (the projection then syncs nothing else)."""
+        self.lookup: Callable[[str], bool] | None = None
+        """A head's check that a live entry exists (the ledger projection)."""
+
+    @classmethod
+    def head(cls, *, aggregate_id: UUID, version: int, scope: Scope, last_position: int,
+             first_position: int, erasures: int, at: datetime,
+             lookup: Callable[[str], bool]) -> Conversation:
+        """A write head of a long conversation: its version and positions without its
+        history (read from the log's index, not replayed), so an append costs the same
+        at entry 100,000 as at entry 1. Accepts ``append`` and ``retract`` only."""
+        if scope.thread_id is None:
+            raise NoLedgerError(f"scope {scope.key!r} has no thread")
+        c = object.__new__(cls)
+        c._id = aggregate_id  # noqa: SLF001 - eventsourcing's base state, as __base_init__ sets it
+        c._version = version  # noqa: SLF001
+        c._created_on = at  # noqa: SLF001
+        c._modified_on = at  # noqa: SLF001
+        c._pending_events = []  # noqa: SLF001
+        cls.__init__(c, tenant_id=scope.tenant_id, resource_id=scope.resource_id,
+                     thread_id=scope.thread_id)
+        c.last_position, c.first_position, c.erasures = last_position, first_position, erasures
+        c.partial, c.lookup = True, lookup
+        return c
+
+    def _exists(self, entry_id: str) -> bool:
+        e = self.by_id.get(entry_id)
+        if e is not None:
+            return not e.retracted
+        return self.lookup is not None and entry_id not in self.retracted_ids and self.lookup(entry_id)
+
+    def _full(self) -> None:
+        if self.partial:
+            raise LedgerError("internal: a conversation head only appends and retracts")
 
     # ----------------------------------------------------------------- commands
     @classmethod
@@ -202,25 +244,25 @@ class Conversation(Aggregate):
                parent_id: str | None = None, branch: str | None = None) -> Entry:
         if entry_id in self.by_id:
             raise LedgerError(f"entry {entry_id} already exists")
-        if parent_id is not None and parent_id not in self.by_id:
+        if parent_id is not None and not self._exists(parent_id):
             raise LedgerError(f"unknown parent entry {parent_id}")
         self.trigger_event(self.EntryAppended, entry_id=entry_id, role=role, text=text, at=at,
                            parent_id=parent_id, branch=branch)
         return self.by_id[entry_id]
 
-    def _live_entry(self, entry_id: str) -> Entry:
-        e = self.by_id.get(entry_id)
-        if e is None or e.retracted:
+    def _live_entry(self, entry_id: str) -> None:
+        if not self._exists(entry_id):
             raise LedgerError(f"unknown entry {entry_id}")
-        return e
 
     def observe(self, *, observation_id: str, text: str, source_entry_ids: list[str]) -> None:
+        self._full()
         for eid in source_entry_ids:
             self._live_entry(eid)
         self.trigger_event(self.Observed, observation_id=observation_id, text=text,
                            source_entry_ids=list(source_entry_ids))
 
     def reflect(self, *, reflection_id: str, text: str, source_ids: list[str]) -> None:
+        self._full()
         for sid in source_ids:
             if sid not in self.observations and sid not in self.reflections:
                 self._live_entry(sid)
@@ -228,6 +270,7 @@ class Conversation(Aggregate):
                            source_ids=list(source_ids))
 
     def open_work_scope(self, *, scope_id: str, name: str) -> None:
+        self._full()
         self.trigger_event(self.WorkScopeOpened, scope_id=scope_id, name=name)
 
     def _work_scope(self, scope_id: str) -> WorkScope:
@@ -237,11 +280,13 @@ class Conversation(Aggregate):
         return ws
 
     def close_work_scope(self, scope_id: str) -> None:
+        self._full()
         if self._work_scope(scope_id).closed:
             raise LedgerError(f"work scope {scope_id} is already closed")
         self.trigger_event(self.WorkScopeClosed, scope_id=scope_id)
 
     def bind(self, *, reflection_id: str, scope_id: str) -> None:
+        self._full()
         if reflection_id not in self.reflections:
             raise LedgerError(f"unknown reflection {reflection_id}")
         if self._work_scope(scope_id).closed:
@@ -253,6 +298,7 @@ class Conversation(Aggregate):
         self.trigger_event(self.EntryRetracted, entry_id=entry_id)
 
     def erase(self, *, requested_by: str, cause: str = "caller") -> None:
+        self._full()
         self.trigger_event(self.Erased, requested_by=requested_by, entries=len(self.entries),
                            observations=len(self.observations),
                            reflections=len(self.reflections), cause=cause)

@@ -145,10 +145,12 @@ def apply_one(cur: Cursor[Any], c: Conversation) -> None:
             " %s::timestamptz[], %s::text[], %s::text[], %s::bool[]) ON CONFLICT DO NOTHING",
             [list(col) for col in cols],
         )
-    retracted = [e.entry_id for e in c.entries if e.retracted and e.position <= stored]
+    retracted = list(dict.fromkeys(c.retracted_ids))
     if retracted:
         cur.execute(f"UPDATE {ENTRIES} SET retracted = true WHERE aggregate_id = %s"  # noqa: S608
                     " AND entry_id = ANY(%s) AND NOT retracted", (c.id, retracted))
+    if c.partial:  # a write head holds only its new entries and retractions
+        return
     cur.execute(f"DELETE FROM {OBSERVATIONS} WHERE aggregate_id = %s", (c.id,))  # noqa: S608
     obs = observation_rows(c)
     if obs:

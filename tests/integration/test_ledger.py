@@ -260,3 +260,24 @@ def test_promotion_from_a_closed_work_scope(fabric: Fabric) -> None:
     assert [h.id for h in notes.recall("build cache deploy", kinds=["procedure"]).hits] == [n.id]
     plain = notes.remember(kind="fact", content="User prefers metric units")
     assert notes.lineage(plain.id).promoted_from is None
+
+
+def test_appends_use_the_write_head_and_replay_identically(fabric: Fabric) -> None:
+    from memfabric.adapters.ledger_pg import select_head
+    ledger = fabric.scope("acme", "u1", "t1").conversation()
+    es = ledger.extend([{"role": "user", "text": f"line {i}"} for i in range(30)])
+    ledger.retract(es[3].id)
+    child = ledger.append("assistant", "reply", parent_id=es[2].id, branch="b1")
+    with pytest.raises(LedgerError):
+        ledger.append("assistant", "reply", parent_id=es[3].id)  # retracted parent
+    ledger.erase()
+    again = ledger.extend([{"role": "user", "text": "after"}, {"role": "user", "text": "more"}])
+    with fabric.log.datastore.get_connection() as conn:
+        head = select_head(conn, ledger.aggregate_id, ledger.scope)
+    state = ledger.state()
+    assert head is not None and state is not None
+    assert (head.version, head.last_position, head.first_position, head.erasures) == (
+        state.version, state.last_position, state.first_position, state.erasures) == (
+        state.version, 33, 32, 1)
+    assert [e.position for e in again] == [32, 33] and child.position == 31
+    assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify("ledger"))
