@@ -72,6 +72,11 @@ class PostgresLedgerStore:
             return ledger.select_entries(cur, aggregate_id, after=after, before=before,
                                          limit=limit, descending=descending)
 
+    def window(self, aggregate_id: UUID, position: int, limit: int, *,
+               backward: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.select_window(cur, aggregate_id, position, limit, backward=backward)
+
     def position(self, aggregate_id: UUID, entry_id: str) -> int | None:
         with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
             return ledger.entry_position(cur, aggregate_id, entry_id)

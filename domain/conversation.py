@@ -166,6 +166,9 @@ class LedgerStore(Protocol):
     def entries(self, aggregate_id: UUID, *, after: int | None, before: int | None,
                 limit: int, descending: bool) -> list[dict[str, Any]]: ...
 
+    def window(self, aggregate_id: UUID, position: int, limit: int, *,
+               backward: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
+
     def position(self, aggregate_id: UUID, entry_id: str) -> int | None: ...
 
     def search(self, aggregate_id: UUID, words: Sequence[str]) -> Iterator[list[dict[str, Any]]]: ...
@@ -379,22 +382,17 @@ class Ledger:
 
     def _page_at(self, aggregate_id: UUID, store: LedgerStore, entry_id: str, pos: int,
                  limit: int, direction: Direction, detail: Detail) -> Page:
-        if direction == "backward":
-            rows = store.entries(aggregate_id, after=None, before=pos + 1, limit=limit + 1,
-                                 descending=True)
-            more_before = len(rows) > limit
+        backward = direction == "backward"
+        rows, beyond = store.window(aggregate_id, pos, limit + 1, backward=backward)
+        more = len(rows) > limit
+        if backward:
             got = [_entry(r) for r in reversed(rows[:limit])]
-            after_rows = store.entries(aggregate_id, after=pos, before=None, limit=1, descending=False)
-            before_c = str(got[0].position) if more_before and got else None
-            after_c = str(pos) if after_rows else None
+            before_c = str(got[0].position) if more and got else None
+            after_c = str(pos) if beyond else None
         else:
-            rows = store.entries(aggregate_id, after=pos - 1, before=None, limit=limit + 1,
-                                 descending=False)
-            more_after = len(rows) > limit
             got = [_entry(r) for r in rows[:limit]]
-            before_rows = store.entries(aggregate_id, after=None, before=pos, limit=1, descending=True)
-            before_c = str(pos) if before_rows else None
-            after_c = str(got[-1].position) if more_after and got else None
+            before_c = str(pos) if beyond else None
+            after_c = str(got[-1].position) if more and got else None
         return Page(entry_id, tuple(got), before_c, after_c, render(got, detail))
 
     def search(self, query: str, *, limit: int = 20, direction: Direction = "backward",

@@ -185,6 +185,26 @@ def select_entries(cur: Cursor[Any], aggregate_id: UUID, *, after: int | None, b
     return [dict(r) for r in rows]
 
 
+def select_window(cur: Cursor[Any], aggregate_id: UUID, position: int, limit: int, *,
+                  backward: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One round trip for a page: ``backward``: up to ``limit`` live entries at or before
+    ``position`` (descending) and the first one after it; else up to ``limit`` at or after
+    it (ascending) and the last one before it. Returns ``(page_rows, beyond_rows)``."""
+    near, far = ("<=", ">") if backward else (">=", "<")
+    near_order, far_order = ("DESC", "ASC") if backward else ("ASC", "DESC")
+    rows = cur.execute(
+        f"(SELECT true AS near, position, entry_id, role, text, at, parent_id, branch FROM {ENTRIES}"  # noqa: S608
+        f" WHERE aggregate_id = %s AND NOT retracted AND position {near} %s"
+        f" ORDER BY position {near_order} LIMIT %s) UNION ALL"
+        f" (SELECT false, position, entry_id, role, text, at, parent_id, branch FROM {ENTRIES}"
+        f" WHERE aggregate_id = %s AND NOT retracted AND position {far} %s"
+        f" ORDER BY position {far_order} LIMIT 1)",
+        (aggregate_id, position, limit, aggregate_id, position), prepare=True).fetchall()
+    page = [dict(r) for r in rows if r["near"]]
+    beyond = [dict(r) for r in rows if not r["near"]]
+    return page, beyond
+
+
 def entry_position(cur: Cursor[Any], aggregate_id: UUID, entry_id: str) -> int | None:
     row = cur.execute(f"SELECT position FROM {ENTRIES} WHERE aggregate_id = %s AND entry_id = %s"  # noqa: S608
                       " AND NOT retracted", (aggregate_id, entry_id)).fetchone()
@@ -200,18 +220,17 @@ def search_entries(cur: Cursor[Any], aggregate_id: UUID, words: Sequence[str], *
     """Batches of live entries containing at least one of ``words`` (most recent first).
 
     The match runs on the GIN index first (a materialised CTE, so the planner never
-    walks the thread's position index filtering every row); ``cur`` must be inside a
-    transaction (a server-side cursor streams the batches)."""
+    walks the thread's position index filtering every row); the caller checks its
+    abort signal between batches."""
     if not words:
         return
-    with cur.connection.cursor(name="mf_ledger_search") as named:
-        named.execute(
-            f"WITH m AS MATERIALIZED (SELECT position, entry_id, role, text, at, parent_id, branch"  # noqa: S608
-            f" FROM {ENTRIES} WHERE tsv @@ to_tsquery('simple', %s) AND aggregate_id = %s"
-            " AND NOT retracted) SELECT * FROM m ORDER BY position DESC",
-            (_tsquery(words), aggregate_id))
-        while rows := named.fetchmany(batch):
-            yield [dict(r) for r in rows]
+    cur.execute(
+        f"WITH m AS MATERIALIZED (SELECT position, entry_id, role, text, at, parent_id, branch"  # noqa: S608
+        f" FROM {ENTRIES} WHERE tsv @@ to_tsquery('simple', %s) AND aggregate_id = %s"
+        " AND NOT retracted) SELECT * FROM m ORDER BY position DESC",
+        (_tsquery(words), aggregate_id), prepare=True)
+    while rows := cur.fetchmany(batch):
+        yield [dict(r) for r in rows]
 
 
 def search_observations(cur: Cursor[Any], aggregate_ids: Sequence[UUID], words: Sequence[str],
