@@ -178,6 +178,8 @@ def test_projection_replays_identically(fabric: Fabric) -> None:
     reports = admin.verify()
     assert reports and all(r.ok for r in reports), [r for r in reports if not r.ok]
     assert {"mf_ledger_entries", "mf_ledger_observations", "mf_ledger_threads"} <= {r.table for r in reports}
+    from memfabric.adapters.audit import verify_chain
+    assert verify_chain(fabric).ok  # the audit chain covers conversation events too
     admin.rebuild("ledger")
     assert all(r.ok for r in admin.verify("ledger"))
     assert [e.id for e in ledger.entries().entries] == [e.id for e in es[1:]]
