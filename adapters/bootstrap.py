@@ -5,6 +5,7 @@ Following cosmicpython's ``bootstrap``: the only place that knows every adapter.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
@@ -118,10 +119,11 @@ class Fabric:
         )
         self.engine.catch_up()
         result = self.service.erase_scope(args)
-        if not args.hold:
-            self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
+        if args.hold:
+            return result
+        n = self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
                                       args.requested_by)
-        return result
+        return dataclasses.replace(result, conversations=n)
 
     def _erase_conversations(self, tenant_id: str, resource_id: str | None,
                              thread_id: str | None, requested_by: str) -> int:

@@ -207,6 +207,8 @@ class EraseResult:
     already_held: int
     remaining: int
     batches: int
+    conversations: int = 0
+    """Issue 14: conversation ledgers of the prefix's threads erased (crypto-shredded)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,8 @@ ENTRIES = "mf_ledger_entries"
 OBSERVATIONS = "mf_ledger_observations"
 
 THREAD_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "first_position",
-                  "last_position", "erasures")
-_THREAD_TYPES = ("uuid", "text", "text", "text", "int8", "int8", "int4")
+                  "last_position", "erasures", "live")
+_THREAD_TYPES = ("uuid", "text", "text", "text", "int8", "int8", "int4", "bool")
 ENTRY_COLUMNS = ("aggregate_id", "position", "entry_id", "role", "text", "at", "parent_id",
                  "branch", "retracted")
 _ENTRY_TYPES = ("uuid", "int8", "text", "text", "text", "timestamptz", "text", "text", "bool")
@@ -48,8 +48,10 @@ def terms(text: str) -> list[str]:
 
 
 def thread_row(c: Conversation) -> tuple[Any, ...]:
+    """``live``: something is left to erase (a write head only ever adds entries)."""
+    live = c.partial or bool(c.entries or c.observations or c.reflections or c.work_scopes)
     return (c.id, c.tenant_id, c.resource_id or "", c.thread_id, c.first_position,
-            c.last_position, c.erasures)
+            c.last_position, c.erasures, live)
 
 
 def entry_row(aggregate_id: UUID, e: Entry) -> tuple[Any, ...]:
@@ -79,7 +81,7 @@ class LedgerProjection:
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
             " resource_id text NOT NULL, thread_id text NOT NULL, first_position bigint NOT NULL,"
-            " last_position bigint NOT NULL, erasures integer NOT NULL)"
+            " last_position bigint NOT NULL, erasures integer NOT NULL, live boolean NOT NULL)"
         ).format(t=sql.Identifier(THREADS + s)))
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid NOT NULL, position bigint NOT NULL,"
@@ -126,9 +128,10 @@ def apply_one(cur: Cursor[Any], c: Conversation) -> None:
     """Bring the rows of one conversation up to its state (idempotent, incremental:
     entries are append-only between erasures, so only new positions are inserted)."""
     cur.execute(
-        f"INSERT INTO {THREADS} ({', '.join(THREAD_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s)"  # noqa: S608
+        f"INSERT INTO {THREADS} ({', '.join(THREAD_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"  # noqa: S608
         " ON CONFLICT (aggregate_id) DO UPDATE SET first_position = EXCLUDED.first_position,"
-        " last_position = EXCLUDED.last_position, erasures = EXCLUDED.erasures",
+        " last_position = EXCLUDED.last_position, erasures = EXCLUDED.erasures,"
+        " live = EXCLUDED.live",
         thread_row(c),
     )
     cur.execute(f"DELETE FROM {ENTRIES} WHERE aggregate_id = %s AND position < %s",  # noqa: S608
@@ -251,7 +254,7 @@ def threads_in_prefix(cur: Cursor[Any], tenant_id: str, resource_id: str | None,
                       thread_id: str | None) -> list[tuple[UUID, str, str | None, str]]:
     """Conversations of a scope prefix (``None`` = any): ``(aggregate_id, tenant,
     resource, thread)``, only those with something left to erase."""
-    where, params = "tenant_id = %s", [tenant_id]
+    where, params = "live AND tenant_id = %s", [tenant_id]
     if resource_id is not None:
         where += " AND resource_id = %s"
         params.append(resource_id)

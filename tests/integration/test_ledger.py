@@ -146,7 +146,7 @@ def test_erase_scope_shreds_conversation_raw_dump(fabric: Fabric) -> None:
     keep.append("user", "Unrelated Heron-Violet-3")
     dump, _ = dump_every_table(fabric.dsn)
     assert b"Kestrel-Alpha-991" in dump  # the projection holds it while live
-    fabric.erase_scope("acme", "u1", "t1", requested_by="dpo")
+    assert fabric.erase_scope("acme", "u1", "t1", requested_by="dpo").conversations == 1
     dump, tables = dump_every_table(fabric.dsn)
     assert "mf_ledger_entries" in tables
     for needle in (b"Kestrel-Alpha-991", b"kestrel", b"Wombat-Quartz-17", b"wombat",
@@ -283,3 +283,15 @@ def test_appends_use_the_write_head_and_replay_identically(fabric: Fabric) -> No
         state.version, 33, 32, 1)
     assert [e.position for e in again] == [32, 33] and child.position == 31
     assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify("ledger"))
+
+
+def test_erase_scope_prefix_counts_only_live_conversations(fabric: Fabric) -> None:
+    for thread in ("t1", "t2"):
+        fabric.scope("acme", "u1", thread).conversation().append("user", "hi " + thread)
+    fabric.scope("acme", "u2", "t1").conversation().reflect("a reflection without entries")
+    fabric.scope("other", "u1", "t1").conversation().append("user", "other tenant")
+    assert fabric.erase_scope("acme", "u1").conversations == 2
+    assert fabric.erase_scope("acme", "u1").conversations == 0  # nothing left to erase
+    assert fabric.erase_scope("acme").conversations == 1
+    assert fabric.scope("other", "u1", "t1").conversation().entries().entries[0].text == "other tenant"
+    assert fabric.erase_scope("acme", hold=True).conversations == 0
