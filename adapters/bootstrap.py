@@ -129,15 +129,8 @@ class Fabric:
                              thread_id: str | None, requested_by: str) -> int:
         """Issue 14: erasing a scope prefix also shreds the conversation ledgers of its
         threads (``Erased`` tombstone, key destroyed). Returns how many were erased."""
-        from memfabric.domain.conversation import Ledger  # noqa: PLC0415
-        store = self.service.ledger_store
-        n = 0
-        for _, tenant, resource, thread in store.threads(tenant_id, resource_id, thread_id):
-            scope = Scope(tenant_id=tenant, resource_id=resource, thread_id=thread)
-            Ledger(self.service.unit_of_work, store, scope).erase(
-                requested_by=requested_by, cause="erase_scope")
-            n += 1
-        return n
+        from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
+        return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""

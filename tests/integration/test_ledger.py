@@ -185,11 +185,30 @@ def test_projection_replays_identically(fabric: Fabric) -> None:
     assert [e.id for e in ledger.entries().entries] == [e.id for e in es[1:]]
 
 
-def test_memory_backend_has_no_ledger() -> None:
+def test_memory_backend_has_the_same_ledger() -> None:
     from memfabric.adapters.memory import open_memory_fabric
     with open_memory_fabric() as fab:
-        with pytest.raises(NotSupportedError):
-            fab.scope("acme", "u1", "t1").conversation().append("user", "x")
+        notes = fab.scope("acme", "u1", "t1")
+        ledger = notes.conversation()
+        es = fill(ledger, 5)
+        assert [e.id for e in ledger.entries(limit=2).entries] == [es[0].id, es[1].id]
+        page = ledger.page(es[3].id, limit=2)
+        assert [e.id for e in page.entries] == [es[2].id, es[3].id] and page.after_cursor == "4"
+        res = notes.search_conversation("harbour plan", top_k=2)
+        assert [h.entry_id for h in res.hits] == [es[3].id, es[1].id] and res.hits[0].score == 1.0
+        oid = ledger.observe("harbour observation", source_entry_ids=[es[1].id])
+        assert notes.remember(kind="episode", id=oid).content == "harbour observation"
+        assert [h.id for h in notes.recall("harbour", kinds=["episode"]).hits] == [oid]
+        rid = ledger.reflect("Plan the harbour first")
+        sid = ledger.open_work_scope("w")
+        ledger.bind(rid, sid)
+        ledger.close_work_scope(sid)
+        n = notes.remember(kind="procedure", reflection_id=rid)
+        assert notes.lineage(n.id).promoted_from == {"reflection_id": rid, "scope_id": sid}
+        assert fab.erase_scope("acme", "u1", "t1").conversations == 1
+        assert ledger.entries().entries == ()
+        with pytest.raises(NoLedgerError):
+            fab.scope("acme", "u1").conversation().append("user", "x")
 
 
 def test_remember_episode_reads_the_observation(fabric: Fabric) -> None:
