@@ -54,6 +54,8 @@ from memfabric.domain.results import (
     RepointResult,
 )
 from memfabric.domain.scope import Scope
+from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, Page, SearchHit, SearchResult
+from memfabric.domain.ledger import LedgerAbortedError, LedgerError, NoLedgerError
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
 
 __all__ = [
@@ -68,4 +70,7 @@ __all__ = [
     "Scope", "ScopeError", "Scoring", "SessionError", "SettingsError", "SubjectExtractor",
     "SubjectKey", "SupersessionError", "ToolDefinition", "UnknownToolError",
     "ValidatorRejectedError", "embedder_from_name", "open_fabric", "open_memory_fabric", "tool_error",
+    # issue 14: the conversation ledger
+    "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerError", "NoLedgerError",
+    "Page", "SearchHit", "SearchResult",
 ]

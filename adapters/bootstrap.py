@@ -6,6 +6,7 @@ Following cosmicpython's ``bootstrap``: the only place that knows every adapter.
 from __future__ import annotations
 
 import json
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
@@ -13,6 +14,7 @@ from typing import Annotated, Any
 import psycopg
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
+from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
@@ -26,6 +28,7 @@ from memfabric.domain.service import MemoryService
 from memfabric.projections import tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import ProjectionEngine, advisory_key
+from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -116,7 +119,19 @@ class Fabric:
             requested_by=requested_by, batch_size=batch_size,
         )
         self.engine.catch_up()
-        return self.service.erase_scope(args)
+        result = self.service.erase_scope(args)
+        if args.hold:
+            return result
+        n = self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
+                                      args.requested_by)
+        return dataclasses.replace(result, conversations=n)
+
+    def _erase_conversations(self, tenant_id: str, resource_id: str | None,
+                             thread_id: str | None, requested_by: str) -> int:
+        """Issue 14: erasing a scope prefix also shreds the conversation ledgers of its
+        threads (``Erased`` tombstone, key destroyed). Returns how many were erased."""
+        from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
+        return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
@@ -214,7 +229,8 @@ def open_fabric(
             engine = ProjectionEngine(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim), WorkingValueProjection(),
-                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim)],
+                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim),
+                 LedgerProjection()],
                 cursor_loader(log),
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
@@ -236,6 +252,7 @@ def open_fabric(
                 require_consent=require_consent, working_validator=working_validator,
                 subject_extractor=subjects, session_id=session_id,
             )
+            service.ledger_store = PostgresLedgerStore(log)  # issue 14: the conversation ledger
             if catch_up:
                 engine.catch_up()
             return Fabric(service, log, store, engine, dsn, embedded)

@@ -32,6 +32,7 @@ against (``tests/contract``), and fast enough for unit tests:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import hmac
 import math
@@ -128,6 +129,11 @@ class InMemoryEventLog:
         """Stored events, all aggregates."""
         with self.lock:
             return sum(len(v) for v in self._events.values())
+
+    def aggregate_ids(self) -> list[UUID]:
+        """Every aggregate with events (issue 14: the ledger lists its conversations)."""
+        with self.lock:
+            return list(self._events)
 
     def has(self, aggregate_id: UUID) -> bool:
         with self.lock:
@@ -230,6 +236,7 @@ class InMemoryUnitOfWork:
         self._held: list[threading.Lock] = []
         self._events: list[Any] = []
         self._aggregates: dict[UUID, Note] = {}
+        self._others: dict[UUID, Any] = {}
         self._doomed: set[UUID] = set()
         self._open = False
         self._committed = False
@@ -253,6 +260,7 @@ class InMemoryUnitOfWork:
         if not self._committed:
             self._events.clear()
             self._aggregates.clear()
+            self._others.clear()
             self._doomed.clear()
         self._release()
 
@@ -345,6 +353,29 @@ class InMemoryUnitOfWork:
     def shred(self, note: Note) -> None:
         self._check()
         self._doomed.add(note.id)
+
+    # ------------------- issue 14: other aggregates (the ledger), saved, not projected
+    def load_aggregate(self, aggregate_id: UUID) -> Any:
+        self._check()
+        held = self._others.get(aggregate_id)
+        if held is not None:
+            return held
+        found: Any = None
+        for event in self._log.events(aggregate_id):
+            found = event.mutate(found)
+        return found
+
+    def load_ledger_head(self, aggregate_id: UUID, scope: Scope) -> Any:
+        return self.load_aggregate(aggregate_id)  # in memory a replay is the head
+
+    def add_aggregate(self, aggregate: Any) -> None:
+        self._check()
+        self._events.extend(aggregate.collect_events())
+        self._others[aggregate.id] = aggregate
+
+    def shred_aggregate(self, aggregate: Any) -> None:
+        self._check()
+        self._doomed.add(aggregate.id)
 
     def commit(self) -> None:
         self._check()
@@ -603,7 +634,13 @@ class MemoryFabric:
             tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
             requested_by=requested_by, batch_size=batch_size,
         )
-        return self.service.erase_scope(args)
+        result = self.service.erase_scope(args)
+        if args.hold:
+            return result
+        from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
+        n = erase_conversations(self.service, args.tenant_id, args.resource_id, args.thread_id,
+                                args.requested_by)  # issue 14
+        return dataclasses.replace(result, conversations=n)
 
     def catch_up(self) -> dict[str, int]:
         """Projections are always at the log head: their positions."""
@@ -650,4 +687,6 @@ def open_memory_fabric(
         consolidation=consolidation, limits=limits_model, redactor=redactor,
         require_consent=require_consent, working_validator=working_validator,
     )
+    from memfabric.adapters.memory_ledger import InMemoryLedgerStore  # noqa: PLC0415
+    service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
     return MemoryFabric(service, log, store)

@@ -241,9 +241,10 @@ QueryText = Annotated[
 ]
 """A recall query: 1-8000 characters, not blank."""
 RecallKinds = Annotated[
-    tuple[Literal["fact", "procedure", "file"], ...], BeforeValidator(_recall_kinds)
+    tuple[Literal["fact", "procedure", "file", "episode"], ...], BeforeValidator(_recall_kinds)
 ]
-"""A non-empty subset of the recallable kinds (a single string is accepted)."""
+"""A non-empty subset of the recallable kinds (a single string is accepted); ``episode``
+(issue 14: observations of the thread's conversation ledger) only when named."""
 TopK = Annotated[int, Field(ge=1, le=1000)]
 Budget = Annotated[int, Field(ge=1, le=1_000_000)]
 

@@ -136,6 +136,9 @@ class Note(Aggregate):
         cause: str
         inferred_subject: dict[str, Any] | None = None
         decision: dict[str, Any] | None = None
+        promoted_from: dict[str, Any] | None = None
+        """Issue 14: ``{reflection_id, scope_id}`` when the note was promoted from a
+        reflection of the conversation ledger (absent in older logs: ``None``)."""
 
     class Folded(Aggregate.Event):
         """The same note was written again: annotations unioned, new content wins, the
@@ -341,6 +344,7 @@ class Note(Aggregate):
         cause: str,
         inferred_subject: dict[str, Any] | None = None,
         decision: dict[str, Any] | None = None,
+        promoted_from: dict[str, Any] | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.resource_id = resource_id
@@ -377,6 +381,7 @@ class Note(Aggregate):
         self.inferred_subject = inferred_subject
         self.decision = decision
         self.supersession: dict[str, Any] | None = None
+        self.promoted_from = promoted_from
 
     # ----------------------------------------------------------------- commands
     @classmethod

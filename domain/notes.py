@@ -124,6 +124,7 @@ class Notes:
         importance: float | None = None,
         consent: Consent | Mapping[str, Any] | None = None,
         consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
+        reflection_id: str | None = None,
     ) -> MemoryNote:
         """Write one note and return it (``MemoryNote.outcome``: ``inserted``, ``folded`` or
         ``superseding``; for a working block ``inserted`` or ``replaced``).
@@ -162,6 +163,18 @@ class Notes:
             "context": context, "links": links, "supersedes": supersedes,
             "importance": importance, "consent": consent,
         }
+        if reflection_id is not None:  # issue 14: promotion (memfabric.domain.promotion)
+            from memfabric.domain.promotion import promote  # noqa: PLC0415
+            rest = {k: v for k, v in given.items() if v is not None and k not in ("kind", "content")}
+            return promote(self._service, self.scope, kind=kind, reflection_id=reflection_id,
+                           content=content, fields=rest)
+        if kind == "episode":  # issue 14: an observation of the ledger, read (never written)
+            from memfabric.domain.episodes import read_episode  # noqa: PLC0415
+            extra: dict[str, Any] = {k: v for k, v in given.items()
+                                     if v is not None and k not in ("kind", "id")}
+            if consolidate is not None:
+                extra["consolidate"] = consolidate
+            return read_episode(self._service.ledger_store, self.scope, id, extra)
         settings = consolidate_setting(consolidate, self._service.consolidation)
         item = self._service.validate_remember({k: v for k, v in given.items() if v is not None})
         return self._service.remember(self.scope, item, consolidate=settings)
@@ -455,6 +468,25 @@ def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_super
     if limit is not None:
         data["limit"] = limit
     return ListInput.model_validate(data)
+
+    # ------------------------------------------------- issue 14: the ledger
+    def conversation(self) -> Any:
+        """The conversation :class:`~memfabric.domain.conversation.Ledger` of this
+        thread scope (every call of a handle without thread raises ``NoLedgerError``)."""
+        from memfabric.domain.conversation import Ledger  # noqa: PLC0415
+        return Ledger(self._service.unit_of_work, self._service.ledger_store, self.scope)
+
+    def search_conversation(
+        self, query: str, *, limit: int = 20, direction: str = "backward",
+        detail: str = "summary", top_k: int = 5, signal: Any = None,
+    ) -> Any:
+        """Lexical search of this thread's conversation: ``SearchResult`` with ``hits``
+        (``entry_id``, ``score`` = share of query terms the entry contains, ``timestamp``,
+        ``page``) and ``scanned``; no embedder. ``limit`` 1-100 and ``top_k`` 1-100 else
+        ``ValidationError``; a set ``signal`` aborts (``LedgerAbortedError``)."""
+        return self.conversation().search(query, limit=limit, direction=direction,
+                                          detail=detail, top_k=top_k, signal=signal)
+
 
 
 def _note_id(value: str) -> str:

@@ -194,6 +194,9 @@ class Lineage:
     links: list[dict[str, Any]]
     tombstone: dict[str, Any] | None
     chain: list[dict[str, Any]] = field(default_factory=list)
+    promoted_from: dict[str, Any] | None = None
+    """Issue 14: ``{reflection_id, scope_id}`` of the ledger reflection this note was
+    promoted from (``None`` otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +224,8 @@ class EraseResult:
     batches: int
     unreadable: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()
+    conversations: int = 0
+    """Issue 14: conversation ledgers of the prefix's threads erased (crypto-shredded)."""
 
 
 @dataclass(frozen=True, slots=True)

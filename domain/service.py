@@ -105,6 +105,9 @@ class MemoryService:
         self.subject_extractor = _extractor(subject_extractor)
         self.attach_config = AttachConfig(session_id=session_id)
         """Who may attach (``session_id``; ``None``: any session) and what is live then."""
+        self.ledger_store: Any = None
+        """The conversation ledger's read side (``memfabric.domain.conversation.LedgerStore``;
+        ``None``: this backend has no ledger). Set by the composition root."""
 
     # ---------------------------------------------------------------- helpers
     def unit_of_work(self, scopes: Sequence[Scope]) -> UnitOfWork:
@@ -187,6 +190,11 @@ class MemoryService:
             scope, embedding=embedding, query=query.query if query.mode != "vector" else None,
             kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent,
             filters=_filters(query.tags, query.subject, query.min_importance))
+        if "episode" in query.kinds and query.mode != "vector":  # issue 14: ledger episodes
+            from memfabric.domain import episodes  # noqa: PLC0415
+            candidates = [*candidates, *episodes.candidates(
+                self.ledger_store, scope, query.query, as_of=as_of, limit=limit,
+                require_consent=self.require_consent)]
         scoring = query.scoring or Scoring()
         weight = scoring.vector_weight
         if weight is None:
