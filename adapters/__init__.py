@@ -7,6 +7,7 @@ Everything a host uses is importable from here; the modules behind it
 implementation and may move between releases.
 """
 
+from memfabric.adapters.aio import AsyncFabric, AsyncNotes, open_fabric_async
 from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.memory import MemoryFabric, open_memory_fabric
@@ -22,7 +23,9 @@ from memfabric.domain.errors import (
     FabricError,
     NoteExistsError,
     NoteForgottenError,
+    NamespaceError,
     NoteNotFoundError,
+    NotHeldError,
     NotSupportedError,
     ProjectionError,
     ProjectionLagError,
@@ -37,6 +40,7 @@ from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Embedder
 from memfabric.domain.results import (
     ConsentInfo,
+    NotePage,
     EraseResult,
     Explain,
     ForgetResult,
@@ -51,9 +55,12 @@ from memfabric.domain.results import (
 )
 from memfabric.domain.links import EvolutionSettings, LinkError, LinkerSettings
 from memfabric.domain.scope import Scope
+from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, Page, SearchHit, SearchResult
+from memfabric.domain.ledger import LedgerAbortedError, LedgerError, NoLedgerError
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
 
 __all__ = [
+    "AsyncFabric", "AsyncNotes", "NamespaceError", "NotHeldError", "NotePage", "open_fabric_async",
     "AttachSettings", "Attachment", "CapacityError", "ConflictError", "Consent", "ConsentInfo",
     "Consolidation", "ContextProvider", "Embedder", "EmbedderError", "EraseResult",
     "EventIntegrityError", "Explain", "Fabric", "FabricError", "ForgetResult", "HashEmbedder",
@@ -65,4 +72,7 @@ __all__ = [
     "SubjectKey", "SupersessionError", "ToolDefinition", "UnknownToolError",
     "ValidatorRejectedError", "embedder_from_name", "open_fabric", "open_memory_fabric", "tool_error",
     "LinkError", "LinkerSettings", "EvolutionSettings",
+    # issue 14: the conversation ledger
+    "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerError", "NoLedgerError",
+    "Page", "SearchHit", "SearchResult",
 ]

@@ -47,7 +47,7 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import Connection, sql
 from psycopg.rows import tuple_row
 
-from memfabric.adapters.crypto import MAGIC
+from memfabric.adapters.crypto import MAGIC, MAGIC_TAGGED
 from memfabric.projections import tables
 from memfabric.domain.errors import EventIntegrityError, SettingsError
 from memfabric.domain.note import ERASED
@@ -144,8 +144,9 @@ def _jsonable(value: Any, embeddings: bool) -> Any:
 
 
 def plain_fields(mapper: Any, state: bytes) -> dict[str, Any]:
-    """The clear (unsealed) fields of a stored state, without any key."""
-    if not state.startswith(MAGIC):
+    """The clear (unsealed) fields of a stored state, without any key (and without
+    checking its authentication tag: the decoding mapper does that)."""
+    if not (state.startswith(MAGIC) or state.startswith(MAGIC_TAGGED)):
         raise EventIntegrityError("not a memfabric event state: its stored bytes were changed")
     (n,) = _U32.unpack_from(state, len(MAGIC))
     start = len(MAGIC) + 4
@@ -346,7 +347,10 @@ class AuditReport:
     from, are missing from, or were not in their checkpoint; ``broken``: checkpoint rows
     that were edited or removed; ``gaps``: ``(first, last)`` missing id ranges after
     the last checkpoint (normal after rolled-back writes; not a failure);
-    ``anchor_ok``: result of the ``anchor`` comparison (``None`` when not given)."""
+    ``anchor_ok``: result of the ``anchor`` comparison (``None`` when not given);
+    ``unauthenticated``: notification ids after the last checkpoint whose event fails
+    its authentication tag (checked before any checkpoint is written, so an edit made
+    before the first checkpoint is never checkpointed as valid)."""
 
     head: int = 0
     events: int = 0
@@ -359,10 +363,12 @@ class AuditReport:
     broken: list[str] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)
     anchor_ok: bool | None = None
+    unauthenticated: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.changed or self.removed or self.inserted or self.broken) and self.anchor_ok is not False
+        return (not (self.changed or self.removed or self.inserted or self.broken or self.unauthenticated)
+                and self.anchor_ok is not False)
 
 
 def create_chain_table(datastore: Any) -> None:
@@ -410,10 +416,33 @@ def verify_chain(
         try:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                report.unauthenticated = _unauthenticated_tail(conn, fabric.log.sealing_mapper, batch)
                 _verify(conn, report, checkpoint, every, wanted, batch, progress)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
     return report
+
+
+def _unauthenticated_tail(conn: Connection[Any], mapper: Any, batch: int) -> list[int]:
+    """Notification ids after the last checkpoint whose authentication tag fails
+    (``SealingMapper.authenticated_body``; no key needed, nothing decrypted)."""
+    cur = conn.cursor(row_factory=tuple_row)
+    row = cur.execute(f"SELECT coalesce(max(position), 0) FROM {CHAIN_TABLE}").fetchone()  # noqa: S608
+    after = int(row[0]) if row else 0
+    failed: list[int] = []
+    while True:
+        rows = cur.execute(
+            sql.SQL("SELECT notification_id, originator_id, originator_version, topic, state FROM {t}"
+                    " WHERE notification_id > %s ORDER BY notification_id LIMIT %s").format(
+                t=sql.Identifier(EVENTS_TABLE)), (after, batch)).fetchall()
+        for nid, oid, version, topic, state in rows:
+            try:
+                mapper.authenticated_body(StoredEvent(oid, version, topic, bytes(state)))
+            except EventIntegrityError:
+                failed.append(int(nid))
+        if len(rows) < batch:
+            return failed
+        after = int(rows[-1][0])
 
 
 def _verify(

@@ -5,13 +5,16 @@ Following cosmicpython's ``bootstrap``: the only place that knows every adapter.
 
 from __future__ import annotations
 
+import json
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import psycopg
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
-from memfabric.adapters.embedders import HashEmbedder
+from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
+from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
@@ -27,6 +30,7 @@ from memfabric.projections import tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 from memfabric.projections.link_graph import LinkGraphProjection
+from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -117,7 +121,19 @@ class Fabric:
             requested_by=requested_by, batch_size=batch_size,
         )
         self.engine.catch_up()
-        return self.service.erase_scope(args)
+        result = self.service.erase_scope(args)
+        if args.hold:
+            return result
+        n = self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
+                                      args.requested_by)
+        return dataclasses.replace(result, conversations=n)
+
+    def _erase_conversations(self, tenant_id: str, resource_id: str | None,
+                             thread_id: str | None, requested_by: str) -> int:
+        """Issue 14: erasing a scope prefix also shreds the conversation ledgers of its
+        threads (``Erased`` tombstone, key destroyed). Returns how many were erased."""
+        from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
+        return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
@@ -168,7 +184,9 @@ def open_fabric(
       ``$MEMFABRIC_DSN``; with neither, the embedded PostgreSQL 18 in ``data_dir``
       (default ``$MEMFABRIC_HOME/pg`` or the user data dir) is started or joined.
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
-      ``HashEmbedder(384)``. Its ``dim`` must match an existing recall index.
+      ``HashEmbedder(384)``, or the embedder recorded in the database
+      (``mf_fabric_embedder``, written on first open) built from its id. An embedder other
+      than the recorded one raises ``FabricError`` naming both.
     - ``consolidate``: ``True`` (default), ``False`` or ``{"threshold": 0.85}``.
     - ``session_id``: only the session with this id may ``attach`` (default: any session).
     - ``subjects``: the subject extractor whose inferred key decides when a
@@ -207,7 +225,8 @@ def open_fabric(
         with psycopg.connect(dsn, autocommit=True) as ddl_lock:
             ddl_lock.execute("SELECT pg_advisory_lock(%s)", (advisory_key("mf-open"),))
             _ensure_extension(dsn)
-            embedder = embedder or HashEmbedder()
+            recorded = recorded_embedder(dsn)
+            embedder = _choose_embedder(embedder, recorded)
             if isinstance(consolidate, Consolidation):
                 consolidation = consolidate
             elif isinstance(consolidate, bool):
@@ -221,11 +240,13 @@ def open_fabric(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim),
-                 LinkGraphProjection()],
+                 LinkGraphProjection(), LedgerProjection()],
                 cursor_loader(log),
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
             _check_dim(log.datastore, embedder.dim)
+            if recorded is None:
+                _record_embedder(dsn, embedder)
             engine.create()
             store.secret()  # created or read now, so no write needs a second connection
             if not inline_projections and await_projections:
@@ -242,6 +263,7 @@ def open_fabric(
                 subject_extractor=subjects, session_id=session_id,
             )
             service.configure_workers(**worker_settings(linker, evolution, passive))
+            service.ledger_store = PostgresLedgerStore(log)  # issue 14: the conversation ledger
             if catch_up:
                 engine.catch_up()
             return Fabric(service, log, store, engine, dsn, embedded)
@@ -249,6 +271,62 @@ def open_fabric(
         if embedded is not None:
             embedded.close()
         raise
+
+
+EMBEDDER_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {tables.FABRIC_EMBEDDER} ("
+    " singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),"
+    " embedder_id text NOT NULL, dim integer NOT NULL, params jsonb NOT NULL DEFAULT '{}',"
+    " recorded_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+def recorded_embedder(dsn: str) -> dict[str, Any] | None:
+    """The embedder recorded in the database (``{"id", "dim", "params"}``), or ``None``
+    for a database opened for the first time (or by a version before the record)."""
+    with psycopg.connect(dsn) as conn:
+        exists = conn.execute("SELECT to_regclass(%s)", (tables.FABRIC_EMBEDDER,)).fetchone()
+        if not exists or exists[0] is None:
+            return None
+        row = conn.execute(
+            f"SELECT embedder_id, dim, params FROM {tables.FABRIC_EMBEDDER}"  # noqa: S608
+        ).fetchone()
+    return None if row is None else {"id": row[0], "dim": int(row[1]), "params": dict(row[2] or {})}
+
+
+def _record_embedder(dsn: str, embedder: Embedder) -> None:
+    attrs = {"vector_weight": getattr(embedder, "vector_weight", None), **getattr(embedder, "__dict__", {})}
+    params = {k: v for k, v in attrs.items()
+              if not k.startswith("_") and isinstance(v, str | int | float | bool) and k not in ("id", "dim")}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(EMBEDDER_DDL)
+        conn.execute(
+            f"INSERT INTO {tables.FABRIC_EMBEDDER} (embedder_id, dim, params) VALUES (%s, %s, %s)"  # noqa: S608
+            " ON CONFLICT DO NOTHING",
+            (str(embedder.id), int(embedder.dim), json.dumps(params)),
+        )
+
+
+def _choose_embedder(embedder: Embedder | None, recorded: dict[str, Any] | None) -> Embedder:
+    """The given embedder (refused when it is not the recorded one), else the recorded
+    one built from its id, else ``HashEmbedder()``."""
+    if recorded is None:
+        return embedder or HashEmbedder()
+    if embedder is None:
+        try:
+            return embedder_from_name(recorded["id"])
+        except ValueError:
+            raise FabricError(
+                f"the database records embedder {recorded['id']} (dimension {recorded['dim']}), which memfabric "
+                "cannot build by itself; pass that embedder to open_fabric(embedder=...)") from None
+        except ImportError as exc:
+            raise FabricError(
+                f"the database records embedder {recorded['id']}, whose package is not installed: {exc}") from None
+    if str(embedder.id) != recorded["id"]:
+        raise FabricError(
+            f"embedder {embedder.id} (dimension {embedder.dim}) does not match the database's recorded embedder "
+            f"{recorded['id']} (dimension {recorded['dim']}); open it with the recorded one or without an embedder")
+    return embedder
 
 
 def _check_dim(datastore: Any, dim: int) -> None:

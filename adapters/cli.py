@@ -3,8 +3,11 @@
 Every command takes ``--dsn`` (default ``$MEMFABRIC_DSN``; with neither, the embedded
 PostgreSQL in ``--data-dir`` or ``$MEMFABRIC_HOME``).
 
-Errors print one line each, ``error: <field>: <message>``, on stderr. Exit codes: 0
-success; 1 a check failed; 2 bad input or another named error.
+Errors print one line each, ``error: <field>: <message>``, on stderr; with ``--json``
+an error is one JSON object on stderr, ``{"error": "<message>", "type": "<class>"}``.
+Exit codes: 0 success; 1 a check failed; 2 bad input or another named error.
+
+Times given without a timezone (``--as-of 2026-01-01``, ``2026-01-01T12:00``) mean UTC.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
 
 import psycopg
 import typer
+from eventsourcing import persistence as es_persistence
 from pydantic import ValidationError
 from rich import box
 from rich.console import Console
@@ -79,6 +83,9 @@ ResourceOpt = Annotated[str | None, typer.Option(
     "--resource", "-r", metavar="ID", help="Resource id (e.g. a user).")]
 ThreadOpt = Annotated[str | None, typer.Option("--thread", metavar="ID", help="Thread id (e.g. a conversation).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+EmbedderOpt = Annotated[str | None, typer.Option(
+    "--embedder", metavar="NAME",
+    help="hash, hash:<dim>, wordllama or minilm (default: the one the database records).")]
 
 PATTERNS = {
     SCOPE_ID_RE.pattern: "must be 1-128 letters, digits or ._:@- starting with a letter or digit",
@@ -87,12 +94,38 @@ PATTERNS = {
 }
 """Plain words for the regular expressions of the input models."""
 
-HANDLED = (ValidationError, FabricError, psycopg.Error)
-"""Errors a command reports in one line each (exit 2) instead of a traceback."""
+HANDLED = (ValidationError, FabricError, psycopg.Error, es_persistence.PersistenceError)
+"""Errors a command reports in one line each (exit 2) instead of a traceback (eventsourcing
+re-raises psycopg's ``DataError``, ``OperationalError`` ... as its own ``PersistenceError``s)."""
 
 
-def _open(dsn: str | None, data_dir: str | None, **kwargs: Any) -> Fabric:
-    return open_fabric(dsn, data_dir=data_dir, **kwargs)
+def make_embedder(name: str | None) -> Any:
+    """The embedder ``--embedder NAME`` names (``None``: the database's recorded one);
+    ``FabricError`` for an unknown name or a missing extra."""
+    if name is None:
+        return None
+    from memfabric.adapters.embedders import embedder_from_name
+
+    try:
+        return embedder_from_name(name)
+    except (ValueError, ImportError) as exc:
+        raise FabricError(f"embedder: {' '.join(str(exc).split())}") from None
+
+
+def _open(dsn: str | None, data_dir: str | None, embedder: str | None = None, **kwargs: Any) -> Fabric:
+    return open_fabric(dsn, data_dir=data_dir, embedder=make_embedder(embedder), **kwargs)
+
+
+def parse_time(value: str | None, field: str = "as_of") -> datetime | None:
+    """An ISO 8601 instant; without a timezone it means UTC (``2026-01-01`` is midnight UTC)."""
+    if value is None:
+        return None
+    try:
+        ts = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise FabricError(f"{field}: {value!r} is not an ISO 8601 time (e.g. 2026-01-31 or "
+                          "2026-01-31T12:00:00+01:00)") from None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def error_lines(exc: BaseException | str) -> list[str]:
@@ -110,14 +143,21 @@ def error_lines(exc: BaseException | str) -> list[str]:
             lines.append(f"{field}: {msg}" if field else msg)
         return lines
     text = " ".join(str(exc).split())
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError | es_persistence.OperationalError):
         text = f"cannot use the database: {text}"
     return [text or type(exc).__name__]
 
 
-def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
-    """Print ``error: ...`` lines on stderr and exit with ``code``."""
-    for line in error_lines(exc):
+def fail(exc: BaseException | str, code: int = 2, *, as_json: bool = False) -> NoReturn:
+    """Print ``error: ...`` lines on stderr (with ``as_json`` one JSON object
+    ``{"error": ..., "type": ...}``) and exit with ``code``."""
+    lines = error_lines(exc)
+    if as_json:
+        kind = "Error" if isinstance(exc, str) else type(exc).__name__
+        sys.stderr.write(json.dumps({"error": "; ".join(lines), "type": kind}) + "\n")
+        sys.stderr.flush()
+        raise typer.Exit(code=code)
+    for line in lines:
         err_console.print(Text(f"error: {line}", style="red"))
     raise typer.Exit(code=code)
 
@@ -138,23 +178,24 @@ def remember(
         metavar="KEY", help="Subject key: a new note with the same key supersedes the old one.")] = None,
     importance: Annotated[float | None, typer.Option(
         metavar="0..1", help="Importance between 0 and 1 (default 0.5).")] = None,
+    embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the note as JSON.")] = False,
 ) -> None:
     """Remember one note and print its id and outcome (inserted, folded, superseding, preceding)."""
     if importance is not None and not (0.0 <= importance <= 1.0):  # also rejects nan
-        fail("importance: must be a number between 0 and 1")
+        fail("importance: must be a number between 0 and 1", as_json=as_json)
     fields: dict[str, Any] = {"kind": kind, "content": content}
     for key, value in (("block", block), ("path", path), ("tags", tag or None), ("subject", subject),
                        ("importance", importance)):
         if value is not None:
             fields[key] = value
     try:
-        with _open(dsn, data_dir) as fabric:
+        with _open(dsn, data_dir, embedder) as fabric:
             note = fabric.scope(tenant, resource, thread).remember(**fields)
     except HANDLED as exc:
-        fail(exc)
+        fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps(jsonable({k: v for k, v in asdict(note).items() if k != "scope"} | {"scope": note.scope.key})))
     else:
@@ -172,23 +213,25 @@ def recall(
     top_k: Annotated[int, typer.Option("--top-k", metavar="N", help="Most hits to return.")] = 10,
     budget: Annotated[int | None, typer.Option(
         metavar="TOKENS", help="Token budget: stop at the first hit that does not fit.")] = None,
-    as_of: Annotated[datetime | None, typer.Option(
-        "--as-of", metavar="TIME", help="Recall as of this instant (ISO 8601 with offset, e.g. 2026-01-31T12:00:00+00:00).")] = None,
+    as_of: Annotated[str | None, typer.Option(
+        "--as-of", metavar="TIME",
+        help="Recall as of this instant (ISO 8601, e.g. 2026-01-31 or 2026-01-31T12:00:00+01:00; no timezone means UTC).")] = None,
     mode: Annotated[str, typer.Option(metavar="MODE", help="hybrid, vector or lexical.")] = "hybrid",
+    embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print hits and explain rows (with recency and importance) as JSON.")] = False,
 ) -> None:
     """Recall the notes that best match QUERY, with their scores."""
-    options: dict[str, Any] = {"top_k": top_k, "budget": budget, "as_of": as_of, "mode": mode}
-    if kind:
-        options["kinds"] = tuple(kind)
     try:
-        with _open(dsn, data_dir) as fabric:
+        options: dict[str, Any] = {"top_k": top_k, "budget": budget, "as_of": parse_time(as_of), "mode": mode}
+        if kind:
+            options["kinds"] = tuple(kind)
+        with _open(dsn, data_dir, embedder) as fabric:
             res = fabric.scope(tenant, resource, thread).recall(query, **options)
     except HANDLED as exc:
-        fail(exc)
+        fail(exc, as_json=as_json)
     if as_json:
         out = {
             "hits": [{k: v for k, v in asdict(h).items() if k != "scope"} | {"scope": h.scope.key} for h in res.hits],
@@ -248,21 +291,26 @@ def recall_table(res: Any, title: str | None = None) -> Table:
 @app.command()
 def lineage(
     note_id: Annotated[str, typer.Argument(metavar="ID", help="Note id (12 hex digits).")],
-    tenant: TenantOpt,
+    tenant: Annotated[str | None, typer.Option(
+        "--tenant", "-t", metavar="ID", help="Tenant id (default: found from the log when the id is unambiguous).")] = None,
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a note's lineage as a timeline: supersession chain, folds, links, tombstone."""
+    """Print a note's lineage as a timeline: supersession chain, folds, links, tombstone.
+
+    The note can be given by id alone when only one scope has a note of that id."""
+    from memfabric.adapters.cli_admin import note_scope
+
     try:
         with _open(dsn, data_dir) as fabric:
-            notes = fabric.scope(tenant, resource, thread)
+            notes = note_scope(fabric, note_id, tenant, resource, thread)
             lin = notes.lineage(note_id)
             history = {nid: notes.history(nid) for nid in [*lin.predecessors, note_id, *lin.successors]}
     except HANDLED as exc:
-        fail(exc)
+        fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps(jsonable({
             "lineage": asdict(lin),
@@ -314,6 +362,7 @@ def lineage_table(lin: Any, history: dict[str, list[Any]], title: str | None = N
 
 @app.command()
 def demo(
+    embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
@@ -325,7 +374,7 @@ tenants; lineage shows the supersession chain."""
     from memfabric.adapters.demo import run_demo
 
     try:
-        run_demo(console, dsn=dsn, data_dir=data_dir)
+        run_demo(console, dsn=dsn, data_dir=data_dir, embedder=make_embedder(embedder))
     except HANDLED as exc:
         fail(exc)
 

@@ -6,6 +6,16 @@
 - ``log``: decoded events in log order (``--note``, ``--tenant``, ``--since``, ``--follow``, ``--json``)
 - ``export --out FILE.jsonl``: the whole log or one tenant, streaming
 - ``audit verify | checkpoint``: the tamper-evidence chain
+- ``get | history | forget | hold | list | erase-scope``: one note's state and events,
+  tombstones and legal hold, a scope's notes, erasure of a scope prefix. A note can be
+  given by id alone when a single scope has a note of that id (found from the log, as
+  ``log --note`` does); otherwise ``--tenant`` (and ``--resource``/``--thread``) narrow it.
+
+With ``--json`` every command prints JSON, and an error is one JSON object on stderr,
+``{"error": "<message>", "type": "<class>"}``. ``--dsn`` and ``--data-dir`` together are
+an error; an explicit ``--data-dir`` wins over ``$MEMFABRIC_DSN``. An unknown tenant
+(``--tenant nosuch``) is an error (exit 2). SIGTERM and SIGINT stop ``projections run``
+cleanly (exit 0), closing the embedded server it started.
 
 Every command takes ``--dsn`` (default ``$MEMFABRIC_DSN``; with neither, the embedded
 PostgreSQL in ``--data-dir`` or ``$MEMFABRIC_HOME``). Admin commands open the fabric
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,20 +40,31 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import psycopg
+from eventsourcing import persistence as es_persistence
 import typer
 from cryptography.exceptions import InvalidTag
 from pydantic import ValidationError
+from psycopg.rows import tuple_row
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from memfabric.adapters.audit import CHAIN_TABLE, EVENTS_TABLE, LogEntry, export_jsonl, read_log, verify_chain
-from memfabric.adapters.bootstrap import Fabric, open_fabric
+from memfabric.adapters.audit import (
+    CHAIN_TABLE,
+    EVENTS_TABLE,
+    REMEMBERED_TOPIC,
+    LogEntry,
+    export_jsonl,
+    plain_fields,
+    read_log,
+    verify_chain,
+)
+from memfabric.adapters.bootstrap import Fabric, open_fabric, recorded_embedder
 from memfabric.adapters.embedded import resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.domain.errors import FabricError, ProjectionError
+from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionError
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
 from memfabric.projections import tables
@@ -70,7 +92,7 @@ TenantFilterOpt = Annotated[str | None, typer.Option(
     "--tenant", "-t", metavar="ID", help="Only this tenant's notes.")]
 EveryOpt = Annotated[int, typer.Option(metavar="N", help="Events per checkpoint.", min=1)]
 
-HANDLED = (FabricError, ValidationError, psycopg.Error)
+HANDLED = (FabricError, ValidationError, psycopg.Error, es_persistence.PersistenceError)
 """Errors a command reports in one line (exit 2) instead of a traceback."""
 UNREADABLE = (InvalidTag, FabricError, ValueError)
 """What decoding a changed event row raises (``InvalidTag`` from AES-GCM, a named
@@ -83,6 +105,12 @@ def register(app: typer.Typer) -> None:
     app.add_typer(audit_app, name="audit", cls=app.info.cls)
     app.command("log")(log_command)
     app.command("export")(export_command)
+    app.command("get")(get_command)
+    app.command("history")(history_command)
+    app.command("forget")(forget_command)
+    app.command("hold")(hold_command)
+    app.command("list")(list_command)
+    app.command("erase-scope")(erase_scope_command)
 
 
 # ------------------------------------------------------------------ helpers
@@ -101,27 +129,40 @@ def _index_dim(dsn: str) -> int | None:
     return int(str(row[0])[len("vector(") : -1])
 
 
+class RecordedEmbedder:
+    """Stands for the database's recorded embedder in admin work, which never embeds
+    (no model is loaded); ``embed`` raises."""
+
+    def __init__(self, embedder_id: str, dim: int) -> None:
+        self.id, self.dim = embedder_id, dim
+
+    def embed(self, texts: Any) -> Any:
+        raise FabricError(f"admin commands do not embed (embedder {self.id})")
+
+
 @contextmanager
 def admin_fabric(dsn: str | None, data_dir: str | None) -> Iterator[Fabric]:
     """An open fabric for admin work: no inline projections, no catch-up on open, and a
-    hash embedder of the recall index's dimension (admin commands never embed)."""
+    stand-in for the recorded embedder, else a hash embedder of the recall index's
+    dimension (admin commands never embed)."""
     dsn, embedded = resolve_dsn(dsn, data_dir)
     try:
-        dim = _index_dim(dsn) or 384
-        with open_fabric(dsn, embedder=HashEmbedder(dim), inline_projections=False, catch_up=False) as fabric:
+        recorded = recorded_embedder(dsn)
+        stand_in: Any = (RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded
+                         else HashEmbedder(_index_dim(dsn) or 384))
+        with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False) as fabric:
             yield fabric
     finally:
         if embedded is not None:
             embedded.close()
 
 
-def _fail(exc: BaseException | str, code: int = 2) -> NoReturn:
-    """One ``error: ...`` line per error on stderr (pydantic errors as ``field: message``)."""
-    from memfabric.adapters.cli import error_lines
+def _fail(exc: BaseException | str, code: int = 2, *, as_json: bool = False) -> NoReturn:
+    """One ``error: ...`` line per error on stderr (pydantic errors as ``field: message``);
+    with ``as_json`` one JSON object ``{"error": ..., "type": ...}``."""
+    from memfabric.adapters.cli import fail
 
-    for line in error_lines(exc):
-        err.print(Text(f"error: {line}", style="red"))
-    raise typer.Exit(code=code)
+    fail(exc, code, as_json=as_json)
 
 
 def _stopped(exc: ProjectionError) -> NoReturn:
@@ -187,16 +228,64 @@ def _unreadable(fabric: Fabric, exc: BaseException, after: int, note: str | None
     _fail(f"{where}: {reason}; run 'memfabric audit verify'", code=1)
 
 
-def _check_filters(note: str | None, tenant: str | None) -> None:
+def _check_filters(note: str | None, tenant: str | None, as_json: bool = False) -> None:
     """Exit 2 on a malformed ``--note`` or ``--tenant`` (they would silently match nothing)."""
     if note is not None and not NOTE_ID_RE.match(note):
         try:
             uuid.UUID(note)
         except ValueError:
-            _fail(f"note: {note!r} is not a note id (12 lowercase hex digits) or an aggregate UUID")
+            _fail(f"note: {note!r} is not a note id (12 lowercase hex digits) or an aggregate UUID",
+                  as_json=as_json)
     if tenant is not None and not SCOPE_ID_RE.match(tenant):
         _fail(f"tenant: {tenant!r} is not a tenant id (1-128 letters, digits or ._:@- starting with a "
-              "letter or digit)")
+              "letter or digit)", as_json=as_json)
+
+
+def _remembered(fabric: Fabric) -> Iterator[dict[str, Any]]:
+    """The clear fields of every ``Remembered`` event (note id and scope), streamed."""
+    with fabric.log.datastore.get_connection() as conn, conn.transaction():
+        with conn.cursor(name="mf_scan_" + uuid.uuid4().hex[:8], row_factory=tuple_row, binary=True) as cur:
+            cur.execute(f"SELECT state FROM {EVENTS_TABLE} WHERE topic = %s", (REMEMBERED_TOPIC,))  # noqa: S608
+            while rows := cur.fetchmany(2000):
+                for row in rows:
+                    state = row[0]
+                    yield plain_fields(fabric.log.sealing_mapper, bytes(state))
+
+
+def require_tenant(fabric: Fabric, tenant: str) -> None:
+    """``FabricError`` unless some note of the log belongs to ``tenant``."""
+    with psycopg.connect(fabric.dsn) as conn:
+        have = conn.execute("SELECT to_regclass(%s)", (tables.NOTE_SCOPE,)).fetchone()
+        if have and have[0] is not None and conn.execute(
+                f"SELECT 1 FROM {tables.NOTE_SCOPE} WHERE tenant_id = %s LIMIT 1", (tenant,)).fetchone():  # noqa: S608
+            return
+    if not any(f.get("tenant_id") == tenant for f in _remembered(fabric)):
+        raise FabricError(f"tenant: no tenant {tenant!r} in this database")
+
+
+def note_scope(fabric: Fabric, note_id: str, tenant: str | None = None, resource: str | None = None,
+               thread: str | None = None) -> Any:
+    """The ``Notes`` handle of the scope holding note ``note_id``: the given scope when
+    ``tenant`` is given with ``resource``/``thread`` or matches exactly one scope, else
+    the only scope of the log with a note of that id. ``NoteNotFoundError`` when none
+    has it; ``FabricError`` listing the scopes when several do."""
+    if not NOTE_ID_RE.match(note_id):
+        raise FabricError("id: must be 12 lowercase hex digits")
+    if tenant is not None and (resource is not None or thread is not None):
+        return fabric.scope(tenant, resource, thread)
+    found = sorted({
+        (f.get("tenant_id"), f.get("resource_id"), f.get("thread_id")) for f in _remembered(fabric)
+        if f.get("note_id") == note_id and (tenant is None or f.get("tenant_id") == tenant)
+    }, key=lambda k: tuple(x or "" for x in k))
+    if not found:
+        where = f" of tenant {tenant!r}" if tenant else ""
+        raise NoteNotFoundError(f"no note {note_id!r} in any scope{where}")
+    if len(found) > 1:
+        scopes = ", ".join("/".join(x or "-" for x in k) for k in found)
+        raise FabricError(f"note {note_id} is in {len(found)} scopes ({scopes}): give --tenant, "
+                          "--resource and --thread")
+    t, r, th = found[0]
+    return fabric.scope(str(t), r, th)
 
 
 def _seconds(value: float) -> str:
@@ -359,6 +448,12 @@ notification id, topic and error and exits 1."""
             console.print("caught up: " + ", ".join(f"{k}={v}" for k, v in positions.items()))
             last = dict(positions)
 
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: let the cleanup run
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show)
@@ -367,7 +462,11 @@ notification id, topic and error and exits 1."""
     except HANDLED as exc:
         _fail(exc)
     except KeyboardInterrupt:
+        console.print("stopped")
         return
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 # ---------------------------------------------------------------- the log
@@ -395,9 +494,11 @@ def log_command(
 
     Erased protected fields read <erased>; embeddings are shown by size only. An event that cannot be \
 decrypted (its stored bytes were changed) stops the listing with exit code 1."""
-    _check_filters(note, tenant)
+    _check_filters(note, tenant, as_json)
     try:
         with admin_fabric(dsn, data_dir) as fabric:
+            if tenant is not None:
+                require_tenant(fabric, tenant)
             last = since
             try:
                 for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
@@ -410,7 +511,7 @@ decrypted (its stored bytes were changed) stops the listing with exit code 1."""
             except UNREADABLE as exc:
                 _unreadable(fabric, exc, last, note, tenant)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     except KeyboardInterrupt:
         return
 
@@ -479,6 +580,7 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             "head_digest": report.head_digest, "changed": report.changed,
             "removed": report.removed, "inserted": report.inserted, "broken": report.broken,
             "gaps": report.gaps, "anchor_ok": report.anchor_ok,
+            "unauthenticated": report.unauthenticated,
         }))
     elif report.ok:
         if report.written:
@@ -494,7 +596,8 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             console.print(f"note: ids missing after the last checkpoint (rolled-back writes?): {report.gaps}")
     else:
         console.print(Text("TAMPERED: the event log does not match its audit chain", style="bold red"))
-        for label, ids in (("changed", report.changed), ("removed", report.removed), ("inserted", report.inserted)):
+        for label, ids in (("changed", report.changed), ("removed", report.removed), ("inserted", report.inserted),
+                           ("unauthenticated (tag fails)", report.unauthenticated)):
             if ids:
                 console.print(Text(f"  {label} event rows (notification ids): {ids}", style="red"))
         for problem in report.broken:
@@ -539,3 +642,187 @@ def audit_checkpoint_command(
 
     Refused (exit 1) when verification fails. Prints the head anchor POSITION:HEX."""
     _audit(dsn, data_dir, checkpoint=True, every=every, anchor=None, as_json=as_json)
+
+
+# ------------------------------------------------------------ note lifecycle
+NoteIdArg = Annotated[str, typer.Argument(metavar="ID", help="Note id (12 hex digits).")]
+TenantOpt = Annotated[str | None, typer.Option(
+    "--tenant", "-t", metavar="ID", help="Tenant id (default: found from the log when the id is unambiguous).")]
+ResourceOpt = Annotated[str | None, typer.Option("--resource", "-r", metavar="ID", help="Resource id.")]
+ThreadOpt = Annotated[str | None, typer.Option("--thread", metavar="ID", help="Thread id.")]
+RequestedByOpt = Annotated[str, typer.Option(
+    "--requested-by", metavar="WHO", help="Who asks (recorded in the tombstone).")]
+
+
+@contextmanager
+def notes_fabric(dsn: str | None, data_dir: str | None) -> Iterator[Fabric]:
+    """An open fabric for the lifecycle commands: inline projections, caught up, and a
+    stand-in for the recorded embedder (they never embed, so no model is loaded)."""
+    dsn, embedded = resolve_dsn(dsn, data_dir)
+    try:
+        recorded = recorded_embedder(dsn)
+        stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
+        with open_fabric(dsn, embedder=stand_in) as fabric:
+            yield fabric
+    finally:
+        if embedded is not None:
+            embedded.close()
+
+
+def _print_json(value: Any) -> None:
+    from memfabric.adapters.serialize import jsonable
+
+    print(json.dumps(jsonable(value), ensure_ascii=False))
+
+
+def _note_dict(note: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(note).items() if k != "scope"} | {"scope": note.scope.key}
+
+
+def get_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
+                thread: ThreadOpt = None, dsn: DsnOpt = None, data_dir: DataDirOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Print one note: id, kind, scope, content and state."""
+    try:
+        with notes_fabric(dsn, data_dir) as fabric:
+            note = note_scope(fabric, note_id, tenant, resource, thread).get(note_id)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    out = _note_dict(note)
+    if as_json:
+        _print_json(out)
+        return
+    from memfabric.adapters.serialize import jsonable
+
+    for key, value in jsonable(out).items():
+        if value not in (None, [], {}, ""):
+            console.print(f"{key}: {value if isinstance(value, str) else json.dumps(value)}")
+
+
+def history_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
+                    thread: ThreadOpt = None, dsn: DsnOpt = None, data_dir: DataDirOpt = None,
+                    as_json: JsonOpt = False) -> None:
+    """Print every event of a note in order (erased protected fields read <erased>)."""
+    from dataclasses import asdict
+
+    from memfabric.adapters.serialize import jsonable
+
+    try:
+        with notes_fabric(dsn, data_dir) as fabric:
+            entries = note_scope(fabric, note_id, tenant, resource, thread).history(note_id)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    rows = []
+    for h in entries:
+        row = asdict(h)
+        row["fields"] = {k: (f"<{len(v)} bytes float32>" if isinstance(v, bytes | bytearray) else v)
+                         for k, v in row["fields"].items()}
+        rows.append(row)
+    if as_json:
+        _print_json(rows)
+        return
+    for row in jsonable(rows):
+        fields = json.dumps(row["fields"], ensure_ascii=False, separators=(",", ":"))
+        console.print(f"v{row['version']} {row['timestamp']} {row['type']} {fields}")
+
+
+def _forget(note_id: str, tenant: str | None, resource: str | None, thread: str | None, hold: bool,
+            requested_by: str, dsn: str | None, data_dir: str | None, as_json: bool) -> None:
+    try:
+        with notes_fabric(dsn, data_dir) as fabric:
+            notes = note_scope(fabric, note_id, tenant, resource, thread)
+            res = notes.forget(id=note_id, hold=hold, requested_by=requested_by)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json({"id": res.id, "scope": notes.scope.key, "deleted": res.deleted, "held": res.held})
+    elif res.held:
+        console.print(f"{note_id} held" + ("" if hold else " (a held note cannot be forgotten)"))
+    else:
+        console.print(f"{note_id} forgotten" if res.deleted else f"{note_id}: nothing to forget")
+
+
+def forget_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
+                   thread: ThreadOpt = None, requested_by: RequestedByOpt = "operator",
+                   dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Tombstone a note and destroy its key (crypto-shredding): its content is gone for good."""
+    _forget(note_id, tenant, resource, thread, False, requested_by, dsn, data_dir, as_json)
+
+
+def hold_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
+                 thread: ThreadOpt = None, requested_by: RequestedByOpt = "operator",
+                 dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Put a note under legal hold: content kept, never recalled, cannot be forgotten."""
+    _forget(note_id, tenant, resource, thread, True, requested_by, dsn, data_dir, as_json)
+
+
+def list_command(
+    tenant: Annotated[str, typer.Option("--tenant", "-t", metavar="ID", help="Tenant id.")],
+    resource: ResourceOpt = None,
+    thread: ThreadOpt = None,
+    limit: Annotated[int, typer.Option(metavar="N", help="Most notes to print.", min=1)] = 100,
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the un-forgotten notes of a scope prefix (every resource/thread unless given): id, kind, held."""
+    _check_filters(None, tenant, as_json)
+    out: list[dict[str, Any]] = []
+    try:
+        with notes_fabric(dsn, data_dir) as fabric:
+            require_tenant(fabric, tenant)
+            after = None
+            while len(out) < limit:
+                page = fabric.store.notes_in_scope(tenant, resource, thread, after=after,
+                                                   limit=min(500, limit - len(out)))
+                if not page:
+                    break
+                with psycopg.connect(fabric.dsn) as conn:
+                    kinds: dict[Any, Any] = dict(conn.execute(
+                        f"SELECT aggregate_id, kind FROM {tables.NOTE_SCOPE} WHERE aggregate_id = ANY(%s)",  # noqa: S608
+                        ([r.aggregate_id for r in page],)).fetchall())
+                out += [{"id": r.note_id, "kind": kinds.get(r.aggregate_id), "held": r.held,
+                         "scope": r.scope.key} for r in page]
+                after = page[-1]
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json(out)
+        return
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    for col in ("id", "kind", "held", "scope"):
+        table.add_column(col, no_wrap=True)
+    for row in out:
+        table.add_row(row["id"], str(row["kind"]), "held" if row["held"] else "", row["scope"])
+    console.print(table if out else "no notes")
+
+
+def erase_scope_command(
+    tenant: Annotated[str, typer.Option("--tenant", "-t", metavar="ID", help="Tenant id.")],
+    resource: ResourceOpt = None,
+    thread: ThreadOpt = None,
+    hold: Annotated[bool, typer.Option("--hold", help="Put the notes under legal hold instead.")] = False,
+    requested_by: RequestedByOpt = "operator",
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tombstone (or, with --hold, hold) every note of a scope prefix and print exact counts.
+
+    Without --resource/--thread every resource/thread of the tenant is erased."""
+    _check_filters(None, tenant, as_json)
+    from dataclasses import asdict
+
+    try:
+        with notes_fabric(dsn, data_dir) as fabric:
+            require_tenant(fabric, tenant)
+            res = fabric.erase_scope(tenant, resource, thread, hold=hold, requested_by=requested_by)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json(asdict(res))
+    else:
+        console.print(f"erased {res.deleted}, held {res.held}, already held {res.already_held}, "
+                      f"remaining {res.remaining}")

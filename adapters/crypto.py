@@ -10,11 +10,20 @@ protected fields of every earlier event are unrecoverable ciphertext and read ba
 
 Stored state layout (``state`` column of ``memfabric_events``)::
 
-    b"MF1" | u32 len(plain) | plain JSON | [ u32 key_gen | 12-byte nonce | AES-GCM ciphertext ]
+    b"MF2" | u32 len(plain) | plain JSON | [ u32 key_gen | 12-byte nonce | AES-GCM ciphertext ] | 32-byte tag
 
-The AES-GCM associated data is ``originator_id.bytes + u64 originator_version``, so a
-ciphertext cannot be moved to another event. The sealed payload is
-``u32 len(json) | JSON of protected text fields | raw float32 embedding bytes``.
+The tag (:func:`event_tag`) is HMAC-SHA256 under the fabric secret over the event's id,
+version, topic and everything before the tag: the plain metadata (scope, consent, tags,
+subject, validity) cannot be edited, and a state cannot be moved to another event,
+without the event failing authentication on every read, replay and rebuild. The
+AES-GCM associated data is ``originator_id.bytes + u64 originator_version``; the sealed
+payload is ``u32 len(json) | JSON of protected text fields | raw float32 embedding
+bytes``. States written by release 0.1 start with ``b"MF1"`` and have no tag: they stay
+readable in a fabric created before tags existed (``mf_fabric_secret.event_format`` 1);
+in a fabric created since (``event_format`` 2) an untagged state is refused. What
+remains: whoever can read ``mf_fabric_secret`` and write the events table can forge a
+tag (keep the secret's table from writers you do not trust; the audit chain's
+checkpoints, kept elsewhere, still show the change).
 
 Snapshots (when ``IS_SNAPSHOTTING_ENABLED`` is set) are sealed the same way: the
 protected attributes of the snapshotted aggregate state are moved into the sealed
@@ -24,6 +33,8 @@ payload (with the note's latest existing key) and their names are listed in the 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import struct
@@ -45,6 +56,11 @@ from psycopg import Connection, Cursor
 
 KEYS_TABLE = tables.NOTE_KEYS
 MAGIC = b"MF1"
+"""Magic of a release-0.1 state: the plain JSON part is not authenticated (legacy)."""
+MAGIC_TAGGED = b"MF2"
+"""Magic of an authenticated state: the whole state ends with :data:`TAG_BYTES` of
+HMAC-SHA256 under the fabric secret (see :func:`event_tag`)."""
+TAG_BYTES = 32
 _U32 = struct.Struct(">I")
 _AAD = struct.Struct(">Q")
 
@@ -109,6 +125,11 @@ class KeyStore:
         self.remember({(originator_id, gen): key})
         return key
 
+    def shredded(self, originator_id: UUID, gen: int) -> bool:
+        """Whether key ``gen`` of the note was destroyed on purpose (see :func:`shredded`)."""
+        with self.datastore.get_connection() as conn:
+            return shredded(forgotten_versions(conn, [originator_id]), originator_id, gen)
+
     def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
         """(gen, key) to seal a snapshot of an existing note: its latest key, or ``None``
         when the note has none (it was forgotten)."""
@@ -135,6 +156,30 @@ def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple
     return {(_first(r, "originator_id", 0), int(_first(r, "gen", 1))): bytes(_first(r, "key", 2)) for r in rows}
 
 
+FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
+"""Topic of the tombstone event (part of the log format)."""
+
+
+def forgotten_versions(conn: Connection[Any], originator_ids: list[UUID]) -> dict[UUID, int]:
+    """The version of the latest ``Forgotten`` event of each of the given notes that
+    has one, on ``conn``."""
+    rows = conn.execute(
+        f"SELECT originator_id, max(originator_version) AS v FROM {tables.EVENTS}"  # noqa: S608
+        " WHERE originator_id = ANY(%s) AND topic = %s GROUP BY originator_id",
+        (originator_ids, FORGOTTEN_TOPIC),
+    ).fetchall()
+    return {_first(r, "originator_id", 0): int(_first(r, "v", 1)) for r in rows}
+
+
+def shredded(forgotten: dict[UUID, int], originator_id: UUID, gen: int) -> bool:
+    """A missing key ``gen`` is a shredding (reads ``<erased>``) exactly when the note
+    has a ``Forgotten`` event at or after version ``gen``: ``forget`` deletes every key
+    in the tombstone's transaction, and a note written again after it gets a fresh key
+    (gen = the version of that write). Any other missing key is an integrity fault."""
+    version = forgotten.get(originator_id)
+    return version is not None and version >= gen
+
+
 def _first(row: Any, name: str, index: int) -> Any:
     return row[name] if isinstance(row, dict) else row[index]
 
@@ -155,11 +200,13 @@ class BatchKeys:
 
     def __init__(self) -> None:
         self.keys: dict[tuple[UUID, int], bytes] = {}
+        self.forgotten: dict[UUID, int] = {}
         self._conn: Connection[Any] | None = None
         self._asked: set[UUID] = set()
 
     def load(self, conn: Connection[Any], ids: list[UUID]) -> None:
         self.keys = select_keys(conn, ids) if ids else {}
+        self.forgotten = forgotten_versions(conn, ids) if ids else {}
         self._conn, self._asked = conn, set(ids)
 
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
@@ -168,6 +215,7 @@ class BatchKeys:
             # another note's key (an evolution patch sealed under its source, issue 15)
             self._asked.add(originator_id)
             self.keys.update(select_keys(self._conn, [originator_id]))
+            self.forgotten.update(forgotten_versions(self._conn, [originator_id]))
             found = self.keys.get((originator_id, gen))
         return found
 
@@ -176,6 +224,9 @@ class BatchKeys:
 
     def key_for_snapshot(self, originator_id: UUID) -> tuple[int, bytes] | None:
         raise FabricError("a replay's key vault is read-only")
+
+    def shredded(self, originator_id: UUID, gen: int) -> bool:
+        return shredded(self.forgotten, originator_id, gen)
 
 
 class TransactionKeys:
@@ -193,6 +244,9 @@ class TransactionKeys:
         self.pending: dict[UUID, tuple[int, bytes]] = {}
         self.loaded: dict[tuple[UUID, int], bytes] = {}
         self.doomed: set[UUID] = set()
+        self.forgotten: dict[UUID, int] = {}
+        self.unreadable: set[UUID] = set()
+        """Notes replayed as if their keys were destroyed (a key fault being erased)."""
 
     def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
         """(gen, key) to seal an event at ``version``: the note's latest key, or a fresh
@@ -212,11 +266,21 @@ class TransactionKeys:
         return found if found is not None else select_latest(self.conn, originator_id)
 
     def preload(self, originator_ids: list[UUID]) -> None:
-        """Read the keys of notes about to be replayed in one query."""
+        """Read the keys of notes about to be replayed in one query (whether a missing
+        key was shredded is only asked when one is missing: :meth:`shredded`)."""
         if originator_ids:
             self.loaded.update(select_keys(self.conn, originator_ids))
 
+    def shredded(self, originator_id: UUID, gen: int) -> bool:
+        if originator_id in self.doomed or originator_id in self.unreadable:
+            return True
+        if originator_id not in self.forgotten:
+            self.forgotten.update(forgotten_versions(self.conn, [originator_id]))
+        return shredded(self.forgotten, originator_id, gen)
+
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None:
+        if originator_id in self.unreadable:
+            return None
         found = self.pending.get(originator_id)
         if found is not None and found[0] == gen:
             return found[1]
@@ -264,18 +328,68 @@ class KeyVault(Protocol):
 
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None: ...
 
+    def shredded(self, originator_id: UUID, gen: int) -> bool: ...
+
+
+def event_tag(secret: bytes, originator_id: UUID, version: int, topic: str, body: bytes) -> bytes:
+    """The authentication tag of a stored event: HMAC-SHA256 under the fabric secret of
+    ``originator_id (16 bytes) | u64 version | topic (UTF-8) | 0x00 | body``, where
+    ``body`` is the whole stored state before the tag (magic, plain JSON metadata and the
+    sealed part). It covers the metadata (scope, consent, tags, subject, validity) and
+    binds the state to its event. It is keyed by the fabric secret, not the note's key,
+    so a tombstone stays verifiable after its note's key is destroyed."""
+    mac = hmac.new(secret, originator_id.bytes + _AAD.pack(version) + topic.encode() + b"\0", hashlib.sha256)
+    mac.update(body)
+    return mac.digest()
+
 
 class SealingMapper(Mapper[UUID]):
-    """An eventsourcing ``Mapper`` that seals protected fields per note (see module doc)."""
+    """An eventsourcing ``Mapper`` that seals protected fields per note and
+    authenticates every stored event (see module doc).
 
-    def __init__(self, transcoder: Transcoder, keys: KeyVault) -> None:
+    ``secret``: the fabric secret; with it every event is written as an authenticated
+    ``MF2`` state and every ``MF2`` state is checked on reading. ``require_tags``: refuse
+    legacy ``MF1`` states (a fabric created by this release has only tagged events, so
+    a row rewritten in the old format is refused too)."""
+
+    def __init__(self, transcoder: Transcoder, keys: KeyVault, *, secret: bytes | None = None,
+                 require_tags: bool = False) -> None:
         super().__init__(transcoder=transcoder)
         self.keys = keys
+        self.secret = secret
+        self.require_tags = require_tags
 
     def bound(self, keys: KeyVault) -> SealingMapper:
         """This mapper sealing and unsealing with ``keys`` (a unit of work's or a
         replay's own key vault) instead of the shared key store."""
-        return SealingMapper(self.transcoder, keys)
+        return SealingMapper(self.transcoder, keys, secret=self.secret, require_tags=self.require_tags)
+
+    def _tag(self, stored_id: UUID, version: int, topic: str, body: bytes) -> bytes:
+        if self.secret is None:
+            raise EventIntegrityError("the fabric secret is not loaded: events cannot be authenticated")
+        return event_tag(self.secret, stored_id, version, topic, body)
+
+    def authenticated_body(self, stored: StoredEvent) -> bytes:
+        """The state without its tag, after checking the tag (``MF2``) or the policy for
+        legacy states (``MF1``); raises ``EventIntegrityError`` naming the event."""
+        data = stored.state
+        oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
+        if data.startswith(MAGIC_TAGGED) and len(data) > len(MAGIC_TAGGED) + TAG_BYTES:
+            body, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
+            if not hmac.compare_digest(tag, self._tag(oid, stored.originator_version, stored.topic, body)):
+                raise EventIntegrityError(
+                    f"event {stored.originator_version} of aggregate {oid} failed authentication: "
+                    "its stored bytes, metadata or topic were changed")
+            return body
+        if data.startswith(MAGIC):
+            if self.require_tags:
+                raise EventIntegrityError(
+                    f"event {stored.originator_version} of aggregate {oid} has no authentication "
+                    "tag although every event of this fabric is authenticated: it was rewritten")
+            return data
+        raise EventIntegrityError(
+            f"event {stored.originator_version} of aggregate {oid} is not a "
+            "memfabric event state: its stored bytes were changed")
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         topic = get_topic(domain_event.__class__)
@@ -299,12 +413,17 @@ class SealingMapper(Mapper[UUID]):
                 inner["_sealed"] = list(protected)
             state["state"] = inner
         else:
-            protected = {k: state.pop(k) for k in PROTECTED_FIELDS if k in state}
+            # a protected field that is None carries nothing: it stays in the clear, so
+            # an erased event still tells which fields it had (no ``path: <erased>`` on a
+            # note that never had a path)
+            protected = {k: state.pop(k) for k in PROTECTED_FIELDS if state.get(k) is not None}
             if state.get("contributed") is not None and state.get("source"):
+                # issue 15: an evolution patch is sealed under its source note's key, inside
+                # this (MF2) state, so the tag below covers it too
                 state["contributed"] = self._seal_contribution(
                     state["contributed"], UUID(state["source"]), originator_id, version)
         plain = self.transcoder.encode(state)
-        out = [MAGIC, _U32.pack(len(plain)), plain]
+        out = [MAGIC_TAGGED if self.secret is not None else MAGIC, _U32.pack(len(plain)), plain]
         if protected:
             embedding = protected.pop("embedding", None)
             text = json.dumps(protected, separators=(",", ":"), ensure_ascii=False).encode()
@@ -313,12 +432,10 @@ class SealingMapper(Mapper[UUID]):
             nonce = os.urandom(12)
             sealed = AESGCM(key).encrypt(nonce, payload, originator_id.bytes + _AAD.pack(version))
             out += [_U32.pack(gen), nonce, sealed]
-        return StoredEvent(
-            originator_id=originator_id,
-            originator_version=version,
-            topic=topic,
-            state=b"".join(out),
-        )
+        body = b"".join(out)
+        if self.secret is not None:
+            body += self._tag(originator_id, version, topic, body)
+        return StoredEvent(originator_id=originator_id, originator_version=version, topic=topic, state=body)
 
     def _seal_contribution(self, value: dict[str, Any], source: UUID, originator_id: UUID,
                            version: int) -> dict[str, Any]:
@@ -333,12 +450,18 @@ class SealingMapper(Mapper[UUID]):
 
     def _open_contribution(self, value: Any, originator_id: UUID, version: int) -> Any:
         """The patch of :meth:`_seal_contribution`, or ``None`` once its source's key is
-        destroyed."""
+        destroyed (the source was forgotten); a key missing otherwise is a key fault."""
         if not isinstance(value, dict) or "sealed_by" not in value:
             return value
         source = UUID(value["sealed_by"])
-        key = self.keys.key_for_read(source, int(value["gen"]))
+        gen = int(value["gen"])
+        key = self.keys.key_for_read(source, gen)
         if key is None:
+            if not self.keys.shredded(source, gen):
+                raise EventIntegrityError(
+                    f"event {version} of aggregate {originator_id}: key fault: the data key "
+                    f"(generation {gen}) of its contributing note {source} is missing although "
+                    "that note was never forgotten")
             return None
         blob = bytes.fromhex(value["blob"])
         try:
@@ -353,11 +476,7 @@ class SealingMapper(Mapper[UUID]):
     def decode_state(self, stored: StoredEvent) -> tuple[dict[str, Any], list[str]]:
         """Plain event fields with protected ones unsealed, or marked erased; returns
         ``(fields, erased_field_names)``."""
-        data = stored.state
-        if not data.startswith(MAGIC):
-            raise EventIntegrityError(
-                f"event {stored.originator_version} of aggregate {stored.originator_id} is not a "
-                "memfabric event state: its stored bytes were changed")
+        data = self.authenticated_body(stored)
         (n,) = _U32.unpack_from(data, 3)
         state: dict[str, Any] = self.transcoder.decode(data[7 : 7 + n])
         rest = data[7 + n :]
@@ -377,7 +496,12 @@ class SealingMapper(Mapper[UUID]):
                 target = state["state"] = dict(state["state"])
                 fields = list(target.pop("_sealed", []))
             else:
-                fields = [f for f in PROTECTED_FIELDS if f in getattr(cls, "__dataclass_fields__", {})]
+                fields = [f for f in PROTECTED_FIELDS
+                          if f in getattr(cls, "__dataclass_fields__", {}) and f not in state]
+            if key is None and not self.keys.shredded(oid, gen):
+                raise EventIntegrityError(
+                    f"event {stored.originator_version} of aggregate {oid}: key fault: its data "
+                    f"key (generation {gen}) is missing although the note was never forgotten")
             if key is None:
                 erased = [f for f in fields if f not in OPTIONAL_PROTECTED]
                 for f in fields:
@@ -391,7 +515,8 @@ class SealingMapper(Mapper[UUID]):
                 except InvalidTag:
                     raise EventIntegrityError(
                         f"event {stored.originator_version} of aggregate {oid} failed "
-                        "authentication: its stored bytes were changed"
+                        f"authentication with its data key (generation {gen}): key fault or "
+                        "changed bytes (the key row or the event's stored bytes were altered)"
                     ) from None
                 (m,) = _U32.unpack_from(payload, 0)
                 target.update(json.loads(payload[4 : 4 + m]))

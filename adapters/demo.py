@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -13,7 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from memfabric.adapters.bootstrap import open_fabric
+from memfabric.domain.attach import NotAttachedError
 from memfabric.domain.inputs import Kind
+from memfabric.domain.notes import Notes
 
 ACME_FACTS: list[tuple[Kind, str, dict[str, Any]]] = [
     ("fact", "User prefers metric units", {"tags": ["prefs"], "importance": 0.7}),
@@ -32,6 +36,47 @@ GLOBEX_FACTS: list[tuple[Kind, str, dict[str, Any]]] = [
 ]
 
 
+class _DemoSession:
+    """A host's agent session: anything with a string ``id``."""
+
+    id = "demo-agent"
+
+
+def _tool_session(console: Console, notes: Notes) -> list[str]:
+    """Step 12: an agent's turn through the five governed tools, in a file jail."""
+    _section(console, "12. agent tools: nothing runs until the host attaches a session",
+             "memory.insert / memory.recall / memory.view / memory.read, then a refused jail escape")
+    session = _DemoSession()
+    with tempfile.TemporaryDirectory() as root:
+        tools = notes.tools(root)
+        table = _table("call", "result")
+        try:
+            tools.call("memory.recall", {"query": "units"}, session=session)
+        except NotAttachedError as exc:
+            table.add_row("memory.recall (not attached)", f"refused: {type(exc).__name__}")
+        outcomes = ["refused before attach"]
+        with notes.attach(session):
+            steps: list[tuple[str, dict[str, Any]]] = [
+                ("memory.insert", {"path": "notes/oncall.md", "text": "Pager rotation: Alice this week"}),
+                ("memory.recall", {"query": "who is on the pager rotation", "top_k": 1}),
+                ("memory.view", {}),
+                ("memory.read", {"path": "notes/oncall.md"}),
+            ]
+            for name, args in steps:
+                result = tools.call(name, args, session=session)
+                table.add_row(name, _clip(json.dumps(result, default=str), 90))
+                outcomes.append(name)
+            result, is_error = tools.call_or_error("memory.read", {"path": "../etc/passwd"}, session=session)
+            table.add_row("memory.read ../etc/passwd", _clip(json.dumps(result), 90))
+            outcomes.append("escape refused" if is_error else "escape allowed")
+        console.print(table)
+    return outcomes
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _section(console: Console, title: str, note: str | None = None) -> None:
     """A section heading (kept under 80 columns) and an optional dim explanation."""
     console.print()
@@ -47,14 +92,15 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None = None) -> dict[str, Any]:
+def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None = None,
+             embedder: Any = None) -> dict[str, Any]:
     """Run the demo; returns a summary dict (used by tests). Each run uses a fresh thread."""
     from memfabric.adapters.cli import lineage_summary, lineage_table, recall_table
 
     run = uuid.uuid4().hex[:6]
     thread = f"demo-{run}"
     summary: dict[str, Any] = {}
-    with open_fabric(dsn, data_dir=data_dir) as fabric:
+    with open_fabric(dsn, data_dir=data_dir, embedder=embedder) as fabric:
         where = "embedded PostgreSQL" if fabric._embedded else "PostgreSQL at the given DSN"  # noqa: SLF001
         console.print(Panel.fit(f"memfabric demo · {where} · thread {thread}", style="bold"))
         acme = fabric.scope("acme", "user-1", thread)
@@ -161,6 +207,7 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         console.print(t11)
         summary["working_block"] = block.content == "Migrate the staging database\nthen rotate the API key"
         summary["context_types"] = [item["type"] for item in context]
+        summary["tool_session"] = _tool_session(console, acme)
     console.print()
     console.print("[green]demo finished[/green]")
     return summary

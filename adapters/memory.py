@@ -32,6 +32,7 @@ against (``tests/contract``), and fast enough for unit tests:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import hmac
 import math
@@ -53,7 +54,7 @@ from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.note import ERASED, PROTECTED_FIELDS, Note, note_uuid
 from memfabric.domain.notes import Notes
-from memfabric.domain.ports import Candidate, Embedder, NoteRef
+from memfabric.domain.ports import Candidate, Embedder, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.results import EraseResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
@@ -132,6 +133,11 @@ class InMemoryEventLog:
         """Stored events, all aggregates."""
         with self.lock:
             return sum(len(v) for v in self._events.values())
+
+    def aggregate_ids(self) -> list[UUID]:
+        """Every aggregate with events (issue 14: the ledger lists its conversations)."""
+        with self.lock:
+            return list(self._events)
 
     def has(self, aggregate_id: UUID) -> bool:
         with self.lock:
@@ -250,6 +256,7 @@ class InMemoryUnitOfWork:
         self._held: list[threading.Lock] = []
         self._events: list[Any] = []
         self._aggregates: dict[UUID, Note] = {}
+        self._others: dict[UUID, Any] = {}
         self._doomed: set[UUID] = set()
         self._open = False
         self._committed = False
@@ -273,6 +280,7 @@ class InMemoryUnitOfWork:
         if not self._committed:
             self._events.clear()
             self._aggregates.clear()
+            self._others.clear()
             self._doomed.clear()
         self._release()
 
@@ -292,6 +300,9 @@ class InMemoryUnitOfWork:
     def load(self, scope: Scope, note_id: str) -> Note | None:
         found = self.load_ids([note_uuid(scope, note_id)])
         return found[0] if found else None
+
+    def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        return self.load_ids(aggregate_ids)  # no keys in memory: nothing can be unreadable
 
     def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         self._check()
@@ -362,6 +373,29 @@ class InMemoryUnitOfWork:
         self._check()
         self._doomed.add(note.id)
 
+    # ------------------- issue 14: other aggregates (the ledger), saved, not projected
+    def load_aggregate(self, aggregate_id: UUID) -> Any:
+        self._check()
+        held = self._others.get(aggregate_id)
+        if held is not None:
+            return held
+        found: Any = None
+        for event in self._log.events(aggregate_id):
+            found = event.mutate(found)
+        return found
+
+    def load_ledger_head(self, aggregate_id: UUID, scope: Scope) -> Any:
+        return self.load_aggregate(aggregate_id)  # in memory a replay is the head
+
+    def add_aggregate(self, aggregate: Any) -> None:
+        self._check()
+        self._events.extend(aggregate.collect_events())
+        self._others[aggregate.id] = aggregate
+
+    def shred_aggregate(self, aggregate: Any) -> None:
+        self._check()
+        self._doomed.add(aggregate.id)
+
     def commit(self) -> None:
         self._check()
         if self._events or self._doomed:
@@ -402,6 +436,7 @@ class InMemoryNoteStore:
     def recall(
         self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
         kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+        filters: NoteFilter | None = None,
         expand: int = 0,
     ) -> list[Candidate]:
         """Candidates like ``recall_index.select_candidates``: the top ``limit`` by
@@ -409,7 +444,7 @@ class InMemoryNoteStore:
         filter applied first; ``expand``: plus that many linked notes (issue 15)."""
         with self.log.lock:
             rows = [copy.deepcopy(r) for r in self.log.recall_rows.values()
-                    if _admits(r, scope, kinds, as_of, require_consent)]
+                    if _admits(r, scope, kinds, as_of, require_consent) and _filtered(r, filters)]
         by_id = {r["aggregate_id"]: r for r in rows}
         sims: dict[UUID, float] = {}
         vranks: dict[UUID, int] = {}
@@ -421,7 +456,10 @@ class InMemoryNoteStore:
         lex: dict[UUID, float] = {}
         lranks: dict[UUID, int] = {}
         if query is not None:
-            lex = _lexical_scores(rows, lexical_terms(query))
+            terms = lexical_terms(query)
+            # like the recall statement: at most MAX_QUERY_TERMS distinct terms, the longest
+            terms = sorted(terms, key=lambda w: (-len(w), w))[: recall_index.MAX_QUERY_TERMS]
+            lex = _lexical_scores(rows, terms)
             order = sorted((by_id[a] for a in lex),
                            key=lambda r: (-lex[r["aggregate_id"]], r["ingested_at"], r["aggregate_id"]))
             lranks = {r["aggregate_id"]: i + 1 for i, r in enumerate(order[:limit])}
@@ -436,9 +474,7 @@ class InMemoryNoteStore:
         out: list[Candidate] = []
         for aid in [*sorted(seeds), *linked]:
             row = by_id[aid]
-            fields = {k: v for k, v in row.items()
-                      if k not in ("embedding", "valid", "token_hash", "superseded_by", "embedder_id")}
-            fields["importance"] = float(np.float32(fields["importance"]))  # a ``real`` column
+            fields = _returned(row)
             fields["links"] = _links_of(aid, edges, indexed, scope)
             out.append(Candidate(
                 aggregate_id=aid, note_id=row["note_id"],
@@ -448,6 +484,33 @@ class InMemoryNoteStore:
                 link=max(w for _, w in linked[aid]) if aid in linked else None,
                 link_from=tuple(linked.get(aid, ()))))
         return out
+
+    def _listed(self, query: ListQuery) -> list[dict[str, Any]]:
+        with self.log.lock:
+            return [copy.deepcopy(r) for r in self.log.recall_rows.values() if _lists(r, query)]
+
+    def list_notes(
+        self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
+    ) -> list[Candidate]:
+        """Like ``recall_index.select_page``: ordered by ``(ingested_at, aggregate_id)``."""
+        rows = sorted(self._listed(query), key=lambda r: (r["ingested_at"], r["aggregate_id"]))
+        if after is not None:
+            rows = [r for r in rows if (r["ingested_at"], r["aggregate_id"]) > after]
+        return [Candidate(aggregate_id=r["aggregate_id"], note_id=r["note_id"], similarity=None,
+                          lexical=None, vector_rank=None, lexical_rank=None, fields=_returned(r))
+                for r in rows[:limit]]
+
+    def count_notes(self, query: ListQuery) -> int:
+        return len(self._listed(query))
+
+    def scopes_with(self, *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
+        with self.log.lock:
+            keys = {(r["tenant_id"], r["resource_id"], r["thread_id"])
+                    for r in self.log.recall_rows.values()
+                    if (tenant_id is None or r["tenant_id"] == tenant_id)
+                    and all(t in r["tags"] for t in tags)}
+        return [Scope(tenant_id=t, resource_id=r or None, thread_id=th or None)
+                for t, r, th in sorted(keys)]
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
         return _blocks(self.log, scope)
@@ -498,19 +561,30 @@ class InMemoryNoteStore:
         """Projections are updated with the commit: nothing to wait for."""
 
 
-def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: datetime,
-            require_consent: bool) -> bool:
-    """``recall_index.scope_filter`` + kinds + validity + consent, in Python."""
+def _visible(row: dict[str, Any], scope: Scope) -> bool:
+    """``recall_index.scope_filter`` in Python: same tenant, and the note's own
+    (resource, thread), or ``tenant`` visibility, or ``resource`` visibility with the
+    same non-empty resource."""
     t, r, th = scope.sql()
-    visible = row["tenant_id"] == t and (
+    return row["tenant_id"] == t and (
         (row["resource_id"] == r and row["thread_id"] == th)
         or row["visibility"] == "tenant"
         or (row["visibility"] == "resource" and row["resource_id"] == r and r != ""))
-    if not visible or row["kind"] not in kinds:
-        return False
+
+
+def _in_prefix(row: dict[str, Any], scope: Scope) -> bool:
+    """Rows of the scope prefix (``None`` parts match any resource / thread)."""
+    t, r, th = scope.sql()
+    return row["tenant_id"] == t and (scope.resource_id is None or row["resource_id"] == r) and (
+        scope.thread_id is None or row["thread_id"] == th)
+
+
+def _valid_at(row: dict[str, Any], at: datetime) -> bool:
     lo, hi = row["valid_from"], row["valid_to"]
-    if (lo is not None and as_of < lo) or (hi is not None and as_of >= hi):
-        return False
+    return not ((lo is not None and at < lo) or (hi is not None and at >= hi))
+
+
+def _consented(row: dict[str, Any], require_consent: bool) -> bool:
     granted = row["consent_granted"]
     return granted is True if require_consent else granted is not False
 
@@ -543,12 +617,40 @@ def _links_of(aid: UUID, edges: Sequence[dict[str, Any]], indexed: dict[UUID, di
     return sorted(out, key=lambda x: (x["id"], x["relation"]))
 
 
-def _visible(row: dict[str, Any], scope: Scope) -> bool:
-    t, r, th = scope.sql()
-    return row["tenant_id"] == t and (
-        (row["resource_id"] == r and row["thread_id"] == th)
-        or row["visibility"] == "tenant"
-        or (row["visibility"] == "resource" and row["resource_id"] == r and r != ""))
+
+def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: datetime,
+            require_consent: bool) -> bool:
+    """``recall_index.scope_filter`` + kinds + validity + consent, in Python."""
+    return (_visible(row, scope) and row["kind"] in kinds and _valid_at(row, as_of)
+            and _consented(row, require_consent))
+
+
+def _returned(row: dict[str, Any]) -> dict[str, Any]:
+    """The fields ``recall_index.RETURNED`` selects from a row."""
+    fields = {k: v for k, v in row.items()
+              if k not in ("embedding", "valid", "token_hash", "superseded_by", "embedder_id")}
+    fields["importance"] = float(np.float32(fields["importance"]))  # a ``real`` column
+    return fields
+
+
+def _filtered(row: dict[str, Any], filters: NoteFilter | None) -> bool:
+    """``recall_index.filter_sql`` in Python."""
+    if filters is None:
+        return True
+    if not all(t in row["tags"] for t in filters.tags):
+        return False
+    if filters.subject is not None and row["subject"] != filters.subject:
+        return False
+    return filters.min_importance is None or float(np.float32(row["importance"])) >= filters.min_importance
+
+
+def _lists(row: dict[str, Any], query: ListQuery) -> bool:
+    """``recall_index._list_where`` in Python."""
+    visible = _in_prefix(row, query.scope) if query.prefix else _visible(row, query.scope)
+    return (visible and row["kind"] in query.kinds
+            and (query.valid_at is None or _valid_at(row, query.valid_at))
+            and (query.include_superseded or row["superseded_by"] is None)
+            and _consented(row, query.require_consent) and _filtered(row, query.filters))
 
 
 def _lexical_scores(rows: Sequence[dict[str, Any]], terms: Sequence[str]) -> dict[UUID, float]:
@@ -592,7 +694,13 @@ class MemoryFabric:
             tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
             requested_by=requested_by, batch_size=batch_size,
         )
-        return self.service.erase_scope(args)
+        result = self.service.erase_scope(args)
+        if args.hold:
+            return result
+        from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
+        n = erase_conversations(self.service, args.tenant_id, args.resource_id, args.thread_id,
+                                args.requested_by)  # issue 14
+        return dataclasses.replace(result, conversations=n)
 
     def catch_up(self) -> dict[str, int]:
         """Projections are always at the log head: their positions."""
@@ -643,4 +751,6 @@ def open_memory_fabric(
         require_consent=require_consent, working_validator=working_validator,
     )
     service.configure_workers(**links.worker_settings(linker, evolution, passive))
+    from memfabric.adapters.memory_ledger import InMemoryLedgerStore  # noqa: PLC0415
+    service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
     return MemoryFabric(service, log, store)

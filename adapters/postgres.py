@@ -35,7 +35,7 @@ from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFact
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
 from memfabric.domain.errors import ProjectionLagError
 from memfabric.domain.note import Note
-from memfabric.domain.ports import Candidate, NoteRef
+from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import note_scope, recall_index, tables, working_value
@@ -50,10 +50,40 @@ SECRETS_DDL = (
     " id smallint PRIMARY KEY DEFAULT 1 CHECK (id = 1), secret bytea NOT NULL,"
     " created_at timestamptz NOT NULL DEFAULT now())"
 )
+SECRETS_FORMAT_DDL = (
+    f"ALTER TABLE {tables.FABRIC_SECRET} ADD COLUMN IF NOT EXISTS event_format smallint NOT NULL DEFAULT 1"
+)
+"""``event_format``: 2 for a fabric created by a release that tags every event (legacy
+``MF1`` states are then refused), 1 for one created before (its old events stay
+readable; new events are tagged all the same)."""
+
+EF_SEARCH_MAX = 1000
+"""pgvector's upper bound for ``hnsw.ef_search``."""
 
 
 class PostgresNoteRecorder(PostgresApplicationRecorder):
     """eventsourcing's application recorder that inserts on a caller's cursor."""
+
+    def create_table(self) -> None:
+        """eventsourcing's ``create_table``, minus the ``CREATE TYPE`` of the stored-event
+        composite type when that type already exists: eventsourcing runs it on every
+        open and swallows the ``DuplicateObject``, which leaves an ERROR line in the
+        server log each time."""
+        with self.datastore.transaction(commit=False) as cur:
+            row = cur.execute(
+                "SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
+                " WHERE t.typname = %s AND n.nspname = coalesce(nullif(%s, ''), current_schema())",
+                (self.stored_event_type_name, self.datastore.schema or ""),
+            ).fetchone()
+        if row is None:
+            super().create_table()
+            return
+        statements = self.sql_create_statements
+        self.sql_create_statements = [s for s in statements if "CREATE TYPE" not in s.as_string()]
+        try:
+            super().create_table()
+        finally:
+            self.sql_create_statements = statements
 
     def insert_on(self, cur: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
         """Insert ``stored_events`` in the transaction ``cur`` belongs to, through the
@@ -87,6 +117,7 @@ class PostgresFactory(_EventsourcingPostgresFactory):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
             cur.execute(KEYS_DDL)
             cur.execute(SECRETS_DDL)
+            cur.execute(SECRETS_FORMAT_DDL)
         return recorder
 
 
@@ -198,6 +229,7 @@ class PostgresNoteStore:
     def recall(
         self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
         kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+        filters: NoteFilter | None = None,
         expand: int = 0,
     ) -> list[Candidate]:
         """:func:`memfabric.projections.recall_index.select_candidates` in one
@@ -210,11 +242,29 @@ class PostgresNoteStore:
                 cur.execute("SET LOCAL enable_indexscan = off")
             else:
                 cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                # pgvector accepts ef_search up to 1000; iterative scan keeps going past
+                # ef_search until ``limit`` rows pass the filters, so capping loses no rows.
                 cur.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                    sql.Literal(max(self.ef_search, limit))))
+                    sql.Literal(min(EF_SEARCH_MAX, max(self.ef_search, limit)))))
             return recall_index.select_candidates(
                 cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
-                limit=limit, require_consent=require_consent, expand=expand)
+                limit=limit, require_consent=require_consent, filters=filters,
+                expand=expand)
+
+    def list_notes(
+        self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
+    ) -> list[Candidate]:
+        """:func:`memfabric.projections.recall_index.select_page` (keyset, one statement)."""
+        with self.connection() as conn, conn.cursor() as cur:
+            return recall_index.select_page(cur, query, after=after, limit=limit)
+
+    def count_notes(self, query: ListQuery) -> int:
+        with self.connection() as conn, conn.cursor() as cur:
+            return recall_index.count_rows(cur, query)
+
+    def scopes_with(self, *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
+        with self.connection() as conn, conn.cursor() as cur:
+            return recall_index.select_scopes(cur, tenant_id=tenant_id, tags=tags)
 
     def _tenant_size(self, cur: Cursor[Any], tenant_id: str) -> int:
         """Indexed notes of a tenant, counted up to ``exact_search_max + 1`` and cached
@@ -278,14 +328,20 @@ class PostgresNoteStore:
     # ---------------------------------------------------------------- secrets
     def secret(self) -> bytes:
         """The fabric secret (32 random bytes created on first use, kept in
-        ``mf_fabric_secret``); keys the tombstone content hashes."""
+        ``mf_fabric_secret``): keys the tombstone content hashes and the events'
+        authentication tags. Loading it arms the log's mapper: every event written is
+        tagged, every tagged event read is checked, and in a fabric created by this
+        release an untagged event is refused (see ``adapters/crypto.py``)."""
         if self._secret is None:
             with self.datastore.transaction(commit=True) as cur:
                 cur.execute(
-                    f"INSERT INTO {tables.FABRIC_SECRET} (id, secret) VALUES (1, %s)"  # noqa: S608
+                    f"INSERT INTO {tables.FABRIC_SECRET} (id, secret, event_format) VALUES (1, %s, 2)"  # noqa: S608
                     " ON CONFLICT (id) DO NOTHING", (os.urandom(32),))
-                row = cur.execute(f"SELECT secret FROM {tables.FABRIC_SECRET} WHERE id = 1").fetchone()  # noqa: S608
+                row = cur.execute(
+                    f"SELECT secret, event_format FROM {tables.FABRIC_SECRET} WHERE id = 1").fetchone()  # noqa: S608
             self._secret = bytes(row["secret"])
+            mapper = self.log.sealing_mapper
+            mapper.secret, mapper.require_tags = self._secret, int(row["event_format"]) >= 2
         return self._secret
 
     def content_hmac(self, text: str) -> str:

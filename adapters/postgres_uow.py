@@ -58,6 +58,8 @@ class PostgresUnitOfWork:
         self._keys: TransactionKeys | None = None
         self._events: list[Any] = []
         self._aggregates: dict[UUID, Note] = {}
+        self._others: dict[UUID, Any] = {}
+        """Aggregates other than notes (the conversation ledger), saved alike."""
         self._committed = False
         self._position = 0
 
@@ -126,6 +128,12 @@ class PostgresUnitOfWork:
                 out.append(note)
         return out
 
+    def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        """Replay ``aggregate_ids`` as if their data keys were destroyed (protected
+        fields read ``<erased>``): how a note whose key is faulty is still tombstoned."""
+        self.keys.unreadable.update(aggregate_ids)
+        return self.load_ids(aggregate_ids)
+
     def exists(self, scope: Scope, note_id: str) -> bool:
         aggregate_id = note_uuid(scope, note_id)
         if aggregate_id in self._aggregates:
@@ -160,12 +168,37 @@ class PostgresUnitOfWork:
     def shred(self, note: Note) -> None:
         self.keys.doomed.add(note.id)
 
+    # ------------------------------------------- other aggregates (the ledger)
+    def load_aggregate(self, aggregate_id: UUID) -> Any:
+        """Any aggregate by id (held in this unit of work, else replayed), or ``None``."""
+        held = self._others.get(aggregate_id) or self._aggregates.get(aggregate_id)
+        if held is not None:
+            return held
+        with self.conn.cursor() as cur:
+            found = select_notes(cur, self._log.sealing_mapper, [aggregate_id], self.keys)
+        return found[0] if found else None
+
+    def load_ledger_head(self, aggregate_id: UUID, scope: Scope) -> Any:
+        """The conversation's write head (no replay), or ``None`` when it has no events."""
+        from memfabric.adapters.ledger_pg import select_head  # noqa: PLC0415
+        held = self._others.get(aggregate_id)
+        return held if held is not None else select_head(self.conn, aggregate_id, scope)
+
+    def add_aggregate(self, aggregate: Any) -> None:
+        """Like :meth:`add` for an aggregate that is not a note."""
+        self._events.extend(aggregate.collect_events())
+        self._others[aggregate.id] = aggregate
+
+    def shred_aggregate(self, aggregate: Any) -> None:
+        """Destroy the aggregate's data keys at commit."""
+        self.keys.doomed.add(aggregate.id)
+
     def commit(self) -> None:
         """Seal, append and project everything added (see the module doc)."""
         conn = self.conn
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
-        notes = list(self._aggregates.values())
+        notes: list[Any] = [*self._aggregates.values(), *self._others.values()]
         with conn.cursor() as cur:
             self.keys.flush(cur)
             self.keys.destroy(cur)

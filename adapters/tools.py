@@ -58,13 +58,13 @@ from memfabric.domain.inputs import (
     Budget,
     NoteId,
     QueryText,
+    Instant,
     RecallKinds,
     TopK,
     reject_nul,
 )
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     StrictBool,
@@ -169,7 +169,7 @@ class RecallToolArgs(_ToolArgs):
     query: QueryText
     kinds: RecallKinds | None = None
     top_k: TopK | None = None
-    as_of: AwareDatetime | None = None
+    as_of: Instant | None = None
     budget: Budget | None = None
 
     @field_validator("top_k", "budget", mode="before")

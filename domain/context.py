@@ -113,6 +113,7 @@ class ContextProvider:
                 recall = RecallInput(
                     query=query, kinds=self.options.kinds, as_of=self.options.as_of,
                     top_k=self.options.top_k, budget=self.options.budget,
+                    min_relevance=self.options.min_relevance,
                 )
                 result = self._service.recall(self._scope, recall)
                 out += [{"type": "semantic-memory", "text": render_note(n)} for n in result.hits]

@@ -35,6 +35,14 @@ class NoteForgottenError(FabricError):
     """The note was forgotten (tombstoned) and cannot be changed or read."""
 
 
+class NotHeldError(FabricError):
+    """``release_hold`` named a note that is not under legal hold."""
+
+
+class NamespaceError(FabricError, ValueError):
+    """A store namespace does not map onto a scope (see ``docs/langgraph.md``)."""
+
+
 class CapacityError(FabricError):
     """A write would exceed a configured limit (for example ``max_entry_text_chars``)."""
 

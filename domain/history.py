@@ -62,7 +62,8 @@ def lineage(svc: MemoryService, scope: Scope, note_id: str) -> Lineage:
     chain = [_chain_row(load(svc, scope, nid)) for nid in [*reversed(preds), note.note_id, *succs]]
     return Lineage(id=note_id, predecessors=preds, successors=succs,
                    folds=[h.timestamp for h in events if h.type == "Folded"],
-                   links=list(note.links), tombstone=tomb, chain=chain)
+                   links=list(note.links), tombstone=tomb, chain=chain,
+                   promoted_from=getattr(note, "promoted_from", None))
 
 
 def _walk(svc: MemoryService, scope: Scope, start: Note, seen: set[str], step: Any) -> list[str]:

@@ -8,10 +8,11 @@ aliases (``validFrom``, ``sourceEntryIds`` ...). Read models (what calls return)
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    Strict,
     AfterValidator,
     StrictBool,
     StrictStr,
@@ -38,7 +39,36 @@ BLOCK_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 NoteId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{12}$")]
 BlockLabel = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=512, strip_whitespace=True)]
-Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+"""The smallest positive normal float32: the recall index stores weights as ``real``,
+so a smaller non-zero value would underflow there."""
+
+
+def _not_tiny(value: float) -> float:
+    if value != 0.0 and abs(value) < FLOAT32_MIN_NORMAL:
+        raise ValueError(f"must be 0 or at least {FLOAT32_MIN_NORMAL:.8g} (too small to store)")
+    return value
+
+
+Unit = Annotated[float, Strict(), Field(ge=0.0, le=1.0), AfterValidator(_not_tiny)]
+"""A number in [0, 1] (an int or float; never a string or a bool)."""
+
+MIN_INSTANT = datetime(1, 1, 1, tzinfo=timezone.utc)
+MAX_INSTANT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+
+
+def _utc_in_range(value: datetime) -> datetime:
+    """Reject an instant whose UTC value falls outside years 1-9999 (PostgreSQL would
+    store it, but no reader could turn it back into a ``datetime``)."""
+    try:
+        value.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        raise ValueError("must lie within years 1-9999 in UTC") from None
+    return value
+
+
+Instant = Annotated[AwareDatetime, AfterValidator(_utc_in_range)]
+"""A timezone-aware datetime whose UTC value lies within years 1-9999."""
 
 DEFAULT_MAX_ENTRY_TEXT_CHARS = 8000
 
@@ -46,19 +76,27 @@ WORKING_FIELDS = frozenset({"kind", "block", "content"})
 """The only fields a ``working`` note accepts (its id is derived from the block label)."""
 
 
-def reject_nul(value: Any) -> Any:
+MAX_NESTING = 32
+"""Deepest nesting of lists, tuples and dicts an input may have."""
+
+
+def reject_nul(value: Any, _depth: int = 0) -> Any:
     """Raise ``ValueError`` when a string (or a string inside a list, tuple or dict)
-    holds a NUL character, which PostgreSQL text cannot store."""
+    holds a NUL character, which PostgreSQL text cannot store, or when containers nest
+    deeper than :data:`MAX_NESTING` (checked before any recursion can overflow)."""
     if isinstance(value, str):
         if "\x00" in value:
             raise ValueError("must not contain NUL (\\x00) characters")
-    elif isinstance(value, list | tuple):
-        for item in value:
-            reject_nul(item)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            reject_nul(key)
-            reject_nul(item)
+    elif isinstance(value, list | tuple | dict):
+        if _depth >= MAX_NESTING:
+            raise ValueError(f"must not nest lists or objects more than {MAX_NESTING} deep")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                reject_nul(key, _depth + 1)
+                reject_nul(item, _depth + 1)
+        else:
+            for item in value:
+                reject_nul(item, _depth + 1)
     return value
 
 
@@ -128,9 +166,9 @@ class RememberInput(_Input):
     content: Annotated[str, StringConstraints(min_length=1)] | None = None
     path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = None
     block: BlockLabel | None = None
-    t_ref: AwareDatetime | None = None
-    valid_from: AwareDatetime | None = None
-    valid_to: AwareDatetime | None = None
+    t_ref: Instant | None = None
+    valid_from: Instant | None = None
+    valid_to: Instant | None = None
     keywords: list[NonEmpty] = Field(default_factory=list, max_length=64)
     tags: list[NonEmpty] = Field(default_factory=list, max_length=64)
     source_entry_ids: list[NonEmpty] = Field(default_factory=list, max_length=256)
@@ -203,9 +241,10 @@ QueryText = Annotated[
 ]
 """A recall query: 1-8000 characters, not blank."""
 RecallKinds = Annotated[
-    tuple[Literal["fact", "procedure", "file"], ...], BeforeValidator(_recall_kinds)
+    tuple[Literal["fact", "procedure", "file", "episode"], ...], BeforeValidator(_recall_kinds)
 ]
-"""A non-empty subset of the recallable kinds (a single string is accepted)."""
+"""A non-empty subset of the recallable kinds (a single string is accepted); ``episode``
+(issue 14: observations of the thread's conversation ledger) only when named."""
 TopK = Annotated[int, Field(ge=1, le=1000)]
 Budget = Annotated[int, Field(ge=1, le=1_000_000)]
 
@@ -275,16 +314,31 @@ class RecallInput(_Input):
     - ``mode``: ``hybrid`` (default), ``vector`` or ``lexical``.
     - ``expand_links``: add up to ``top_k`` notes linked to the candidates (default
       True; issue 15).
+    - ``tags`` (the note carries every one), ``subject`` (equal), ``min_importance``
+      (in [0, 1]): filters applied inside the recall query.
+    - ``min_relevance``: in [0, 1], default :data:`DEFAULT_MIN_RELEVANCE`; a hit whose
+      evidence (see ``memfabric.domain.ranking``) is below it is dropped, so
+      ``top_k`` is never padded with notes sharing nothing with the query. 0 disables.
+      The floor applies to direct hits; a note added by link expansion is admitted by
+      its link score (its own evidence for the query may be low).
     """
 
     query: QueryText
     kinds: RecallKinds = ("fact", "file")
-    as_of: AwareDatetime | None = None
+    as_of: Instant | None = None
     top_k: TopK = 10
     budget: Budget | None = None
     scoring: Scoring | None = None
     mode: RecallMode = "hybrid"
     expand_links: StrictBool = True
+    tags: list[NonEmpty] = Field(default_factory=list, max_length=64)
+    subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    min_importance: Unit | None = None
+    min_relevance: Unit = 0.05
+
+
+DEFAULT_MIN_RELEVANCE = 0.05
+"""Default relevance floor of recall and of the context provider."""
 
 
 class ContextOptions(_Input):
@@ -294,7 +348,8 @@ class ContextOptions(_Input):
       block of the scope, in label order.
     - ``include_semantic`` (default True): one ``semantic-memory`` block per recalled
       note, in rank order, under exactly the rules of ``recall`` (``kinds``, ``as_of``,
-      ``top_k``, ``budget``: same types, defaults and limits as :class:`RecallInput`).
+      ``top_k``, ``budget``, ``min_relevance``: same types, defaults and limits as
+      :class:`RecallInput`).
     - ``query``: the query used when a call gives none (no user message either); with
       no query at all a call returns no semantic blocks.
     """
@@ -303,10 +358,10 @@ class ContextOptions(_Input):
     include_semantic: bool = True
     query: QueryText | None = None
     kinds: RecallKinds = ("fact", "file")
-    as_of: AwareDatetime | None = None
+    as_of: Instant | None = None
     top_k: TopK = 10
     budget: Budget | None = None
-
+    min_relevance: Unit = DEFAULT_MIN_RELEVANCE
 
 
 class Limits(BaseModel):
@@ -393,4 +448,31 @@ class DeletePathArgs(_Args):
 
     path: FilePath
     hold: StrictBool = False
+    requested_by: Requester | None = None
+
+
+class ListInput(_Args):
+    """Arguments of ``Notes.list`` / ``Notes.count``.
+
+    - ``kinds``: subset of ``fact, procedure, file`` (default all three).
+    - ``tags`` (every one), ``subject`` (equal): as in recall.
+    - ``valid_at``: timezone-aware; only notes whose ``[valid_from, valid_to)`` contains
+      it (default: any window).
+    - ``include_superseded``: also list notes a newer note replaced (default False).
+    - ``limit``: 1-1000 (default 100); ``cursor``: the ``next_cursor`` of the previous page.
+    """
+
+    kinds: RecallKinds = ("fact", "procedure", "file")
+    tags: list[NonEmpty] = Field(default_factory=list, max_length=64)
+    subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    valid_at: AwareDatetime | None = None
+    include_superseded: StrictBool = False
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    cursor: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+
+
+class ReleaseHoldArgs(NoteRefArgs):
+    """Arguments of ``Notes.release_hold``: a note ``id`` and ``requested_by`` (1-200
+    characters or ``None``)."""
+
     requested_by: Requester | None = None

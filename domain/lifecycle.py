@@ -16,14 +16,23 @@ from typing import TYPE_CHECKING
 
 from memfabric.domain import links, working
 from memfabric.domain.history import history
-from memfabric.domain.errors import FabricError
+from memfabric.domain.errors import EventIntegrityError, FabricError, NoteNotFoundError
 from memfabric.domain.inputs import EraseScopeInput
-from memfabric.domain.note import Note
+from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.ports import UnitOfWork
-from memfabric.domain.results import EraseResult, ForgetResult, PathForgetResult, RepointResult
+from memfabric.domain.results import (
+    EraseResult,
+    ForgetResult,
+    MemoryNote,
+    PathForgetResult,
+    RepointResult,
+    note_view,
+)
 from memfabric.domain.scope import Scope
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from memfabric.domain.service import MemoryService
 
 
@@ -36,8 +45,37 @@ class _Tally:
     already_held: list[str] = field(default_factory=list)
 
 
+KEY_FAULT = "key_fault"
+"""Tombstone cause of a note erased although its content could not be decrypted."""
+
+
+def load_for_erasure(uow: UnitOfWork, aggregate_ids: Sequence[UUID],
+                     ) -> tuple[list[Note], list[Note], list[UUID]]:
+    """Replay the notes to tombstone: ``(readable, unreadable, failed)``. A note whose
+    content cannot be decrypted (``EventIntegrityError``: key fault or changed sealed
+    bytes) is replayed as if its keys were destroyed (``unreadable``), so it is still
+    tombstoned and its key shredded; one whose events cannot be decoded even so is
+    ``failed``. One bad note never stops the others (issue 17 defect 3)."""
+    try:
+        return uow.load_ids(aggregate_ids), [], []
+    except EventIntegrityError:
+        pass
+    readable: list[Note] = []
+    unreadable: list[Note] = []
+    failed: list[UUID] = []
+    for aid in aggregate_ids:
+        try:
+            readable += uow.load_ids([aid])
+        except EventIntegrityError:
+            try:
+                unreadable += uow.load_unreadable([aid])
+            except EventIntegrityError:
+                failed.append(aid)
+    return readable, unreadable, failed
+
+
 def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_by: str,
-              cause: str) -> _Tally:
+              cause: str, unreadable: bool = False) -> _Tally:
     """Give every live note of ``notes`` its ``Forgotten`` tombstone (reason
     ``legal_hold`` with ``hold``) in ``uow``, shredding the keys of the tombstoned (not
     held) ones. Forgotten notes are skipped; held notes stay as they are."""
@@ -51,7 +89,7 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
             continue
         if not hold:
             links.withdraw_contributions(uow, note, in_flight)
-        digest = uow.content_hmac(note.content) if note.content is not None else None
+        digest = uow.content_hmac(note.content) if note.content is not None and not unreadable else None
         note.forget(content_hmac=digest, reason="legal_hold" if hold else "forgotten",
                     requested_by=requested_by, cause=cause)
         uow.add(note)
@@ -66,14 +104,38 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
     """Tombstone (or hold) one note of ``scope``. Absent or already forgotten:
     ``deleted=0, held=False``; held: ``deleted=0, held=True``, left unchanged."""
     with svc.unit_of_work([scope]) as uow:
-        note = uow.load(scope, note_id)
+        readable, unreadable, failed = load_for_erasure(uow, [note_uuid(scope, note_id)])
+        if failed:
+            raise EventIntegrityError(f"note {note_id!r} of scope {scope}: its events cannot be decoded,"
+                                      " so it cannot be tombstoned (see `memfabric audit verify`)")
+        found = readable or unreadable
+        note = found[0] if found else None
+        if block is not None:
+            working.check_block_note(note, block)
         if note is None:
             return ForgetResult(id=note_id if block is None else None, block=block, deleted=0, held=False)
-        tally = tombstone(uow, [note], hold=hold, requested_by=requested_by, cause="caller")
+        tally = tombstone(uow, [note], hold=hold, requested_by=requested_by,
+                          cause=KEY_FAULT if unreadable else "caller", unreadable=bool(unreadable))
         uow.commit()
     svc.store.await_position(uow.position)
     return ForgetResult(id=note_id if block is None else None, block=block,
                         deleted=len(tally.deleted), held=bool(tally.held or tally.already_held))
+
+
+def release_hold(svc: MemoryService, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
+    """Lift the legal hold of note ``note_id``: one ``HoldReleased`` event; in the same
+    unit of work its projection rows come back, so it is recalled and listed again.
+    The hold's ``Forgotten`` event stays in the history. Raises ``NoteNotFoundError``
+    (absent), ``NoteForgottenError`` (tombstoned), ``NotHeldError`` (not held)."""
+    with svc.unit_of_work([scope]) as uow:
+        note = uow.load(scope, note_id)
+        if note is None:
+            raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
+        note.release_hold(requested_by=requested_by)
+        uow.add(note)
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return note_view(note, "released")
 
 
 def forget_block(svc: MemoryService, scope: Scope, label: str, *, hold: bool,
@@ -121,6 +183,8 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
     notes per unit of work (each holding the write locks of the scopes it touches)."""
     t, r, th = args.tenant_id, args.resource_id, args.thread_id
     deleted = held = already_held = batches = 0
+    unread: list[str] = []
+    failed: list[str] = []
     after = None
     while page := svc.store.notes_in_scope(t, r, th, after=after, limit=args.batch_size):
         after = page[-1]
@@ -129,10 +193,17 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         if not targets:
             continue
         with svc.unit_of_work([ref.scope for ref in targets]) as uow:
-            notes = uow.load_ids([ref.aggregate_id for ref in targets])
+            notes, bad, lost = load_for_erasure(uow, [ref.aggregate_id for ref in targets])
             tally = tombstone(uow, notes, hold=args.hold, requested_by=args.requested_by,
                               cause="erase_scope")
+            bad_tally = tombstone(uow, bad, hold=args.hold, requested_by=args.requested_by,
+                                  cause=KEY_FAULT, unreadable=True)
             uow.commit()
+        names = {ref.aggregate_id: ref.note_id for ref in targets}
+        unread += bad_tally.deleted + bad_tally.held
+        failed += [names[a] for a in lost]
+        for attr in ("deleted", "held", "already_held"):
+            getattr(tally, attr).extend(getattr(bad_tally, attr))
         svc.store.await_position(uow.position)
         batches += 1
         deleted += len(tally.deleted)
@@ -140,7 +211,8 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         already_held += len(tally.already_held)  # held by someone else meanwhile
     remaining, _ = svc.store.count_in_scope(t, r, th)
     return EraseResult(tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
-                       already_held=already_held, remaining=remaining, batches=batches)
+                       already_held=already_held, remaining=remaining, batches=batches,
+                       unreadable=tuple(unread), failed=tuple(failed))
 
 
 def verify_content(svc: MemoryService, scope: Scope, note_id: str, text: str) -> bool:

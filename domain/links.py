@@ -52,7 +52,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memfabric.domain.attach import gate_for
-from memfabric.domain.errors import FabricError, NoteForgottenError, NoteNotFoundError
+from memfabric.domain.errors import EventIntegrityError, FabricError, NoteForgottenError, NoteNotFoundError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
@@ -257,7 +257,12 @@ def withdraw_contributions(uow: UnitOfWork, note: Note, in_flight: dict[UUID, No
     """Before ``note`` is forgotten: withdraw its evolution patches from the notes it
     patched (``in_flight``: notes this unit of work already holds, by aggregate id)."""
     for nid in getattr(note, "contributed_to", []):
-        target = in_flight.get(note_uuid(note.scope, nid)) or uow.load(note.scope, nid)
+        try:
+            target = in_flight.get(note_uuid(note.scope, nid)) or uow.load(note.scope, nid)
+        except EventIntegrityError:
+            # the target cannot be decrypted (key fault): the patch is sealed under this
+            # note's key, which the erasure shreds, so it is unreadable from then on anyway
+            continue
         if target is None or target.forgotten:
             continue
         target.withdraw(source=note, cause=f"withdraw:{note.note_id}")

@@ -18,7 +18,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate
 
-from memfabric.domain.errors import NoteForgottenError
+from memfabric.domain.errors import NoteForgottenError, NotHeldError
 from memfabric.domain.scope import Scope
 
 _NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
@@ -145,6 +145,9 @@ class Note(Aggregate):
         cause: str
         inferred_subject: dict[str, Any] | None = None
         decision: dict[str, Any] | None = None
+        promoted_from: dict[str, Any] | None = None
+        """Issue 14: ``{reflection_id, scope_id}`` when the note was promoted from a
+        reflection of the conversation ledger (absent in older logs: ``None``)."""
 
     class Folded(Aggregate.Event):
         """The same note was written again: annotations unioned, new content wins, the
@@ -366,6 +369,17 @@ class Note(Aggregate):
             if note.kind == "working":
                 note.block_version += 1
 
+    class HoldReleased(Aggregate.Event):
+        """A legal hold was lifted: the note is live again (recalled, listed, a fold
+        and link candidate). The hold's ``Forgotten`` event stays in the history."""
+
+        requested_by: str
+        cause: str
+
+        def apply(self, note: Note) -> None:
+            note.held = False
+            note.updated_at = self.timestamp
+
     def __init__(  # noqa: PLR0913 - the Remembered event's fields
         self,
         *,
@@ -396,6 +410,7 @@ class Note(Aggregate):
         cause: str,
         inferred_subject: dict[str, Any] | None = None,
         decision: dict[str, Any] | None = None,
+        promoted_from: dict[str, Any] | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.resource_id = resource_id
@@ -434,6 +449,7 @@ class Note(Aggregate):
         self.supersession: dict[str, Any] | None = None
         self.contributions: dict[str, dict[str, Any]] = {}
         self.contributed_to: list[str] = []
+        self.promoted_from = promoted_from
 
     # ----------------------------------------------------------------- commands
     @classmethod
@@ -544,3 +560,11 @@ class Note(Aggregate):
             requested_by=requested_by,
             cause=cause,
         )
+
+    def release_hold(self, *, requested_by: str, cause: str = "caller") -> None:
+        """Lift the legal hold (``NoteForgottenError`` for a forgotten note,
+        ``NotHeldError`` for one that is not held)."""
+        self._check_live()
+        if not self.held:
+            raise NotHeldError(f"note {self.note_id} is not under legal hold")
+        self.trigger_event(self.HoldReleased, requested_by=requested_by, cause=cause)

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Strict, StrictBool, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Strict, StrictBool, TypeAdapter
 
 from memfabric.domain.attach import Attachment
 from memfabric.domain.attach import attach as attach_session
@@ -21,9 +21,11 @@ from memfabric.domain.inputs import (
     ForgetArgs,
     Kind,
     Link,
+    ListInput,
     NoteRefArgs,
     RecallInput,
     RecallMode,
+    ReleaseHoldArgs,
     RememberInput,
     RepointArgs,
     Scoring,
@@ -34,6 +36,7 @@ from memfabric.domain.results import (
     HistoryEntry,
     Lineage,
     MemoryNote,
+    NotePage,
     PathForgetResult,
     RecallResult,
     RepointResult,
@@ -46,7 +49,6 @@ _ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
 )
 
 
-_CONSOLIDATE: TypeAdapter[Any] = TypeAdapter(StrictBool | Consolidation | None)
 
 
 def consolidate_setting(value: Any, default: Consolidation) -> Consolidation | None:
@@ -55,10 +57,17 @@ def consolidate_setting(value: Any, default: Consolidation) -> Consolidation | N
     mapping of its fields (``enabled``, ``threshold``)."""
     if isinstance(value, Mapping):
         value = {"enabled": True, **value}
-    parsed = _CONSOLIDATE.validate_python(value)
+    parsed = _ConsolidateArg.model_validate({"consolidate": value}).consolidate
     if parsed is None or isinstance(parsed, Consolidation):
         return parsed
     return default.model_copy(update={"enabled": parsed})
+
+
+class _ConsolidateArg(BaseModel):
+    """The per-call ``consolidate`` argument, validated under its own name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    consolidate: StrictBool | Consolidation | None = None
 
 
 class Notes:
@@ -115,6 +124,7 @@ class Notes:
         importance: float | None = None,
         consent: Consent | Mapping[str, Any] | None = None,
         consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
+        reflection_id: str | None = None,
     ) -> MemoryNote:
         """Write one note and return it (``MemoryNote.outcome``: ``inserted``, ``folded`` or
         ``superseding``; for a working block ``inserted`` or ``replaced``).
@@ -153,23 +163,41 @@ class Notes:
             "context": context, "links": links, "supersedes": supersedes,
             "importance": importance, "consent": consent,
         }
+        if reflection_id is not None:  # issue 14: promotion (memfabric.domain.promotion)
+            from memfabric.domain.promotion import promote  # noqa: PLC0415
+            rest = {k: v for k, v in given.items() if v is not None and k not in ("kind", "content")}
+            return promote(self._service, self.scope, kind=kind, reflection_id=reflection_id,
+                           content=content, fields=rest)
+        if kind == "episode":  # issue 14: an observation of the ledger, read (never written)
+            from memfabric.domain.episodes import read_episode  # noqa: PLC0415
+            extra: dict[str, Any] = {k: v for k, v in given.items()
+                                     if v is not None and k not in ("kind", "id")}
+            if consolidate is not None:
+                extra["consolidate"] = consolidate
+            return read_episode(self._service.ledger_store, self.scope, id, extra)
         settings = consolidate_setting(consolidate, self._service.consolidation)
         item = self._service.validate_remember({k: v for k, v in given.items() if v is not None})
         return self._service.remember(self.scope, item, consolidate=settings)
 
     def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput], *,
                       consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
+                      chunk_size: int | None = 250,
                       ) -> list[MemoryNote]:
-        """Bulk write: same outcome as ``remember`` on each item in order, in one
-        transaction (all or nothing). Items are mappings of remember fields;
-        ``consolidate`` as for ``remember``."""
+        """Bulk write: same outcome as ``remember`` on each item in order, one
+        transaction (all or nothing) per ``chunk_size`` items: a batch of at most 250
+        items (the default) is atomic, a larger one is atomic per chunk of 250 (earlier
+        chunks stay written when a later one fails). ``chunk_size=None``: one
+        transaction for the whole batch, which then holds the global append lock (every
+        tenant's writes wait) for its whole duration. Items are mappings of remember
+        fields; ``consolidate`` as for ``remember``."""
         settings = consolidate_setting(consolidate, self._service.consolidation)
         raw = _ITEMS.validate_python(items)  # a list of mappings, else ValidationError
         validated = [
             item if isinstance(item, RememberInput) else self._service.validate_remember(dict(item))
             for item in raw
         ]
-        return self._service.remember_many(self.scope, validated, consolidate=settings)
+        return self._service.remember_many(self.scope, validated, consolidate=settings,
+                                           chunk_size=chunk_size)
 
     def link(self, from_id: str, to_id: str, relation: str = "related",
              weight: float = 1.0) -> MemoryNote:
@@ -262,6 +290,10 @@ class Notes:
         scoring: Scoring | Mapping[str, Any] | None = None,
         mode: RecallMode = "hybrid",
         expand_links: bool = True,
+        tags: Sequence[str] | None = None,
+        subject: str | None = None,
+        min_importance: float | None = None,
+        min_relevance: float | None = None,
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
@@ -281,16 +313,30 @@ class Notes:
         fusion), the cosine in ``vector`` mode. Formulas: :mod:`memfabric.domain.ranking`.
         Hits and explain rows never contain the query text.
 
+        - ``tags`` (a hit carries every one), ``subject`` (equal), ``min_importance``:
+          filters inside the recall SQL, before ranking.
+        - ``min_relevance`` (default 0.05, 0 disables): hits with less evidence (cosine
+          and full-text, see :mod:`memfabric.domain.ranking`) are dropped, so fewer than
+          ``top_k`` come back when fewer notes match at all. The floor applies to the
+          direct hits; a note added by link expansion is admitted by its link score
+          instead, since its own evidence for the query may be low (see below).
+
         Links (issue 15): every hit carries its links (``MemoryNote.links``, to targets
         still recallable). With ``expand_links`` (default True) the same SQL statement
         also takes the notes linked, in either direction, to the candidates of both
-        lists and passing every filter above; up to ``top_k`` of them are added (their
-        ``explain.link`` is True and their score gains ``scoring.link_weight`` × the
-        best edge weight × relevance of a direct hit they link to), ranked with the
+        lists and passing every filter above (scope, kinds, validity, consent, hold,
+        ``tags``, ``subject``, ``min_importance``); up to ``top_k`` of them are added
+        (their ``explain.link`` is True and their score gains ``scoring.link_weight`` ×
+        the best edge weight × relevance of a direct hit they link to), ranked with the
         direct hits under one ``budget``.
         """
         data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode,
+                                "subject": subject, "min_importance": min_importance,
                                 "expand_links": expand_links}
+        if tags is not None:
+            data["tags"] = tags
+        if min_relevance is not None:
+            data["min_relevance"] = min_relevance
         if top_k is not None:
             data["top_k"] = top_k
         if budget is not None:
@@ -399,6 +445,80 @@ class Notes:
         return self._service.delete_path(
             self.scope, args.path, hold=args.hold, requested_by=args.requested_by or self.actor
         )
+
+
+    # -------------------------------------------------------------- lifecycle
+    def release_hold(self, id: str, *, requested_by: str | None = None) -> MemoryNote:  # noqa: A002
+        """Lift the legal hold of note ``id`` (a ``HoldReleased`` event recording
+        ``requested_by``, default this handle's actor): it is recalled, listed and in
+        context again; the hold's tombstone stays in :meth:`history`. Returns the note
+        (``outcome="released"``).
+
+        Raises ``NoteNotFoundError`` (no such note in this scope), ``NoteForgottenError``
+        (tombstoned), ``NotHeldError`` (not held), ``ValidationError`` (bad id or
+        ``requested_by``); nothing is written then."""
+        args = ReleaseHoldArgs(id=id, requested_by=requested_by)
+        return self._service.release_hold(self.scope, args.id, requested_by=args.requested_by or self.actor)
+
+    # ---------------------------------------------------------------- browsing
+    def count(
+        self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
+        subject: str | None = None, valid_at: datetime | None = None,
+        include_superseded: bool = False,
+    ) -> int:
+        """How many notes :meth:`list` would return over all its pages (same filters)."""
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
+        return self._service.count_notes(self.scope, args)
+
+    def list(  # noqa: A003 - public API name
+        self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
+        subject: str | None = None, valid_at: datetime | None = None,
+        include_superseded: bool = False, limit: int = 100, cursor: str | None = None,
+    ) -> NotePage:
+        """One page of the notes visible from this scope (recall's scope, visibility and
+        consent rules; held and forgotten notes never listed), oldest first by
+        ``(ingested_at, id)``: ``page.items`` (``MemoryNote``, ``outcome="listed"``) and
+        ``page.next_cursor`` (opaque; pass it as ``cursor`` for the next page, ``None``
+        on the last). Keyset paging: a note that existed when paging started is listed
+        exactly once however many notes are written meanwhile.
+
+        ``kinds`` default fact, procedure and file; ``tags`` (every one), ``subject``
+        (equal); ``valid_at`` (only notes valid then; default any window);
+        ``include_superseded`` (default False); ``limit`` 1-1000. Raises
+        ``ValidationError`` for a bad argument or a cursor this fabric did not issue."""
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor)
+        return self._service.list_notes(self.scope, args)
+
+
+def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_superseded: Any,
+               limit: Any, cursor: Any) -> ListInput:
+    data: dict[str, Any] = {"subject": subject, "valid_at": valid_at,
+                            "include_superseded": include_superseded, "cursor": cursor}
+    if kinds is not None:
+        data["kinds"] = kinds
+    if tags is not None:
+        data["tags"] = tags
+    if limit is not None:
+        data["limit"] = limit
+    return ListInput.model_validate(data)
+
+    # ------------------------------------------------- issue 14: the ledger
+    def conversation(self) -> Any:
+        """The conversation :class:`~memfabric.domain.conversation.Ledger` of this
+        thread scope (every call of a handle without thread raises ``NoLedgerError``)."""
+        from memfabric.domain.conversation import Ledger  # noqa: PLC0415
+        return Ledger(self._service.unit_of_work, self._service.ledger_store, self.scope)
+
+    def search_conversation(
+        self, query: str, *, limit: int = 20, direction: str = "backward",
+        detail: str = "summary", top_k: int = 5, signal: Any = None,
+    ) -> Any:
+        """Lexical search of this thread's conversation: ``SearchResult`` with ``hits``
+        (``entry_id``, ``score`` = share of query terms the entry contains, ``timestamp``,
+        ``page``) and ``scanned``; no embedder. ``limit`` 1-100 and ``top_k`` 1-100 else
+        ``ValidationError``; a set ``signal`` aborts (``LedgerAbortedError``)."""
+        return self.conversation().search(query, limit=limit, direction=direction,
+                                          detail=detail, top_k=top_k, signal=signal)
 
 
 

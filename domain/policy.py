@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 import hashlib
 from datetime import datetime, timedelta
 
@@ -19,8 +20,11 @@ def normalized_tokens(text: str) -> tuple[str, ...]:
 
     Text without any letter or digit (emoji, punctuation) falls back to its
     non-space characters, case-folded, so "👍" and "👎" stay different notes.
-    Two notes with equal normalized tokens are "the same note" for folding.
+    Two notes with equal normalized tokens are "the same note" for folding. The text is
+    put in Unicode normal form NFC first, so composed and decomposed accents ("é" as
+    one code point or as e + U+0301) give the same tokens.
     """
+    text = unicodedata.normalize("NFC", text)
     words = tuple(m.group(0).lower() for m in _WORD.finditer(text))
     if words:
         return words

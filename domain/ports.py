@@ -67,6 +67,36 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class NoteFilter:
+    """Row filters recall and listing apply inside the query: ``tags`` (the note carries
+    every one), ``subject`` (equal) and ``min_importance`` (``importance >=``)."""
+
+    tags: tuple[str, ...] = ()
+    subject: str | None = None
+    min_importance: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Which recall-index rows a listing or count admits.
+
+    ``scope`` with ``prefix=False``: the notes visible from ``scope`` (recall's scope
+    and visibility rule); with ``prefix=True``: the notes stored in a scope whose ids
+    start with ``scope``'s (``None`` parts match anything; no visibility rule).
+    ``valid_at``: only notes whose window contains it (``None``: any window);
+    ``include_superseded``: also notes a newer note replaced. Held and forgotten notes
+    are never in the index; consent as in recall."""
+
+    scope: Scope
+    kinds: tuple[str, ...] = ("fact", "procedure", "file")
+    filters: NoteFilter = NoteFilter()
+    valid_at: datetime | None = None
+    include_superseded: bool = False
+    require_consent: bool = False
+    prefix: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class NoteRef:
     """An un-forgotten note as the note-scope index lists it (no content)."""
 
@@ -104,6 +134,11 @@ class UnitOfWork(Protocol):
 
     def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         """Like :meth:`load` for many aggregate ids (absent ids are skipped)."""
+        ...
+
+    def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        """Replay notes whose content cannot be decrypted (a key fault) as if their
+        keys were destroyed, so that they can still be tombstoned and shredded."""
         ...
 
     def exists(self, scope: Scope, note_id: str) -> bool:
@@ -171,12 +206,31 @@ class NoteStore(Protocol):
         as_of: datetime,
         limit: int,
         require_consent: bool,
+        filters: NoteFilter | None = None,
         expand: int = 0,
     ) -> list[Candidate]:
         """Up to ``limit`` candidates from the vector list and ``limit`` from the lexical
-        list, fused; every scope, kind, validity and consent filter runs in the query.
-        ``expand`` > 0: plus up to that many notes linked to those candidates (either
-        direction), under the same filters, in the same query (issue 15)."""
+        list, fused; every scope, kind, validity, consent and ``filters`` condition runs
+        in the query. ``expand`` > 0: plus up to that many notes linked to those
+        candidates (either direction), under the same conditions, in the same query
+        (issue 15)."""
+        ...
+
+    def list_notes(
+        self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
+    ) -> list[Candidate]:
+        """Up to ``limit`` recall-index rows ``query`` admits, ordered by
+        ``(ingested_at, aggregate_id)`` and starting after ``after`` (keyset paging);
+        the candidates carry no similarity, lexical score or ranks."""
+        ...
+
+    def count_notes(self, query: ListQuery) -> int:
+        """How many recall-index rows ``query`` admits."""
+        ...
+
+    def scopes_with(self, *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
+        """The distinct scopes of recall-index rows carrying every tag of ``tags`` (of
+        one tenant, or all with ``None``), sorted by ``(tenant, resource, thread)``."""
         ...
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:

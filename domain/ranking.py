@@ -10,6 +10,13 @@ For each candidate (see ``memfabric.domain.ports.Candidate``)::
     score     = relevance + recency_weight · 0.5^(age / half_life) + importance_weight · importance
                                                              (additive, Park et al., UIST 2023)
 
+Relevance floor: a candidate whose *evidence* is below ``min_relevance`` (default
+0.05, see :data:`memfabric.domain.inputs.DEFAULT_MIN_RELEVANCE`) is dropped before the
+cut, so ``top_k`` is never padded with notes that share nothing with the query
+(cosine ≈ 0 and no matching term). The evidence is the relevance above, except under
+``fusion="rrf"``, whose rank-based values carry no magnitude: there it is the convex
+relevance ``w · max(0, cosine) + (1 − w) · lexical`` of the same candidate.
+
 Link expansion (issue 15). A candidate the recall statement added because it is linked
 (either direction) to list candidates carries those edges ``(seed, e)``; its score
 spreads the relevance of the direct hits it is linked to (one hop of spreading
@@ -20,10 +27,14 @@ activation, Collins & Loftus 1975; Crestani 1997)::
                 + link_weight · link                          (link_weight: Scoring, default 0.5)
 
 (0 when none of its seeds is among the direct hits). List candidates have no link term.
-The list candidates are sorted by score and cut at ``top_k`` (the direct hits); the
-linked ones likewise, at ``expand`` (``top_k`` when recall expands);
-both are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and
-cut at ``budget`` (summed ``token_count`` over the whole result; the best hit is always
+The list candidates passing the floor are sorted by score and cut at ``top_k`` (the
+direct hits, the only seeds of the link term). The floor applies to those seeds only: a
+linked note's own evidence for the query is often low (that is why it is reached through
+a link), so it is admitted by its link instead, when it is linked to a direct hit
+(``link`` > 0), or when its own evidence passes the floor. The linked candidates so
+admitted are sorted by score and cut at ``expand`` (``top_k`` when recall expands); both
+are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and cut at
+``budget`` (summed ``token_count`` over the whole result; the best hit is always
 returned and ranking stops at the first hit that would not fit). ``explain.link`` is
 True exactly for the linked hits.
 """
@@ -38,7 +49,7 @@ from uuid import UUID
 from memfabric.domain import policy
 from memfabric.domain.inputs import RecallMode, Scoring
 from memfabric.domain.ports import Candidate
-from memfabric.domain.results import ConsentInfo, Explain, Link, MemoryNote, RecallResult
+from memfabric.domain.results import ConsentInfo, Explain, Link, MemoryNote, Outcome, RecallResult
 from memfabric.domain.scope import Scope
 
 
@@ -54,6 +65,7 @@ class Ranking:
     top_k: int
     budget: int | None
     expand: int = 0
+    min_relevance: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +75,7 @@ class _Scored:
     recency: float
     lexical: float | None
     cand: Candidate
+    evidence: float
     link: float = 0.0
 
 
@@ -73,9 +86,12 @@ def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     def order(s: _Scored) -> tuple[float, object, str]:
         return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
 
-    direct = sorted((_score(c, how, best_lex) for c in candidates if c.link is None), key=order)[: how.top_k]
+    direct = sorted((s for s in (_score(c, how, best_lex) for c in candidates if c.link is None)
+                     if s.evidence >= how.min_relevance), key=order)[: how.top_k]
     hit_relevance = {s.cand.aggregate_id: s.relevance for s in direct}
-    linked = sorted((_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None),
+    linked = sorted((s for s in (_score(c, how, best_lex, hit_relevance)
+                                 for c in candidates if c.link is not None)
+                     if s.link > 0.0 or s.evidence >= how.min_relevance),
                     key=order)[: how.expand]
     hits: list[MemoryNote] = []
     explain: list[Explain] = []
@@ -101,6 +117,9 @@ def _score(cand: Candidate, how: Ranking, best_lex: float,
         relevance = policy.weighted_rrf_relevance(cand.vector_rank, cand.lexical_rank, how.vector_weight)
     else:
         relevance = policy.convex_relevance(cand.similarity, lexical, how.vector_weight)
+    evidence = relevance
+    if how.mode == "hybrid" and how.scoring.fusion == "rrf":
+        evidence = policy.convex_relevance(cand.similarity, lexical, how.vector_weight)
     f = cand.fields
     reference = f["t_ref"] or f["valid_from"] or f["ingested_at"]
     rec = policy.recency(reference, how.as_of, how.scoring.half_life)
@@ -113,7 +132,7 @@ def _score(cand: Candidate, how: Ranking, best_lex: float,
                      default=0.0)
         link = how.scoring.link_weight * spread
         total += link
-    return _Scored(total, relevance, rec, lexical, cand, link)
+    return _Scored(total, relevance, rec, lexical, cand, evidence, link)
 
 
 def _explain(s: _Scored) -> Explain:
@@ -134,8 +153,8 @@ def _explain(s: _Scored) -> Explain:
     )
 
 
-def candidate_view(cand: Candidate) -> MemoryNote:
-    """The read model of a recall-index row (``outcome="recalled"``)."""
+def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote:
+    """The read model of a recall-index row (``outcome="recalled"`` unless told)."""
     f = cand.fields
     return MemoryNote(
         id=cand.note_id,
@@ -161,5 +180,5 @@ def candidate_view(cand: Candidate) -> MemoryNote:
         links=tuple(Link.from_dict(link) for link in f.get("links") or ()),
         fold_count=int(f["fold_count"]),
         updated_at=f["updated_at"],
-        outcome="recalled",
+        outcome=outcome,
     )

@@ -61,18 +61,39 @@ class _Prepared:
     consolidate: bool
 
 
+CHUNK_SIZE = 250
+"""Default largest number of items one unit of work of ``remember_many`` writes: every
+write holds eventsourcing's events-table lock (global, all tenants) from its INSERT to
+its COMMIT, projections included, so a batch is cut into units of at most this many
+items to bound how long other tenants' writers wait (issue 17 defect 2)."""
+
+
 def remember_many(
     svc: MemoryService, scope: Scope, items: Sequence[RememberInput], *,
     consolidate: bool | consolidation.Consolidation | None = None,
+    chunk_size: int | None = CHUNK_SIZE,
 ) -> list[MemoryNote]:
-    """Write ``items`` in order in one unit of work (see the module doc). ``working``
-    items write their block and are never embedded. Raises what the item checks raise
-    (``NoteExistsError``, ``NoteNotFoundError``, ``NoteForgottenError``,
-    ``SupersessionError``, ``NotSupportedError``, block errors); nothing is written then."""
+    """Write ``items`` in order, in units of work of at most ``chunk_size`` items
+    (``None``: all in one unit of work, holding the global append lock for the whole
+    batch). Each unit of work is atomic; a batch larger than ``chunk_size`` is atomic
+    per chunk (the chunks before a failing one stay written). Later chunks see earlier
+    ones committed, so the outcome equals remembering the items one by one.
+    ``working`` items write their block and are never embedded. Raises what the item
+    checks raise (``NoteExistsError``, ``NoteNotFoundError``, ``NoteForgottenError``,
+    ``SupersessionError``, ``NotSupportedError``, block errors); nothing of the failing
+    chunk is written then."""
     if any(item.kind == "episode" for item in items):
         raise NotSupportedError("kind 'episode' is a view over a conversation ledger and is not supported yet")
     if not items:
         return []
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError("chunk_size must be at least 1 (or None)")
+    if chunk_size is not None and len(items) > chunk_size:
+        out: list[MemoryNote] = []
+        for start in range(0, len(items), chunk_size):
+            out += remember_many(svc, scope, items[start:start + chunk_size],
+                                 consolidate=consolidate, chunk_size=None)
+        return out
     settings = (consolidate if isinstance(consolidate, consolidation.Consolidation)
                 else svc.consolidation if consolidate is None
                 else svc.consolidation.model_copy(update={"enabled": bool(consolidate)}))

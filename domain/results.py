@@ -16,12 +16,13 @@ from memfabric.domain.scope import Scope
 
 Outcome = Literal[
     "inserted", "folded", "superseding", "preceding", "replaced", "appended", "recalled", "read",
-    "linked", "unlinked",
+    "linked", "unlinked", "listed", "released",
 ]
 """What a call did to or with a note: ``remember`` gives ``inserted``, ``folded``,
 ``superseding`` or ``preceding`` (working blocks ``inserted``, ``replaced`` or
 ``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``; ``link``/``unlink`` give
-``linked``/``unlinked`` (the source note)."""
+``linked``/``unlinked`` (the source note); ``list`` gives ``listed``; ``release_hold`` gives
+``released``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +146,15 @@ class RecallResult:
 
 
 @dataclass(frozen=True, slots=True)
+class NotePage:
+    """One page of ``Notes.list``: ``items`` in ``(ingested_at, id)`` order and
+    ``next_cursor`` (opaque; ``None`` on the last page)."""
+
+    items: list[MemoryNote] = field(default_factory=list)
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ForgetResult:
     """Outcome of ``forget``: ``deleted`` is 1 for a tombstoned note or block, 0 when
     held or when no such note is in this scope; ``held`` tells a legal hold."""
@@ -189,6 +199,9 @@ class Lineage:
     links: list[dict[str, Any]]
     tombstone: dict[str, Any] | None
     chain: list[dict[str, Any]] = field(default_factory=list)
+    promoted_from: dict[str, Any] | None = None
+    """Issue 14: ``{reflection_id, scope_id}`` of the ledger reflection this note was
+    promoted from (``None`` otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +213,11 @@ class EraseResult:
     call put under legal hold (``hold=True``); ``already_held``: notes found under an
     earlier hold and left as they are (content kept); ``remaining``: un-forgotten notes
     neither held nor erased after the call (0 unless notes were written into the scope
-    while it was erased: run it again); ``batches``: write transactions used."""
+    while it was erased: run it again); ``batches``: write transactions used.
+    ``unreadable``: ids of notes (counted in ``deleted``/``held``) whose content could
+    not be decrypted (key fault or changed bytes): tombstoned without a content hash,
+    with cause ``key_fault``, their keys destroyed; ``failed``: ids of notes that could
+    not be tombstoned at all (their events cannot be decoded; counted in ``remaining``)."""
 
     tenant_id: str
     resource_id: str | None
@@ -210,6 +227,10 @@ class EraseResult:
     already_held: int
     remaining: int
     batches: int
+    unreadable: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    conversations: int = 0
+    """Issue 14: conversation ledgers of the prefix's threads erased (crypto-shredded)."""
 
 
 @dataclass(frozen=True, slots=True)

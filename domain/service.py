@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from memfabric.domain import history, lifecycle, links, policy, ranking, remember, working
+from memfabric.domain import browse, history, lifecycle, links, policy, ranking, remember, working
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
 from memfabric.domain.links import EvolutionSettings, LinkerSettings
@@ -27,17 +27,19 @@ from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
     Limits,
+    ListInput,
     RecallInput,
     RememberInput,
     Scoring,
 )
-from memfabric.domain.ports import Embedder, NoteStore, UnitOfWork, UnitOfWorkFactory
+from memfabric.domain.ports import Embedder, ListQuery, NoteFilter, NoteStore, UnitOfWork, UnitOfWorkFactory
 from memfabric.domain.results import (
     EraseResult,
     ForgetResult,
     HistoryEntry,
     Lineage,
     MemoryNote,
+    NotePage,
     PathForgetResult,
     RecallResult,
     RepointResult,
@@ -104,6 +106,9 @@ class MemoryService:
         self.subject_extractor = _extractor(subject_extractor)
         self.attach_config = AttachConfig(session_id=session_id)
         """Who may attach (``session_id``; ``None``: any session) and what is live then."""
+        self.ledger_store: Any = None
+        """The conversation ledger's read side (``memfabric.domain.conversation.LedgerStore``;
+        ``None``: this backend has no ledger). Set by the composition root."""
         self.linker = LinkerSettings()
         """The linker worker (issue 15, :mod:`memfabric.domain.links`): off by default."""
         self.evolution = EvolutionSettings()
@@ -157,9 +162,10 @@ class MemoryService:
         return self.remember_many(scope, [item], consolidate=consolidate)[0]
 
     def remember_many(self, scope: Scope, items: Sequence[RememberInput], *,
-                      consolidate: bool | Consolidation | None = None) -> list[MemoryNote]:
-        """Write notes in order in one unit of work (see :mod:`memfabric.domain.remember`)."""
-        return remember.remember_many(self, scope, items, consolidate=consolidate)
+                      consolidate: bool | Consolidation | None = None,
+                      chunk_size: int | None = 250) -> list[MemoryNote]:
+        """Write notes in order, atomic per chunk (see :func:`memfabric.domain.remember.remember_many`)."""
+        return remember.remember_many(self, scope, items, consolidate=consolidate, chunk_size=chunk_size)
 
     def append_block(self, scope: Scope, item: AppendBlockInput) -> MemoryNote:
         """Append to a working block (see ``Notes.append_block``)."""
@@ -199,15 +205,42 @@ class MemoryService:
         candidates = self.store.recall(
             scope, embedding=embedding, query=query.query if query.mode != "vector" else None,
             kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent,
+            filters=_filters(query.tags, query.subject, query.min_importance),
             **({"expand": limit} if query.expand_links else {}))
+        if "episode" in query.kinds and query.mode != "vector":  # issue 14: ledger episodes
+            from memfabric.domain import episodes  # noqa: PLC0415
+            candidates = [*candidates, *episodes.candidates(
+                self.ledger_store, scope, query.query, as_of=as_of, limit=limit,
+                require_consent=self.require_consent)]
         scoring = query.scoring or Scoring()
         weight = scoring.vector_weight
         if weight is None:
             weight = float(getattr(self.embedder, "vector_weight", policy.DEFAULT_VECTOR_WEIGHT))
         how = ranking.Ranking(mode=query.mode, as_of=as_of, scoring=scoring, vector_weight=weight,
                               top_k=query.top_k, budget=query.budget,
-                              expand=query.top_k if query.expand_links else 0)
+                              expand=query.top_k if query.expand_links else 0,
+                              min_relevance=query.min_relevance)
         return ranking.rank(candidates, how)
+
+    def list_query(self, scope: Scope, args: ListInput) -> ListQuery:
+        """The store query of ``Notes.list`` / ``Notes.count`` arguments."""
+        return ListQuery(scope=scope, kinds=tuple(args.kinds),
+                         filters=_filters(args.tags, args.subject, None) or NoteFilter(),
+                         valid_at=args.valid_at, include_superseded=args.include_superseded,
+                         require_consent=self.require_consent)
+
+    def list_notes(self, scope: Scope, args: ListInput) -> NotePage:
+        """One keyset page of the notes visible from ``scope`` (see ``Notes.list``)."""
+        return browse.page(self.store, self.list_query(scope, args), cursor=args.cursor,
+                           limit=args.limit)
+
+    def count_notes(self, scope: Scope, args: ListInput) -> int:
+        """How many notes ``Notes.list`` would list over every page."""
+        return self.store.count_notes(self.list_query(scope, args))
+
+    def release_hold(self, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
+        """Lift a legal hold (see :func:`memfabric.domain.lifecycle.release_hold`)."""
+        return lifecycle.release_hold(self, scope, note_id, requested_by=requested_by)
 
     def link(self, scope: Scope, from_id: str, to_id: str, *, relation: str,
              weight: float) -> MemoryNote:
@@ -237,3 +270,9 @@ class MemoryService:
     def verify_content(self, scope: Scope, note_id: str, text: str) -> bool:
         """Whether ``text`` matches a tombstone's keyed hash."""
         return lifecycle.verify_content(self, scope, note_id, text)
+
+
+def _filters(tags: Sequence[str], subject: str | None, min_importance: float | None) -> NoteFilter | None:
+    if not tags and subject is None and min_importance is None:
+        return None
+    return NoteFilter(tags=tuple(tags), subject=subject, min_importance=min_importance)

@@ -28,6 +28,7 @@ from memfabric.domain import policy
 from memfabric.domain.errors import (
     CapacityError,
     ConflictError,
+    NoteExistsError,
     NoteForgottenError,
     ValidatorRejectedError,
 )
@@ -59,6 +60,16 @@ def block_note_id(scope: Scope, label: str) -> str:
     """The 12-hex note id of block ``label`` in ``scope`` (BLAKE2b of both), so a label
     names one note per scope and the same label in two scopes is two notes."""
     return hashlib.blake2b(f"block#{scope.key}#{label}".encode(), digest_size=6).hexdigest()
+
+
+def check_block_note(note: Note | None, label: str) -> None:
+    """Raise ``NoteExistsError`` when the note at block ``label``'s derived id is not a
+    working note (a fact given that id explicitly): ids of different kinds never
+    collide, so a block operation must never read, append to or forget it."""
+    if note is not None and note.kind != "working":
+        raise NoteExistsError(
+            f"block: the id {note.note_id} of block {label!r} is taken by a {note.kind} note; "
+            "use another label")
 
 
 def block_entry(note: Note) -> BlockEntry | None:
@@ -127,6 +138,7 @@ class BlockWriter:
         (``NoteForgottenError``) or the host validator rejects it
         (``ValidatorRejectedError``)."""
         note = self.uow.load(self.scope, block_note_id(self.scope, label))
+        check_block_note(note, label)
         if note is not None and note.held:
             raise NoteForgottenError(f"block: block {label!r} is under legal hold and cannot be written")
         live = note is not None and not note.forgotten

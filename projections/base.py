@@ -113,3 +113,10 @@ def copy_rows(
             copy.write_row(row)
             n += 1
     return n
+
+
+def accepted(projection: Any, aggregates: Iterable[Any]) -> list[Any]:
+    """The aggregates ``projection`` reads: those of its ``aggregate_types`` (default
+    ``(Note,)``), so note projections never see a conversation and vice versa."""
+    types = getattr(projection, "aggregate_types", (Note,))
+    return [a for a in aggregates if isinstance(a, types)]

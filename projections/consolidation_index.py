@@ -129,12 +129,16 @@ _LATERAL = {  # noqa: S608 - table and column names are constants of this module
              " AND n.token_hash = q.h ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
              f" (SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
              " ORDER BY n.embedding <=> q.vec LIMIT %(k)s)",
-    # same inferred key; a from-to key (attribute "*"): same entity
-    "inferred": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
-                " AND n.inferred_key IS NOT NULL AND (n.inferred_key = q.ikey OR"
-                " (q.ient IS NOT NULL AND n.inferred->>'entity' = q.ient))"
-                " ORDER BY n.ingested_at DESC LIMIT %(ik)s)",
 }
+# a plain write with an inferred key: the same-key lookup (btree) in the same statement;
+# a from-to key (attribute "*") looks up the same entity instead
+_SAME_KEY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
+             " AND n.inferred_key = q.ikey ORDER BY n.ingested_at DESC LIMIT %(ik)s)")
+_SAME_ENTITY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
+                " AND n.inferred_key IS NOT NULL AND n.inferred->>'entity' = q.ient"
+                " ORDER BY n.ingested_at DESC LIMIT %(ik)s)")
+_LATERAL["plain+key"] = _LATERAL["plain"] + " UNION ALL " + _SAME_KEY
+_LATERAL["plain+entity"] = _LATERAL["plain"] + " UNION ALL " + _SAME_ENTITY
 _STATEMENTS = {
     group: ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
             " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[], %(ikey)s::text[],"
@@ -160,11 +164,14 @@ def select_neighbours(
     only current notes of exactly ``scope`` and the query's kind."""
     t, r, th = scope.sql()
     out: list[list[Neighbour]] = [[] for _ in queries]
-    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": [], "inferred": []}
+    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": [], "plain+key": [], "plain+entity": []}
     for i, q in enumerate(queries):
-        groups[group_of(q)].append(i)
-        if group_of(q) == "plain" and q.inferred is not None:
-            groups["inferred"].append(i)
+        group = group_of(q)
+        if group == "plain" and inferred_key_of(q) is not None:
+            group = "plain+key"
+        elif group == "plain" and inferred_entity_of(q) is not None:
+            group = "plain+entity"
+        groups[group].append(i)
     for group, idx in groups.items():
         for start in range(0, len(idx), CHUNK):
             chunk = idx[start : start + CHUNK]

@@ -29,7 +29,7 @@ from psycopg import Cursor, sql
 from memfabric.domain.errors import ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections import tables
-from memfabric.projections.base import NoteProjection
+from memfabric.projections.base import NoteProjection, accepted
 
 LoadNotes = Callable[[Cursor[Any], Sequence[UUID]], list[Note]]
 """Replays aggregates by id in the transaction of the given cursor."""
@@ -139,7 +139,7 @@ class ProjectionEngine:
         """The projections a separate runner keeps (not write-side)."""
         return [p for p in self.projections if not p.write_side]
 
-    def apply_inline(self, cur: Cursor[Any], notes: Iterable[Note], ids: Sequence[int],
+    def apply_inline(self, cur: Cursor[Any], notes: Iterable[Any], ids: Sequence[int],
                      projections: Sequence[NoteProjection]) -> None:
         """Project ``notes`` (just saved, events got ``ids``) in the writer's transaction
         into ``projections`` (see :meth:`inline`), catching up any gap first."""
@@ -152,7 +152,7 @@ class ProjectionEngine:
             pos = positions[p.name]
             if pos < first - 1:
                 self._apply_range(cur, p, pos, first - 1)
-            p.apply(cur, notes)
+            p.apply(cur, accepted(p, notes))
         self._record_all(cur, last, projections)
 
     def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection]) -> None:
@@ -220,7 +220,7 @@ class ProjectionEngine:
             ids = list(dict.fromkeys(r["originator_id"] for r in rows))
             try:
                 notes = self.load_notes(cur, ids)
-                p.apply(cur, notes)
+                p.apply(cur, accepted(p, notes))
             except Exception as exc:  # name the event that stopped the projection
                 raise self._locate(p.name, rows, ids, exc) from exc
             pos = int(rows[-1]["notification_id"])

@@ -113,6 +113,8 @@ class LinkGraphProjection:
     name = NAME
     tables: tuple[str, ...] = (TABLE,)
     write_side = False
+    aggregate_types: tuple[type, ...] = (Note,)
+    """The engine hands it ``Note`` aggregates only (not the conversation ledger's)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         cur.execute(ddl(TABLE + table_suffix))

@@ -44,7 +44,7 @@ from psycopg.rows import tuple_row
 from memfabric.adapters.crypto import BatchKeys
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
-from memfabric.projections.base import NoteProjection
+from memfabric.projections.base import NoteProjection, accepted
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 
 BG_SUFFIX = "_bg"
@@ -400,7 +400,7 @@ class ProjectionAdmin:
         ):
             notes += len(done)
             for p in selected:
-                rows[p.name] += p.copy(cur, done, table_suffix=suffix)
+                rows[p.name] += p.copy(cur, accepted(p, done), table_suffix=suffix)
         return total, notes, rows
 
     def _build_indexes(

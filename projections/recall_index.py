@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import numpy as np
 from psycopg import Cursor, sql
@@ -19,7 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg.types.range import Range
 
 from memfabric.domain.note import Note
-from memfabric.domain.ports import Candidate
+from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.projections import base, tables
@@ -38,11 +39,23 @@ COLUMNS: tuple[str, ...] = (
 )
 """Column order of a row tuple (also the COPY order)."""
 
+_LO, _HI = "'0001-01-01 00:00:00+00'::timestamptz", "'9999-12-31 23:59:59.999999+00'::timestamptz"
+
+
+def _readable(expr: str, name: str) -> str:
+    """``expr`` when Python can read it back (UTC years 1-9999), else NULL (an open
+    bound): a row written before instants were validated must not break recall."""
+    return f"CASE WHEN {expr} BETWEEN {_LO} AND {_HI} THEN {expr} END AS {name}"
+
+
 RETURNED = (
     "i.tenant_id, i.resource_id, i.thread_id, i.kind, i.note_id, i.importance, i.token_count,"
-    " i.tags, i.path, i.subject, i.content, i.source_entry_ids, i.supersedes, i.t_ref,"
-    " i.ingested_at, i.version, lower(i.valid) AS valid_from, upper(i.valid) AS valid_to,"
-    " i.visibility, i.consent_granted, i.context, i.keywords, i.fold_count, i.updated_at,"
+    " i.tags, i.path, i.subject, i.content, i.source_entry_ids, i.supersedes, "
+    + _readable("i.t_ref", "t_ref") + ","
+    f" least(greatest(i.ingested_at, {_LO}), {_HI}) AS ingested_at, i.version, "
+    + _readable("lower(i.valid)", "valid_from") + ", " + _readable("upper(i.valid)", "valid_to") + ","
+    " i.visibility, i.consent_granted, i.context, i.keywords, i.fold_count, "
+    + _readable("i.updated_at", "updated_at") + ","
     " i.consent"
 )
 """Columns a recall returns (table alias ``i``)."""
@@ -71,7 +84,7 @@ def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
 
 def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
     """Secondary indexes: HNSW (cosine, m=16, ef_construction=64), GIN on tsv, btrees on
-    scope + kind and tenant + kind."""
+    scope + kind, tenant + kind and tenant + (ingested_at, aggregate_id) (listing)."""
     t = sql.Identifier(table)
     name = table + suffix
     return [
@@ -87,6 +100,9 @@ def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
         ).format(i=sql.Identifier(f"{name}_scope"), t=t),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, kind)").format(
             i=sql.Identifier(f"{name}_tenant"), t=t
+        ),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, ingested_at, aggregate_id)").format(
+            i=sql.Identifier(f"{name}_listing"), t=t
         ),
     ]
 
@@ -137,10 +153,10 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
 
 
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
-    """Upsert or delete the rows of ``notes`` (their current aggregate state); a large
-    load that adds at least BULK_FRACTION of the table goes through :func:`_bulk_load`."""
+    """Upsert or delete the rows of ``notes`` (their current aggregate state); a load of
+    at least :data:`BULK_MIN_ROWS` rows goes through :func:`_bulk_load`."""
     upserts, deletes = split_rows(notes, row_for)
-    if len(upserts) >= BULK_MIN_ROWS and _is_bulk(cur, table, len(upserts)):
+    if len(upserts) >= BULK_MIN_ROWS:
         write_rows(cur, table, COLUMNS, [], deletes)
         _bulk_load(cur, table, upserts)
         return
@@ -148,34 +164,19 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
 
 
 BULK_MIN_ROWS = 2000
-"""A write of at least this many rows (see also :data:`BULK_FRACTION`) is loaded with
-COPY and the HNSW index is rebuilt after the load (see :func:`_bulk_load`)."""
-
-
-BULK_FRACTION = 0.2
-"""...and that adds at least this fraction of the rows already there: inserting row by
-row into HNSW costs several times more per row than building the index in bulk."""
-
-
-def _is_bulk(cur: Cursor[Any], table: str, n: int) -> bool:
-    row = cur.execute(sql.SQL("SELECT count(*) AS c FROM {t}").format(t=sql.Identifier(table))).fetchone()
-    existing = int(row["c"] if isinstance(row, dict) else row[0]) if row else 0
-    return n >= BULK_FRACTION * existing
+"""A write of at least this many rows is loaded with COPY (see :func:`_bulk_load`)."""
 
 
 def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> None:
-    """Large import: drop the HNSW index, delete the rows being replaced, COPY the new
-    rows, rebuild the index (pgvector builds in memory with parallel workers far faster
-    than it inserts row by row). Runs in the writer's transaction, so readers of the
-    table wait for it (the DROP takes an ACCESS EXCLUSIVE lock) and it is all-or-nothing."""
+    """Large load: delete the rows being replaced, COPY the new rows into the live
+    table; the live HNSW index takes them row by row. The index is never dropped in a
+    writer's transaction (issue 17 defect 2): that took an ACCESS EXCLUSIVE lock on the
+    table after the events-table lock, so a concurrent recall or write deadlocked or
+    waited for the whole import. Bulk index builds happen only in a projection rebuild
+    (into a shadow table, outside the append lock)."""
     t = sql.Identifier(table)
-    hnsw = sql.Identifier(f"{table}_hnsw")
-    cur.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=hnsw))
     cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), ([r[6] for r in rows],))
     copy_rows(cur, rows, table)
-    cur.execute("SET LOCAL maintenance_work_mem = '1GB'")
-    cur.execute("SET LOCAL max_parallel_maintenance_workers = 2")
-    cur.execute(index_ddl(table)[0])
 
 
 _COPY_TYPES = (
@@ -231,20 +232,51 @@ class RecallIndexProjection:
         return copy_rows(cur, rows, TABLE + table_suffix)
 
 
+MAX_QUERY_TERMS = 32
+"""The lexical list uses at most this many distinct query lexemes, the longest ones
+(length is a cheap stand-in for rarity): a long message used as the query (up to 8,000
+characters) costs about what a 32-term query costs instead of seconds. Short queries
+are unaffected."""
+
 IDF_CORPUS_CAP = 10_000
 """Recall counts the notes its filters admit (the ``N`` of the full-text IDF) up to this
 many; beyond it the count, and so the cost, stays bounded."""
 
 
-def _where(require_consent: bool) -> sql.Composable:
+def _consent(require_consent: bool) -> sql.Composable:
+    # An explicit refusal (granted=False) is never recalled; with require_consent
+    # only notes whose consent was granted are.
+    return (sql.SQL("consent_granted IS TRUE") if require_consent
+            else sql.SQL("consent_granted IS DISTINCT FROM FALSE"))
+
+
+def filter_sql(filters: NoteFilter | None) -> list[sql.Composable]:
+    """The conditions of ``filters`` (parameters ``f_tags``, ``f_subject``, ``f_imp``,
+    see :func:`filter_params`): every tag (``tags @>``), equal subject, importance at least."""
+    out: list[sql.Composable] = []
+    if filters is not None and filters.tags:
+        out.append(sql.SQL("tags @> %(f_tags)s::text[]"))
+    if filters is not None and filters.subject is not None:
+        out.append(sql.SQL("subject = %(f_subject)s"))
+    if filters is not None and filters.min_importance is not None:
+        out.append(sql.SQL("importance >= %(f_imp)s::float8"))
+    return out
+
+
+def filter_params(filters: NoteFilter | None) -> dict[str, Any]:
+    """Parameters of :func:`filter_sql`."""
+    if filters is None:
+        return {}
+    return {"f_tags": list(filters.tags), "f_subject": filters.subject, "f_imp": filters.min_importance}
+
+
+def _where(require_consent: bool, filters: NoteFilter | None = None) -> sql.Composable:
     return sql.SQL(" AND ").join([
         scope_filter(),
         sql.SQL("kind = ANY(%(kinds)s)"),
         sql.SQL("valid @> %(as_of)s::timestamptz"),
-        # An explicit refusal (granted=False) is never recalled; with require_consent
-        # only notes whose consent was granted are.
-        sql.SQL("consent_granted IS TRUE") if require_consent
-        else sql.SQL("consent_granted IS DISTINCT FROM FALSE"),
+        _consent(require_consent),
+        *filter_sql(filters),
     ])
 
 
@@ -255,7 +287,8 @@ _VECTOR_LIST = (
 )
 _LEXICAL_LIST = (
     "qt AS (SELECT lexeme, quote_literal(lexeme)::tsquery AS q"
-    " FROM unnest(to_tsvector('english', %(text)s))),"
+    " FROM unnest(to_tsvector('english', %(text)s))"
+    " ORDER BY length(lexeme) DESC, lexeme LIMIT %(max_terms)s),"
     " tq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS q FROM qt),"
     " m AS MATERIALIZED (SELECT aggregate_id, ingested_at, tsv FROM {t}"
     " WHERE tsv @@ (SELECT q FROM tq) AND {w}),"
@@ -274,7 +307,8 @@ _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank W
 
 _EXPAND = (
     # issue 15: 1-hop link expansion. Seeds = the union of both lists; a linked note
-    # (either direction) must pass every filter of the lists ({w}) and not be a seed.
+    # (either direction) must pass every condition of the lists ({w}: scope, kinds,
+    # validity, consent and the caller's filters) and not be a seed.
     ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight"
     " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id"
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
@@ -296,7 +330,7 @@ _LINKS = (
 
 
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
-                     expand: bool = False) -> sql.Composed:
+                     filters: NoteFilter | None = None, expand: bool = False) -> sql.Composed:
     """The one recall statement: the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
     both, the exact cosine similarity and full-text score, with every scope, kind,
@@ -308,15 +342,17 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     filters admit (counted up to :data:`IDF_CORPUS_CAP`) and ``df`` the number of those
     containing the lexeme: BM25 with ``k1 = 0`` (no term-frequency or length term, which
     barely matter for short notes). Parameters: ``t, r, th, kinds, as_of, limit``, and
-    ``q`` (float32 vector, binary) / ``text``, ``idf_cap``.
+    ``q`` (float32 vector, binary) / ``text``, ``idf_cap``, ``max_terms`` and those of
+    :func:`filter_params`.
 
     Every row carries ``links`` (jsonb: the note's edges in ``mf_link_graph`` whose
     target still has a row here visible from the scope). With ``expand`` (issue 15)
     the statement also returns up to ``expand`` (parameter) notes linked in either
-    direction to a candidate of either list, each passing the same filters, with
-    ``link_w`` = the largest weight of such an edge (``NULL`` for list candidates),
-    ``link_seeds``/``link_ws`` the candidates it is linked to and the edge weights."""
-    t, w = sql.Identifier(TABLE), _where(require_consent)
+    direction to a candidate of either list, each passing the same conditions as the
+    lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
+    largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
+    the candidates it is linked to and the edge weights."""
+    t, w = sql.Identifier(TABLE), _where(require_consent, filters)
     g = sql.Identifier(tables.LINK_GRAPH)
     parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
@@ -344,6 +380,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
 def select_candidates(
     cur: Cursor[Any], scope: Scope, *, embedding: np.ndarray | None, query: str | None,
     kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
+    filters: NoteFilter | None = None,
     expand: int = 0,
 ) -> list[Candidate]:
     """Run :func:`recall_statement` in the caller's transaction; returns candidates with
@@ -352,11 +389,12 @@ def select_candidates(
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                               "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
-                              "expand": expand}
+                              "max_terms": MAX_QUERY_TERMS, "expand": expand,
+                              **filter_params(filters)}
     if embedding is not None:
         params["q"] = np.asarray(embedding, np.float32)
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
-                            require_consent=require_consent, expand=expand > 0)
+                            require_consent=require_consent, filters=filters, expand=expand > 0)
     out = []
     for row in cur.execute(stmt, params).fetchall():
         sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
@@ -377,3 +415,66 @@ def tenant_size(cur: Cursor[Any], tenant_id: str, cap: int) -> int:
         sql.SQL("SELECT count(*) AS n FROM (SELECT 1 FROM {t} WHERE tenant_id = %s LIMIT %s) s").format(
             t=sql.Identifier(TABLE)), (tenant_id, cap)).fetchone()
     return int(row["n"]) if row else 0
+
+
+def _list_where(query: ListQuery) -> tuple[sql.Composable, dict[str, Any]]:
+    t, r, th = query.scope.sql()
+    params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(query.kinds),
+                              "valid_at": query.valid_at, **filter_params(query.filters)}
+    conds: list[sql.Composable] = []
+    if query.prefix:
+        conds.append(sql.SQL("tenant_id = %(t)s"))
+        if query.scope.resource_id is not None:
+            conds.append(sql.SQL("resource_id = %(r)s"))
+        if query.scope.thread_id is not None:
+            conds.append(sql.SQL("thread_id = %(th)s"))
+    else:
+        conds.append(scope_filter())
+    conds.append(sql.SQL("kind = ANY(%(kinds)s)"))
+    if query.valid_at is not None:
+        conds.append(sql.SQL("valid @> %(valid_at)s::timestamptz"))
+    if not query.include_superseded:
+        conds.append(sql.SQL("superseded_by IS NULL"))
+    conds.append(_consent(query.require_consent))
+    conds.extend(filter_sql(query.filters))
+    return sql.SQL(" AND ").join(conds), params
+
+
+def select_page(
+    cur: Cursor[Any], query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
+) -> list[Candidate]:
+    """Keyset page of the rows ``query`` admits, ordered by ``(ingested_at,
+    aggregate_id)`` after ``after`` (btree ``(tenant_id, ingested_at, aggregate_id)``)."""
+    where, params = _list_where(query)
+    if after is not None:
+        where = sql.SQL("{w} AND (ingested_at, aggregate_id) > (%(a_at)s::timestamptz, %(a_id)s::uuid)").format(w=where)
+        params["a_at"], params["a_id"] = after
+    params["limit"] = limit
+    stmt = sql.SQL(
+        "SELECT i.aggregate_id, {ret} FROM {t} i WHERE {w}"
+        " ORDER BY i.ingested_at, i.aggregate_id LIMIT %(limit)s"
+    ).format(ret=sql.SQL(RETURNED), t=sql.Identifier(TABLE), w=where)
+    return [Candidate(aggregate_id=row["aggregate_id"], note_id=row["note_id"], similarity=None,
+                      lexical=None, vector_rank=None, lexical_rank=None, fields=row)
+            for row in cur.execute(stmt, params).fetchall()]
+
+
+def count_rows(cur: Cursor[Any], query: ListQuery) -> int:
+    """How many rows ``query`` admits."""
+    where, params = _list_where(query)
+    row = cur.execute(sql.SQL("SELECT count(*) AS n FROM {t} WHERE {w}").format(
+        t=sql.Identifier(TABLE), w=where), params).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def select_scopes(cur: Cursor[Any], *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
+    """Distinct scopes of the rows carrying every tag of ``tags`` (one tenant or all)."""
+    conds: list[sql.Composable] = [sql.SQL("tags @> %(tags)s::text[]")]
+    if tenant_id is not None:
+        conds.append(sql.SQL("tenant_id = %(t)s"))
+    stmt = sql.SQL(
+        "SELECT DISTINCT tenant_id, resource_id, thread_id FROM {t} WHERE {w} ORDER BY 1, 2, 3"
+    ).format(t=sql.Identifier(TABLE), w=sql.SQL(" AND ").join(conds))
+    rows = cur.execute(stmt, {"tags": list(tags), "t": tenant_id}).fetchall()
+    return [Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
+                  thread_id=r["thread_id"] or None) for r in rows]

@@ -16,6 +16,10 @@ NOTE_KEYS = "mf_note_keys"
 FABRIC_SECRET = "mf_fabric_secret"
 """The fabric secret that keys tombstone content hashes."""
 
+FABRIC_EMBEDDER = "mf_fabric_embedder"
+"""The embedder the database was built with (id, dimension, parameters), written on
+first open; later opens without an embedder use it, a different one is refused."""
+
 PROJECTION_ERRORS = "mf_projection_errors"
 """Where a projection that stopped on an event is recorded."""
 

@@ -8,6 +8,7 @@ needs CREATEDB; the template needs ``CREATE EXTENSION vector`` rights once).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -32,11 +33,14 @@ def pg_server() -> Iterator[str]:
         return
     tmp = tempfile.mkdtemp(prefix="memfabric-test-")
     os.chmod(tmp, 0o755)
-    server = EmbeddedPostgres(Path(tmp) / "pg")
     try:
-        yield server.dsn
+        server = EmbeddedPostgres(Path(tmp) / "pg")
+        try:
+            yield server.dsn
+        finally:
+            server.close()
     finally:
-        server.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # tests leave no data behind
 
 
 @pytest.fixture(scope="session")

@@ -55,7 +55,7 @@ def test_rare_terms_outweigh_common_ones(fabric: Fabric) -> None:
 
 def test_hybrid_explain_is_the_documented_convex_sum(fabric: Fabric) -> None:
     ids = _seed(fabric)
-    res = fabric.scope("acme").recall("zebra project office", top_k=10)
+    res = fabric.scope("acme").recall("zebra project office", top_k=10, min_relevance=0)
     assert res.hits[0].id == ids["zebra"]
     w = HashEmbedder.vector_weight
     for e in res.explain:
@@ -106,12 +106,12 @@ def test_mode_switch(fabric: Fabric) -> None:
     lexical = notes.recall("zebra", mode="lexical")
     assert [h.id for h in lexical.hits] == [ids["zebra"]]  # only notes with a query term
     assert lexical.explain[0].similarity is None and lexical.explain[0].vector_rank is None
-    vector = notes.recall("zebra", mode="vector")
+    vector = notes.recall("zebra", mode="vector", min_relevance=0)
     assert len(vector.hits) == 6  # every note is a vector candidate
     assert all(e.lexical is None and e.lexical_rank is None for e in vector.explain)
     for e in vector.explain:
         assert e.relevance == pytest.approx(max(0.0, e.similarity or 0.0), abs=1e-5)
-    hybrid = notes.recall("zebra")
+    hybrid = notes.recall("zebra", min_relevance=0)
     assert len(hybrid.hits) == 6 and hybrid.hits[0].id == ids["zebra"]
     top = hybrid.explain[0]
     assert top.vector_rank is not None and top.lexical_rank == 1
@@ -121,7 +121,7 @@ def test_stopword_only_query(fabric: Fabric) -> None:
     _seed(fabric)
     notes = fabric.scope("acme")
     assert notes.recall("the of and", mode="lexical").hits == []
-    hybrid = notes.recall("the of and")  # no lexeme: the vector list alone
+    hybrid = notes.recall("the of and", min_relevance=0)  # no lexeme: the vector list alone
     assert hybrid.hits and all(e.lexical == 0.0 and e.lexical_rank is None for e in hybrid.explain)
 
 

@@ -235,6 +235,34 @@ def test_expansion_honours_every_filter(dsn: str) -> None:
         assert unknown.id not in got and granted.id in got
 
 
+def test_expansion_applies_recall_filters_and_the_floor_to_seeds_only(plain: Fabric) -> None:
+    """Main's recall filters (tags, subject, min_importance) hold for linked notes too;
+    the relevance floor applies to the seeds, a linked note enters by its link."""
+    notes = plain.scope("acme", "u1", "t1")
+    seed = notes.remember(kind="fact", content="Alice adopted a greyhound named Zephyr",
+                          tags=["pets"], importance=0.9)
+    tagged = notes.remember(kind="fact", content="The vet visit is booked for March",
+                            tags=["pets"], importance=0.9)
+    untagged = notes.remember(kind="fact", content="Walks happen along the river each dawn",
+                              importance=0.9)
+    minor = notes.remember(kind="fact", content="The leash hangs by the door",
+                           tags=["pets"], importance=0.1)
+    for target in (tagged, untagged, minor):
+        notes.link(seed.id, target.id, weight=0.8)
+    res = notes.recall("greyhound Zephyr", mode="lexical", top_k=5, tags=["pets"])
+    assert [h.id for h in res.hits][0] == seed.id
+    assert {h.id for h in res.hits} == {seed.id, tagged.id, minor.id}
+    res = notes.recall("greyhound Zephyr", mode="lexical", top_k=5, tags=["pets"], min_importance=0.5)
+    assert {h.id for h in res.hits} == {seed.id, tagged.id}
+    assert notes.recall("greyhound Zephyr", mode="lexical", subject="nobody").hits == []
+    # the linked notes share no term with the query (relevance 0 < the floor) yet come
+    # in through their link; a floor no seed passes leaves nothing to expand from
+    high = notes.recall("greyhound Zephyr", mode="lexical", top_k=5, min_relevance=0.5)
+    assert {h.id for h in high.hits} == {seed.id, tagged.id, untagged.id, minor.id}
+    assert all(e.relevance == 0.0 and e.link for e in high.explain[1:])
+    assert notes.recall("boiler", mode="lexical", top_k=5).hits == []
+
+
 # ------------------------------------------------------------------ workers
 def _related(notes: Any) -> tuple[Any, Any, Any]:
     a = notes.remember(kind="fact", content="Alice adopted a greyhound named Zephyr in May",

@@ -170,7 +170,7 @@ def test_forgotten_and_held_notes(old_fabric: Fabric, doc: dict[str, Any]) -> No
         note = h.get(notes[name]["id"])
         assert note.held and not note.forgotten and note.content == notes[name]["text"]
     for query in doc["expected"]["recall"]:
-        res = handle(old_fabric, doc, query["scope"]).recall(query["query"], kinds=query["kinds"])
+        res = handle(old_fabric, doc, query["scope"]).recall(query["query"], kinds=query["kinds"], min_relevance=0)
         ids = [hit.id for hit in res.hits]
         assert not {notes[n]["id"] for n in forgotten + held} & set(ids)
 
@@ -180,7 +180,8 @@ def test_recall_order_matches_release_0_1_0(old_fabric: Fabric, doc: dict[str, A
     times = {k: datetime.fromisoformat(v) for k, v in doc["expected"]["as_of"].items()}
     for query in doc["expected"]["recall"]:
         res = handle(old_fabric, doc, query["scope"]).recall(
-            query["query"], kinds=query["kinds"], as_of=times[query["as_of"]])
+            query["query"], kinds=query["kinds"], as_of=times[query["as_of"]],
+            min_relevance=0)  # 0.1.0 had no relevance floor
         assert [hit.id for hit in res.hits] == query["ids"], query
 
 

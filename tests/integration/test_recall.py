@@ -22,7 +22,7 @@ def test_explain_is_parallel_and_never_echoes_query(fabric: Fabric) -> None:
     ids = [notes.remember(kind="fact", content=c).id for c in (
         "User prefers metric units", "The office is in Lisbon", "Deploys happen on Tuesdays")]
     query = "zebra-unique-query-token preferred units"
-    res = notes.recall(query)
+    res = notes.recall(query, min_relevance=0)
     assert [h.id for h in res.hits] == [e.id for e in res.explain]
     assert set(ids) == {h.id for h in res.hits}
     assert res.hits[0].id == ids[0]
@@ -100,7 +100,7 @@ def test_modes_and_explain_components(fabric: Fabric) -> None:
     lexical = notes.recall("kubernetes", mode="lexical")
     assert [h.id for h in lexical.hits] == [n.id]
     assert lexical.explain[0].lexical == 1.0 and lexical.explain[0].similarity is None
-    vector = notes.recall("kubernetes", mode="vector")
+    vector = notes.recall("kubernetes", mode="vector", min_relevance=0)
     assert len(vector.hits) == 2 and vector.explain[0].lexical is None
     hybrid = notes.recall("kubernetes upgrade")
     assert hybrid.hits[0].id == n.id

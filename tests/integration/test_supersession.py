@@ -131,3 +131,6 @@ def test_demo_supersession_still_works(dsn: str) -> None:
     from memfabric.adapters.demo import run_demo
     summary = run_demo(Console(quiet=True), dsn=dsn)
     assert summary["superseded"] and summary["fold_same_id"]
+    # step 12, the agent-style tool session: refused before attach, four tool calls, a refused escape
+    assert summary["tool_session"] == ["refused before attach", "memory.insert", "memory.recall",
+                                       "memory.view", "memory.read", "escape refused"]

@@ -167,3 +167,10 @@ def test_positive_rate() -> None:
     hits = sum(supersedes(EX.extract(r["new"]), EX.extract(r["old"])) is not None for r in POSITIVE)
     assert hits / len(POSITIVE) >= 0.95, hits / len(POSITIVE)
 
+
+
+@pytest.mark.parametrize("text", [".", "!!", "Actually.", "Update: .", "   ...   "])
+def test_punctuation_only_or_marker_only_text_has_no_key(text: str) -> None:
+    """Text that is empty once markers and punctuation are stripped gets no key (it
+    used to raise IndexError, which would have failed the write)."""
+    assert RuleSubjectExtractor().extract(text) is None

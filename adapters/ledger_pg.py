@@ -1,0 +1,106 @@
+"""The ledger's read side on PostgreSQL (the ``LedgerStore`` port of
+:mod:`memfabric.domain.conversation`): queries of :mod:`memfabric.projections.ledger`
+on the log's pool, and conversation replays."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+from uuid import UUID
+
+from datetime import datetime, timezone
+
+from eventsourcing.utils import get_topic
+from psycopg import Connection
+
+from memfabric.adapters.postgres import NoteLog, select_notes
+from memfabric.domain.ledger import Conversation
+from memfabric.domain.scope import Scope
+from memfabric.projections import ledger, tables
+
+_HEAD_SQL = (
+    f"SELECT max(originator_version) AS version,"  # noqa: S608
+    " count(*) FILTER (WHERE topic = %(appended)s) AS appended,"
+    " count(*) FILTER (WHERE topic = %(erased)s) AS erasures,"
+    " coalesce(max(originator_version) FILTER (WHERE topic = %(erased)s), 0) AS erased_at"
+    f" FROM {tables.EVENTS} WHERE originator_id = %(id)s"
+)
+_BEFORE_SQL = (
+    f"SELECT count(*) AS n FROM {tables.EVENTS} WHERE originator_id = %(id)s"  # noqa: S608
+    " AND topic = %(appended)s AND originator_version < %(erased_at)s"
+)
+
+
+def select_head(conn: Connection[Any], aggregate_id: UUID, scope: Scope) -> Conversation | None:
+    """The write head of a conversation (``Conversation.head``) from the log's index on
+    ``conn``: version, positions and erasures counted, nothing replayed or decrypted;
+    ``None`` when the conversation has no events yet."""
+    params = {"id": aggregate_id, "appended": get_topic(Conversation.EntryAppended),
+              "erased": get_topic(Conversation.Erased)}
+    row = conn.execute(_HEAD_SQL, params).fetchone()
+    if row is None or _col(row, "version", 0) is None:
+        return None
+    erased_at = int(_col(row, "erased_at", 3))
+    first = 1
+    if erased_at:
+        before = conn.execute(_BEFORE_SQL, {**params, "erased_at": erased_at}).fetchone()
+        first = int(_col(before, "n", 0)) + 1
+
+    def lookup(entry_id: str) -> bool:
+        with conn.cursor() as cur:
+            return ledger.entry_position(cur, aggregate_id, entry_id) is not None
+
+    return Conversation.head(
+        aggregate_id=aggregate_id, version=int(_col(row, "version", 0)), scope=scope,
+        last_position=int(_col(row, "appended", 1)), first_position=first,
+        erasures=int(_col(row, "erasures", 2)), at=datetime.now(timezone.utc), lookup=lookup)
+
+
+def _col(row: Any, name: str, index: int) -> Any:
+    return row[name] if isinstance(row, dict) else row[index]
+
+
+class PostgresLedgerStore:
+    """``LedgerStore`` on the ledger projection."""
+
+    def __init__(self, log: NoteLog) -> None:
+        self.log = log
+
+    def entries(self, aggregate_id: UUID, *, after: int | None, before: int | None,
+                limit: int, descending: bool) -> list[dict[str, Any]]:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.select_entries(cur, aggregate_id, after=after, before=before,
+                                         limit=limit, descending=descending)
+
+    def window(self, aggregate_id: UUID, position: int, limit: int, *,
+               backward: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.select_window(cur, aggregate_id, position, limit, backward=backward)
+
+    def position(self, aggregate_id: UUID, entry_id: str) -> int | None:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.entry_position(cur, aggregate_id, entry_id)
+
+    def search(self, aggregate_id: UUID, words: Sequence[str]) -> Iterator[list[dict[str, Any]]]:
+        with self.log.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as cur:
+            yield from ledger.search_entries(cur, aggregate_id, words)
+
+    def observation(self, aggregate_id: UUID, observation_id: str) -> dict[str, Any] | None:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.observation(cur, aggregate_id, observation_id)
+
+    def search_observations(self, aggregate_ids: Sequence[UUID], words: Sequence[str],
+                            limit: int) -> list[dict[str, Any]]:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.search_observations(cur, aggregate_ids, words, limit)
+
+    def threads(self, tenant_id: str, resource_id: str | None,
+                thread_id: str | None) -> list[tuple[UUID, str, str | None, str]]:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.threads_in_prefix(cur, tenant_id, resource_id, thread_id)
+
+    def load(self, aggregate_id: UUID) -> Conversation | None:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            found = select_notes(cur, self.log.sealing_mapper, [aggregate_id])
+        conv: Any = found[0] if found else None
+        return conv if isinstance(conv, Conversation) else None

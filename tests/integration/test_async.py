@@ -1,0 +1,67 @@
+"""AsyncFabric: many tasks on one loop, loop never blocked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from memfabric.adapters import AsyncFabric, open_fabric_async
+from memfabric.domain.errors import NoteNotFoundError
+import pytest
+
+
+def test_concurrent_tasks_do_not_block_loop(dsn: str) -> None:
+    async def main() -> None:
+        async with open_fabric_async(dsn, pool_size=4, max_overflow=6) as fabric:
+            assert isinstance(fabric, AsyncFabric)
+            ticks: list[float] = []
+            done = asyncio.Event()
+
+            async def ticker() -> None:
+                while not done.is_set():
+                    ticks.append(time.monotonic())
+                    await asyncio.sleep(0.01)
+
+            async def worker(w: int) -> list[str]:
+                notes = fabric.scope("acme", f"user-{w % 5}", f"thread-{w}")
+                ids = []
+                for i in range(4):
+                    m = await notes.remember(kind="fact", content=f"worker {w} fact {i} kiwi{w}x{i}")
+                    ids.append(m.id)
+                    res = await notes.recall(f"kiwi{w}x{i}")
+                    assert m.id in {h.id for h in res.hits}
+                return ids
+
+            tick = asyncio.create_task(ticker())
+            start = time.monotonic()
+            results = await asyncio.gather(*(worker(w) for w in range(50)))
+            elapsed = time.monotonic() - start
+            done.set()
+            await tick
+            assert sum(len(r) for r in results) == 200
+            gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+            assert len(ticks) >= max(3, int(elapsed / 0.01 * 0.3)), (len(ticks), elapsed)
+            assert max(gaps) < 0.5, max(gaps)
+            one = fabric.scope("acme", "user-0", "thread-0")
+            page = await one.list()
+            assert len(page.items) == 4 and await one.count() == 4
+            with pytest.raises(NoteNotFoundError):
+                await one.get("0123456789ab")
+            await one.append_block("plan", "step one")
+            assert "plan" in (await one.working_value())["_fabric"]["blocks"]
+
+    asyncio.run(main())
+
+
+def test_await_open_and_close(dsn: str) -> None:
+    async def main() -> None:
+        fabric = await open_fabric_async(dsn)
+        try:
+            n = fabric.scope("acme")
+            m = await n.remember(kind="fact", content="hello async world")
+            assert (await n.get(m.id)).content == "hello async world"
+            assert (await n.forget(id=m.id)).deleted == 1
+        finally:
+            await fabric.aclose()
+
+    asyncio.run(main())

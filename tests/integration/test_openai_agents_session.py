@@ -1,0 +1,68 @@
+"""Issue 14 step 6: ``MemfabricSession`` against the OpenAI Agents SDK's Session protocol."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from memfabric.adapters import Fabric
+from memfabric.adapters.openai_agents import MemfabricSession
+from memfabric.domain.ledger import NoLedgerError, conversation_uuid
+from tests.conftest import fetch
+from tests.integration.test_privacy import dump_every_table
+
+agents = pytest.importorskip("agents")
+
+ITEMS: list[Any] = [
+    {"role": "user", "content": "Book a table for two at Quokka-Bistro-88"},
+    {"type": "function_call", "call_id": "c1", "name": "book", "arguments": '{"n": 2, "é": "ü"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "booked #4411"},
+    {"role": "assistant", "content": [{"type": "output_text", "text": "Done: booking #4411"}]},
+    {"role": "user", "content": "thanks", "extra": {"nested": [1, 2.5, None, True]}},
+]
+
+
+async def script(session: Any) -> list[Any]:
+    """The contract run: the same calls on any Session, returning what it observed."""
+    seen: list[Any] = [await session.get_items(), await session.pop_item()]
+    await session.add_items(ITEMS[:3])
+    await session.add_items(ITEMS[3:])
+    seen += [await session.get_items(), await session.get_items(limit=2), await session.get_items(limit=99)]
+    seen += [await session.pop_item(), await session.get_items(limit=1)]
+    await session.add_items([])
+    seen.append(await session.get_items())
+    await session.clear_session()
+    seen += [await session.get_items(), await session.pop_item()]
+    await session.add_items(ITEMS[:1])
+    seen.append(await session.get_items())
+    return seen
+
+
+def test_runtime_protocol_and_contract_matches_sqlite_session(fabric: Fabric) -> None:
+    from agents.memory import Session, SQLiteSession
+    notes = fabric.scope("acme", "u1", "t1")
+    session = MemfabricSession("s-1", notes)
+    assert isinstance(session, Session)
+    reference = asyncio.run(script(SQLiteSession("ref")))
+    ours = asyncio.run(script(session))
+    assert ours == reference
+    assert ours[2] == ITEMS  # lossless round trip
+
+
+def test_clear_session_crypto_shreds(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1", "t1")
+    session = MemfabricSession("s-1", notes)
+    asyncio.run(session.add_items(ITEMS))
+    assert b"Quokka-Bistro-88" in dump_every_table(fabric.dsn)[0]
+    asyncio.run(session.clear_session())
+    dump, _ = dump_every_table(fabric.dsn)
+    assert b"Quokka-Bistro-88" not in dump and b"4411" not in dump
+    assert fetch(fabric.dsn, "SELECT count(*) FROM mf_note_keys WHERE originator_id = %s",
+                 (conversation_uuid(notes.scope),))[0][0] == 0
+
+
+def test_session_needs_a_thread(fabric: Fabric) -> None:
+    with pytest.raises(NoLedgerError):
+        MemfabricSession("s-1", fabric.scope("acme", "u1"))
