@@ -460,6 +460,13 @@ notification id, topic and error and exits 1."""
 
 
 # ---------------------------------------------------------------- the log
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, FabricError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _integrity_failed(failed: list[LogEntry], as_json: bool) -> NoReturn:
     ids = [e.position for e in failed]
     shown = ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
@@ -498,18 +505,23 @@ covering it is printed as INTEGRITY FAILED (JSON: "integrity": "failed", "proble
 the command then exits 1 naming the notification ids. Works with a read-only (auditor) role."""
     _check_filters(note, tenant, as_json)
     failed: list[LogEntry] = []
+    last = since
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
             if tenant is not None:
                 require_tenant(fabric, tenant)
             for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
                                   idle_exit=idle_exit):
+                last = entry.position
                 if entry.integrity == "failed":
                     failed.append(entry)
                 if as_json:
                     print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
                 else:
                     print(_log_line(entry), flush=follow)
+    except UNREADABLE as exc:  # not a row's: rows are checked one by one
+        _fail(f"the log cannot be read after notification {last}: {_reason(exc)}; run 'memfabric audit verify'",
+              code=1, as_json=as_json)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
     except KeyboardInterrupt:
@@ -536,6 +548,8 @@ def export_command(
             with _progress("export", fabric.engine.head()) as update:
                 n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
                                  progress=lambda position: update(completed=position), failed=failed.append)
+    except UNREADABLE as exc:  # not a row's: rows are checked one by one
+        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1)
     except (*HANDLED, OSError) as exc:
         _fail(exc)
     console.print(f"exported {n} events to {out}")
