@@ -6,6 +6,7 @@
 - ``log``: decoded events in log order (``--note``, ``--tenant``, ``--since``, ``--follow``, ``--json``)
 - ``export --out FILE.jsonl``: the whole log or one tenant, streaming
 - ``audit verify | checkpoint``: the tamper-evidence chain
+- ``roles sql``: the SQL of the owner/admin, writer and read-only auditor roles (docs/roles.md)
 - ``get | history | forget | hold | list | erase-scope``: one note's state and events,
   tombstones and legal hold, a scope's notes, erasure of a scope prefix. A note can be
   given by id alone when a single scope has a note of that id (found from the log, as
@@ -22,6 +23,13 @@ PostgreSQL in ``--data-dir`` or ``$MEMFABRIC_HOME``). Admin commands open the fa
 without catching projections up (so a projection stopped on an event can still be
 inspected and rebuilt) and with the recall index's existing vector dimension.
 Progress bars go to stderr, and only when it is a terminal.
+
+Read-only commands (``audit verify``, ``log``, ``export``, ``projections status/verify``,
+``get``, ``history``, ``list``, and ``lineage``) open with ``open_fabric(read_only=True)``
+when the role cannot write the log (an auditor with ``SELECT`` only): nothing is
+written, and ``audit verify`` then only verifies unless the role may insert checkpoints.
+``log`` and ``export`` check each row as they read it, mark a failing one
+(``"integrity": "failed"``) and go on, and exit 1 at the end naming its notification id.
 
 Exit codes: 0 success; 1 a check failed (verify found differences, the audit chain does
 not match, a projection stopped on an event, an event cannot be decrypted); 2 bad input
@@ -519,11 +527,11 @@ the command then exits 1 naming the notification ids. Works with a read-only (au
                     print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
                 else:
                     print(_log_line(entry), flush=follow)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
     except UNREADABLE as exc:  # not a row's: rows are checked one by one
         _fail(f"the log cannot be read after notification {last}: {_reason(exc)}; run 'memfabric audit verify'",
               code=1, as_json=as_json)
-    except HANDLED as exc:
-        _fail(exc, as_json=as_json)
     except KeyboardInterrupt:
         pass
     if failed:
@@ -548,10 +556,10 @@ def export_command(
             with _progress("export", fabric.engine.head()) as update:
                 n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
                                  progress=lambda position: update(completed=position), failed=failed.append)
-    except UNREADABLE as exc:  # not a row's: rows are checked one by one
-        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1)
     except (*HANDLED, OSError) as exc:
         _fail(exc)
+    except UNREADABLE as exc:  # not a row's: rows are checked one by one
+        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1)
     console.print(f"exported {n} events to {out}")
     if failed:
         _integrity_failed(failed, False)
