@@ -53,6 +53,14 @@ def _require_extension(dsn: str) -> None:
             raise FabricError("the pgvector extension is missing (a read-only open never creates it)")
 
 
+def _require_log(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass(%s)", (tables.EVENTS,)).fetchone()
+    if not row or row[0] is None:
+        raise FabricError(f"no memfabric log ({tables.EVENTS}) in this database: a read-only open "
+                          "never creates one (open it once for writing, as its owner)")
+
+
 def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool = False) -> dict[str, str]:
     info = conninfo_to_dict(dsn)
     return {
@@ -225,6 +233,7 @@ def open_fabric(
                 _ensure_extension(dsn)
             else:
                 _require_extension(dsn)
+                _require_log(dsn)
             recorded = recorded_embedder(dsn)
             embedder = _choose_embedder(embedder, recorded)
             if isinstance(consolidate, Consolidation):

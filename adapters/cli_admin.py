@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -153,7 +154,11 @@ class RecordedEmbedder:
 
 def can_write(dsn: str) -> bool:
     """Whether the connecting role may write the event log (``INSERT`` on
-    ``memfabric_events``); ``True`` before the log exists (the first open creates it)."""
+    ``memfabric_events``); ``True`` before the log exists (the first open creates it).
+    ``$MEMFABRIC_READ_ONLY=1`` answers ``False``: read-only commands then open read-only
+    whatever the role may do."""
+    if os.environ.get("MEMFABRIC_READ_ONLY", "").lower() in ("1", "yes", "true"):
+        return False
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT to_regclass(%s) IS NULL OR has_table_privilege(%s, 'INSERT')",
@@ -573,6 +578,9 @@ def _n(count: int, noun: str) -> str:
 def _checkpoint_counts(fabric: Fabric, written: int) -> tuple[int, int]:
     """(events in the ``written`` newest checkpoints, events in all checkpoints)."""
     with psycopg.connect(fabric.dsn) as conn:
+        have = conn.execute("SELECT to_regclass(%s)", (CHAIN_TABLE,)).fetchone()
+        if not have or have[0] is None:  # a read-only open never creates the chain table
+            return 0, 0
         row = conn.execute(
             f"SELECT coalesce(sum(events) FILTER (WHERE position IN (SELECT position FROM {CHAIN_TABLE}"  # noqa: S608
             f" ORDER BY position DESC LIMIT %s)), 0), coalesce(sum(events), 0) FROM {CHAIN_TABLE}",

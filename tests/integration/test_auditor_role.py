@@ -14,7 +14,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from typer.testing import CliRunner
 
-from memfabric.adapters import ReadOnlyError, open_fabric
+from memfabric.adapters import FabricError, ReadOnlyError, open_fabric
 from memfabric.adapters.cli import app
 from memfabric.adapters.roles import auditor_grants, roles_sql
 
@@ -116,6 +116,26 @@ def test_auditor_with_the_checkpoint_grant_checkpoints(pg_server: str, dsn: str,
         assert out["ok"] and out["written"] == 1 and out["not_checkpointed"] is None
     finally:
         drop_role(pg_server, dsn, name)
+
+
+def test_read_only_env_forces_a_read_only_open(dsn: str, filled: dict[str, str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    before = snapshot(dsn)
+    monkeypatch.setenv("MEMFABRIC_READ_ONLY", "1")
+    out = json.loads(run(dsn, "audit", "verify", "--json").stdout.splitlines()[-1])  # type: ignore[attr-defined]
+    assert out["ok"] and out["written"] == 0 and out["not_checkpointed"]
+    assert run(dsn, "projections", "verify").exit_code == 0  # type: ignore[attr-defined]
+    assert snapshot(dsn) == before
+
+
+def test_read_only_open_of_an_empty_database_is_one_error(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(FabricError, match="no memfabric log"):
+        open_fabric(dsn, read_only=True)
+    monkeypatch.setenv("MEMFABRIC_READ_ONLY", "1")
+    res = run(dsn, "log")
+    assert res.exit_code == 2 and res.output.startswith("error: no memfabric log")  # type: ignore[attr-defined]
+    with psycopg.connect(dsn) as conn:  # nothing was created
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
 
 
 def test_roles_sql_is_printed() -> None:
