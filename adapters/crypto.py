@@ -157,16 +157,20 @@ def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple
 
 
 FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
-"""Topic of the tombstone event (part of the log format)."""
+"""Topic of a note's tombstone event (part of the log format)."""
+ERASED_TOPIC = "memfabric.domain.ledger:Conversation.Erased"
+"""Topic of a conversation's tombstone event (part of the log format)."""
+SHREDDING_TOPICS = [FORGOTTEN_TOPIC, ERASED_TOPIC]
+"""Events whose transaction destroys the aggregate's keys."""
 
 
 def forgotten_versions(conn: Connection[Any], originator_ids: list[UUID]) -> dict[UUID, int]:
-    """The version of the latest ``Forgotten`` event of each of the given notes that
-    has one, on ``conn``."""
+    """The version of the latest tombstone (a note's ``Forgotten``, a conversation's
+    ``Erased``) of each of the given aggregates that has one, on ``conn``."""
     rows = conn.execute(
         f"SELECT originator_id, max(originator_version) AS v FROM {tables.EVENTS}"  # noqa: S608
-        " WHERE originator_id = ANY(%s) AND topic = %s GROUP BY originator_id",
-        (originator_ids, FORGOTTEN_TOPIC),
+        " WHERE originator_id = ANY(%s) AND topic = ANY(%s) GROUP BY originator_id",
+        (originator_ids, SHREDDING_TOPICS),
     ).fetchall()
     return {_first(r, "originator_id", 0): int(_first(r, "v", 1)) for r in rows}
 

@@ -457,18 +457,6 @@ class Notes:
         return self._service.list_notes(self.scope, args)
 
 
-def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_superseded: Any,
-               limit: Any, cursor: Any) -> ListInput:
-    data: dict[str, Any] = {"subject": subject, "valid_at": valid_at,
-                            "include_superseded": include_superseded, "cursor": cursor}
-    if kinds is not None:
-        data["kinds"] = kinds
-    if tags is not None:
-        data["tags"] = tags
-    if limit is not None:
-        data["limit"] = limit
-    return ListInput.model_validate(data)
-
     # ------------------------------------------------- issue 14: the ledger
     def conversation(self) -> Any:
         """The conversation :class:`~memfabric.domain.conversation.Ledger` of this
@@ -486,6 +474,19 @@ def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_super
         ``ValidationError``; a set ``signal`` aborts (``LedgerAbortedError``)."""
         return self.conversation().search(query, limit=limit, direction=direction,
                                           detail=detail, top_k=top_k, signal=signal)
+
+def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_superseded: Any,
+               limit: Any, cursor: Any) -> ListInput:
+    data: dict[str, Any] = {"subject": subject, "valid_at": valid_at,
+                            "include_superseded": include_superseded, "cursor": cursor}
+    if kinds is not None:
+        data["kinds"] = kinds
+    if tags is not None:
+        data["tags"] = tags
+    if limit is not None:
+        data["limit"] = limit
+    return ListInput.model_validate(data)
+
 
 
 
