@@ -110,11 +110,24 @@ class LogEntry:
     topic: str
     fields: dict[str, Any]
     erased: list[str] = field(default_factory=list)
+    integrity: str = "ok"
+    """``"ok"``, or ``"failed"`` when the row does not decode (a sealed byte changed) or
+    differs from the audit checkpoint covering it (``problem`` says why; ``fields`` is
+    then empty when it did not decode)."""
+    problem: str | None = None
+    metadata: str = "unauthenticated"
+    """``"checkpointed"`` when an audit checkpoint covers the row and its leaf hash
+    matches (the clear metadata, tenant id included, is as it was when checkpointed);
+    ``"unauthenticated"`` otherwise (the clear part of the stored state carries no
+    authentication tag of its own)."""
 
     def to_dict(self, *, embeddings: bool = False) -> dict[str, Any]:
         """JSON-ready dict; ``embeddings``: base64 of the float32 bytes, else a size note."""
         fields = {k: _jsonable(v, embeddings) for k, v in self.fields.items()}
-        return {
+        integrity: dict[str, Any] = {"integrity": self.integrity, "metadata": self.metadata}
+        if self.problem is not None:
+            integrity["problem"] = self.problem
+        return integrity | {
             "position": self.position,
             "time": self.timestamp.isoformat() if self.timestamp else None,
             "note_id": self.note_id,
@@ -172,7 +185,12 @@ class _Scopes:
                         " AND originator_version = 1").format(t=sql.Identifier(EVENTS_TABLE)),
                 (missing,),
             ).fetchall()
-            found = {oid: plain_fields(self.mapper, bytes(state)) for oid, state in rows}
+            found = {}
+            for oid, state in rows:
+                try:
+                    found[oid] = plain_fields(self.mapper, bytes(state))
+                except Exception:  # noqa: BLE001 - the row itself is reported as failed
+                    found[oid] = {}
             for oid in missing:
                 f = found.get(oid, {})
                 self.cache[oid] = (f.get("note_id"), f.get("tenant_id"), f.get("resource_id"), f.get("thread_id"))
@@ -199,7 +217,10 @@ def _note_aggregates(conn: Connection[Any], mapper: Any, note: str, tenant: str 
         )
         while rows := cur.fetchmany(2000):
             for oid, state in rows:
-                f = plain_fields(mapper, bytes(state))
+                try:
+                    f = plain_fields(mapper, bytes(state))
+                except Exception:  # noqa: BLE001 - a changed row is reported when read
+                    continue
                 if f.get("note_id") == note and (tenant is None or f.get("tenant_id") == tenant):
                     out.append(oid)
     return out
@@ -224,10 +245,16 @@ def read_log(
     re-checking every ``poll`` seconds) and ends after ``idle_exit`` seconds without new
     events (``None``: never). Memory use is bounded (one batch plus a bounded scope
     cache). ``fabric``: an open ``memfabric.adapters.Fabric``.
+
+    Each row is checked as it is read, and a bad row never stops the listing: a row
+    that does not decode (authenticated decryption failed, a broken clear part) or whose
+    leaf hash differs from the audit checkpoint covering it comes with
+    ``integrity="failed"`` and the reason in ``problem``; see :class:`LogEntry`.
     """
     mapper = fabric.log.sealing_mapper
     keys = fabric.log.keys
     scopes = _Scopes(mapper)
+    checks = _Checkpoints()
     datastore = fabric.log.datastore
     ids: list[UUID] | None = None
     if note is not None:
@@ -242,10 +269,11 @@ def read_log(
         while True:
             got = 0
             with datastore.get_connection() as conn, conn.transaction():
-                for entry in _stream(conn, mapper, keys, scopes, position, ids, batch):
+                for entry in _stream(conn, mapper, keys, scopes, position, ids, batch, checks):
                     position = entry.position
                     got += 1
-                    if tenant is None or entry.tenant_id == tenant:
+                    if tenant is None or entry.tenant_id == tenant or (
+                            entry.integrity == "failed" and entry.tenant_id is None):
                         yield entry
             if not follow:
                 return
@@ -266,9 +294,59 @@ def read_log(
             listener.close()
 
 
+class _Checkpoints:
+    """The audit checkpoints' leaves for the rows of one batch (``mf_audit_chain``)."""
+
+    def __init__(self) -> None:
+        self.exists: bool | None = None
+
+    def load(self, conn: Connection[Any], lo: int, hi: int) -> tuple[dict[int, bytes], list[tuple[int, int]]]:
+        """(leaf per checkpointed position, covered ``(prev_position, position]`` ranges)
+        for positions ``lo..hi``."""
+        if self.exists is None:
+            row = conn.cursor(row_factory=tuple_row).execute("SELECT to_regclass(%s)", (CHAIN_TABLE,)).fetchone()
+            self.exists = bool(row and row[0] is not None)
+        if not self.exists:
+            return {}, []
+        rows = conn.cursor(row_factory=tuple_row, binary=True).execute(
+            f"SELECT prev_position, position, positions, leaves FROM {CHAIN_TABLE}"  # noqa: S608
+            " WHERE position >= %s AND prev_position < %s",
+            (lo, hi),
+        ).fetchall()
+        leaves: dict[int, bytes] = {}
+        ranges = []
+        for prev, pos, positions, blob in rows:
+            blob = bytes(blob)
+            ranges.append((int(prev), int(pos)))
+            for i, p in enumerate(positions):
+                leaves[int(p)] = blob[32 * i : 32 * i + 32]
+        return leaves, ranges
+
+
+def _check_leaf(entry: LogEntry, leaf: bytes, leaves: dict[int, bytes],
+                ranges: list[tuple[int, int]]) -> LogEntry:
+    covering = next(((a, b) for a, b in ranges if a < entry.position <= b), None)
+    if covering is None:
+        return entry
+    stored = leaves.get(entry.position)
+    if stored == leaf:
+        return entry if entry.integrity == "failed" else _replace(entry, metadata="checkpointed")
+    why = (f"the row differs from audit checkpoint {covering[1]} (its stored bytes, clear metadata "
+           "included, were changed after the checkpoint)") if stored is not None else (
+           f"the row is not in audit checkpoint {covering[1]}, which covers its position (inserted later)")
+    problem = why if entry.problem is None else f"{entry.problem}; {why}"
+    return _replace(entry, integrity="failed", problem=problem)
+
+
+def _replace(entry: LogEntry, **changes: Any) -> LogEntry:
+    from dataclasses import replace
+
+    return replace(entry, **changes)
+
+
 def _stream(
     conn: Connection[Any], mapper: Any, keys: Any, scopes: _Scopes, after: int,
-    ids: list[UUID] | None, batch: int,
+    ids: list[UUID] | None, batch: int, checks: _Checkpoints | None = None,
 ) -> Iterator[LogEntry]:
     where: sql.Composable = sql.SQL("notification_id > %s")
     params: list[Any] = [after]
@@ -287,8 +365,30 @@ def _stream(
             batch_ids = [r[1] for r in rows]
             keys.preload(list(dict.fromkeys(batch_ids)))
             named = scopes.resolve(conn, batch_ids)
+            leaves, ranges = checks.load(conn, rows[0][0], rows[-1][0]) if checks else ({}, [])
             for nid, oid, version, topic, state in rows:
-                yield _entry(mapper, named[oid], nid, oid, version, topic, bytes(state))
+                raw = bytes(state)
+                try:
+                    entry = _entry(mapper, named[oid], nid, oid, version, topic, raw)
+                except Exception as exc:  # noqa: BLE001 - reported in the row, never stops the log
+                    entry = _failed(named[oid], nid, oid, version, topic, exc)
+                if ranges:
+                    entry = _check_leaf(entry, leaf_hash(nid, oid, version, topic, raw), leaves, ranges)
+                yield entry
+
+
+def _failed(scope: _Scope, position: int, oid: UUID, version: int, topic: str, exc: BaseException) -> LogEntry:
+    reason = " ".join(str(exc).split()) if isinstance(exc, EventIntegrityError) and str(exc) else ""
+    if not reason:
+        kind = type(exc).__name__
+        reason = ("authenticated decryption failed (InvalidTag): its stored bytes were changed"
+                  if kind == "InvalidTag" else f"it does not decode ({kind}): its stored bytes were changed")
+    note_id, tenant, resource, thread = scope
+    return LogEntry(
+        position=position, timestamp=None, aggregate_id=oid, note_id=note_id, tenant_id=tenant,
+        resource_id=resource, thread_id=thread, type=topic.rsplit(".", 1)[-1], version=version,
+        topic=topic, fields={}, integrity="failed", problem=reason,
+    )
 
 
 def _entry(
@@ -315,11 +415,14 @@ def export_jsonl(
     embeddings: bool = True,
     batch: int = 500,
     progress: Callable[[int], None] | None = None,
+    failed: Callable[[LogEntry], None] | None = None,
 ) -> int:
     """Write the log (or one ``tenant``'s part) as JSON Lines, one :meth:`LogEntry.to_dict`
     per line in log order, streaming in constant memory; returns the number of lines.
     ``embeddings``: include vectors as base64 (default) or only their size.
-    ``progress(position)`` is called with the position of each event written."""
+    ``progress(position)`` is called with the position of each event written;
+    ``failed(entry)`` for each row written with ``"integrity": "failed"`` (the export
+    carries on past it)."""
     own = not hasattr(out, "write")
     fh: IO[str] = open(out, "w", encoding="utf-8") if own else out  # type: ignore[arg-type, assignment]  # noqa: SIM115
     n = 0
@@ -327,6 +430,8 @@ def export_jsonl(
         for entry in read_log(fabric, tenant=tenant, batch=batch):
             fh.write(json.dumps(entry.to_dict(embeddings=embeddings), ensure_ascii=False) + "\n")
             n += 1
+            if failed is not None and entry.integrity == "failed":
+                failed(entry)
             if progress is not None:
                 progress(entry.position)
     finally:
@@ -364,11 +469,18 @@ class AuditReport:
     gaps: list[tuple[int, int]] = field(default_factory=list)
     anchor_ok: bool | None = None
     unauthenticated: list[int] = field(default_factory=list)
+    not_checkpointed: str | None = None
+    """Why no checkpoint was written although asked (a read-only role without
+    ``INSERT`` on ``mf_audit_chain``); ``None`` otherwise."""
 
     @property
     def ok(self) -> bool:
         return (not (self.changed or self.removed or self.inserted or self.broken or self.unauthenticated)
                 and self.anchor_ok is not False)
+
+
+def _first_col(row: Any) -> Any:
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
 def create_chain_table(datastore: Any) -> None:
@@ -408,16 +520,29 @@ def verify_chain(
     """
     wanted = _parse_anchor(anchor)
     datastore = fabric.log.datastore
-    create_chain_table(datastore)
     report = AuditReport()
+    if getattr(fabric, "read_only", False):
+        with datastore.get_connection() as conn:
+            row = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL AND has_table_privilege(%s, 'INSERT')"
+                " FROM (SELECT 1) one WHERE to_regclass(%s) IS NOT NULL",
+                (CHAIN_TABLE, CHAIN_TABLE, CHAIN_TABLE)).fetchone()
+        have_chain = row is not None
+        if checkpoint and not (row is not None and _first_col(row)):
+            checkpoint = False
+            report.not_checkpointed = "read-only: this role cannot write audit checkpoints"
+    else:
+        create_chain_table(datastore)
+        have_chain = True
     lock = advisory_key("mf-audit")
     with datastore.get_connection() as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
         try:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                report.unauthenticated = _unauthenticated_tail(conn, fabric.log.sealing_mapper, batch)
-                _verify(conn, report, checkpoint, every, wanted, batch, progress)
+                if have_chain:
+                    report.unauthenticated = _unauthenticated_tail(conn, fabric.log.sealing_mapper, batch)
+                _verify(conn, report, checkpoint, every, wanted, batch, progress, have_chain)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
     return report
@@ -425,7 +550,11 @@ def verify_chain(
 
 def _unauthenticated_tail(conn: Connection[Any], mapper: Any, batch: int) -> list[int]:
     """Notification ids after the last checkpoint whose authentication tag fails
-    (``SealingMapper.authenticated_body``; no key needed, nothing decrypted)."""
+    (``SealingMapper.authenticated_body``; no key needed, nothing decrypted). Without the
+    fabric secret (a read-only auditor role) tags cannot be checked: nothing is reported
+    and the chain is the check."""
+    if mapper.secret is None:
+        return []
     cur = conn.cursor(row_factory=tuple_row)
     row = cur.execute(f"SELECT coalesce(max(position), 0) FROM {CHAIN_TABLE}").fetchone()  # noqa: S608
     after = int(row[0]) if row else 0
@@ -448,6 +577,7 @@ def _unauthenticated_tail(conn: Connection[Any], mapper: Any, batch: int) -> lis
 def _verify(
     conn: Connection[Any], report: AuditReport, checkpoint: bool, every: int,
     wanted: tuple[int, bytes] | None, batch: int, progress: Callable[[int], None] | None,
+    have_chain: bool = True,
 ) -> None:
     cur = conn.cursor(row_factory=tuple_row)
     report.head = int(cur.execute(
@@ -455,7 +585,7 @@ def _verify(
     ).fetchone()[0])  # type: ignore[index]
     checkpoints = cur.execute(
         f"SELECT position, prev_position, events, digest FROM {CHAIN_TABLE} ORDER BY position"  # noqa: S608
-    ).fetchall()
+    ).fetchall() if have_chain else []
     rows = _leaves(conn, batch, progress)
     pending: tuple[int, bytes] | None = None
 

@@ -18,7 +18,7 @@ from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
-from memfabric.domain.errors import FabricError
+from memfabric.domain.errors import FabricError, ReadOnlyError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_settings
 from memfabric.domain.notes import Notes
@@ -52,7 +52,21 @@ def _ensure_extension(dsn: str) -> None:
             ) from exc
 
 
-def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int) -> dict[str, str]:
+def _require_extension(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+            raise FabricError("the pgvector extension is missing (a read-only open never creates it)")
+
+
+def _require_log(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass(%s)", (tables.EVENTS,)).fetchone()
+    if not row or row[0] is None:
+        raise FabricError(f"no memfabric log ({tables.EVENTS}) in this database: a read-only open "
+                          "never creates one (open it once for writing, as its owner)")
+
+
+def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool = False) -> dict[str, str]:
     info = conninfo_to_dict(dsn)
     return {
         "PERSISTENCE_MODULE": "memfabric.adapters.postgres:PostgresFactory",
@@ -67,7 +81,8 @@ def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int) -> dict[str, str]
         "POSTGRES_ENABLE_DB_FUNCTIONS": "no",  # never: tailing readers would miss events
         "POSTGRES_LOCK_TIMEOUT": "0",
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
-        "CREATE_TABLE": "yes",
+        "CREATE_TABLE": "no" if read_only else "yes",
+        "MEMFABRIC_READ_ONLY": "yes" if read_only else "no",
     }
 
 
@@ -89,6 +104,8 @@ class Fabric:
         self.dsn = dsn
         self._embedded = embedded
         self._closed = False
+        self.read_only = False
+        """``open_fabric(read_only=True)``: every write raises ``ReadOnlyError``."""
 
     def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
@@ -116,6 +133,7 @@ class Fabric:
         ``pydantic.ValidationError`` (naming the field) for a bad id, ``hold``,
         ``requested_by`` or ``batch_size``; nothing is written then.
         """
+        self._writable("erase_scope")
         args = EraseScopeInput(
             tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
             requested_by=requested_by, batch_size=batch_size,
@@ -137,7 +155,12 @@ class Fabric:
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
+        self._writable("catch_up")
         return self.engine.catch_up()
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"{what}: this fabric is open read-only (open_fabric(read_only=True))")
 
     def close(self) -> None:
         if self._closed:
@@ -177,6 +200,7 @@ def open_fabric(
     linker: LinkerSettings | dict[str, Any] | None = None,
     evolution: EvolutionSettings | dict[str, Any] | None = None,
     passive: StrictBool = False,
+    read_only: StrictBool = False,
 ) -> Fabric:
     """Open a fabric.
 
@@ -214,6 +238,11 @@ def open_fabric(
       model-free write-path workers, e.g. ``linker={"enabled": True, "top_k": 3}``,
       ``evolution={"enabled": True, "max_patches": 8}`` (caps 32; off by default). They
       run only while a session is attached to the written scope and not ``passive``.
+    - ``read_only``: open for reading only, e.g. as an auditor role with nothing but
+      ``SELECT`` (docs/roles.md): no DDL, no extension creation, no catch-up, no embedder
+      record, no secret read or created; every write (``remember``, ``forget``,
+      ``erase_scope``, ``catch_up`` ...) raises ``ReadOnlyError`` and nothing is written.
+      Projections are read as they are (possibly behind the log head).
 
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
@@ -223,8 +252,12 @@ def open_fabric(
         # One opener at a time creates tables: eventsourcing's and the projections' DDL
         # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail).
         with psycopg.connect(dsn, autocommit=True) as ddl_lock:
-            ddl_lock.execute("SELECT pg_advisory_lock(%s)", (advisory_key("mf-open"),))
-            _ensure_extension(dsn)
+            if not read_only:
+                ddl_lock.execute("SELECT pg_advisory_lock(%s)", (advisory_key("mf-open"),))
+                _ensure_extension(dsn)
+            else:
+                _require_extension(dsn)
+                _require_log(dsn)
             recorded = recorded_embedder(dsn)
             embedder = _choose_embedder(embedder, recorded)
             if isinstance(consolidate, Consolidation):
@@ -234,7 +267,7 @@ def open_fabric(
             else:
                 consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
             limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
-            log = NoteLog(_env_from_dsn(dsn, pool_size, max_overflow))
+            log = NoteLog(_env_from_dsn(dsn, pool_size, max_overflow, read_only))
             store = PostgresNoteStore(log)
             engine = ProjectionEngine(
                 log.datastore, log.name, tables.EVENTS,
@@ -245,14 +278,21 @@ def open_fabric(
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
             _check_dim(log.datastore, embedder.dim)
-            if recorded is None:
-                _record_embedder(dsn, embedder)
-            engine.create()
-            store.secret()  # created or read now, so no write needs a second connection
+            if read_only:
+                store.read_only = True
+                log.sealing_mapper.read_only = True  # tags unchecked without the secret (see crypto)
+            else:
+                if recorded is None:
+                    _record_embedder(dsn, embedder)
+                engine.create()
+                store.secret()  # created or read now, so no write needs a second connection
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner
 
             def unit_of_work(scopes: Sequence[Scope]) -> PostgresUnitOfWork:
+                if read_only:
+                    raise ReadOnlyError("this fabric is open read-only (open_fabric(read_only=True)): "
+                                        "nothing is written")
                 return PostgresUnitOfWork(log, engine, store.vectors, store.secret, scopes,
                                           inline_all=inline_projections)
 
@@ -264,9 +304,11 @@ def open_fabric(
             )
             service.configure_workers(**worker_settings(linker, evolution, passive))
             service.ledger_store = PostgresLedgerStore(log)  # issue 14: the conversation ledger
-            if catch_up:
+            if catch_up and not read_only:
                 engine.catch_up()
-            return Fabric(service, log, store, engine, dsn, embedded)
+            fabric = Fabric(service, log, store, engine, dsn, embedded)
+            fabric.read_only = read_only
+            return fabric
     except BaseException:
         if embedded is not None:
             embedded.close()

@@ -302,10 +302,10 @@ def lineage(
     """Print a note's lineage as a timeline: supersession chain, folds, links, tombstone.
 
     The note can be given by id alone when only one scope has a note of that id."""
-    from memfabric.adapters.cli_admin import note_scope
+    from memfabric.adapters.cli_admin import note_scope, notes_fabric
 
     try:
-        with _open(dsn, data_dir) as fabric:
+        with notes_fabric(dsn, data_dir, read=True) as fabric:
             notes = note_scope(fabric, note_id, tenant, resource, thread)
             lin = notes.lineage(note_id)
             history = {nid: notes.history(nid) for nid in [*lin.predecessors, note_id, *lin.successors]}

@@ -6,6 +6,7 @@
 - ``log``: decoded events in log order (``--note``, ``--tenant``, ``--since``, ``--follow``, ``--json``)
 - ``export --out FILE.jsonl``: the whole log or one tenant, streaming
 - ``audit verify | checkpoint``: the tamper-evidence chain
+- ``roles sql``: the SQL of the owner/admin, writer and read-only auditor roles (docs/roles.md)
 - ``get | history | forget | hold | list | erase-scope``: one note's state and events,
   tombstones and legal hold, a scope's notes, erasure of a scope prefix. A note can be
   given by id alone when a single scope has a note of that id (found from the log, as
@@ -23,6 +24,13 @@ without catching projections up (so a projection stopped on an event can still b
 inspected and rebuilt) and with the recall index's existing vector dimension.
 Progress bars go to stderr, and only when it is a terminal.
 
+Read-only commands (``audit verify``, ``log``, ``export``, ``projections status/verify``,
+``get``, ``history``, ``list``, and ``lineage``) open with ``open_fabric(read_only=True)``
+when the role cannot write the log (an auditor with ``SELECT`` only): nothing is
+written, and ``audit verify`` then only verifies unless the role may insert checkpoints.
+``log`` and ``export`` check each row as they read it, mark a failing one
+(``"integrity": "failed"``) and go on, and exit 1 at the end naming its notification id.
+
 Exit codes: 0 success; 1 a check failed (verify found differences, the audit chain does
 not match, a projection stopped on an event, an event cannot be decrypted); 2 bad input
 or another named error.
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -79,6 +88,8 @@ projections_app = typer.Typer(
     no_args_is_help=True,
 )
 audit_app = typer.Typer(help="Tamper evidence: the audit chain over the event log.", no_args_is_help=True)
+roles_app = typer.Typer(help="Least-privilege PostgreSQL roles: writer, admin, read-only auditor.",
+                        no_args_is_help=True)
 
 DsnOpt = Annotated[str | None, typer.Option(
     "--dsn", metavar="URL", help="PostgreSQL URL (default $MEMFABRIC_DSN, else the embedded server).")]
@@ -103,6 +114,7 @@ def register(app: typer.Typer) -> None:
     """Attach the admin/auditor commands to the ``memfabric`` typer app."""
     app.add_typer(projections_app, name="projections", cls=app.info.cls)  # the app's help style
     app.add_typer(audit_app, name="audit", cls=app.info.cls)
+    app.add_typer(roles_app, name="roles", cls=app.info.cls)
     app.command("log")(log_command)
     app.command("export")(export_command)
     app.command("get")(get_command)
@@ -140,17 +152,34 @@ class RecordedEmbedder:
         raise FabricError(f"admin commands do not embed (embedder {self.id})")
 
 
+def can_write(dsn: str) -> bool:
+    """Whether the connecting role may write the event log (``INSERT`` on
+    ``memfabric_events``); ``True`` before the log exists (the first open creates it).
+    ``$MEMFABRIC_READ_ONLY=1`` answers ``False``: read-only commands then open read-only
+    whatever the role may do."""
+    if os.environ.get("MEMFABRIC_READ_ONLY", "").lower() in ("1", "yes", "true"):
+        return False
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NULL OR has_table_privilege(%s, 'INSERT')",
+            (EVENTS_TABLE, EVENTS_TABLE)).fetchone()
+    return bool(row and row[0])
+
+
 @contextmanager
-def admin_fabric(dsn: str | None, data_dir: str | None) -> Iterator[Fabric]:
+def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -> Iterator[Fabric]:
     """An open fabric for admin work: no inline projections, no catch-up on open, and a
     stand-in for the recorded embedder, else a hash embedder of the recall index's
-    dimension (admin commands never embed)."""
+    dimension (admin commands never embed). ``read``: a read-only command, which opens
+    read-only (``open_fabric(read_only=True)``) when the role cannot write the log."""
     dsn, embedded = resolve_dsn(dsn, data_dir)
     try:
         recorded = recorded_embedder(dsn)
         stand_in: Any = (RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded
                          else HashEmbedder(_index_dim(dsn) or 384))
-        with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False) as fabric:
+        read_only = read and not can_write(dsn)
+        with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False,
+                         read_only=read_only) as fabric:
             yield fabric
     finally:
         if embedded is not None:
@@ -199,35 +228,6 @@ def _progress(label: str, total: int) -> Iterator[Callable[..., None]]:
         progress.update(task, completed=total)
 
 
-def _unreadable(fabric: Fabric, exc: BaseException, after: int, note: str | None = None,
-                tenant: str | None = None) -> NoReturn:
-    """Report an event that cannot be decoded (its stored bytes were changed), naming its
-    notification id when it can be found, and exit 1."""
-    position, failed = after, False
-    try:  # decode again from ``after`` without the tenant filter to find the last good event
-        for entry in read_log(fabric, note=note, tenant=tenant if note else None, since=after):
-            position = entry.position
-    except UNREADABLE:
-        failed = True
-    where = f"the event after notification {position}"
-    if note is not None:
-        where = f"an event of note {note} after notification {position}"
-    elif failed:
-        with psycopg.connect(fabric.dsn) as conn:
-            row = conn.execute(
-                f"SELECT min(notification_id) FROM {EVENTS_TABLE} WHERE notification_id > %s",  # noqa: S608
-                (position,),
-            ).fetchone()
-        if row and row[0] is not None:
-            where = f"notification {row[0]}"
-    reason = " ".join(str(exc).split()) if isinstance(exc, FabricError) and str(exc) else ""
-    if not reason:
-        reason = "authenticated decryption failed: its stored bytes were changed"
-        if isinstance(exc, ValueError):
-            reason = f"it does not decode ({type(exc).__name__}): its stored bytes were changed"
-    _fail(f"{where}: {reason}; run 'memfabric audit verify'", code=1)
-
-
 def _check_filters(note: str | None, tenant: str | None, as_json: bool = False) -> None:
     """Exit 2 on a malformed ``--note`` or ``--tenant`` (they would silently match nothing)."""
     if note is not None and not NOTE_ID_RE.match(note):
@@ -248,8 +248,11 @@ def _remembered(fabric: Fabric) -> Iterator[dict[str, Any]]:
             cur.execute(f"SELECT state FROM {EVENTS_TABLE} WHERE topic = %s", (REMEMBERED_TOPIC,))  # noqa: S608
             while rows := cur.fetchmany(2000):
                 for row in rows:
-                    state = row[0]
-                    yield plain_fields(fabric.log.sealing_mapper, bytes(state))
+                    try:
+                        fields = plain_fields(fabric.log.sealing_mapper, bytes(row[0]))
+                    except UNREADABLE:  # a changed row: 'log' and 'audit verify' name it
+                        continue
+                    yield fields
 
 
 def require_tenant(fabric: Fabric, tenant: str) -> None:
@@ -301,7 +304,7 @@ def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: Jso
 
     A projection stopped on an event shows that event's notification id, topic and error."""
     try:
-        with admin_fabric(dsn, data_dir) as fabric:
+        with admin_fabric(dsn, data_dir, read=True) as fabric:
             rows = ProjectionAdmin.for_fabric(fabric).status()
     except HANDLED as exc:
         _fail(exc)
@@ -394,7 +397,7 @@ def verify_command(
     The replay goes into scratch tables (rolled back) and is compared row by row. When they differ, it \
 prints the first differences and exits 1."""
     try:
-        with admin_fabric(dsn, data_dir) as fabric, _reporter() as reporter:
+        with admin_fabric(dsn, data_dir, read=True) as fabric, _reporter() as reporter:
             reports = ProjectionAdmin.for_fabric(fabric).verify(projection, show=show, reporter=reporter)
     except ProjectionError as exc:
         _stopped(exc)
@@ -470,9 +473,26 @@ notification id, topic and error and exits 1."""
 
 
 # ---------------------------------------------------------------- the log
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, FabricError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _integrity_failed(failed: list[LogEntry], as_json: bool) -> NoReturn:
+    ids = [e.position for e in failed]
+    shown = ", ".join(map(str, ids[:20])) + (", ..." if len(ids) > 20 else "")
+    _fail(f"{_n(len(ids), 'event')} failed the integrity check (notification {shown}): "
+          f"{failed[0].problem}; run 'memfabric audit verify'", code=1, as_json=as_json)
+
+
 def _log_line(entry: LogEntry) -> str:
     scope = "/".join(x or "-" for x in (entry.tenant_id, entry.resource_id, entry.thread_id))
     when = entry.timestamp.isoformat(timespec="milliseconds") if entry.timestamp else "?"
+    if entry.integrity == "failed":
+        return (f"{entry.position:>8} {when} {entry.note_id or '?'} {scope} {entry.type} v{entry.version}"
+                f" INTEGRITY FAILED: {entry.problem}")
     fields = json.dumps(entry.to_dict()["fields"], ensure_ascii=False, separators=(",", ":"))
     return f"{entry.position:>8} {when} {entry.note_id or '?'} {scope} {entry.type} v{entry.version} {fields}"
 
@@ -492,28 +512,35 @@ def log_command(
 ) -> None:
     """Print the decoded events in log order: position, time, note id, scope, type and fields.
 
-    Erased protected fields read <erased>; embeddings are shown by size only. An event that cannot be \
-decrypted (its stored bytes were changed) stops the listing with exit code 1."""
+    Erased protected fields read <erased>; embeddings are shown by size only. Each row is checked as it \
+is read: a row that does not decode (its stored bytes were changed) or differs from the audit checkpoint \
+covering it is printed as INTEGRITY FAILED (JSON: "integrity": "failed", "problem") and the listing goes on; \
+the command then exits 1 naming the notification ids. Works with a read-only (auditor) role."""
     _check_filters(note, tenant, as_json)
+    failed: list[LogEntry] = []
+    last = since
     try:
-        with admin_fabric(dsn, data_dir) as fabric:
+        with admin_fabric(dsn, data_dir, read=True) as fabric:
             if tenant is not None:
                 require_tenant(fabric, tenant)
-            last = since
-            try:
-                for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
-                                      idle_exit=idle_exit):
-                    last = entry.position
-                    if as_json:
-                        print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
-                    else:
-                        print(_log_line(entry), flush=follow)
-            except UNREADABLE as exc:
-                _unreadable(fabric, exc, last, note, tenant)
+            for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
+                                  idle_exit=idle_exit):
+                last = entry.position
+                if entry.integrity == "failed":
+                    failed.append(entry)
+                if as_json:
+                    print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
+                else:
+                    print(_log_line(entry), flush=follow)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
+    except UNREADABLE as exc:  # not a row's: rows are checked one by one
+        _fail(f"the log cannot be read after notification {last}: {_reason(exc)}; run 'memfabric audit verify'",
+              code=1, as_json=as_json)
     except KeyboardInterrupt:
-        return
+        pass
+    if failed:
+        _integrity_failed(failed, as_json)
 
 
 def export_command(
@@ -528,23 +555,19 @@ def export_command(
 
     Streaming in constant memory: one decoded event per line, in log order."""
     _check_filters(None, tenant)
+    failed: list[LogEntry] = []
     try:
-        with admin_fabric(dsn, data_dir) as fabric:
-            last = 0
-
-            def seen(position: int) -> None:
-                nonlocal last
-                last = position
-                update(completed=position)
-
+        with admin_fabric(dsn, data_dir, read=True) as fabric:
             with _progress("export", fabric.engine.head()) as update:
-                try:
-                    n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings, progress=seen)
-                except UNREADABLE as exc:
-                    _unreadable(fabric, exc, last)
+                n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
+                                 progress=lambda position: update(completed=position), failed=failed.append)
     except (*HANDLED, OSError) as exc:
         _fail(exc)
+    except UNREADABLE as exc:  # not a row's: rows are checked one by one
+        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1)
     console.print(f"exported {n} events to {out}")
+    if failed:
+        _integrity_failed(failed, False)
 
 
 # -------------------------------------------------------------------- audit
@@ -555,6 +578,9 @@ def _n(count: int, noun: str) -> str:
 def _checkpoint_counts(fabric: Fabric, written: int) -> tuple[int, int]:
     """(events in the ``written`` newest checkpoints, events in all checkpoints)."""
     with psycopg.connect(fabric.dsn) as conn:
+        have = conn.execute("SELECT to_regclass(%s)", (CHAIN_TABLE,)).fetchone()
+        if not have or have[0] is None:  # a read-only open never creates the chain table
+            return 0, 0
         row = conn.execute(
             f"SELECT coalesce(sum(events) FILTER (WHERE position IN (SELECT position FROM {CHAIN_TABLE}"  # noqa: S608
             f" ORDER BY position DESC LIMIT %s)), 0), coalesce(sum(events), 0) FROM {CHAIN_TABLE}",
@@ -564,9 +590,9 @@ def _checkpoint_counts(fabric: Fabric, written: int) -> tuple[int, int]:
 
 
 def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: int, anchor: str | None,
-           as_json: bool) -> None:
+           as_json: bool, checkpoint_only: bool = False) -> None:
     try:
-        with admin_fabric(dsn, data_dir) as fabric:
+        with admin_fabric(dsn, data_dir, read=not checkpoint_only) as fabric:
             with _progress("audit", fabric.engine.head()) as update:
                 report = verify_chain(fabric, checkpoint=checkpoint, every=every, anchor=anchor,
                                       progress=lambda k: update(advance=k))
@@ -579,11 +605,13 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             "written": report.written, "checkpointed_events": new if report.written else 0,
             "head_digest": report.head_digest, "changed": report.changed,
             "removed": report.removed, "inserted": report.inserted, "broken": report.broken,
-            "gaps": report.gaps, "anchor_ok": report.anchor_ok,
+            "gaps": report.gaps, "anchor_ok": report.anchor_ok, "not_checkpointed": report.not_checkpointed,
             "unauthenticated": report.unauthenticated,
         }))
     elif report.ok:
-        if report.written:
+        if report.not_checkpointed:
+            done = f"not checkpointed ({report.not_checkpointed})"
+        elif report.written:
             done = f"checkpointed {_n(new, 'new event')} ({_n(report.written, 'checkpoint')} written)"
         elif report.events > covered:
             done = f"{_n(report.events - covered, 'new event')} not checkpointed (--no-checkpoint)"
@@ -641,7 +669,23 @@ def audit_checkpoint_command(
     """Verify the audit chain, then checkpoint the events added since the last checkpoint.
 
     Refused (exit 1) when verification fails. Prints the head anchor POSITION:HEX."""
-    _audit(dsn, data_dir, checkpoint=True, every=every, anchor=None, as_json=as_json)
+    _audit(dsn, data_dir, checkpoint=True, every=every, anchor=None, as_json=as_json, checkpoint_only=True)
+
+
+# -------------------------------------------------------------------- roles
+@roles_app.command("sql")
+def roles_sql_command(
+    database: Annotated[str, typer.Option("--database", metavar="NAME", help="The database to grant on.")] = "memfabric",
+    schema: Annotated[str, typer.Option("--schema", metavar="NAME", help="The schema of memfabric's tables.")] = "public",
+    checkpoints: Annotated[bool, typer.Option(
+        "--auditor-checkpoints", help="Also let the auditor write audit checkpoints (INSERT on mf_audit_chain).")] = False,
+) -> None:
+    """Print the SQL that creates the owner/admin, writer and read-only auditor roles with their exact grants.
+
+    Connects to nothing. Run the output as a superuser (psql -f) after the owner's first open; see docs/roles.md."""
+    from memfabric.adapters.roles import roles_sql
+
+    print(roles_sql(database, schema=schema, checkpoints=checkpoints), end="")
 
 
 # ------------------------------------------------------------ note lifecycle
@@ -655,14 +699,17 @@ RequestedByOpt = Annotated[str, typer.Option(
 
 
 @contextmanager
-def notes_fabric(dsn: str | None, data_dir: str | None) -> Iterator[Fabric]:
+def notes_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -> Iterator[Fabric]:
     """An open fabric for the lifecycle commands: inline projections, caught up, and a
-    stand-in for the recorded embedder (they never embed, so no model is loaded)."""
+    stand-in for the recorded embedder (they never embed, so no model is loaded).
+    ``read``: a read-only command (get, history, list, lineage), which opens read-only
+    (no catch-up) when the role cannot write the log."""
     dsn, embedded = resolve_dsn(dsn, data_dir)
     try:
         recorded = recorded_embedder(dsn)
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
-        with open_fabric(dsn, embedder=stand_in) as fabric:
+        read_only = read and not can_write(dsn)
+        with open_fabric(dsn, embedder=stand_in, read_only=read_only) as fabric:
             yield fabric
     finally:
         if embedded is not None:
@@ -686,7 +733,7 @@ def get_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: Resource
                 as_json: JsonOpt = False) -> None:
     """Print one note: id, kind, scope, content and state."""
     try:
-        with notes_fabric(dsn, data_dir) as fabric:
+        with notes_fabric(dsn, data_dir, read=True) as fabric:
             note = note_scope(fabric, note_id, tenant, resource, thread).get(note_id)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
@@ -710,7 +757,7 @@ def history_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: Reso
     from memfabric.adapters.serialize import jsonable
 
     try:
-        with notes_fabric(dsn, data_dir) as fabric:
+        with notes_fabric(dsn, data_dir, read=True) as fabric:
             entries = note_scope(fabric, note_id, tenant, resource, thread).history(note_id)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
@@ -771,7 +818,7 @@ def list_command(
     _check_filters(None, tenant, as_json)
     out: list[dict[str, Any]] = []
     try:
-        with notes_fabric(dsn, data_dir) as fabric:
+        with notes_fabric(dsn, data_dir, read=True) as fabric:
             require_tenant(fabric, tenant)
             after = None
             while len(out) < limit:

@@ -157,16 +157,20 @@ def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple
 
 
 FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
-"""Topic of the tombstone event (part of the log format)."""
+"""Topic of a note's tombstone event (part of the log format)."""
+ERASED_TOPIC = "memfabric.domain.ledger:Conversation.Erased"
+"""Topic of a conversation's tombstone event (part of the log format)."""
+SHREDDING_TOPICS = [FORGOTTEN_TOPIC, ERASED_TOPIC]
+"""Events whose transaction destroys the aggregate's keys."""
 
 
 def forgotten_versions(conn: Connection[Any], originator_ids: list[UUID]) -> dict[UUID, int]:
-    """The version of the latest ``Forgotten`` event of each of the given notes that
-    has one, on ``conn``."""
+    """The version of the latest tombstone (a note's ``Forgotten``, a conversation's
+    ``Erased``) of each of the given aggregates that has one, on ``conn``."""
     rows = conn.execute(
         f"SELECT originator_id, max(originator_version) AS v FROM {tables.EVENTS}"  # noqa: S608
-        " WHERE originator_id = ANY(%s) AND topic = %s GROUP BY originator_id",
-        (originator_ids, FORGOTTEN_TOPIC),
+        " WHERE originator_id = ANY(%s) AND topic = ANY(%s) GROUP BY originator_id",
+        (originator_ids, SHREDDING_TOPICS),
     ).fetchall()
     return {_first(r, "originator_id", 0): int(_first(r, "v", 1)) for r in rows}
 
@@ -350,19 +354,23 @@ class SealingMapper(Mapper[UUID]):
     ``secret``: the fabric secret; with it every event is written as an authenticated
     ``MF2`` state and every ``MF2`` state is checked on reading. ``require_tags``: refuse
     legacy ``MF1`` states (a fabric created by this release has only tagged events, so
-    a row rewritten in the old format is refused too)."""
+    a row rewritten in the old format is refused too). ``read_only``: a fabric opened
+    read-only by a role that may not read the secret reads tagged states without checking
+    their tags (it writes nothing; ``audit verify`` against the chain is its check)."""
 
     def __init__(self, transcoder: Transcoder, keys: KeyVault, *, secret: bytes | None = None,
-                 require_tags: bool = False) -> None:
+                 require_tags: bool = False, read_only: bool = False) -> None:
         super().__init__(transcoder=transcoder)
         self.keys = keys
         self.secret = secret
         self.require_tags = require_tags
+        self.read_only = read_only
 
     def bound(self, keys: KeyVault) -> SealingMapper:
         """This mapper sealing and unsealing with ``keys`` (a unit of work's or a
         replay's own key vault) instead of the shared key store."""
-        return SealingMapper(self.transcoder, keys, secret=self.secret, require_tags=self.require_tags)
+        return SealingMapper(self.transcoder, keys, secret=self.secret, require_tags=self.require_tags,
+                             read_only=self.read_only)
 
     def _tag(self, stored_id: UUID, version: int, topic: str, body: bytes) -> bytes:
         if self.secret is None:
@@ -376,10 +384,12 @@ class SealingMapper(Mapper[UUID]):
         oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
         if data.startswith(MAGIC_TAGGED) and len(data) > len(MAGIC_TAGGED) + TAG_BYTES:
             body, tag = data[:-TAG_BYTES], data[-TAG_BYTES:]
+            if self.secret is None and self.read_only:
+                return body  # a read-only auditor without the secret: the audit chain is the check
             if not hmac.compare_digest(tag, self._tag(oid, stored.originator_version, stored.topic, body)):
                 raise EventIntegrityError(
                     f"event {stored.originator_version} of aggregate {oid} failed authentication: "
-                    "its stored bytes, metadata or topic were changed")
+                    "its stored bytes were changed (metadata, topic or sealed content)")
             return body
         if data.startswith(MAGIC):
             if self.require_tags:

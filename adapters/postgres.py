@@ -33,7 +33,7 @@ from eventsourcing.persistence import StoredEvent, Transcoder
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
-from memfabric.domain.errors import ProjectionLagError
+from memfabric.domain.errors import ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.scope import Scope
@@ -113,6 +113,8 @@ class PostgresFactory(_EventsourcingPostgresFactory):
     def application_recorder(self) -> PostgresNoteRecorder:
         recorder = super().application_recorder()
         assert isinstance(recorder, PostgresNoteRecorder)
+        if self.env.get("MEMFABRIC_READ_ONLY", "no") == "yes":
+            return recorder  # a read-only open runs no DDL (the role may lack CREATE)
         with self.datastore.transaction(commit=True) as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
             cur.execute(KEYS_DDL)
@@ -216,6 +218,8 @@ class PostgresNoteStore:
         self.ef_search = ef_search
         self.awaited_engine: ProjectionEngine | None = None
         self._secret: bytes | None = None
+        self.read_only = False
+        """Set by ``open_fabric(read_only=True)``: the secret is never created or read."""
         self._sizes: dict[str, tuple[float, int]] = {}
 
     @contextmanager
@@ -333,6 +337,8 @@ class PostgresNoteStore:
         tagged, every tagged event read is checked, and in a fabric created by this
         release an untagged event is refused (see ``adapters/crypto.py``)."""
         if self._secret is None:
+            if self.read_only:
+                raise ReadOnlyError("this fabric is open read-only: the fabric secret is not read")
             with self.datastore.transaction(commit=True) as cur:
                 cur.execute(
                     f"INSERT INTO {tables.FABRIC_SECRET} (id, secret, event_format) VALUES (1, %s, 2)"  # noqa: S608

@@ -69,6 +69,11 @@ class EventIntegrityError(FabricError):
     """A stored event failed authenticated decryption: its bytes were changed."""
 
 
+class ReadOnlyError(FabricError):
+    """A write (or DDL, catch-up, checkpoint) was asked of a fabric opened with
+    ``read_only=True`` (e.g. by an auditor role that may only ``SELECT``)."""
+
+
 class EmbedderError(FabricError):
     """The embedder returned something other than ``(n, dim)`` finite float vectors."""
 

@@ -490,7 +490,7 @@ class ProjectionAdmin:
         show: int = 10,
         reporter: Reporter | None = None,
     ) -> list[VerifyReport]:
-        """Replay the log into scratch tables (rolled back) and compare them with the
+        """Replay the log into scratch tables (temporary, rolled back) and compare them with the
         live projections, one :class:`VerifyReport` per table (``ok`` when identical).
 
         Each projection is compared at its own tracked position, so a lagging
@@ -503,6 +503,9 @@ class ProjectionAdmin:
         out: list[VerifyReport] = []
         with self.connect() as conn, conn.transaction(force_rollback=True), conn.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            # Scratch tables are temporary tables (pg_temp first in the search path makes
+            # it the creation schema): a role with SELECT and TEMP, no CREATE, can verify.
+            cur.execute("SELECT set_config('search_path', 'pg_temp, ' || current_setting('search_path'), true)")
             head = _head(cur, self.engine.events_table)
             by_position: dict[int, list[NoteProjection]] = {}
             for p in selected:

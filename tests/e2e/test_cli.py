@@ -112,19 +112,21 @@ def test_log_reports_a_tampered_event_in_one_line(dsn: str, monkeypatch: pytest.
     monkeypatch.setattr(cli_admin, "read_log", raw_invalid_tag)
     res = invoke(dsn, "log")  # nothing tampered yet: the stand-in fails on event 2
     assert res.exit_code == 1  # type: ignore[attr-defined]
-    expected = ("error: notification 2: authenticated decryption failed: its stored bytes were changed;"
-                " run 'memfabric audit verify'")
-    assert errors(res) == [expected]
+    assert errors(res) == ["error: the log cannot be read after notification 1: InvalidTag;"
+                           " run 'memfabric audit verify'"]
     monkeypatch.undo()
 
-    _tamper(dsn, 2)
+    _tamper(dsn, 2)  # a changed row is marked and the listing goes on (issue 19)
     for args in (("log",), ("log", "--tenant", "acme", "--json")):
         res = invoke(dsn, *args)
         assert res.exit_code == 1, res.output  # type: ignore[attr-defined]
         lines = errors(res)
-        assert len(lines) == 1 and lines[0].startswith("error: notification 2: "), lines
+        head = "1 event failed the integrity check (notification 2): "
+        assert len(lines) == 1, lines  # with --json the one error is a JSON object
+        assert lines[0].startswith("error: " + head if "--json" not in args else '{"error": "' + head), lines
+        assert "failed authentication: its stored bytes were changed" in lines[0], lines
         assert "Traceback" not in res.output and "Lisbon" not in res.output  # type: ignore[attr-defined]
-        assert len(res.stdout.splitlines()) == 1  # type: ignore[attr-defined]  # event 1 printed before the stop
+        assert len(res.stdout.splitlines()) == 3  # type: ignore[attr-defined]  # events 1 and 3 as well
 
 
 def test_recall_table_is_readable_at_80_and_160_columns(dsn: str, width: object) -> None:

@@ -1,0 +1,208 @@
+"""Issue 19: a real read-only auditor role (SELECT + TEMPORARY only) runs every read-only
+command and writes nothing; ``log`` and ``export`` survive a tampered row, mark it and
+exit 1 naming its notification id."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from typer.testing import CliRunner
+
+from memfabric.adapters import FabricError, ReadOnlyError, open_fabric
+from memfabric.adapters.cli import app
+from memfabric.adapters.roles import auditor_grants, roles_sql
+
+runner = CliRunner()
+
+
+def run(dsn: str, *args: str) -> object:
+    return runner.invoke(app, [*args, "--dsn", dsn])
+
+
+def make_auditor(pg_server: str, dsn: str, *, checkpoints: bool = False) -> tuple[str, str]:
+    name = "mf_aud_" + uuid.uuid4().hex[:8]
+    db = conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(make_conninfo(pg_server, dbname=db), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {name} LOGIN")
+        conn.execute(f"GRANT CONNECT, TEMPORARY ON DATABASE {db} TO {name}")
+        for stmt in auditor_grants(role=name, checkpoints=checkpoints):
+            conn.execute(stmt)
+    return name, make_conninfo(dsn, user=name)
+
+
+def drop_role(pg_server: str, dsn: str, name: str) -> None:
+    db = conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(make_conninfo(pg_server, dbname=db), autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {name}")
+        conn.execute(f"DROP ROLE {name}")
+
+
+def snapshot(dsn: str) -> dict[str, object]:
+    """Row count and an md5 of the content of every table (tracking positions, chain and
+    keys included): what any write changes."""
+    with psycopg.connect(dsn) as conn:
+        names = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1").fetchall()]
+        return {n: conn.execute(f"SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), ''))"  # noqa: S608
+                                f" FROM {n} t").fetchone() for n in names}
+
+
+@pytest.fixture
+def filled(dsn: str) -> Iterator[dict[str, str]]:
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("acme", "u1", "t1")
+        first = notes.remember(kind="fact", content="User lives in Lisbon", subject="home")
+        second = notes.remember(kind="fact", content="User lives in Porto", subject="home")
+        for i in range(8):
+            notes.remember(kind="fact", content=f"User fact number {i} about cycling")
+        gone = notes.remember(kind="fact", content="User secret to forget")
+        notes.forget(id=gone.id)
+    yield {"first": first.id, "second": second.id}
+
+
+def test_auditor_role_runs_every_read_command_and_writes_nothing(
+        pg_server: str, dsn: str, filled: dict[str, str], tmp_path: Path) -> None:
+    assert run(dsn, "audit", "checkpoint", "--every", "5").exit_code == 0  # type: ignore[attr-defined]
+    name, auditor = make_auditor(pg_server, dsn)
+    try:
+        before = snapshot(dsn)
+        nid = filled["second"]
+        commands = [
+            ("audit", "verify"), ("audit", "verify", "--json"), ("log",), ("log", "--json", "--tenant", "acme"),
+            ("export", "--out", str(tmp_path / "x.jsonl")), ("projections", "status"),
+            ("projections", "verify"), ("lineage", nid), ("get", nid), ("history", nid),
+            ("list", "--tenant", "acme"),
+        ]
+        for args in commands:
+            res = run(auditor, *args)
+            assert res.exit_code == 0, (args, res.output)  # type: ignore[attr-defined]
+            assert "Traceback" not in res.output  # type: ignore[attr-defined]
+        verify = json.loads(run(auditor, "audit", "verify", "--json").stdout.splitlines()[-1])  # type: ignore[attr-defined]
+        assert verify["ok"] and verify["written"] == 0 and "read-only" in verify["not_checkpointed"]
+        assert "OK" in run(auditor, "projections", "verify").output  # type: ignore[attr-defined]
+        assert len((tmp_path / "x.jsonl").read_text().splitlines()) == before["memfabric_events"][0]  # type: ignore[index]
+        # writes are refused with one error line, no traceback
+        for args in (("remember", "x", "--tenant", "acme"), ("forget", nid), ("audit", "checkpoint"),
+                     ("projections", "rebuild")):
+            res = run(auditor, *args)
+            assert res.exit_code == 2, (args, res.output)  # type: ignore[attr-defined]
+            assert "Traceback" not in res.output and res.output.count("error:") == 1, res.output  # type: ignore[attr-defined]
+        with open_fabric(auditor, read_only=True) as fabric:
+            notes = fabric.scope("acme", "u1", "t1")
+            assert notes.get(nid).content == "User lives in Porto"
+            assert notes.recall("Porto").hits
+            with pytest.raises(ReadOnlyError):
+                notes.remember(kind="fact", content="nope")
+            with pytest.raises(ReadOnlyError):
+                fabric.erase_scope("acme")
+        assert snapshot(dsn) == before
+    finally:
+        drop_role(pg_server, dsn, name)
+
+
+def test_auditor_with_the_checkpoint_grant_checkpoints(pg_server: str, dsn: str, filled: dict[str, str]) -> None:
+    assert run(dsn, "audit", "checkpoint", "--every", "5").exit_code == 0  # type: ignore[attr-defined]
+    with open_fabric(dsn) as fabric:
+        fabric.scope("acme", "u1", "t1").remember(kind="fact", content="User owns a bicycle")
+    name, auditor = make_auditor(pg_server, dsn, checkpoints=True)
+    try:
+        out = json.loads(run(auditor, "audit", "verify", "--json").stdout.splitlines()[-1])  # type: ignore[attr-defined]
+        assert out["ok"] and out["written"] == 1 and out["not_checkpointed"] is None
+    finally:
+        drop_role(pg_server, dsn, name)
+
+
+def test_read_only_env_forces_a_read_only_open(dsn: str, filled: dict[str, str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    before = snapshot(dsn)
+    monkeypatch.setenv("MEMFABRIC_READ_ONLY", "1")
+    out = json.loads(run(dsn, "audit", "verify", "--json").stdout.splitlines()[-1])  # type: ignore[attr-defined]
+    assert out["ok"] and out["written"] == 0 and out["not_checkpointed"]
+    assert run(dsn, "projections", "verify").exit_code == 0  # type: ignore[attr-defined]
+    assert snapshot(dsn) == before
+
+
+def test_read_only_open_of_an_empty_database_is_one_error(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(FabricError, match="no memfabric log"):
+        open_fabric(dsn, read_only=True)
+    monkeypatch.setenv("MEMFABRIC_READ_ONLY", "1")
+    res = run(dsn, "log")
+    assert res.exit_code == 2 and res.output.startswith("error: no memfabric log")  # type: ignore[attr-defined]
+    with psycopg.connect(dsn) as conn:  # nothing was created
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
+
+
+def test_roles_sql_is_printed() -> None:
+    res = runner.invoke(app, ["roles", "sql", "--database", "prod"])
+    assert res.exit_code == 0 and res.stdout == roles_sql("prod")
+    assert 'GRANT SELECT ON ALL TABLES IN SCHEMA "public" TO "memfabric_auditor";' in res.stdout
+
+
+def _flip_sealed_byte(dsn: str, position: int) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE memfabric_events SET state = set_byte(state, octet_length(state) - 1,"
+                     " get_byte(state, octet_length(state) - 1) # 1) WHERE notification_id = %s", (position,))
+
+
+def _edit_clear_tenant(dsn: str, position: int) -> None:
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE memfabric_events SET state = decode(replace(encode(state, 'hex'), encode('acme', 'hex'),"
+            " encode('acmf', 'hex')), 'hex') WHERE notification_id = %s", (position,))
+
+
+@pytest.fixture
+def two_hundred(dsn: str) -> int:
+    with open_fabric(dsn, consolidate=False) as fabric:
+        notes = fabric.scope("acme", "u1", "t1")
+        for i in range(200):
+            notes.remember(kind="fact", content=f"note {i}: the user mentioned topic {i * 7919 % 1000}")
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT count(*) FROM memfabric_events").fetchone()[0])  # type: ignore[index]
+
+
+def test_log_and_export_survive_a_tampered_sealed_row(dsn: str, two_hundred: int, tmp_path: Path) -> None:
+    with psycopg.connect(dsn) as conn:
+        bad = int(conn.execute("SELECT notification_id FROM memfabric_events ORDER BY notification_id"
+                               " OFFSET 100 LIMIT 1").fetchone()[0])  # type: ignore[index]
+    _flip_sealed_byte(dsn, bad)
+    res = run(dsn, "log", "--json")
+    assert res.exit_code == 1, res.output  # type: ignore[attr-defined]
+    rows = [json.loads(line) for line in res.stdout.splitlines()]  # type: ignore[attr-defined]
+    assert len(rows) == two_hundred
+    failed = [r for r in rows if r["integrity"] == "failed"]
+    assert [r["position"] for r in failed] == [bad] and "stored bytes were changed" in failed[0]["problem"]
+    assert f"notification {bad}" in res.stderr and res.stderr.count("error") == 1  # type: ignore[attr-defined]
+    assert all(r["metadata"] == "unauthenticated" for r in rows)  # no checkpoint yet
+    text = run(dsn, "log")
+    assert text.exit_code == 1 and f"{bad} " in text.stdout and "INTEGRITY FAILED" in text.stdout  # type: ignore[attr-defined]
+    assert len(text.stdout.splitlines()) == two_hundred  # type: ignore[attr-defined]
+
+    out = tmp_path / "log.jsonl"
+    exp = run(dsn, "export", "--out", str(out))
+    assert exp.exit_code == 1 and f"notification {bad}" in exp.stderr  # type: ignore[attr-defined]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == two_hundred and [r["position"] for r in lines if r["integrity"] == "failed"] == [bad]
+
+
+def test_log_catches_an_edited_clear_tenant_through_the_checkpoint(dsn: str, two_hundred: int) -> None:
+    assert run(dsn, "audit", "checkpoint").exit_code == 0  # type: ignore[attr-defined]
+    rows = [json.loads(line) for line in run(dsn, "log", "--json").stdout.splitlines()]  # type: ignore[attr-defined]
+    assert {r["metadata"] for r in rows} == {"checkpointed"} and {r["integrity"] for r in rows} == {"ok"}
+    with psycopg.connect(dsn) as conn:
+        bad = int(conn.execute("SELECT notification_id FROM memfabric_events ORDER BY notification_id"
+                               " OFFSET 57 LIMIT 1").fetchone()[0])  # type: ignore[index]
+    _edit_clear_tenant(dsn, bad)
+    res = run(dsn, "log", "--json")
+    assert res.exit_code == 1, res.output  # type: ignore[attr-defined]
+    rows = [json.loads(line) for line in res.stdout.splitlines()]  # type: ignore[attr-defined]
+    assert len(rows) == two_hundred
+    failed = [r for r in rows if r["integrity"] == "failed"]
+    assert [r["position"] for r in failed] == [bad] and "audit checkpoint" in failed[0]["problem"]
+    assert f"notification {bad}" in res.stderr  # type: ignore[attr-defined]
