@@ -56,7 +56,7 @@ from memfabric.domain.results import (
 )
 from memfabric.domain.links import EvolutionSettings, LinkError, LinkerSettings
 from memfabric.domain.scope import Scope
-from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, Page, SearchHit, SearchResult
+from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, LedgerSession, Page, SearchHit, SearchResult
 from memfabric.domain.ledger import LedgerAbortedError, LedgerError, NoLedgerError
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
 
@@ -74,6 +74,6 @@ __all__ = [
     "ValidatorRejectedError", "embedder_from_name", "open_fabric", "open_memory_fabric", "tool_error",
     "LinkError", "LinkerSettings", "EvolutionSettings",
     # issue 14: the conversation ledger
-    "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerError", "NoLedgerError",
+    "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerSession", "LedgerError", "NoLedgerError",
     "Page", "SearchHit", "SearchResult",
 ]

@@ -73,6 +73,36 @@ def _tool_session(console: Console, notes: Notes) -> list[str]:
     return outcomes
 
 
+def _conversation(console: Console, notes: Notes) -> dict[str, Any]:
+    """Step 13: the conversation ledger: a short chat, a search hit with its page, an
+    observation read back as an episode, and a reflection promoted to a procedure."""
+    _section(console, "13. conversation ledger: entries, search with pages, episodes, promotion",
+             "the conversation is event-sourced and sealed; episodes are views over observations")
+    chat = notes.conversation()
+    turns = [("user", "Can you book the staging database maintenance for Saturday?"),
+             ("assistant", "Booked: staging maintenance Saturday 06:00 UTC, ticket OPS-88."),
+             ("user", "Thanks. Next time, always post maintenance bookings in #ops first.")]
+    entries = [chat.append(role, text) for role, text in turns]
+    hit = notes.search_conversation("staging maintenance booking", top_k=1).hits[0]
+    obs = chat.observe("Staging maintenance is booked for Saturday 06:00 UTC",
+                       source_entry_ids=[entries[1].id])
+    episode = notes.remember(kind="episode", id=obs)
+    ref = chat.reflect("Post maintenance bookings in #ops before confirming them",
+                       source_ids=[entries[2].id])
+    work = chat.open_work_scope("maintenance-booking")
+    chat.bind(ref, work)
+    chat.close_work_scope(work)
+    promoted = notes.remember(kind="procedure", reflection_id=ref)
+    table = _table("step", "result")
+    table.add_row("search 'staging maintenance booking'",
+                  f"entry {hit.entry_id} score {hit.score:.2f}\n{_clip(hit.page.text, 160)}")
+    table.add_row("episode (a view, nothing copied)", f"{episode.id}: {episode.content}")
+    table.add_row("promotion from a closed work scope", f"procedure {promoted.id}: {promoted.content}")
+    console.print(table)
+    return {"entries": len(entries), "hit": hit.entry_id in {e.id for e in entries},
+            "episode": episode.content, "promoted": promoted.kind}
+
+
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -208,6 +238,7 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         summary["working_block"] = block.content == "Migrate the staging database\nthen rotate the API key"
         summary["context_types"] = [item["type"] for item in context]
         summary["tool_session"] = _tool_session(console, acme)
+        summary["conversation"] = _conversation(console, acme)
     console.print()
     console.print("[green]demo finished[/green]")
     return summary

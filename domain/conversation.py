@@ -347,6 +347,11 @@ class Ledger:
         return self._write(change, shred=True)
 
     # ------------------------------------------------------------------- reads
+    def session(self, session_id: str) -> LedgerSession:
+        """A host's agent session that carries this ledger: ``id`` and ``entries()``,
+        what ``Notes.attach`` accepts (``ValidationError`` for an empty id)."""
+        return LedgerSession(id=_SessionId(id=session_id).id, ledger=self)
+
     def state(self) -> Conversation | None:
         """The aggregate replayed from the log (reflections, work scopes, bindings)."""
         aggregate_id, store = self._ready()
@@ -438,3 +443,22 @@ def erase_conversations(service: Any, tenant_id: str, resource_id: str | None,
                                                          cause="erase_scope")
         n += 1
     return n
+
+
+class _SessionId(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSession:
+    """An agent session carrying a thread's conversation: ``id`` (the host's session
+    id) and ``entries(limit=50)`` (the latest entries, oldest first). Pass it to
+    ``Notes.attach``: the attach gate accepts a session whose ``entries`` is callable."""
+
+    id: str
+    ledger: Ledger
+
+    def entries(self, limit: int = 50) -> list[LedgerEntry]:
+        page = self.ledger.entries(limit=limit, direction="backward")
+        return list(reversed(page.entries))

@@ -314,3 +314,16 @@ def test_erase_scope_prefix_counts_only_live_conversations(fabric: Fabric) -> No
     assert fabric.erase_scope("acme").conversations == 1
     assert fabric.scope("other", "u1", "t1").conversation().entries().entries[0].text == "other tenant"
     assert fabric.erase_scope("acme", hold=True).conversations == 0
+
+
+def test_a_session_carrying_the_ledger_attaches(fabric: Fabric) -> None:
+    """``conversation().session(id)`` exposes ``id`` and ``entries()``: the attach gate
+    accepts it, and ``entries()`` is the conversation so far, oldest first."""
+    notes = fabric.scope("acme", "u1", "t1")
+    chat = notes.conversation()
+    chat.append("user", "hello there")
+    chat.append("assistant", "hi, how can I help")
+    session = chat.session("agent-7")
+    assert [e.text for e in session.entries()] == ["hello there", "hi, how can I help"]
+    with notes.attach(session) as att:
+        assert att.session.id == "agent-7"

@@ -134,3 +134,6 @@ def test_demo_supersession_still_works(dsn: str) -> None:
     # step 12, the agent-style tool session: refused before attach, four tool calls, a refused escape
     assert summary["tool_session"] == ["refused before attach", "memory.insert", "memory.recall",
                                        "memory.view", "memory.read", "escape refused"]
+    # step 13, the conversation ledger: a search hit among the entries, an episode, a promotion
+    assert summary["conversation"] == {"entries": 3, "hit": True, "promoted": "procedure",
+                                       "episode": "Staging maintenance is booked for Saturday 06:00 UTC"}
