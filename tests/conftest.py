@@ -8,6 +8,7 @@ needs CREATEDB; the template needs ``CREATE EXTENSION vector`` rights once).
 from __future__ import annotations
 
 import os
+from typing import Any
 import shutil
 import tempfile
 import uuid
@@ -95,3 +96,20 @@ def fetch(dsn: str, query: str, params: tuple[object, ...] = ()) -> list[tuple[o
     """Run a read query on the test database."""
     with psycopg.connect(dsn) as conn:
         return conn.execute(query, params).fetchall()
+
+
+def race_processes(target: Any, dsn: str, n: int = 4, timeout: float = 120) -> list[Any]:
+    """Start ``n`` spawned processes running ``target(dsn, barrier, queue)`` (they meet
+    at the barrier, then each puts one result on the queue); every process must exit 0.
+    Returns the ``n`` results."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(dsn, barrier, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+        assert p.exitcode == 0
+    return [out.get(timeout=5) for _ in range(n)]

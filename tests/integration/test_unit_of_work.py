@@ -3,7 +3,6 @@ current state in every projection mode (issue 11's two defects)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.projections.rebuild import ProjectionAdmin
-from tests.conftest import fetch
+from tests.conftest import fetch, race_processes
 
 FACT = "The deploy freeze starts Friday"
 
@@ -116,16 +115,8 @@ def _remember_in_runner_mode(dsn: str, barrier: Any, out: Any) -> None:
 
 
 def test_runner_mode_four_processes_one_note(dsn: str, runner: None) -> None:
-    ctx = mp.get_context("spawn")
     n = 4
-    barrier, out = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_remember_in_runner_mode, args=(dsn, barrier, out)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
-    ids = {out.get(timeout=5) for _ in range(n)}
+    ids = set(race_processes(_remember_in_runner_mode, dsn, n))
     assert len(ids) == 1
     assert live_fact_notes(dsn) == sorted(ids)
     topics = [str(r[0]).rsplit(".", 1)[-1] for r in fetch(dsn, "SELECT topic FROM memfabric_events")]

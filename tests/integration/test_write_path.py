@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import threading
@@ -20,7 +19,7 @@ from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.cli import app
 from memfabric.domain.errors import NoteNotFoundError
 from memfabric.projections.engine import advisory_key
-from tests.conftest import event_count, fetch
+from tests.conftest import event_count, fetch, race_processes
 
 
 def live_ids(dsn: str, tenant: str = "acme") -> list[str]:
@@ -196,16 +195,8 @@ def _remember_same(dsn: str, barrier: Any, out: Any) -> None:
 
 
 def test_concurrent_processes_end_with_one_live_note(fabric: Fabric, dsn: str) -> None:
-    ctx = mp.get_context("spawn")
     n = 4
-    barrier, out = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_remember_same, args=(dsn, barrier, out)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
-    ids = {out.get(timeout=5) for _ in range(n)}
+    ids = set(race_processes(_remember_same, dsn, n))
     assert len(ids) == 1
     assert live_ids(dsn) == sorted(ids)
     assert topics(dsn).count("Remembered") == 1 and topics(dsn).count("Folded") == n - 1
