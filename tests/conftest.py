@@ -8,12 +8,12 @@ needs CREATEDB; the template needs ``CREATE EXTENSION vector`` rights once).
 from __future__ import annotations
 
 import os
-from typing import Any
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
