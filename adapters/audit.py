@@ -574,44 +574,66 @@ def _unauthenticated_tail(conn: Connection[Any], mapper: Any, batch: int) -> lis
         after = int(rows[-1][0])
 
 
+class _ChainWalk:
+    """The event leaves in notification order, consumed once across the checkpoints and
+    the tail, with the running chain digest ``actual`` (SHA-256 over ``actual + leaf``,
+    from :data:`GENESIS`)."""
+
+    def __init__(self, rows: Iterator[tuple[int, bytes]], report: AuditReport,
+                 wanted: tuple[int, bytes] | None) -> None:
+        self._rows = rows
+        self._pending: tuple[int, bytes] | None = None
+        self._report = report
+        self._wanted = wanted
+        self.actual = GENESIS
+
+    def take(self, upto: int | None) -> Iterator[tuple[int, bytes]]:
+        """Leaves with position <= ``upto`` (all when None), in order; each is chained."""
+        while True:
+            if self._pending is None:
+                self._pending = next(self._rows, None)
+                if self._pending is None:
+                    return
+            if upto is not None and self._pending[0] > upto:
+                return
+            (pos, leaf), self._pending = self._pending, None
+            self._step(pos, leaf)
+            yield pos, leaf
+
+    def _step(self, pos: int, leaf: bytes) -> None:
+        self.actual = hashlib.sha256(self.actual + leaf).digest()
+        self._report.events += 1
+        if self._wanted is not None and pos == self._wanted[0]:
+            self._report.anchor_ok = self.actual == self._wanted[1]
+
+
 def _verify(
     conn: Connection[Any], report: AuditReport, checkpoint: bool, every: int,
     wanted: tuple[int, bytes] | None, batch: int, progress: Callable[[int], None] | None,
     have_chain: bool = True,
 ) -> None:
+    """Fill ``report``: compare today's leaves with every checkpoint, then walk the tail
+    after the last one (gaps; new checkpoints of ``every`` events when ``checkpoint`` and
+    nothing was found)."""
     cur = conn.cursor(row_factory=tuple_row)
     report.head = int(cur.execute(
         sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {t}").format(t=sql.Identifier(EVENTS_TABLE))
     ).fetchone()[0])  # type: ignore[index]
+    walk = _ChainWalk(_leaves(conn, batch, progress), report, wanted)
+    last_pos, last_digest = _check_checkpoints(cur, walk, report) if have_chain else (0, GENESIS)
+    _walk_tail(cur, walk, report, checkpoint and report.ok, every, last_pos, last_digest)
+    report.head_digest = walk.actual.hex()
+    if wanted is not None and report.anchor_ok is None:
+        report.anchor_ok = False  # the anchored position is gone
+
+
+def _check_checkpoints(cur: Any, walk: _ChainWalk, report: AuditReport) -> tuple[int, bytes]:
+    """Each checkpoint against its own stored leaves and against today's rows; returns
+    ``(position, digest)`` of the last checkpoint (``(0, GENESIS)`` when none)."""
+    stored_prev_pos, stored_prev = 0, GENESIS
     checkpoints = cur.execute(
         f"SELECT position, prev_position, events, digest FROM {CHAIN_TABLE} ORDER BY position"  # noqa: S608
-    ).fetchall() if have_chain else []
-    rows = _leaves(conn, batch, progress)
-    pending: tuple[int, bytes] | None = None
-
-    def take(upto: int | None) -> Iterator[tuple[int, bytes]]:
-        """Rows with position <= upto (all when None), in order."""
-        nonlocal pending
-        while True:
-            if pending is None:
-                pending = next(rows, None)
-                if pending is None:
-                    return
-            if upto is not None and pending[0] > upto:
-                return
-            item, pending = pending, None
-            yield item
-
-    actual = GENESIS
-    stored_prev_pos, stored_prev = 0, GENESIS
-
-    def step(pos: int, leaf: bytes) -> None:
-        nonlocal actual
-        actual = hashlib.sha256(actual + leaf).digest()
-        report.events += 1
-        if wanted is not None and pos == wanted[0]:
-            report.anchor_ok = actual == wanted[1]
-
+    ).fetchall()
     for position, prev_position, count, digest in checkpoints:
         report.checkpoints += 1
         if prev_position != stored_prev_pos:
@@ -621,7 +643,7 @@ def _verify(
             )
         positions, leaves = cur.execute(
             f"SELECT positions, leaves FROM {CHAIN_TABLE} WHERE position = %s", (position,)  # noqa: S608
-        ).fetchone()  # type: ignore[misc]
+        ).fetchone()
         leaves = bytes(leaves)
         stored = {p: leaves[32 * i : 32 * i + 32] for i, p in enumerate(positions)}
         for i in range(len(positions)):  # the chain over the stored leaves, from genesis
@@ -629,8 +651,7 @@ def _verify(
         if stored_prev != bytes(digest) or len(positions) != count or len(leaves) != 32 * count:
             report.broken.append(f"checkpoint {position} does not match its own leaves (checkpoint edited)")
         seen = set()
-        for pos, leaf in take(position):
-            step(pos, leaf)
+        for pos, leaf in walk.take(position):
             seen.add(pos)
             if pos not in stored:
                 report.inserted.append(pos)
@@ -638,43 +659,42 @@ def _verify(
                 report.changed.append(pos)
         report.removed.extend(sorted(p for p in stored if p not in seen))
         stored_prev_pos = position
+    return stored_prev_pos, stored_prev
 
-    # the tail after the last checkpoint
-    write = checkpoint and report.ok
+
+def _walk_tail(cur: Any, walk: _ChainWalk, report: AuditReport, write: bool, every: int,
+               last_pos: int, last_digest: bytes) -> None:
+    """The leaves after the last checkpoint: record gaps in notification ids and, with
+    ``write``, insert checkpoints of ``every`` events chained on ``last_digest``."""
     seg_pos: list[int] = []
     seg_leaves: list[bytes] = []
-    seg_digest = stored_prev
-    last = stored_prev_pos
-
-    def flush() -> None:
-        nonlocal seg_pos, seg_leaves, stored_prev_pos
-        if not seg_pos:
-            return
-        cur.execute(
-            f"INSERT INTO {CHAIN_TABLE} (position, prev_position, events, digest, positions, leaves)"  # noqa: S608
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            (seg_pos[-1], stored_prev_pos, len(seg_pos), seg_digest, seg_pos, b"".join(seg_leaves)),
-        )
-        report.written += 1
-        stored_prev_pos = seg_pos[-1]
-        seg_pos, seg_leaves = [], []
-
-    for pos, leaf in take(None):
-        step(pos, leaf)
+    seg_digest, prev_pos, last = last_digest, last_pos, last_pos
+    for pos, leaf in walk.take(None):
         if pos > last + 1:
             report.gaps.append((last + 1, pos - 1))
         last = pos
-        if write:
-            seg_digest = hashlib.sha256(seg_digest + leaf).digest()
-            seg_pos.append(pos)
-            seg_leaves.append(leaf)
-            if len(seg_pos) >= every:
-                flush()
-    if write:
-        flush()
-    report.head_digest = actual.hex()
-    if wanted is not None and report.anchor_ok is None:
-        report.anchor_ok = False  # the anchored position is gone
+        if not write:
+            continue
+        seg_digest = hashlib.sha256(seg_digest + leaf).digest()
+        seg_pos.append(pos)
+        seg_leaves.append(leaf)
+        if len(seg_pos) >= every:
+            prev_pos = _insert_checkpoint(cur, report, prev_pos, seg_pos, seg_leaves, seg_digest)
+            seg_pos, seg_leaves = [], []
+    if seg_pos:
+        _insert_checkpoint(cur, report, prev_pos, seg_pos, seg_leaves, seg_digest)
+
+
+def _insert_checkpoint(cur: Any, report: AuditReport, prev_pos: int, positions: list[int],
+                       leaves: list[bytes], digest: bytes) -> int:
+    """Insert one checkpoint row; returns its position (the next one's ``prev_position``)."""
+    cur.execute(
+        f"INSERT INTO {CHAIN_TABLE} (position, prev_position, events, digest, positions, leaves)"  # noqa: S608
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (positions[-1], prev_pos, len(positions), digest, positions, b"".join(leaves)),
+    )
+    report.written += 1
+    return positions[-1]
 
 
 def _leaves(
