@@ -256,6 +256,12 @@ class NoteStore(Protocol):
         """The aggregate replayed from the log, or ``None``."""
         ...
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """Issue 16: ``(home scope, visibility)`` of the un-forgotten notes ``note_id``
+        visible from ``scope`` (held included, every kind), ``scope``'s own first, at
+        most 3; the visibility rule runs in the query (note-scope index)."""
+        ...
+
     def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:
         """Decoded domain events of one aggregate in version order."""
         ...

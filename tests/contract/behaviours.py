@@ -240,7 +240,7 @@ class FabricContract:
 
     def test_visibility(self, fab: Any) -> None:
         own = fab.scope("acme", "u1", "t1")
-        t = own.remember(kind="fact", content="Thread note zebra")
+        t = own.remember(kind="fact", content="Thread note zebra", consent={"visibility": "thread"})
         r = own.remember(kind="fact", content="Resource note zebra", consent={"visibility": "resource"})
         a = own.remember(kind="fact", content="Tenant note zebra", consent={"visibility": "tenant"})
 
