@@ -29,7 +29,7 @@ from memfabric.domain.results import (
     note_view,
 )
 from memfabric.domain.scope import Scope
-from memfabric.domain.visibility import LEGACY_VISIBILITY
+from memfabric.domain.visibility import LEGACY_VISIBILITY, write_locks
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -186,7 +186,8 @@ def _by_path(uow: UnitOfWork, scope: Scope, path: str) -> list[Note]:
 
 def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
     """Tombstone (or hold) every un-forgotten note of a scope prefix, ``batch_size``
-    notes per unit of work (each holding the write locks of the scopes it touches)."""
+    notes per unit of work (each holding the write locks of the scopes it touches and
+    of their consolidation groups, ``visibility.write_locks``)."""
     t, r, th = args.tenant_id, args.resource_id, args.thread_id
     deleted = held = already_held = batches = 0
     unread: list[str] = []
@@ -198,7 +199,10 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         targets = [ref for ref in page if not ref.held]
         if not targets:
             continue
-        with svc.unit_of_work([ref.scope for ref in targets]) as uow:
+        # issue 16: with the group locks of every visibility, so no writer of another
+        # thread folds into a note while its batch tombstones it
+        locks = {lock for ref in targets for lock in write_locks(ref.scope, "tenant")}
+        with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
             notes, bad, lost = load_for_erasure(uow, [ref.aggregate_id for ref in targets])
             tally = tombstone(uow, notes, hold=args.hold, requested_by=args.requested_by,
                               cause="erase_scope")
