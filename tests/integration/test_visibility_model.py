@@ -296,3 +296,17 @@ def test_projections_rebuild_identical_with_cross_thread_events(fabric: Fabric) 
     assert all(r.ok for r in admin.verify())
     assert sorted(fetch(fabric.dsn, "SELECT thread_id, visibility FROM mf_note_scope")) == [
         ("thread-1", "resource"), ("thread-1", "thread"), ("thread-2", "resource")]
+
+
+def test_the_demo_runs_twice_with_the_same_outcomes(dsn: str) -> None:
+    """Each demo run uses its own user, so a rerun on the same database does not fold
+    into the previous run's (resource-visible) notes."""
+    from rich.console import Console
+
+    from memfabric.adapters.demo import run_demo
+
+    first = run_demo(Console(quiet=True), dsn=dsn)
+    second = run_demo(Console(quiet=True), dsn=dsn)
+    keys = ("fold_same_id", "superseded", "top_hit_is_successor", "as_of_returns_first",
+            "procedure_excluded", "procedure_when_asked", "isolated", "forgotten", "erased")
+    assert [second[k] for k in keys] == [first[k] for k in keys] == [True] * len(keys)
