@@ -124,7 +124,8 @@ def _table(*columns: str) -> Table:
 
 def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None = None,
              embedder: Any = None) -> dict[str, Any]:
-    """Run the demo; returns a summary dict (used by tests). Each run uses a fresh thread."""
+    """Run the demo; returns a summary dict (used by tests). Each run uses a fresh user
+    and thread."""
     from memfabric.adapters.cli import lineage_summary, lineage_table, recall_table
 
     run = uuid.uuid4().hex[:6]
@@ -133,8 +134,10 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
     with open_fabric(dsn, data_dir=data_dir, embedder=embedder) as fabric:
         where = "embedded PostgreSQL" if fabric._embedded else "PostgreSQL at the given DSN"  # noqa: SLF001
         console.print(Panel.fit(f"memfabric demo · {where} · thread {thread}", style="bold"))
-        acme = fabric.scope("acme", "user-1", thread)
-        globex = fabric.scope("globex", "user-9", thread)
+        # a fresh user per run too: facts follow their user across threads (issue 16),
+        # so a rerun in the same user would fold into the previous run's notes
+        acme = fabric.scope("acme", f"user-1-{run}", thread)
+        globex = fabric.scope("globex", f"user-9-{run}", thread)
 
         _section(console, "1. remember: notes for tenant acme, then globex")
         table = _table("tenant", "id", "kind", "outcome", "content / path")

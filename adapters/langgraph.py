@@ -168,6 +168,9 @@ class MemfabricStore(BaseStore):
         fields: dict[str, Any] = {
             "kind": "fact", "content": json.dumps(value, sort_keys=True, ensure_ascii=False),
             "subject": subject_for(op.namespace, op.key), "tags": [ITEM_TAG, *value_tags(value)],
+            # an item belongs to its namespace alone (issue 16's resource default would
+            # show it to sibling namespaces): thread visibility, as before that default
+            "consent": {"visibility": "thread"},
         }
         if current is not None:
             fields["supersedes"] = current.note_id

@@ -48,7 +48,7 @@ from uuid import UUID
 
 import numpy as np
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.domain import links
+from memfabric.domain import links, visibility
 from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery, key_from_dict
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -241,10 +241,20 @@ def _put(table: dict[UUID, dict[str, Any]], aid: UUID, columns: Sequence[str],
     table[aid] = copy.deepcopy(data)
 
 
-def _current(row: dict[str, Any], scope: Scope, kind: str, now: datetime) -> bool:
-    t, r, th = scope.sql()
-    return (row["tenant_id"] == t and row["resource_id"] == r and row["thread_id"] == th
-            and row["kind"] == kind and (row["valid_to"] is None or row["valid_to"] > now))
+def _in_group(row: dict[str, Any], scope: Scope, vis: visibility.Visibility) -> bool:
+    """``consolidation_index._REACH``: the row is in the consolidation group of a write
+    of ``vis`` from ``scope`` (issue 16)."""
+    return visibility.meets(scope, vis, _home(row), visibility.of_consent({"visibility": row["visibility"]}))
+
+
+def _current(row: dict[str, Any], scope: Scope, q: NeighbourQuery, now: datetime) -> bool:
+    return (_in_group(row, scope, q.visibility) and row["kind"] == q.kind
+            and (row["valid_to"] is None or row["valid_to"] > now))
+
+
+def _home(row: dict[str, Any]) -> Scope:
+    return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
+                 thread_id=row["thread_id"] or None)
 
 
 class InMemoryUnitOfWork:
@@ -327,7 +337,7 @@ class InMemoryUnitOfWork:
             rows = list(self._log.consolidation_rows.values())
         out: list[list[Neighbour]] = []
         for q in queries:
-            mine = [r for r in rows if _current(r, scope, q.kind, now)]
+            mine = [r for r in rows if _current(r, scope, q, now)]
             newest = sorted(mine, key=lambda r: r["ingested_at"], reverse=True)
             picked: list[dict[str, Any]]
             if q.kind == "file":
@@ -342,7 +352,8 @@ class InMemoryUnitOfWork:
             out.append([
                 Neighbour(r["note_id"], _cosine(r["embedding"], q.embedding), r["token_hash"],
                           r["path"], r["subject"], r["valid_from"], r["valid_to"],
-                          key_from_dict(_json(r["inferred"])))
+                          key_from_dict(_json(r["inferred"])), _home(r),
+                          visibility.of_consent({"visibility": r["visibility"]}))
                 for r in picked
             ])
         return out
@@ -547,6 +558,19 @@ class InMemoryNoteStore:
         rows = self._prefix(tenant_id, resource_id, thread_id)
         held = sum(1 for r in rows if r["held"])
         return len(rows) - held, held
+
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """Like ``note_scope.resolve``: homes of the notes ``note_id`` seen from ``scope``."""
+        with self.log.lock:
+            rows = [dict(r) for r in self.log.scope_rows.values() if r["note_id"] == note_id]
+        found = []
+        for r in rows:
+            home = Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
+                         thread_id=r["thread_id"] or None)
+            if visibility.visible(home, visibility.of_consent({"visibility": r["visibility"]}), scope):
+                found.append((home, str(r["visibility"])))
+        found.sort(key=lambda f: (f[0] != scope, f[0].sql()))
+        return found[:3]
 
     def load(self, aggregate_id: UUID) -> Note | None:
         return self.log.replay(aggregate_id)

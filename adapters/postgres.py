@@ -299,6 +299,11 @@ class PostgresNoteStore:
         with self.connection() as conn, conn.cursor() as cur:
             return note_scope.count(cur, tenant_id, resource_id, thread_id)
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """:func:`memfabric.projections.note_scope.resolve` (one indexed query)."""
+        with self.connection() as conn, conn.cursor() as cur:
+            return list(note_scope.resolve(cur, scope, note_id))
+
     # -------------------------------------------------------------------- log
     def load(self, aggregate_id: UUID) -> Note | None:
         with self.connection() as conn, conn.cursor() as cur:

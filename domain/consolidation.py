@@ -6,7 +6,8 @@ The rule lives here once and serves the single and the batch path:
 1. An index proposes candidates for a write (:class:`NeighbourQuery`): the committed
    consolidation index (``UnitOfWork.neighbours``, SQL) and :class:`LocalIndex` (the
    notes the same write already touched). Both return *supersets*: live, currently
-   valid, not superseded notes of exactly the write's scope and kind with the same
+   valid, not superseded notes of the write's kind and consolidation group (issue 16:
+   the same visibility, visible from its scope; :mod:`memfabric.domain.visibility`) with the same
    ``path``, the same ``subject``, the same token hash, the same *inferred* subject key
    (:mod:`memfabric.domain.subjects`; for a ``from_to`` key: the same entity), or a
    near vector.
@@ -39,6 +40,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memfabric.domain.note import Note
+from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import Visibility, meets, of_consent
 from memfabric.domain.subjects import WILDCARD, SubjectKey, Supersession, supersedes
 
 DEFAULT_THRESHOLD = 0.85
@@ -60,7 +63,10 @@ class Consolidation(BaseModel):
 @dataclass(frozen=True, slots=True)
 class NeighbourQuery:
     """One write's consolidation lookup: its kind, unit vector (float32, ``(dim,)``),
-    token hash (:func:`memfabric.domain.policy.token_hash`), path and subject."""
+    token hash (:func:`memfabric.domain.policy.token_hash`), path, subject, inferred
+    key and ``visibility`` (issue 16: the write meets only notes of the same
+    visibility visible from its scope, see :mod:`memfabric.domain.visibility`;
+    default ``thread``: the notes of exactly its scope)."""
 
     kind: str
     embedding: np.ndarray
@@ -68,12 +74,14 @@ class NeighbourQuery:
     path: str | None
     subject: str | None
     inferred: SubjectKey | None = None
+    visibility: Visibility = "thread"
 
 
 @dataclass(frozen=True, slots=True)
 class Neighbour:
     """A candidate note as the rule sees it: id, cosine ``similarity`` to the write,
-    token hash, path, subject and validity window."""
+    token hash, path, subject, validity window and ``home`` (the scope the note lives
+    in; ``None``: the writer's own scope)."""
 
     note_id: str
     similarity: float
@@ -83,6 +91,9 @@ class Neighbour:
     valid_from: datetime | None = None
     valid_to: datetime | None = None
     inferred: SubjectKey | None = None
+    home: Scope | None = None
+    visibility: Visibility | None = None
+    """The note's visibility (``None``: the write's own); issue 16."""
 
 
 def key_to_dict(key: SubjectKey | None) -> dict[str, Any] | None:
@@ -130,8 +141,9 @@ def is_candidate(query: NeighbourQuery, neighbour: Neighbour) -> bool:
 
 def choose(query: NeighbourQuery, candidates: Iterable[Neighbour]) -> Neighbour | None:
     """The neighbour the write is decided against: among the candidates the rule
-    admits, an exact token match first, then the highest similarity; ties go to the
-    earlier candidate (callers list the write's own batch first: it is newer)."""
+    admits, one of the write's own visibility first (issue 16), then an exact token
+    match, then the highest similarity; ties go to the earlier candidate (callers list
+    the write's own batch first: it is newer)."""
     best: Neighbour | None = None
     keyed = query.kind == "file" or query.subject is not None
     for cand in candidates:
@@ -144,8 +156,11 @@ def choose(query: NeighbourQuery, candidates: Iterable[Neighbour]) -> Neighbour 
     return best
 
 
-def _rank(query: NeighbourQuery, n: Neighbour) -> tuple[bool, float]:
-    return (n.tokens == query.token_hash, n.similarity)
+def _rank(query: NeighbourQuery, n: Neighbour) -> tuple[bool, bool, float]:
+    # issue 16: a note of the write's own visibility first (a narrower note of the
+    # writer's scope only when no such note qualifies), then an exact repeat
+    same = n.visibility is None or n.visibility == query.visibility
+    return (same, n.tokens == query.token_hash, n.similarity)
 
 
 def decide(
@@ -237,7 +252,10 @@ class LocalIndex:
     list per item), so a batch of n notes costs O(n²·dim) float operations in numpy,
     not O(n²) Python steps."""
 
-    def __init__(self, dim: int, capacity: int = 0) -> None:
+    def __init__(self, dim: int, capacity: int = 0, *, scope: Scope | None = None) -> None:
+        self._scope = scope
+        """The writer's scope (issue 16: which local notes meet which write,
+        :func:`memfabric.domain.visibility.meets`; ``None``: every note is the writer's)."""
         self._dim = max(dim, 1)
         self._matrix = np.zeros((max(capacity, 1), self._dim), dtype=np.float32)
         self._notes: dict[str, Note] = {}
@@ -372,13 +390,18 @@ class LocalIndex:
         sims = self._matrix[:n] @ query.embedding
         return [self._row_ids[r] for r in np.flatnonzero(sims >= threshold).tolist()]
 
+    def _meets(self, note: Note, query: NeighbourQuery) -> bool:
+        writer = self._scope or note.scope
+        return meets(writer, query.visibility, note.scope, of_consent(note.consent))
+
     def _rows(self, ids: Sequence[str], query: NeighbourQuery, now: datetime) -> list[Neighbour]:
         out = []
         for nid in ids:
             note = self._notes[nid]
-            if not is_current(note, query.kind, now):
-                continue
+            if not is_current(note, query.kind, now) or not self._meets(note, query):
+                continue  # issue 16: only the write's consolidation group
             sim = float(np.dot(self._matrix[self._row_of[nid]], query.embedding))
             out.append(Neighbour(nid, sim, self._hash_of[nid], note.path, note.subject,
-                                 note.valid_from, note.valid_to, note_key(note)))
+                                 note.valid_from, note.valid_to, note_key(note), note.scope,
+                                 of_consent(note.consent)))
         return out

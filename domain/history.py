@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memfabric.domain.errors import NoteNotFoundError
+from memfabric.domain import visibility
+from memfabric.domain.errors import NoteNotFoundError, ScopeError
 from memfabric.domain.note import ERASED, Note, note_uuid
 from memfabric.domain.results import HistoryEntry, Lineage, MemoryNote, note_view
 from memfabric.domain.scope import Scope
@@ -16,9 +17,36 @@ if TYPE_CHECKING:
 _ENVELOPE = ("originator_id", "originator_version", "timestamp", "originator_topic")
 
 
+def locate(svc: MemoryService, scope: Scope, note_id: str) -> tuple[Scope, visibility.Visibility]:
+    """Issue 16: where note ``note_id``, addressed from ``scope``, lives: ``(home,
+    visibility)`` of the un-forgotten note of that id visible from ``scope``
+    (``scope``'s own note first), else ``(scope, "thread")``, so a forgotten note is
+    still addressed (its tombstone) from its own scope and an invisible one is not
+    found. Raises ``ScopeError`` when several other scopes' notes visible from
+    ``scope`` share the id (explicit ids): address it from its own scope then."""
+    found = svc.store.resolve(scope, note_id)
+    if not found:
+        return scope, visibility.LEGACY_VISIBILITY
+    (home, vis), *rest = found
+    if home != scope and rest:
+        homes = ", ".join(str(h) for h, _ in found)
+        raise ScopeError(f"id: note {note_id!r} is visible from {scope} in several scopes ({homes});"
+                         " address it from its own scope")
+    return home, visibility.of_consent({"visibility": vis})
+
+
+def lock_scopes(home: Scope, vis: visibility.Visibility) -> list[Scope]:
+    """The write locks a change of a note of ``home`` and ``vis`` takes: those a write
+    of ``vis`` from ``home`` takes (``visibility.write_locks``), so it is serialised
+    with every write that may consolidate with the note."""
+    return sorted(visibility.write_locks(home, vis), key=lambda s: s.key)
+
+
 def load(svc: MemoryService, scope: Scope, note_id: str) -> Note:
-    """The note's aggregate; raises ``NoteNotFoundError`` when ``scope`` has none."""
-    note = svc.store.load(note_uuid(scope, note_id))
+    """The note ``note_id`` visible from ``scope`` (:func:`locate`); raises
+    ``NoteNotFoundError`` when there is none."""
+    home, _ = locate(svc, scope, note_id)
+    note = svc.store.load(note_uuid(home, note_id))
     if note is None:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
     return note
@@ -30,8 +58,10 @@ def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
 
 
 def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry]:
-    """Every event of the note in version order (``NoteNotFoundError`` when absent)."""
-    events = list(svc.store.stored_events(note_uuid(scope, note_id)))
+    """Every event of the note visible from ``scope`` (:func:`locate`) in version order
+    (``NoteNotFoundError`` when absent)."""
+    home, _ = locate(svc, scope, note_id)
+    events = list(svc.store.stored_events(note_uuid(home, note_id)))
     if not events:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
     return [_entry(event) for event in events]
@@ -59,20 +89,26 @@ def lineage(svc: MemoryService, scope: Scope, note_id: str) -> Lineage:
     tomb = None
     if note.forgotten or note.held:  # the latest tombstone (a block can be rewritten)
         tomb = next((h.fields for h in reversed(events) if h.type == "Forgotten"), None)
-    chain = [_chain_row(load(svc, scope, nid)) for nid in [*reversed(preds), note.note_id, *succs]]
-    return Lineage(id=note_id, predecessors=preds, successors=succs,
+    chain = [_chain_row(n) for n in [*reversed(preds), note, *succs]]
+    return Lineage(id=note_id, predecessors=[n.note_id for n in preds],
+                   successors=[n.note_id for n in succs],
                    folds=[h.timestamp for h in events if h.type == "Folded"],
                    links=list(note.links), tombstone=tomb, chain=chain,
                    promoted_from=getattr(note, "promoted_from", None))
 
 
-def _walk(svc: MemoryService, scope: Scope, start: Note, seen: set[str], step: Any) -> list[str]:
-    out: list[str] = []
+def _walk(svc: MemoryService, scope: Scope, start: Note, seen: set[str], step: Any) -> list[Note]:
+    """The notes along ``step`` from ``start``, each resolved from ``scope`` (issue 16:
+    a chain may cross threads); the walk stops before a note ``scope`` cannot see."""
+    out: list[Note] = []
     cur = start
     while (nxt := step(cur)) and nxt not in seen:
         seen.add(nxt)
-        out.append(nxt)
-        cur = load(svc, scope, nxt)
+        try:
+            cur = load(svc, scope, nxt)
+        except NoteNotFoundError:
+            break
+        out.append(cur)
     return out
 
 

@@ -126,13 +126,16 @@ class Link(_Input):
 class Consent(_Input):
     """Who may see a note and whether its use was granted.
 
-    ``visibility``: ``thread`` (default, only the note's own thread), ``resource``
-    (every thread of the note's resource) or ``tenant`` (the whole tenant).
+    ``visibility``: ``thread`` (only the note's own scope), ``resource`` (every thread
+    of the note's resource and the user-level scope ``(tenant, resource)``) or
+    ``tenant`` (the whole tenant); ``None`` (default): the kind's default, ``resource``
+    for ``fact`` and ``procedure``, ``thread`` for ``file``
+    (:data:`memfabric.domain.visibility.DEFAULT_VISIBILITY`), stored explicitly.
     ``granted``: ``None`` when unknown; with ``require_consent=True`` on the fabric
     only notes with ``granted=True`` are recalled. ``purposes``: free labels.
     """
 
-    visibility: Literal["thread", "resource", "tenant"] = "thread"
+    visibility: Literal["thread", "resource", "tenant"] | None = None
     granted: bool | None = None
     purposes: list[NonEmpty] = Field(default_factory=list, max_length=32)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memfabric.domain import links, working
-from memfabric.domain.history import history
+from memfabric.domain.history import history, locate, lock_scopes
 from memfabric.domain.errors import EventIntegrityError, FabricError, NoteNotFoundError
 from memfabric.domain.inputs import EraseScopeInput
 from memfabric.domain.note import Note, note_uuid
@@ -29,6 +29,7 @@ from memfabric.domain.results import (
     note_view,
 )
 from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import LEGACY_VISIBILITY, write_locks
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -101,12 +102,15 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
 
 def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
            block: str | None = None) -> ForgetResult:
-    """Tombstone (or hold) one note of ``scope``. Absent or already forgotten:
-    ``deleted=0, held=False``; held: ``deleted=0, held=True``, left unchanged."""
-    with svc.unit_of_work([scope]) as uow:
-        readable, unreadable, failed = load_for_erasure(uow, [note_uuid(scope, note_id)])
+    """Tombstone (or hold) one note visible from ``scope`` (issue 16: resolved by
+    :func:`memfabric.domain.history.locate`; a block: of exactly ``scope``). Absent or
+    already forgotten: ``deleted=0, held=False``; held: ``deleted=0, held=True``, left
+    unchanged."""
+    home, vis = (scope, LEGACY_VISIBILITY) if block is not None else locate(svc, scope, note_id)
+    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        readable, unreadable, failed = load_for_erasure(uow, [note_uuid(home, note_id)])
         if failed:
-            raise EventIntegrityError(f"note {note_id!r} of scope {scope}: its events cannot be decoded,"
+            raise EventIntegrityError(f"note {note_id!r} of scope {home}: its events cannot be decoded,"
                                       " so it cannot be tombstoned (see `memfabric audit verify`)")
         found = readable or unreadable
         note = found[0] if found else None
@@ -126,9 +130,11 @@ def release_hold(svc: MemoryService, scope: Scope, note_id: str, *, requested_by
     """Lift the legal hold of note ``note_id``: one ``HoldReleased`` event; in the same
     unit of work its projection rows come back, so it is recalled and listed again.
     The hold's ``Forgotten`` event stays in the history. Raises ``NoteNotFoundError``
-    (absent), ``NoteForgottenError`` (tombstoned), ``NotHeldError`` (not held)."""
-    with svc.unit_of_work([scope]) as uow:
-        note = uow.load(scope, note_id)
+    (absent), ``NoteForgottenError`` (tombstoned), ``NotHeldError`` (not held). The
+    note is any one visible from ``scope`` (issue 16)."""
+    home, vis = locate(svc, scope, note_id)
+    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        note = uow.load(home, note_id)
         if note is None:
             raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
         note.release_hold(requested_by=requested_by)
@@ -180,7 +186,8 @@ def _by_path(uow: UnitOfWork, scope: Scope, path: str) -> list[Note]:
 
 def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
     """Tombstone (or hold) every un-forgotten note of a scope prefix, ``batch_size``
-    notes per unit of work (each holding the write locks of the scopes it touches)."""
+    notes per unit of work (each holding the write locks of the scopes it touches and
+    of their consolidation groups, ``visibility.write_locks``)."""
     t, r, th = args.tenant_id, args.resource_id, args.thread_id
     deleted = held = already_held = batches = 0
     unread: list[str] = []
@@ -192,7 +199,10 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         targets = [ref for ref in page if not ref.held]
         if not targets:
             continue
-        with svc.unit_of_work([ref.scope for ref in targets]) as uow:
+        # issue 16: with the group locks of every visibility, so no writer of another
+        # thread folds into a note while its batch tombstones it
+        locks = {lock for ref in targets for lock in write_locks(ref.scope, "tenant")}
+        with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
             notes, bad, lost = load_for_erasure(uow, [ref.aggregate_id for ref in targets])
             tally = tombstone(uow, notes, hold=args.hold, requested_by=args.requested_by,
                               cause="erase_scope")

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memfabric.domain.attach import gate_for
 from memfabric.domain.errors import EventIntegrityError, FabricError, NoteForgottenError, NoteNotFoundError
+from memfabric.domain.history import locate, lock_scopes
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
@@ -122,9 +123,10 @@ def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation
     """Add the edge ``from_id -> to_id`` (see the module doc)."""
     if from_id == to_id:
         raise LinkError(f"to_id: note {from_id!r} cannot link to itself")
-    with svc.unit_of_work([scope]) as uow:
-        source = _live(uow, scope, from_id, "from_id")
-        _live(uow, scope, to_id, "to_id")
+    home, vis = locate(svc, scope, from_id)
+    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        source = _live(uow, home, from_id, "from_id")
+        _live(uow, home, to_id, "to_id")
         source.link([{"id": to_id, "relation": relation, "weight": float(weight)}], cause="caller")
         uow.add(source)
         uow.commit()
@@ -135,10 +137,11 @@ def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation
 def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
            relation: str) -> MemoryNote:
     """Remove the edge ``from_id -> to_id`` of ``relation`` (absent: nothing written)."""
-    with svc.unit_of_work([scope]) as uow:
-        source = _live(uow, scope, from_id, "from_id")
-        if uow.load(scope, to_id) is None:
-            raise NoteNotFoundError(f"to_id: no note {to_id!r} in scope {scope}")
+    home, vis = locate(svc, scope, from_id)
+    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        source = _live(uow, home, from_id, "from_id")
+        if uow.load(home, to_id) is None:
+            raise NoteNotFoundError(f"to_id: no note {to_id!r} in scope {home}")
         if any(lk["id"] == to_id and lk.get("relation", "related") == relation for lk in source.links):
             source.unlink([{"id": to_id, "relation": relation}], cause="caller")
             uow.add(source)

@@ -204,7 +204,8 @@ class Notes:
         """Add the edge ``from_id -> to_id`` (``relation``, ``weight`` in [0, 1]) as a
         ``Linked`` event on the source note and return the source (``outcome``
         ``linked``); the same edge again replaces its weight. Both notes must be live
-        notes of this scope. Raises ``pydantic.ValidationError`` (bad id, relation or
+        notes of one scope: the source is any note visible from this scope (issue 16,
+        see :meth:`get`), the target a note of the source's scope. Raises ``pydantic.ValidationError`` (bad id, relation or
         weight), ``NoteNotFoundError``, ``NoteForgottenError`` (forgotten or held),
         ``LinkError`` (a note linking to itself); nothing is written then. See
         :mod:`memfabric.domain.links`."""
@@ -346,15 +347,26 @@ class Notes:
         return self._service.recall(self.scope, RecallInput.model_validate(data))
 
     def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
-        """The note ``id`` of this scope (``NoteNotFoundError`` when absent)."""
+        """The note ``id`` as seen from this scope (``NoteNotFoundError`` when absent).
+
+        Issue 16: every action by id (get, history, lineage, forget, hold,
+        release_hold, verify_content, link, unlink, ``supersedes=``) resolves the
+        un-forgotten note of that id *visible* from this scope (this scope's own first;
+        a resource-visible note of another thread of the resource, a tenant-visible
+        note of the tenant), and nothing else; a forgotten note only from its own
+        scope. Raises ``ScopeError`` when several other scopes' visible notes share the
+        id (explicit ids): use the note's own scope then."""
         return self._service.get(self.scope, _note_id(id))
 
     def history(self, id: str) -> list[HistoryEntry]:  # noqa: A002
-        """Typed events of note ``id`` in order, with timestamps and causes."""
+        """Typed events of note ``id`` (resolved as in :meth:`get`) in order, with
+        timestamps and causes."""
         return self._service.history(self.scope, _note_id(id))
 
     def lineage(self, id: str) -> Lineage:  # noqa: A002
-        """Supersession chain (both directions), folds, links and tombstone of ``id``."""
+        """Supersession chain (both directions), folds, links and tombstone of ``id``
+        (resolved as in :meth:`get`; the chain may cross threads and stops before a note
+        this scope cannot see)."""
         return self._service.lineage(self.scope, _note_id(id))
 
     # ----------------------------------------------------------------- forget
@@ -368,7 +380,8 @@ class Notes:
         in the same transaction (crypto-shredding): its content can no longer be read
         from the log. ``hold=True`` keeps the content under legal hold; a held note is
         never recalled, never in context, never a fold or link candidate.
-        ``deleted`` is 1 for a tombstoned note or block, 0 when held or not in this scope.
+        ``deleted`` is 1 for a tombstoned note or block, 0 when held or not visible from
+        this scope (a note resolves as in :meth:`get`; a block is of exactly this scope).
         A forgotten block's content is cleared and ``forgotten_at`` stamped; its label is
         free again (the next write starts it afresh). A held block refuses writes.
 

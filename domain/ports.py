@@ -109,7 +109,9 @@ class NoteRef:
 class UnitOfWork(Protocol):
     """One write transaction over the scopes it was opened for.
 
-    Opening it takes the scopes' write locks (writers of one scope run one at a time);
+    Opening it takes the scopes' write locks (writers of one scope run one at a time;
+    a write also names its consolidation groups' lock scopes,
+    :func:`memfabric.domain.visibility.write_locks`);
     every load and query below runs inside it. Aggregates passed to :meth:`add` are
     saved by :meth:`commit` in the order their events were added: their events are
     appended to the log, the data keys of new notes are created, the keys of notes passed
@@ -151,10 +153,12 @@ class UnitOfWork(Protocol):
     ) -> list[list[Neighbour]]:
         """Consolidation candidates of each query from the committed consolidation
         index (a superset; :func:`memfabric.domain.consolidation.choose` applies the
-        rule): live, current, not superseded notes of exactly ``scope`` and the
-        query's kind — same ``path`` (file), same ``subject``, same token hash, and the
-        ``per_query`` nearest vectors (the linker asks for its ``top_k``). Bounded SQL,
-        batched."""
+        rule): live, current, not superseded notes of the query's kind in its
+        consolidation group (issue 16: of the query's visibility and visible from
+        ``scope``, or of ``scope`` with a narrower visibility;
+        :func:`memfabric.domain.visibility.meets`), each with its ``home`` — same
+        ``path`` (file), same ``subject``, same token hash, and the ``per_query``
+        nearest vectors (the linker asks for its ``top_k``). Bounded SQL, batched."""
         ...
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
@@ -254,6 +258,12 @@ class NoteStore(Protocol):
 
     def load(self, aggregate_id: UUID) -> Note | None:
         """The aggregate replayed from the log, or ``None``."""
+        ...
+
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """Issue 16: ``(home scope, visibility)`` of the un-forgotten notes ``note_id``
+        visible from ``scope`` (held included, every kind), ``scope``'s own first, at
+        most 3; the visibility rule runs in the query (note-scope index)."""
         ...
 
     def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:

@@ -25,6 +25,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.remember import new_note_id, vector_bytes
 from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import stored_consent
 
 
 class PromoteInput(BaseModel):
@@ -70,7 +71,7 @@ def promote(svc: Any, scope: Scope, *, kind: str, reflection_id: Any, content: A
             tags=list(item.tags), source_entry_ids=list(item.source_entry_ids) or list(reflection.source_ids),
             context=svc.redact(item.context), links=[], supersedes=None,
             importance=0.5 if item.importance is None else item.importance,
-            consent=item.consent.model_dump() if item.consent else None,
+            consent=stored_consent(item.kind, item.consent.model_dump() if item.consent else None),
             embedding=vector_bytes(embedding), embedder_id=svc.embedder.id, dim=svc.embedder.dim,
             token_count=policy.count_tokens(text), cause="promotion",
             promoted_from={"reflection_id": args.reflection_id, "scope_id": scope_id},

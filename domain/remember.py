@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memfabric.domain import consolidation, links, policy, working
+from memfabric.domain import consolidation, history, links, policy, visibility, working
 from memfabric.domain.consolidation import LocalIndex, Neighbour, NeighbourQuery
 from memfabric.domain.errors import (
     NoteExistsError,
@@ -98,13 +98,53 @@ def remember_many(
                 else svc.consolidation if consolidate is None
                 else svc.consolidation.model_copy(update={"enabled": bool(consolidate)}))
     prepared = _prepare(svc, items, settings.enabled)
-    with svc.unit_of_work([scope]) as uow:
+    targets = _supersede_targets(svc, scope, items)
+    locks = {*lock_scopes(scope, items), *(lock for _, locked in targets.values() for lock in locked)}
+    with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
         now = datetime.now(timezone.utc)
         writer = _Writer(svc, uow, scope, now, prepared, settings.threshold)
+        writer.homes = {nid: home for nid, (home, _) in targets.items()}
         results = [writer.write(i, item) for i, item in enumerate(items)]
         uow.commit()
     svc.store.await_position(uow.position)
     return results
+
+
+def lock_scopes(scope: Scope, items: Sequence[RememberInput]) -> list[Scope]:
+    """The scopes whose write locks a write of ``items`` to ``scope`` takes: ``scope``
+    itself and, per visibility its notes get, the locks of its consolidation group
+    (:func:`memfabric.domain.visibility.write_locks`: ``(tenant, resource)`` for
+    resource-visible notes, that and ``(tenant)`` for tenant-visible ones), so two
+    writers of one group in two threads are serialised. The unit of work sorts them."""
+    out = {scope}
+    for item in items:
+        if item.kind != "working":
+            out |= visibility.write_locks(scope, item_visibility(item))
+    return sorted(out, key=lambda s: s.key)
+
+
+def _supersede_targets(svc: MemoryService, scope: Scope, items: Sequence[RememberInput],
+                       ) -> dict[str, tuple[Scope, list[Scope]]]:
+    """Issue 16: the home of each explicit ``supersedes`` target (any note visible from
+    ``scope``, :func:`memfabric.domain.history.locate`) and the locks changing it takes."""
+    out: dict[str, tuple[Scope, list[Scope]]] = {}
+    for item in items:
+        if item.supersedes is not None and item.supersedes not in out:
+            home, vis = history.locate(svc, scope, item.supersedes)
+            out[item.supersedes] = (home, history.lock_scopes(home, vis))
+    return out
+
+
+def item_visibility(item: RememberInput) -> visibility.Visibility:
+    """The visibility a new note of ``item`` gets (the caller's, else the kind's
+    default, :data:`memfabric.domain.visibility.DEFAULT_VISIBILITY`)."""
+    given = item.consent.visibility if item.consent is not None else None
+    return given or visibility.DEFAULT_VISIBILITY.get(item.kind, visibility.LEGACY_VISIBILITY)
+
+
+def _consent(item: RememberInput) -> dict[str, Any] | None:
+    """The consent stored on a new note of ``item`` (visibility always explicit)."""
+    return visibility.stored_consent(item.kind, item.consent.model_dump() if item.consent else None)
 
 
 def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> dict[int, _Prepared]:
@@ -118,7 +158,7 @@ def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> di
         inferred = (extractor.extract(text, kind=item.kind)
                     if extractor is not None and item.subject is None and item.kind == "fact" else None)
         query = NeighbourQuery(item.kind, vectors[n], policy.token_hash(policy.normalized_tokens(text)),
-                               item.path, item.subject, inferred)
+                               item.path, item.subject, inferred, item_visibility(item))
         asks = on and item.id is None and item.supersedes is None
         out[i] = _Prepared(item, n, text, query, asks)
     return out
@@ -138,10 +178,12 @@ class _Writer:
         found = uow.neighbours(scope, [p.query for p in asking], now=now, **wanted) if asking else []
         self.stored = {p.index: cands for p, cands in zip(asking, found, strict=True)}
         self.threshold = threshold
-        self.local = LocalIndex(svc.embedder.dim, len(prepared))
+        self.local = LocalIndex(svc.embedder.dim, len(prepared), scope=scope)
         if len(asking) > 1:
             self.local.prepare(np.stack([p.query.embedding for p in prepared.values()]), self.threshold)
         self.blocks = working.BlockWriter(svc, uow, scope)
+        self.homes: dict[str, Scope] = {}
+        """Home scope of each explicit ``supersedes`` target (default: the writer's)."""
 
     def write(self, i: int, item: RememberInput) -> MemoryNote:
         if item.kind == "working":
@@ -163,7 +205,7 @@ class _Writer:
         why = consolidation.reason(p.query, neighbour, outcome)
         if outcome in ("fold", "supersede"):
             assert neighbour is not None
-            old = self._load(neighbour.note_id)
+            old = self._load(neighbour.note_id, neighbour.home)
             if outcome == "fold":
                 return self._fold(p, old, why)
             return self._insert(p, "supersede", old, neighbour, why)
@@ -175,10 +217,12 @@ class _Writer:
         stored = [c for c in self.stored.get(p.index, []) if c.note_id not in self.local]
         return consolidation.choose(p.query, [*local, *stored])
 
-    def _load(self, note_id: str) -> Note:
-        note = self.uow.load(self.scope, note_id)
+    def _load(self, note_id: str, home: Scope | None = None) -> Note:
+        """The note ``note_id`` of ``home`` (default: the writer's scope)."""
+        where = home or self.scope
+        note = self.uow.load(where, note_id)
         if note is None:
-            raise NoteNotFoundError(f"no note {note_id!r} in scope {self.scope}")
+            raise NoteNotFoundError(f"no note {note_id!r} in scope {where}")
         return note
 
     def _check_id(self, item: RememberInput) -> None:
@@ -196,7 +240,7 @@ class _Writer:
     def _explicit_target(self, item: RememberInput) -> Note:
         assert item.supersedes is not None
         try:
-            old = self._load(item.supersedes)
+            old = self._load(item.supersedes, self.homes.get(item.supersedes))
         except NoteNotFoundError:
             raise NoteNotFoundError(f"supersedes: no note {item.supersedes!r} in scope {self.scope}") from None
         if not old.live:
@@ -219,7 +263,7 @@ class _Writer:
             links=[link.model_dump() for link in item.links],
             embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
             token_count=policy.count_tokens(p.text), importance=item.importance,
-            consent=item.consent.model_dump() if item.consent else None,
+            consent=_consent(item) if item.consent else None,
             t_ref=item.t_ref, valid_from=item.valid_from, valid_to=item.valid_to, cause="fold",
             decision=why,
         )
@@ -241,7 +285,7 @@ class _Writer:
             links=[link.model_dump() for link in item.links],
             supersedes=old.note_id if old is not None else None,
             importance=0.5 if item.importance is None else item.importance,
-            consent=item.consent.model_dump() if item.consent else None,
+            consent=_consent(item),
             embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
             dim=self.svc.embedder.dim, token_count=policy.count_tokens(p.text), cause="caller",
             inferred_subject=consolidation.key_to_dict(p.query.inferred), decision=why,
@@ -255,8 +299,9 @@ class _Writer:
             self.local.touch(old)
         if self.workers is not None:
             skip = {old.note_id} if old is not None else set()
+            own = [c for c in self.stored.get(p.index, []) if c.home in (None, self.scope)]
             links.run_workers(self.workers, self.uow, self.scope, note, p.query.embedding,
-                              self.stored.get(p.index, []), self.local, skip)
+                              own, self.local, skip)
         result: Outcome = {"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted")  # type: ignore[assignment]
         return note_view(note, result)
 

@@ -120,3 +120,35 @@ def accepted(projection: Any, aggregates: Iterable[Any]) -> list[Any]:
     ``(Note,)``), so note projections never see a conversation and vice versa."""
     types = getattr(projection, "aggregate_types", (Note,))
     return [a for a in aggregates if isinstance(a, types)]
+
+
+def has_table(cur: Cursor[Any], table: str) -> bool:
+    """Whether ``table`` exists in the current search path."""
+    row = cur.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (table,)).fetchone()
+    return bool(row and (row["found"] if isinstance(row, dict) else row[0]))
+
+
+def has_column(cur: Cursor[Any], table: str, column: str) -> bool:
+    """Whether ``table`` (in the current schema) has ``column``."""
+    row = cur.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = %s AND column_name = %s", (table, column)).fetchone()
+    return row is not None
+
+
+def add_visibility(cur: Cursor[Any], table: str, recall_table: str = "mf_recall_index") -> bool:
+    """Issue 16: give a table of an older release its ``visibility`` column (text),
+    filled from the recall index's row of each note where it has one, else ``thread``
+    (what a note written without a stored visibility means; a held note, which has no
+    recall row, reads ``thread`` until the projection is rebuilt, failing closed).
+    Returns whether the column was added (nothing is done when it exists)."""
+    if not has_table(cur, table) or has_column(cur, table, "visibility"):
+        return False
+    t = sql.Identifier(table)
+    cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN visibility text").format(t=t))
+    if has_table(cur, recall_table):
+        cur.execute(sql.SQL("UPDATE {t} n SET visibility = r.visibility FROM {r} r"
+                            " WHERE r.aggregate_id = n.aggregate_id").format(
+            t=t, r=sql.Identifier(recall_table)))
+    cur.execute(sql.SQL("UPDATE {t} SET visibility = 'thread' WHERE visibility IS NULL").format(t=t))
+    return True

@@ -39,7 +39,9 @@ from memfabric.domain.consolidation import Neighbour, NeighbourQuery, key_from_d
 from memfabric.domain.subjects import WILDCARD
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
+from memfabric.domain import visibility
 from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import of_consent
 from memfabric.projections import base, tables
 
 NAME = "consolidation"
@@ -49,12 +51,12 @@ KINDS = ("fact", "procedure", "file")
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "kind", "note_id",
     "token_hash", "path", "subject", "valid", "ingested_at", "embedding",
-    "inferred_key", "inferred",
+    "inferred_key", "inferred", "visibility",
 )
 """Column order of a row tuple (also the COPY order)."""
 
 _TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text",
-          "tstzrange", "timestamptz", "vector", "text", "jsonb")
+          "tstzrange", "timestamptz", "vector", "text", "jsonb", "text")
 
 CHUNK = 500
 """Queries per neighbour statement."""
@@ -72,6 +74,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         Range(note.valid_from, note.valid_to, bounds="[)"), note.created_on,
         np.frombuffer(note.embedding, dtype=np.float32),
         *_inferred_cols(note),
+        of_consent(note.consent),
     )
 
 
@@ -89,7 +92,7 @@ def ddl(dim: int, table: str = TABLE) -> sql.Composed:
         " thread_id text NOT NULL, kind text NOT NULL, note_id text NOT NULL,"
         " token_hash text NOT NULL, path text, subject text, valid tstzrange NOT NULL,"
         " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL,"
-        " inferred_key text, inferred jsonb)"
+        " inferred_key text, inferred jsonb, visibility text)"
     ).format(t=sql.Identifier(table), dim=sql.Literal(dim))
 
 
@@ -113,13 +116,26 @@ def index_ddl(table: str = TABLE) -> list[sql.Composed]:
             i=sql.Identifier(f"{table}_subject"), t=t),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (" + scope + ", inferred_key)"
                 " WHERE inferred_key IS NOT NULL").format(i=sql.Identifier(f"{table}_inferred"), t=t),
+        # issue 16: the tenant-visible notes of a whole tenant (a tenant-visible write's group)
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, kind, token_hash)"
+                " WHERE visibility = 'tenant'").format(i=sql.Identifier(f"{table}_tenant_vis"), t=t),
     ]
 
 
 _COLS = ("n.note_id, n.token_hash, n.path, n.subject, 1 - (n.embedding <=> q.vec) AS sim,"
-         " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to, n.inferred")
-_CURRENT = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
-            " AND n.kind = q.kind AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)")
+         " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to, n.inferred,"
+         " n.tenant_id, n.resource_id, n.thread_id, n.visibility")
+_OWN = "(n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
+_REACH = {
+    # issue 16: a write's consolidation group (memfabric.domain.visibility.meets): the
+    # notes of its visibility visible from its scope, or of its scope and narrower
+    "exact": _OWN + " AND (n.visibility = %(v)s OR n.visibility = ANY(%(nv)s)))",
+    "resource": "(n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.visibility = 'resource')"
+                " OR " + _OWN + " AND n.visibility = ANY(%(nv)s))",
+    "tenant": "(n.tenant_id = %(t)s AND n.visibility = 'tenant')"
+              " OR " + _OWN + " AND n.visibility = ANY(%(nv)s))",
+}
+_CURRENT = "({reach}) AND n.kind = q.kind AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)"
 _LATERAL = {  # noqa: S608 - table and column names are constants of this module
     "file": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.path = q.path"  # noqa: S608
             " ORDER BY n.ingested_at DESC LIMIT %(k)s)",
@@ -140,11 +156,11 @@ _SAME_ENTITY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject 
 _LATERAL["plain+key"] = _LATERAL["plain"] + " UNION ALL " + _SAME_KEY
 _LATERAL["plain+entity"] = _LATERAL["plain"] + " UNION ALL " + _SAME_ENTITY
 _STATEMENTS = {
-    group: ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
-            " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[], %(ikey)s::text[],"
-            " %(ient)s::text[]) AS q(i, kind, h, path, subject, vec, ikey, ient)"
-            " CROSS JOIN LATERAL (" + lateral + ") m")
-    for group, lateral in _LATERAL.items()
+    (group, how): ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
+                   " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[], %(ikey)s::text[],"
+                   " %(ient)s::text[]) AS q(i, kind, h, path, subject, vec, ikey, ient)"
+                   " CROSS JOIN LATERAL (" + lateral.replace("{reach}", cond) + ") m")
+    for group, lateral in _LATERAL.items() for how, cond in _REACH.items()
 }
 
 
@@ -161,22 +177,24 @@ def select_neighbours(
     ``memfabric.domain.consolidation.choose``), :data:`CHUNK` queries per statement:
     the ``per_query`` newest same-path (file) or same-subject notes, else the newest
     subject-less same-token note and the ``per_query`` nearest subject-less vectors;
-    only current notes of exactly ``scope`` and the query's kind."""
+    only current notes of the query's kind and consolidation group (issue 16: the same
+    visibility, visible from ``scope``; :func:`memfabric.domain.visibility.group`),
+    filtered inside the SQL. Each neighbour carries its ``home`` scope."""
     t, r, th = scope.sql()
     out: list[list[Neighbour]] = [[] for _ in queries]
-    groups: dict[str, list[int]] = {"file": [], "subject": [], "plain": [], "plain+key": [], "plain+entity": []}
+    groups: dict[tuple[str, visibility.Reach, visibility.Visibility], list[int]] = {}
     for i, q in enumerate(queries):
         group = group_of(q)
         if group == "plain" and inferred_key_of(q) is not None:
             group = "plain+key"
         elif group == "plain" and inferred_entity_of(q) is not None:
             group = "plain+entity"
-        groups[group].append(i)
-    for group, idx in groups.items():
+        groups.setdefault((group, *visibility.group(scope, q.visibility)), []).append(i)
+    for (group, how, vis), idx in groups.items():
         for start in range(0, len(idx), CHUNK):
             chunk = idx[start : start + CHUNK]
             params = {
-                "t": t, "r": r, "th": th, "now": now, "k": per_query, "i": chunk,
+                "t": t, "r": r, "th": th, "v": vis, "nv": visibility.narrower(vis), "now": now, "k": per_query, "i": chunk,
                 "kind": [queries[i].kind for i in chunk],
                 "h": [queries[i].token_hash for i in chunk],
                 "path": [queries[i].path for i in chunk],
@@ -186,11 +204,17 @@ def select_neighbours(
                 "ient": [inferred_entity_of(queries[i]) for i in chunk],
                 "ik": per_query * 3,
             }
-            for row in cur.execute(_STATEMENTS[group], params).fetchall():
+            for row in cur.execute(_STATEMENTS[(group, how)], params).fetchall():
                 out[row["i"]].append(Neighbour(
                     row["note_id"], base.finite(float(row["sim"])), row["token_hash"], row["path"],
-                    row["subject"], row["valid_from"], row["valid_to"], key_from_dict(row["inferred"])))
+                    row["subject"], row["valid_from"], row["valid_to"], key_from_dict(row["inferred"]),
+                    _home(row), of_consent({"visibility": row["visibility"]})))
     return out
+
+
+def _home(row: dict[str, Any]) -> Scope:
+    return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
+                 thread_id=row["thread_id"] or None)
 
 
 def inferred_key_of(q: NeighbourQuery) -> str | None:
@@ -218,6 +242,7 @@ class ConsolidationIndexProjection:
         cur.execute(ddl(self.dim, TABLE + table_suffix))
         for stmt in migrate_ddl(TABLE + table_suffix):
             cur.execute(stmt)
+        base.add_visibility(cur, TABLE + table_suffix)
         if not table_suffix:
             self.create_indexes(cur)
 

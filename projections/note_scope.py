@@ -24,13 +24,15 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import NoteRef
 from memfabric.domain.scope import Scope
 from memfabric.projections import tables
-from memfabric.projections.base import copy_rows, split_rows, write_rows
+from memfabric.domain.visibility import Visibility, of_consent
+from memfabric.projections.base import add_visibility, copy_rows, split_rows, write_rows
 
 NAME = "note_scope"
 TABLE = tables.NOTE_SCOPE
 
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "note_id", "kind", "path", "held",
+    "visibility",
 )
 """Column order of a row tuple (also the COPY order)."""
 
@@ -48,6 +50,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         note.kind,
         note.path if note.kind == "file" else None,
         bool(note.held),
+        of_consent(note.consent),
     )
 
 
@@ -57,7 +60,7 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
     write_rows(cur, table, COLUMNS, upserts, deletes)
 
 
-_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "bool")
+_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "bool", "text")
 
 
 class NoteScopeProjection:
@@ -73,9 +76,10 @@ class NoteScopeProjection:
                 "CREATE TABLE IF NOT EXISTS {t} ("
                 " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
                 " resource_id text NOT NULL, thread_id text NOT NULL, note_id text NOT NULL,"
-                " kind text NOT NULL, path text, held boolean NOT NULL)"
+                " kind text NOT NULL, path text, held boolean NOT NULL, visibility text)"
             ).format(t=sql.Identifier(TABLE + table_suffix))
         )
+        add_visibility(cur, TABLE + table_suffix)
         if not table_suffix:
             self.create_indexes(cur)
 
@@ -92,6 +96,10 @@ class NoteScopeProjection:
                 "CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, path)"
                 " WHERE path IS NOT NULL"
             ).format(i=sql.Identifier(f"{table}_path"), t=t)
+        )
+        cur.execute(  # issue 16: a note id resolved from any scope that sees it
+            sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, note_id)").format(
+                i=sql.Identifier(f"{table}_note_id"), t=t)
         )
 
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
@@ -154,3 +162,19 @@ def ids_by_path(cur: Cursor[Any], scope: Scope, path: str) -> list[str]:
         f"SELECT note_id FROM {TABLE} WHERE tenant_id = %s AND resource_id = %s"  # noqa: S608
         " AND thread_id = %s AND path = %s ORDER BY note_id", (*scope.sql(), path)).fetchall()
     return [row["note_id"] for row in rows]
+
+
+def resolve(cur: Cursor[Any], scope: Scope, note_id: str, limit: int = 3) -> list[tuple[Scope, Visibility]]:
+    """Issue 16: the homes (and visibilities) of the un-forgotten notes ``note_id`` seen
+    from ``scope`` (:func:`memfabric.domain.visibility.visible`, in SQL), ``scope``'s
+    own note first, at most ``limit`` (btree ``(tenant_id, note_id)``)."""
+    t, r, th = scope.sql()
+    rows = cur.execute(
+        f"SELECT tenant_id, resource_id, thread_id, visibility FROM {TABLE}"  # noqa: S608
+        " WHERE tenant_id = %(t)s AND note_id = %(id)s AND ((resource_id = %(r)s AND thread_id = %(th)s)"
+        " OR visibility = 'tenant' OR (visibility = 'resource' AND resource_id = %(r)s AND %(r)s <> ''))"
+        " ORDER BY (resource_id = %(r)s AND thread_id = %(th)s) DESC, resource_id, thread_id LIMIT %(k)s",
+        {"t": t, "r": r, "th": th, "id": note_id, "k": limit}).fetchall()
+    return [(Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
+                   thread_id=row["thread_id"] or None), of_consent({"visibility": row["visibility"]}))
+            for row in rows]

@@ -240,7 +240,7 @@ class FabricContract:
 
     def test_visibility(self, fab: Any) -> None:
         own = fab.scope("acme", "u1", "t1")
-        t = own.remember(kind="fact", content="Thread note zebra")
+        t = own.remember(kind="fact", content="Thread note zebra", consent={"visibility": "thread"})
         r = own.remember(kind="fact", content="Resource note zebra", consent={"visibility": "resource"})
         a = own.remember(kind="fact", content="Tenant note zebra", consent={"visibility": "tenant"})
 
@@ -252,6 +252,44 @@ class FabricContract:
         assert seen("acme", "u1") == {r.id, a.id}
         assert seen("acme", "u2") == {a.id}
         assert seen("acme") == {a.id}
+
+    def test_a_fact_follows_the_user_across_threads(self, fab: Any) -> None:
+        """Issue 16: default resource visibility, one live note per fact across the
+        user's threads, thread-only notes kept apart, by-id actions from any scope
+        that sees the note."""
+        th1, th2, user = fab.scope("acme", "u1", "t1"), fab.scope("acme", "u1", "t2"), fab.scope("acme", "u1")
+        a = th1.remember(kind="fact", content="The user likes green tea")
+        b = th2.remember(kind="fact", content="the user likes green tea!")
+        assert (b.outcome, b.id, b.scope) == ("folded", a.id, a.scope)
+        assert [h.id for h in user.recall("green tea").hits] == [a.id]
+        p = th1.remember(kind="fact", content="The user likes oolong tea", consent={"visibility": "thread"})
+        q = th2.remember(kind="fact", content="The user likes oolong tea", consent={"visibility": "thread"})
+        assert q.outcome == "inserted" and q.id != p.id
+        for where in (th2, user, fab.scope("acme", "u2", "t1"), fab.scope("globex", "u1", "t1")):
+            with pytest.raises(NoteNotFoundError):
+                where.get(p.id)
+            assert where.forget(id=p.id).deleted == 0
+        assert user.forget(id=a.id).deleted == 1
+        assert th1.get(a.id).forgotten and a.id not in {h.id for h in th2.recall("green tea").hits}
+
+    def test_concurrent_writers_of_one_user_make_one_note(self, fab: Any) -> None:
+        """Issue 16: the (tenant, resource) lock serialises writers of two threads."""
+        import threading
+
+        barrier, out = threading.Barrier(4), []
+
+        def write(i: int) -> None:
+            notes = fab.scope("acme", "u1", f"t{i}")
+            barrier.wait()
+            out.append(notes.remember(kind="fact", content="The user's locker is number 12"))
+
+        workers = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+        assert sorted(n.outcome for n in out) == ["folded", "folded", "folded", "inserted"]
+        assert len({n.id for n in out}) == 1 and fab.scope("acme", "u1").count() == 1
 
     def test_require_consent(self, backend: Backend) -> None:
         fab = backend.open(require_consent=True)

@@ -44,7 +44,9 @@ def test_concurrent_tasks_do_not_block_loop(dsn: str) -> None:
             assert max(gaps) < 0.5, max(gaps)
             one = fabric.scope("acme", "user-0", "thread-0")
             page = await one.list()
-            assert len(page.items) == 4 and await one.count() == 4
+            # issue 16: the facts of user-0's ten threads (workers 0, 5, ..., 45) are all
+            # visible from each of them (resource visibility by default)
+            assert len(page.items) == 40 and await one.count() == 40
             with pytest.raises(NoteNotFoundError):
                 await one.get("0123456789ab")
             await one.append_block("plan", "step one")

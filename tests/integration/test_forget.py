@@ -118,7 +118,8 @@ def test_forget_twice_and_unknown_id_write_nothing(fabric: Fabric) -> None:
 
 def test_forget_from_another_scope_never_touches_the_note(fabric: Fabric) -> None:
     mine = fabric.scope("acme", "u1", "t1")
-    n = mine.remember(kind="fact", content="the launch date is in March", id="aaaaaaaaaaaa")
+    n = mine.remember(kind="fact", content="the launch date is in March", id="aaaaaaaaaaaa",
+                      consent={"visibility": "thread"})  # issue 16: facts default to resource
     twin = fabric.scope("globex", "u1", "t1").remember(
         kind="fact", content="the launch date is in March", id="aaaaaaaaaaaa")
     before = event_count(fabric.dsn)

@@ -194,7 +194,8 @@ def test_expansion_honours_every_filter(dsn: str) -> None:
         now = datetime.now(timezone.utc)
         seed = t1.remember(kind="fact", content="Alice adopted a greyhound named Zephyr",
                            consent={"visibility": "tenant"})
-        private = t1.remember(kind="fact", content="Private: the spare key is under the mat")
+        private = t1.remember(kind="fact", content="Private: the spare key is under the mat",
+                              consent={"visibility": "thread"})
         public = t1.remember(kind="fact", content="Shared: the park opens at nine",
                              consent={"visibility": "tenant"})
         expired = t1.remember(kind="fact", content="The old leash was red",

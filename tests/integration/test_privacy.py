@@ -211,7 +211,7 @@ def visible(fabric: Fabric, scope: tuple[str | None, ...], query: str = "quarter
 
 def test_visibility_rules_are_applied_in_sql(plain: Fabric) -> None:
     home = plain.scope("acme", "u1", "th1")
-    thread = home.remember(kind="fact", content="quarterly roadmap thread note")
+    thread = home.remember(kind="fact", content="quarterly roadmap thread note", consent={"visibility": "thread"})
     resource = home.remember(kind="fact", content="quarterly roadmap resource note",
                              consent={"visibility": "resource"})
     tenant = home.remember(kind="fact", content="quarterly roadmap tenant note",
@@ -234,7 +234,8 @@ def test_invisible_notes_are_filtered_before_ranking_not_after(plain: Fabric) ->
     """50 better-matching notes in another thread must not crowd out the one visible
     note from top_k=1: the filter runs inside the candidate SQL."""
     crowd = plain.scope("acme", "u1", "th-crowd")
-    crowd.remember_many([{"kind": "fact", "content": f"quarterly roadmap review {i}"} for i in range(50)])
+    crowd.remember_many([{"kind": "fact", "content": f"quarterly roadmap review {i}",
+                          "consent": {"visibility": "thread"}} for i in range(50)])
     plain.scope("globex", "u1", "th1").remember_many(
         [{"kind": "fact", "content": "quarterly roadmap review", "consent": {"visibility": "tenant"}}] * 20)
     mine = plain.scope("acme", "u1", "th-me").remember(kind="fact", content="roadmap for the offsite lunch")
@@ -256,27 +257,36 @@ def test_consent_refusal_and_require_consent(dsn: str) -> None:
     with open_fabric(dsn, require_consent=True) as strict:
         assert visible(strict, ("acme", "u1", "th1")) == {granted.id}
         assert strict.scope("acme", "u1", "th1").get(granted.id).consent == ConsentInfo(
-            visibility="thread", granted=True, purposes=("personalisation",))
+            visibility="resource", granted=True, purposes=("personalisation",))  # a fact's default
 
 
 def test_a_fold_never_widens_visibility_or_consent(dsn: str) -> None:
+    """A write folds into a note of its own visibility or (its own scope) a narrower
+    one, and the fold keeps the narrower consent; a wider note is never met by a write
+    for a narrower audience (issue 16), so it is never narrowed either."""
     with open_fabric(dsn) as fabric:
         notes = fabric.scope("acme", "u1", "th1")
         n = notes.remember(kind="fact", content="the quarterly roadmap is due friday",
-                           consent={"visibility": "tenant", "granted": True, "purposes": ["a", "b"]})
-        assert visible(fabric, ("acme", "u2", "x")) == {n.id}
+                           consent={"visibility": "thread", "granted": True, "purposes": ["a", "b"]})
+        assert visible(fabric, ("acme", "u1", "th1")) == {n.id}
         narrowed = notes.remember(kind="fact", content="The quarterly roadmap is due Friday!",
                                   consent={"visibility": "resource", "purposes": ["b", "c"]})
         assert (narrowed.outcome, narrowed.id) == ("folded", n.id)
-        assert narrowed.consent == ConsentInfo(visibility="resource", granted=None, purposes=("b",))
-        assert visible(fabric, ("acme", "u2", "x")) == set()
-        assert visible(fabric, ("acme", "u1", "th9")) == {n.id}
+        assert narrowed.consent == ConsentInfo(visibility="thread", granted=None, purposes=("b",))
+        assert visible(fabric, ("acme", "u1", "th9")) == set()
         widened = notes.remember(kind="fact", content="the quarterly roadmap is due friday",
                                  consent={"visibility": "tenant", "granted": True})
-        assert widened.outcome == "folded"
-        assert widened.consent == ConsentInfo(visibility="resource", granted=None, purposes=("b",))
+        assert (widened.outcome, widened.id) == ("folded", n.id)
+        assert widened.consent == ConsentInfo(visibility="thread", granted=None, purposes=("b",))
         assert visible(fabric, ("acme", "u2", "x")) == set()
-        assert fetch(dsn, "SELECT visibility, consent_granted FROM mf_recall_index") == [("resource", None)]
+        assert fetch(dsn, "SELECT visibility, consent_granted FROM mf_recall_index") == [("thread", None)]
+        other = fabric.scope("acme", "u1", "th2")
+        wide = other.remember(kind="fact", content="the quarterly roadmap is shared in May",
+                              consent={"visibility": "tenant"})
+        narrow = other.remember(kind="fact", content="the quarterly roadmap is shared in May",
+                                consent={"visibility": "resource"})
+        assert narrow.outcome == "inserted" and narrow.id != wide.id
+        assert wide.id in visible(fabric, ("acme", "u2", "x")) and narrow.id not in visible(fabric, ("acme", "u2", "x"))
     with open_fabric(dsn, require_consent=True) as strict:
         assert visible(strict, ("acme", "u1", "th1")) == set()
 

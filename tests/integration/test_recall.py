@@ -113,7 +113,7 @@ def test_modes_and_explain_components(fabric: Fabric) -> None:
 def test_tenant_isolation_in_sql(fabric: Fabric) -> None:
     a = fabric.scope("tenant-a", "r", "t")
     b = fabric.scope("tenant-b", "r", "t")
-    a.remember(kind="fact", content="Secret launch date is June 3")
+    a.remember(kind="fact", content="Secret launch date is June 3", consent={"visibility": "thread"})
     assert b.recall("secret launch date", top_k=50).hits == []
     assert b.recall("secret launch date", mode="lexical").hits == []
     other_thread = fabric.scope("tenant-a", "r", "t2")
