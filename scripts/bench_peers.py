@@ -447,10 +447,16 @@ def writer_loop(write, texts, tenant: int, duration: float) -> dict:
     return {"writes": n, "errors": errors, "error": first}
 
 
+ONE_SCOPE_FACTS = 40
+"""Distinct facts the 8 one-scope writers share (each is written many times)."""
+
+
 def one_scope_texts(ctx: Ctx, w: int):
-    """The facts of tenant 0, the same set for every writer, each writer starting at a
-    different offset and cycling (so every fact is written by several writers)."""
-    rows = ctx.by_tenant[QUERY_TENANT]
+    """The first :data:`ONE_SCOPE_FACTS` facts of tenant 0, the same set for every
+    writer, each writer starting at a different offset and cycling, so every fact is
+    written by several writers, often at the same moment: correct = one live note per
+    fact (the repeats fold)."""
+    rows = ctx.by_tenant[QUERY_TENANT][:ONE_SCOPE_FACTS]
     k = w * len(rows) // WRITERS
     while True:
         yield ctx.data.texts[rows[k % len(rows)]]
@@ -710,39 +716,52 @@ def render_md(meta: dict, results: dict, extra: dict) -> str:
     return "\n".join(out)
 
 
-def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> tuple[dict, list[str]]:
+def run_child(s: str, n: int, a, pg, admin, peers_python: str, result: str) -> dict:
+    """Create system ``s``'s databases and run its child process; its result dict."""
     import psycopg
 
+    for db in DBS[s]:
+        admin.execute(f"DROP DATABASE IF EXISTS {db}")
+        admin.execute(f"CREATE DATABASE {db}")
+        with psycopg.connect(pg.get_uri(db), autocommit=True) as c:
+            c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    python = peers_python if s in PEERS else sys.executable
+    cmd = [python, __file__, "--child", s, "--uri-template", pg.get_uri(DB_TOKEN), "--n", str(n),
+           "--queries", str(a.queries), "--single-cap", str(a.single_cap), "--batch", str(a.batch),
+           "--ef-search", str(a.ef_search), "--result", result, "--tenants", str(a.tenants),
+           "--raw-bulk", a.raw_bulk, "--raw-ef-sweep", *map(str, a.raw_ef_sweep)]
+    if a.mem0_threshold is not None:
+        cmd += ["--mem0-threshold", str(a.mem0_threshold)]
+    print(f"[N={n}] {s} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, timeout=a.child_timeout)
+    r = json.loads(Path(result).read_text()) if os.path.exists(result) else \
+        {"error": f"child exited {proc.returncode} without a result"}
+    print(f"[N={n}] {s} done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+    return r
+
+
+def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> tuple[dict, list[str]]:
     data = make_dataset(n, a.queries, n_tenants=a.tenants)
     emb = shared_embedder(384)
     rows = np.asarray([i for i in range(n) if data.tenants[i] == QUERY_TENANT])
     tvecs, qvecs = emb.embed([data.texts[i] for i in rows]), emb.embed(data.queries)
     systems, notes = {}, []
-    for s in [s for s in SYSTEMS if s in a.systems]:
+    for s in [s for s in SYSTEMS if s in a.systems and not a.only_concurrent]:
         if s in PEERS and a.skip_peers_above is not None and n > a.skip_peers_above:
             systems[s] = {"n": n, "not_run": f"--skip-peers-above {a.skip_peers_above}: a peer's"
                           f" load of {n:,} rows does not finish in this session's time"}
             notes.append(f"{s}: not run at N={n:,} ({systems[s]['not_run']})")
             continue
-        for db in DBS[s]:
-            admin.execute(f"DROP DATABASE IF EXISTS {db}")
-            admin.execute(f"CREATE DATABASE {db}")
-            with psycopg.connect(pg.get_uri(db), autocommit=True) as c:
-                c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        python = peers_python if s in PEERS else sys.executable
-        result = os.path.join(tmpdir, f"{s}-{n}.json")
-        cmd = [python, __file__, "--child", s, "--uri-template", pg.get_uri(DB_TOKEN), "--n", str(n),
-               "--queries", str(a.queries), "--single-cap", str(a.single_cap), "--batch", str(a.batch),
-               "--ef-search", str(a.ef_search), "--result", result, "--tenants", str(a.tenants),
-               "--raw-bulk", a.raw_bulk, "--raw-ef-sweep", *map(str, a.raw_ef_sweep)]
-        if a.mem0_threshold is not None:
-            cmd += ["--mem0-threshold", str(a.mem0_threshold)]
-        print(f"[N={n}] {s} ...", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, timeout=a.child_timeout)
-        r = json.loads(Path(result).read_text()) if os.path.exists(result) else \
-            {"error": f"child exited {proc.returncode} without a result"}
-        print(f"[N={n}] {s} done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+        result = os.path.join(a.harvest or tmpdir, f"{s}-{n}.json")
+        if a.harvest:
+            if not os.path.exists(result):
+                systems[s] = {"n": n, "not_run": "no result in the harvested run"}
+                notes.append(f"{s}: not run at N={n:,} (no result in the harvested run {a.harvest})")
+                continue
+            r = json.loads(Path(result).read_text())
+        else:
+            r = run_child(s, n, a, pg, admin, peers_python, result)
         if r.get("embedder") and r["embedder"] != emb.id:
             r["error"] = f"embedder mismatch: {r['embedder']} != {emb.id}"
         def recall_of(hits):
@@ -776,7 +795,9 @@ def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> t
             row.update({k: r.get(k) for k in ("write_p50_ms", "write_p95_ms",
                                                "write_consolidating_p50_ms", "write_consolidating_p95_ms")})
         systems[s] = row
-        for db in DBS[s] if not a.keep else []:
+        if a.dump:
+            a.dump(n, systems)
+        for db in DBS[s] if not (a.keep or a.harvest) else []:
             admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     if n == (a.concurrent_at if a.concurrent_at is not None else a.n[0]) and a.conc_seconds > 0:
         for s in [s for s in CONC_SYSTEMS if s in a.systems]:
@@ -801,8 +822,14 @@ def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> t
 
 
 def run_concurrent_child(s: str, n: int, a, pg, admin, python: str, tmpdir: str) -> dict:
-    """Run one system's concurrent coordinator (``--child-conc``) in its own process."""
+    """Run one system's concurrent coordinator (``--child-conc``) in its own process
+    (with ``--harvest``: read its result from that directory)."""
     import psycopg
+
+    if a.harvest:
+        found = os.path.join(a.harvest, f"conc-{s}-{n}.json")
+        return json.loads(Path(found).read_text()) if os.path.exists(found) else \
+            {"error": f"not run: no concurrent result in the harvested run {a.harvest}"}
 
     dbs = [f"conc_{s}"] + ([f"conc_{s}_one_threads", f"conc_{s}_one_procs"] if s == "memfabric" else [])
     for db in dbs:
@@ -863,6 +890,10 @@ def main() -> None:
     ap.add_argument("--conc-seconds", type=float, default=20.0,
                     help="seconds of each concurrent run (8 writers; 0 = no concurrent runs)")
     ap.add_argument("--concurrent-at", type=int, help="the N at which to run the concurrent mode (default: the first)")
+    ap.add_argument("--only-concurrent", action="store_true", help="run only the concurrent mode")
+    ap.add_argument("--harvest", metavar="DIR",
+                    help="run nothing: rebuild the report from the child results (<system>-<N>.json,"
+                         " conc-<system>-<N>.json) an interrupted run left in DIR")
     ap.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--child-conc", choices=CONC_SYSTEMS, help=argparse.SUPPRESS)
     ap.add_argument("--child-writer", choices=CONC_SYSTEMS, help=argparse.SUPPRESS)
@@ -893,6 +924,11 @@ def main() -> None:
             "single_cap": a.single_cap, "batch": a.batch, "tenants": a.tenants, "ef_search": a.ef_search,
             "peers_python": peers_python, "versions": versions("numpy", "psycopg", "pgvector")}
     results, extra = {}, {}
+
+    def dump(n: int, systems: dict) -> None:  # the JSON so far, after every system
+        if a.out:
+            Path(a.out).write_text(json.dumps({**results, str(n): systems}, indent=2) + "\n")
+    a.dump = dump
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmpdir:
         for n in a.n:
             results[str(n)], extra[str(n)] = run_n(n, a, pg, admin, peers_python, tmpdir, meta)
