@@ -16,7 +16,8 @@ Run (peers are never runtime deps of memfabric; install them into a separate ven
 can import them, else /tmp/venv-peers/bin/python); memfabric and the limits run under this
 interpreter. `--n 2000` is a quick smoke test; the default is `--n 10000 100000`.
 
-Systems and what is measured (N synthetic facts, 10 tenants owning a tenth each, ~200
+Systems and what is measured (N synthetic facts, ``--tenants`` tenants (default 100;
+tenant 0, the one queried, owns 10% of the rows, the others share the rest), ~200
 paraphrase queries for tenant 0, top-10):
   memfabric     remember() one by one (consolidate=False and =True), remember_many() bulk,
                 recall(top_k=10, mode="vector" when supported)
@@ -31,8 +32,22 @@ paraphrase queries for tenant 0, top-10):
 Single adds are capped at --single-cap per system (into an empty store) and reported as a
 rate. JSON (--out): {"<N>": {"<system>": {n, write_per_s, write_consolidating_per_s, bulk_per_s,
 query_p50_ms, query_p95_ms, rows_returned, recall_at_10, peak_rss_mb}}}, null where not
-applicable; memfabric adds bulk_vs_copy_index_ratio (its bulk time / (COPY + HNSW build)) and
-write[_consolidating]_p50_ms/_p95_ms of single remember(). For the limits, vectors are pre-computed (embedding cost excluded; the embedder's own
+applicable; memfabric adds bulk_vs_copy_index_ratio (its bulk time / (COPY + HNSW build)),
+write[_consolidating]_p50_ms/_p95_ms of single remember(), bytes_per_note (bench_disk.measure
+on the bulk database: tables + indexes + TOAST + pg_wal after CHECKPOINT, / N) and goals
+(every ratio of issue 18's goals at that N); pgvector_raw adds sweep (per --raw-ef-sweep
+ef_search: p50/p95/recall), exact (the exact filtered scan) and equal_recall (the smallest
+ef_search with recall@10 >= 0.95: what memfabric's recall p50 is compared with).
+
+Concurrent mode (at --concurrent-at N, default the first; --conc-seconds 20; 0 = off):
+memfabric, mem0, LangGraph and plain pgvector each get 8 writers for 20 s, one client
+per writer, first as 8 threads in one process, then as 8 processes, each writer on its
+own scope (tenant), single adds, consolidation off: concurrent_write_per_s (processes)
+and concurrent_write_per_s_threads, with error counts under "concurrent". memfabric also
+runs 8 writers on ONE scope with consolidation on, sharing 40 facts: correct when every
+fact has exactly one live note. --only-concurrent runs only this mode; --harvest DIR
+rebuilds the report from the child results an interrupted run left in its temporary
+directory; --skip-peers-above N reports mem0/LangGraph as not run above N. For the limits, vectors are pre-computed (embedding cost excluded; the embedder's own
 throughput is printed). recall@10 is tie-tolerant vs exact cosine within the tenant.
 """
 
