@@ -105,7 +105,10 @@ class KeyStore:
                 self._cache.popitem(last=False)
 
     def evict(self, originator_ids: set[UUID]) -> None:
-        """Drop the cached keys of shredded notes."""
+        """Drop the cached keys of shredded notes (a scan of the cache: skipped when
+        there are none, i.e. on every write that shreds nothing)."""
+        if not originator_ids:
+            return
         with self._lock:
             for k in [k for k in self._cache if k[0] in originator_ids]:
                 del self._cache[k]
@@ -251,6 +254,9 @@ class TransactionKeys:
         self.forgotten: dict[UUID, int] = {}
         self.unreadable: set[UUID] = set()
         """Notes replayed as if their keys were destroyed (a key fault being erased)."""
+        self.latest: dict[UUID, tuple[int, bytes] | None] = {}
+        """The newest (gen, key) of each preloaded note (``None``: it has no key), so a
+        write to a note just replayed needs no second key query."""
 
     def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
         """(gen, key) to seal an event at ``version``: the note's latest key, or a fresh
@@ -258,7 +264,8 @@ class TransactionKeys:
         if originator_id in self.pending:
             return self.pending[originator_id]
         if version > 1:
-            found = select_latest(self.conn, originator_id)
+            found = (self.latest[originator_id] if originator_id in self.latest
+                     else select_latest(self.conn, originator_id))
             if found is not None:
                 return found
         key = AESGCM.generate_key(bit_length=256)
@@ -273,7 +280,14 @@ class TransactionKeys:
         """Read the keys of notes about to be replayed in one query (whether a missing
         key was shredded is only asked when one is missing: :meth:`shredded`)."""
         if originator_ids:
-            self.loaded.update(select_keys(self.conn, originator_ids))
+            found = select_keys(self.conn, originator_ids)
+            self.loaded.update(found)
+            for oid in originator_ids:
+                self.latest.setdefault(oid, None)
+            for (oid, gen), key in found.items():
+                held = self.latest.get(oid)
+                if held is None or gen > held[0]:
+                    self.latest[oid] = (gen, key)
 
     def shredded(self, originator_id: UUID, gen: int) -> bool:
         if originator_id in self.doomed or originator_id in self.unreadable:

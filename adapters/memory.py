@@ -49,7 +49,7 @@ from uuid import UUID
 import numpy as np
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain import links, visibility
-from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery, key_from_dict
+from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.note import ERASED, PROTECTED_FIELDS, Note, note_uuid
@@ -352,7 +352,7 @@ class InMemoryUnitOfWork:
             out.append([
                 Neighbour(r["note_id"], _cosine(r["embedding"], q.embedding), r["token_hash"],
                           r["path"], r["subject"], r["valid_from"], r["valid_to"],
-                          key_from_dict(_json(r["inferred"])), _home(r),
+                          consolidation_index.key_of_row(r), _home(r),
                           visibility.of_consent({"visibility": r["visibility"]}))
                 for r in picked
             ])
@@ -421,11 +421,6 @@ def _blocks(log: InMemoryEventLog, scope: Scope) -> dict[str, BlockEntry]:
                 if key == scope.key}
 
 
-def _json(value: Any) -> Any:
-    """A stored jsonb value (psycopg's ``Jsonb`` wrapper in a row tuple) as plain data."""
-    return getattr(value, "obj", value)
-
-
 def _same_inferred(newest: list[dict[str, Any]], q: NeighbourQuery, limit: int) -> list[dict[str, Any]]:
     """Like the ``inferred`` lookup of ``consolidation_index.select_neighbours``: current
     subject-less notes with the query's inferred key (a from-to key: the same entity)."""
@@ -434,7 +429,7 @@ def _same_inferred(newest: list[dict[str, Any]], q: NeighbourQuery, limit: int) 
         return []
     found = [r for r in newest if r["subject"] is None and r["inferred_key"] is not None
              and (r["inferred_key"] == ikey
-                  or (ient is not None and (_json(r["inferred"]) or {}).get("entity") == ient))]
+                  or (ient is not None and r["inferred_entity"] == ient))]
     return found[:limit]
 
 

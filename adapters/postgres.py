@@ -30,7 +30,7 @@ from uuid import UUID
 import numpy as np
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent, Transcoder
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
 from memfabric.domain.errors import ProjectionLagError, ReadOnlyError
@@ -42,6 +42,7 @@ from memfabric.projections import note_scope, recall_index, tables, working_valu
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 from pgvector.psycopg.vector import register_vector_info
 from psycopg import Connection, Cursor, sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg.types import TypeInfo
 
@@ -95,6 +96,26 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
         self._insert_events(cur, stored_events)
         self._insert_stored_events(cur, stored_events)
         return list(self._fetch_ids_after_insert_events(cur, stored_events) or [])
+
+    def _insert_stored_events(self, curs: Cursor[Any], stored_events: Sequence[StoredEvent],
+                              **kwargs: Any) -> None:
+        """eventsourcing's lock + NOTIFY + INSERT, with the lock statements (``SET LOCAL
+        lock_timeout``, ``LOCK TABLE ... IN EXCLUSIVE MODE``) and the NOTIFY sent as one
+        simple-protocol query (one round trip instead of three, issue 18); the INSERT is
+        eventsourcing's own (the aggregate recorder's ``_insert_stored_events``)."""
+        if self._lock_notify_sql is None:
+            parts = [*self.lock_table_statements,
+                     sql.SQL("NOTIFY {0}").format(sql.Identifier(self.channel_name))]
+            self._lock_notify_sql = "; ".join(_as_text(p) for p in parts)
+        curs.execute(self._lock_notify_sql)
+        PostgresAggregateRecorder._insert_stored_events(self, curs, stored_events, **kwargs)  # noqa: SLF001
+
+    _lock_notify_sql: str | None = None
+
+
+def _as_text(statement: Any) -> str:
+    """A statement eventsourcing composed (``sql.Composable`` or ``str``) as plain text."""
+    return statement if isinstance(statement, str) else str(statement.as_string())
 
 
 class PostgresFactory(_EventsourcingPostgresFactory):
@@ -221,6 +242,8 @@ class PostgresNoteStore:
         self.read_only = False
         """Set by ``open_fabric(read_only=True)``: the secret is never created or read."""
         self._sizes: dict[str, tuple[float, int]] = {}
+        self._hnsw_ef: weakref.WeakKeyDictionary[Connection[Any], int] = weakref.WeakKeyDictionary()
+        """The ``hnsw.ef_search`` this store set on each pooled connection (session)."""
 
     @contextmanager
     def connection(self) -> Iterator[Connection[Any]]:
@@ -236,24 +259,37 @@ class PostgresNoteStore:
         filters: NoteFilter | None = None,
         expand: int = 0,
     ) -> list[Candidate]:
-        """:func:`memfabric.projections.recall_index.select_candidates` in one
-        transaction: exact search for a tenant of at most :attr:`exact_search_max`
-        notes, else HNSW with ``hnsw.iterative_scan = relaxed_order``."""
-        with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            if embedding is not None and self._tenant_size(cur, scope.tenant_id) <= self.exact_search_max:
-                # For a small tenant, scanning its rows through the btree and sorting by
-                # distance is as fast as HNSW and has recall 1.0.
-                cur.execute("SET LOCAL enable_indexscan = off")
-            else:
-                cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                # pgvector accepts ef_search up to 1000; iterative scan keeps going past
-                # ef_search until ``limit`` rows pass the filters, so capping loses no rows.
-                cur.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                    sql.Literal(min(EF_SEARCH_MAX, max(self.ef_search, limit)))))
+        """:func:`memfabric.projections.recall_index.select_candidates`, one statement
+        (one round trip, no transaction block): exact search for a tenant of at most
+        :attr:`exact_search_max` notes (recall 1.0), else HNSW with
+        ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` =
+        ``min(1000, max(ef_search, limit))``, set on the pooled connection once
+        (:meth:`_hnsw_settings`)."""
+        with self.connection() as conn, conn.cursor() as cur:
+            exact = embedding is not None and self._tenant_size(cur, scope.tenant_id) <= self.exact_search_max
+            if embedding is not None and not exact:
+                self._hnsw_settings(conn, min(EF_SEARCH_MAX, max(self.ef_search, limit)))
             return recall_index.select_candidates(
                 cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
                 limit=limit, require_consent=require_consent, filters=filters,
-                expand=expand)
+                expand=expand, exact=exact)
+
+    def _hnsw_settings(self, conn: Connection[Any], ef: int) -> None:
+        """Session settings of HNSW recall on ``conn`` (autocommit, pooled): iterative
+        scan (pgvector 0.8: keeps scanning past ``ef_search`` until ``limit`` rows pass
+        the filters, so no recall returns fewer rows than match) and ``ef`` (pgvector
+        accepts up to 1000). Sent only when they differ from what this store last set
+        on that connection; re-sent when the connection is inside a transaction block
+        (a session SET there would be undone by a rollback) — then as ``SET LOCAL``."""
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.execute(sql.SQL("SET LOCAL hnsw.iterative_scan = relaxed_order;"
+                                 " SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef)))
+            return
+        if self._hnsw_ef.get(conn) == ef:
+            return
+        conn.execute(sql.SQL("SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {}").format(
+            sql.Literal(ef)))
+        self._hnsw_ef[conn] = ef
 
     def list_notes(
         self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,

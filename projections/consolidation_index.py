@@ -14,12 +14,16 @@ maintenance for it, and the result is exact. The cost grows with the size of one
 scope (about 1 ms per 2,000 notes of 384 dimensions).
 
 Columns ``inferred_key`` (``entity|attribute`` of the note's inferred subject key,
-``note.inferred_subject``; btree) and ``inferred`` (the whole key as jsonb) were added
-by issue 12: same-key notes are candidates however far apart their vectors are.
-``create`` adds them to a table of an older release (``ALTER TABLE ... ADD COLUMN IF
-NOT EXISTS``); the rows of such a table stay ``NULL`` there until the projection is
-rebuilt (``memfabric projections rebuild consolidation``) — notes written before
-issue 12 carry no inferred key anyway, so nothing is lost without the rebuild.
+``note.inferred_subject``; btree) and the key's parts as plain columns
+(:data:`INFERRED_COLUMNS`: entity, attribute, value, rule, polarity, single-valued,
+previous) were added by issue 12: same-key notes are candidates however far apart
+their vectors are. The parts were first one ``inferred jsonb`` column; plain text and
+boolean columns are cheaper to write and read (issue 12's write-latency goal).
+``create`` adds the columns to a table of an older release (``ALTER TABLE ... ADD
+COLUMN IF NOT EXISTS``) and moves a jsonb ``inferred`` column's values into them
+(then drops it); the rows of a table from before issue 12 stay ``NULL`` there until
+the projection is rebuilt (``memfabric projections rebuild consolidation``) — notes
+written before issue 12 carry no inferred key anyway, so nothing is lost without it.
 """
 
 from __future__ import annotations
@@ -33,10 +37,8 @@ from pgvector import Vector
 from psycopg import Cursor, sql
 from psycopg.types.range import Range
 
-from psycopg.types.json import Jsonb
-
-from memfabric.domain.consolidation import Neighbour, NeighbourQuery, key_from_dict, note_key
-from memfabric.domain.subjects import WILDCARD
+from memfabric.domain.consolidation import Neighbour, NeighbourQuery, note_key
+from memfabric.domain.subjects import WILDCARD, SubjectKey
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.domain import visibility
@@ -51,12 +53,14 @@ KINDS = ("fact", "procedure", "file")
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "kind", "note_id",
     "token_hash", "path", "subject", "valid", "ingested_at", "embedding",
-    "inferred_key", "inferred", "visibility",
+    "inferred_key", "inferred_entity", "inferred_attribute", "inferred_value", "inferred_rule",
+    "inferred_polarity", "inferred_single", "inferred_previous", "visibility",
 )
 """Column order of a row tuple (also the COPY order)."""
 
 _TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text",
-          "tstzrange", "timestamptz", "vector", "text", "jsonb", "text")
+          "tstzrange", "timestamptz", "vector", "text", "text", "text", "text", "text",
+          "bool", "bool", "text", "text")
 
 CHUNK = 500
 """Queries per neighbour statement."""
@@ -78,11 +82,34 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
     )
 
 
-def _inferred_cols(note: Note) -> tuple[str | None, Jsonb | None]:
+INFERRED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("inferred_entity", "text"), ("inferred_attribute", "text"), ("inferred_value", "text"),
+    ("inferred_rule", "text"), ("inferred_polarity", "boolean"), ("inferred_single", "boolean"),
+    ("inferred_previous", "text"),
+)
+"""The parts of the inferred key, as (column, SQL type)."""
+
+_NO_KEY: tuple[None, ...] = (None,) * (1 + len(INFERRED_COLUMNS))
+
+
+def _inferred_cols(note: Note) -> tuple[Any, ...]:
+    """``(key, entity, attribute, value, rule, polarity, single_valued, previous)`` of the
+    note's inferred key (all ``None`` without one, or for a subject-keyed note)."""
     key = note_key(note) if note.subject is None else None
     if key is None:
-        return (None, None)
-    return (key.key, Jsonb(note.inferred_subject))
+        return _NO_KEY
+    return (key.key, key.entity, key.attribute, key.value, key.rule, key.polarity,
+            key.single_valued, key.previous)
+
+
+def key_of_row(row: Any) -> SubjectKey | None:
+    """The inferred key of a row (a mapping with the :data:`INFERRED_COLUMNS`), or ``None``."""
+    if row["inferred_entity"] is None:
+        return None
+    return SubjectKey(entity=row["inferred_entity"], attribute=row["inferred_attribute"],
+                      value=row["inferred_value"], rule=row["inferred_rule"],
+                      polarity=bool(row["inferred_polarity"]), single_valued=bool(row["inferred_single"]),
+                      previous=row["inferred_previous"])
 
 
 def ddl(dim: int, table: str = TABLE) -> sql.Composed:
@@ -92,15 +119,34 @@ def ddl(dim: int, table: str = TABLE) -> sql.Composed:
         " thread_id text NOT NULL, kind text NOT NULL, note_id text NOT NULL,"
         " token_hash text NOT NULL, path text, subject text, valid tstzrange NOT NULL,"
         " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL,"
-        " inferred_key text, inferred jsonb, visibility text)"
-    ).format(t=sql.Identifier(table), dim=sql.Literal(dim))
+        " inferred_key text, {inferred}, visibility text)"
+    ).format(t=sql.Identifier(table), dim=sql.Literal(dim), inferred=sql.SQL(", ".join(
+        f"{c} {typ}" for c, typ in INFERRED_COLUMNS)))
 
 
 def migrate_ddl(table: str = TABLE) -> list[sql.Composed]:
     """Columns added after the first release (a table created by an older release)."""
     t = sql.Identifier(table)
     return [sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred_key text").format(t=t),
-            sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred jsonb").format(t=t)]
+            *(sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {c} " + typ).format(
+                t=t, c=sql.Identifier(c)) for c, typ in INFERRED_COLUMNS)]
+
+
+def migrate_jsonb(cur: Cursor[Any], table: str = TABLE) -> None:
+    """Move the values of an ``inferred jsonb`` column (issue 12's first layout) into
+    the :data:`INFERRED_COLUMNS`, then drop it (nothing when there is none)."""
+    found = cur.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                        " AND table_name = %s AND column_name = 'inferred'", (table,)).fetchone()
+    if found is None:
+        return
+    cur.execute(sql.SQL(
+        "UPDATE {t} SET inferred_entity = inferred->>'entity', inferred_attribute = inferred->>'attribute',"
+        " inferred_value = inferred->>'value', inferred_rule = inferred->>'rule',"
+        " inferred_polarity = coalesce((inferred->>'polarity')::boolean, true),"
+        " inferred_single = coalesce((inferred->>'single_valued')::boolean, true),"
+        " inferred_previous = inferred->>'previous'"
+        " WHERE inferred ? 'entity' AND inferred_entity IS NULL").format(t=sql.Identifier(table)))
+    cur.execute(sql.SQL("ALTER TABLE {t} DROP COLUMN inferred").format(t=sql.Identifier(table)))
 
 
 def index_ddl(table: str = TABLE) -> list[sql.Composed]:
@@ -123,8 +169,9 @@ def index_ddl(table: str = TABLE) -> list[sql.Composed]:
 
 
 _COLS = ("n.note_id, n.token_hash, n.path, n.subject, 1 - (n.embedding <=> q.vec) AS sim,"
-         " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to, n.inferred,"
-         " n.tenant_id, n.resource_id, n.thread_id, n.visibility")
+         " lower(n.valid) AS valid_from, upper(n.valid) AS valid_to, "
+         + ", ".join("n." + c for c, _ in INFERRED_COLUMNS)
+         + ", n.tenant_id, n.resource_id, n.thread_id, n.visibility")
 _OWN = "(n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
 _REACH = {
     # issue 16: a write's consolidation group (memfabric.domain.visibility.meets): the
@@ -151,7 +198,7 @@ _LATERAL = {  # noqa: S608 - table and column names are constants of this module
 _SAME_KEY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
              " AND n.inferred_key = q.ikey ORDER BY n.ingested_at DESC LIMIT %(ik)s)")
 _SAME_ENTITY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
-                " AND n.inferred_key IS NOT NULL AND n.inferred->>'entity' = q.ient"
+                " AND n.inferred_key IS NOT NULL AND n.inferred_entity = q.ient"
                 " ORDER BY n.ingested_at DESC LIMIT %(ik)s)")
 _LATERAL["plain+key"] = _LATERAL["plain"] + " UNION ALL " + _SAME_KEY
 _LATERAL["plain+entity"] = _LATERAL["plain"] + " UNION ALL " + _SAME_ENTITY
@@ -207,7 +254,7 @@ def select_neighbours(
             for row in cur.execute(_STATEMENTS[(group, how)], params).fetchall():
                 out[row["i"]].append(Neighbour(
                     row["note_id"], base.finite(float(row["sim"])), row["token_hash"], row["path"],
-                    row["subject"], row["valid_from"], row["valid_to"], key_from_dict(row["inferred"]),
+                    row["subject"], row["valid_from"], row["valid_to"], key_of_row(row),
                     _home(row), of_consent({"visibility": row["visibility"]})))
     return out
 
@@ -242,6 +289,7 @@ class ConsolidationIndexProjection:
         cur.execute(ddl(self.dim, TABLE + table_suffix))
         for stmt in migrate_ddl(TABLE + table_suffix):
             cur.execute(stmt)
+        migrate_jsonb(cur, TABLE + table_suffix)
         base.add_visibility(cur, TABLE + table_suffix)
         if not table_suffix:
             self.create_indexes(cur)

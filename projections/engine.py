@@ -66,6 +66,7 @@ class ProjectionEngine:
         self.prepare: Callable[[Any], None] | None = None
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
         self._positions_sql: dict[tuple[str, ...], tuple[str, list[Any]]] = {}
+        self._tracking_sql: dict[tuple[str, ...], bytes] = {}
         self.trackers = {
             p.name: PostgresTrackingRecorder(datastore, tracking_table_name=tables.tracking(p.name))
             for p in self.projections
@@ -157,20 +158,29 @@ class ProjectionEngine:
 
     def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection]) -> None:
         """Record ``position`` for every projection with eventsourcing's tracking
-        statement; all statements are sent before any result is read (one round trip
-        in pipeline mode). Raises ``IntegrityError`` when a projection was already past
+        statements, composed into one statement (one data-modifying CTE per projection:
+        one round trip). Raises ``IntegrityError`` when a projection was already past
         ``position`` (eventsourcing's single-row tracking refuses to move back)."""
+        names = tuple(p.name for p in projections)
+        query = self._tracking_sql.get(names)
+        if query is None:
+            query = self._tracking_sql[names] = self._tracking_query(names)
         params = {"application_name": self.application_name, "notification_id": position}
-        sent = []
-        for p in projections:
-            c = cur.connection.cursor()
-            c.execute(self.trackers[p.name].insert_tracking_statement, params, prepare=True)
-            sent.append((p.name, c))
-        for name, c in sent:
-            row = c.fetchone()
-            c.close()
-            if row is None:
+        row = cur.execute(query, params, prepare=True).fetchone()
+        counts = list(row.values()) if isinstance(row, dict) else list(row or ())
+        for name, count in zip(names, counts, strict=True):
+            if not count:
                 raise IntegrityError(f"failed to record tracking for {name} at {position}")
+
+    def _tracking_query(self, names: Sequence[str]) -> bytes:
+        """``WITH t0 AS (<tracking insert 0>), ... SELECT (SELECT count(*) FROM t0), ...``"""
+        ctes = sql.SQL(", ").join(
+            sql.SQL("{} AS ({})").format(sql.Identifier(f"t{i}"), self.trackers[n].insert_tracking_statement)
+            for i, n in enumerate(names))
+        counts = sql.SQL(", ").join(
+            sql.SQL("(SELECT count(*) FROM {}) AS {}").format(sql.Identifier(f"t{i}"), sql.Identifier(f"c{i}"))
+            for i in range(len(names)))
+        return sql.SQL("WITH {} SELECT {}").format(ctes, counts).as_bytes(None)
 
     def _lock_and_read_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection]) -> dict[str, int]:
         """Take the projections' advisory locks (in engine order, as every projection

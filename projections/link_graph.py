@@ -71,14 +71,16 @@ def index_ddl(table: str = TABLE) -> list[sql.Composed]:
 
 
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
-    """Replace the edges of ``notes`` with their current ones."""
+    """Replace the edges of ``notes`` with their current ones. A note at version 1
+    without links is skipped (no DELETE round trip): every projection of that one
+    state wrote no edge, so there is none to replace (issue 18)."""
     notes = list(notes)
-    if not notes:
+    rows = [row for n in notes for row in rows_for(n)]
+    stale = [n.id for n in notes if n.version > 1 or n.links]
+    if not stale:
         return
     t = sql.Identifier(table)
-    cur.execute(sql.SQL("DELETE FROM {t} WHERE from_aggregate_id = ANY(%s)").format(t=t),
-                ([n.id for n in notes],))
-    rows = [row for n in notes for row in rows_for(n)]
+    cur.execute(sql.SQL("DELETE FROM {t} WHERE from_aggregate_id = ANY(%s)").format(t=t), (stale,))
     if rows:
         cur.executemany(
             sql.SQL("INSERT INTO {t} ({cols}) VALUES ({ph})").format(

@@ -302,6 +302,14 @@ _LEXICAL_LIST = (
     " lr AS (SELECT aggregate_id, row_number() OVER (ORDER BY lex DESC, ingested_at, aggregate_id)"
     " AS rank FROM ls ORDER BY lex DESC, ingested_at, aggregate_id LIMIT %(limit)s)"
 )
+_EXACT_VECTOR_LIST = (
+    # issue 18: the exact scan of a small tenant, without ``SET LOCAL enable_indexscan``
+    # (one round trip): the OFFSET 0 fence keeps the HNSW index out of the plan, the
+    # btree on the scope finds the rows, each distance is computed once, top-N sort.
+    "v AS MATERIALIZED (SELECT aggregate_id, dist FROM (SELECT aggregate_id,"
+    " embedding <=> %(q)b AS dist FROM {t} WHERE {w} OFFSET 0) s ORDER BY dist LIMIT %(limit)s),"
+    " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
+)
 _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"
 
 
@@ -330,7 +338,8 @@ _LINKS = (
 
 
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
-                     filters: NoteFilter | None = None, expand: bool = False) -> sql.Composed:
+                     filters: NoteFilter | None = None, expand: bool = False,
+                     exact: bool = False) -> sql.Composed:
     """The one recall statement: the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
     both, the exact cosine similarity and full-text score, with every scope, kind,
@@ -351,10 +360,14 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     direction to a candidate of either list, each passing the same conditions as the
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
     largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
-    the candidates it is linked to and the edge weights."""
+    the candidates it is linked to and the edge weights.
+
+    ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
+    index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q``."""
     t, w = sql.Identifier(TABLE), _where(require_consent, filters)
     g = sql.Identifier(tables.LINK_GRAPH)
-    parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
+    vector_list = _EXACT_VECTOR_LIST if exact else _VECTOR_LIST
+    parts = [sql.SQL(vector_list if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
@@ -381,11 +394,11 @@ def select_candidates(
     cur: Cursor[Any], scope: Scope, *, embedding: np.ndarray | None, query: str | None,
     kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
     filters: NoteFilter | None = None,
-    expand: int = 0,
+    expand: int = 0, exact: bool = False,
 ) -> list[Candidate]:
-    """Run :func:`recall_statement` in the caller's transaction; returns candidates with
+    """Run :func:`recall_statement` on ``cur`` (one statement); returns candidates with
     their similarity, raw lexical score and ranks (``expand`` > 0: plus up to that many
-    linked notes, ``Candidate.link`` set)."""
+    linked notes, ``Candidate.link`` set; ``exact``: see :func:`recall_statement`)."""
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                               "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
@@ -394,9 +407,12 @@ def select_candidates(
     if embedding is not None:
         params["q"] = np.asarray(embedding, np.float32)
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
-                            require_consent=require_consent, filters=filters, expand=expand > 0)
+                            require_consent=require_consent, filters=filters, expand=expand > 0,
+                            exact=exact)
     out = []
-    for row in cur.execute(stmt, params).fetchall():
+    # prepare=True: the statement's plan (about 0.5 ms of the server's time) is kept per
+    # pooled connection after psycopg's fifth run of the same text
+    for row in cur.execute(stmt, params, prepare=True).fetchall():
         sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
         seeds, ws = row.pop("link_seeds") or [], row.pop("link_ws") or []
         out.append(Candidate(

@@ -130,8 +130,21 @@ def _slots(rng: random.Random) -> dict:
                 dom=rng.randint(1, 28), hour=rng.randint(7, 18))
 
 
-def make_dataset(n: int, n_queries: int = 200, seed: int = 20240611) -> Dataset:
-    """N unique short facts, tenant i owning rows i, i+10, ...; queries paraphrase tenant 0's facts."""
+def tenant_of(i: int, n_tenants: int = N_TENANTS) -> int:
+    """Owner of row ``i``: tenant 0 owns every 10th row (10% of the rows, the largest
+    tenant, the one queried); with 10 tenants each owns a tenth (row ``i`` -> ``i % 10``),
+    with more the other 90% are dealt round-robin to tenants 1..n_tenants-1."""
+    if n_tenants <= N_TENANTS:
+        return i % n_tenants
+    if i % 10 == 0:
+        return 0
+    return 1 + (i - i // 10 - 1) % (n_tenants - 1)
+
+
+def make_dataset(n: int, n_queries: int = 200, seed: int = 20240611,
+                 n_tenants: int = N_TENANTS) -> Dataset:
+    """N unique short facts owned by ``n_tenants`` (:func:`tenant_of`: tenant 0 owns 10%
+    of the rows); queries paraphrase tenant 0's facts."""
     rng = random.Random(seed)
     kinds = list(KINDS)
     texts, slots, seen = [], [], set()
@@ -143,7 +156,7 @@ def make_dataset(n: int, n_queries: int = 200, seed: int = 20240611) -> Dataset:
         seen.add(text)
         texts.append(text)
         slots.append((kind, s))
-    tenants = [i % N_TENANTS for i in range(n)]
+    tenants = [tenant_of(i, n_tenants) for i in range(n)]
     own = [i for i in range(n) if tenants[i] == QUERY_TENANT]
     src = [own[i % len(own)] for i in rng.sample(range(max(len(own), n_queries)), n_queries)]
     queries = []
