@@ -142,6 +142,8 @@ class _Writer:
         if len(asking) > 1:
             self.local.prepare(np.stack([p.query.embedding for p in prepared.values()]), self.threshold)
         self.blocks = working.BlockWriter(svc, uow, scope)
+        self.terms = (links.BatchTerms.lookup(uow, scope, [(p.item.kind, p.text) for p in prepared.values()], now)
+                      if self.workers is not None and self.workers.by_terms else None)
 
     def write(self, i: int, item: RememberInput) -> MemoryNote:
         if item.kind == "working":
@@ -256,7 +258,7 @@ class _Writer:
         if self.workers is not None:
             skip = {old.note_id} if old is not None else set()
             links.run_workers(self.workers, self.uow, self.scope, note, p.query.embedding,
-                              self.stored.get(p.index, []), self.local, skip)
+                              self.stored.get(p.index, []), self.local, skip, self.terms)
         result: Outcome = {"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted")  # type: ignore[assignment]
         return note_view(note, result)
 

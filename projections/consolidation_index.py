@@ -20,6 +20,11 @@ by issue 12: same-key notes are candidates however far apart their vectors are.
 NOT EXISTS``); the rows of such a table stay ``NULL`` there until the projection is
 rebuilt (``memfabric projections rebuild consolidation``) — notes written before
 issue 12 carry no inferred key anyway, so nothing is lost without the rebuild.
+
+Column ``link_terms`` (``text[]``, GIN; issue 15) holds the note's link terms
+(:func:`memfabric.domain.link_terms.note_terms`), which the shared-term linker looks up
+(:func:`select_term_postings`). It is added the same way; rows of an older table stay
+``NULL`` (never found by a term) until the projection is rebuilt.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from psycopg.types.range import Range
 from psycopg.types.json import Jsonb
 
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery, key_from_dict, note_key
+from memfabric.domain.link_terms import DF_CAP, N_CAP, TermPostings, note_terms
 from memfabric.domain.subjects import WILDCARD
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
@@ -49,12 +55,12 @@ KINDS = ("fact", "procedure", "file")
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "kind", "note_id",
     "token_hash", "path", "subject", "valid", "ingested_at", "embedding",
-    "inferred_key", "inferred",
+    "inferred_key", "inferred", "link_terms",
 )
 """Column order of a row tuple (also the COPY order)."""
 
 _TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text",
-          "tstzrange", "timestamptz", "vector", "text", "jsonb")
+          "tstzrange", "timestamptz", "vector", "text", "jsonb", "text[]")
 
 CHUNK = 500
 """Queries per neighbour statement."""
@@ -72,6 +78,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         Range(note.valid_from, note.valid_to, bounds="[)"), note.created_on,
         np.frombuffer(note.embedding, dtype=np.float32),
         *_inferred_cols(note),
+        list(note_terms(note.content)),
     )
 
 
@@ -89,7 +96,7 @@ def ddl(dim: int, table: str = TABLE) -> sql.Composed:
         " thread_id text NOT NULL, kind text NOT NULL, note_id text NOT NULL,"
         " token_hash text NOT NULL, path text, subject text, valid tstzrange NOT NULL,"
         " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL,"
-        " inferred_key text, inferred jsonb)"
+        " inferred_key text, inferred jsonb, link_terms text[])"
     ).format(t=sql.Identifier(table), dim=sql.Literal(dim))
 
 
@@ -97,11 +104,12 @@ def migrate_ddl(table: str = TABLE) -> list[sql.Composed]:
     """Columns added after the first release (a table created by an older release)."""
     t = sql.Identifier(table)
     return [sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred_key text").format(t=t),
-            sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred jsonb").format(t=t)]
+            sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred jsonb").format(t=t),
+            sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS link_terms text[]").format(t=t)]
 
 
 def index_ddl(table: str = TABLE) -> list[sql.Composed]:
-    """Btrees on scope + kind (+ token hash), path and subject."""
+    """Btrees on scope + kind (+ token hash), path and subject; GIN on ``link_terms``."""
     t = sql.Identifier(table)
     scope = "tenant_id, resource_id, thread_id, kind"
     return [
@@ -113,6 +121,8 @@ def index_ddl(table: str = TABLE) -> list[sql.Composed]:
             i=sql.Identifier(f"{table}_subject"), t=t),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (" + scope + ", inferred_key)"
                 " WHERE inferred_key IS NOT NULL").format(i=sql.Identifier(f"{table}_inferred"), t=t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (link_terms)").format(
+            i=sql.Identifier(f"{table}_terms"), t=t),
     ]
 
 
@@ -191,6 +201,37 @@ def select_neighbours(
                     row["note_id"], base.finite(float(row["sim"])), row["token_hash"], row["path"],
                     row["subject"], row["valid_from"], row["valid_to"], key_from_dict(row["inferred"])))
     return out
+
+
+_SCOPE_KIND = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
+               " AND n.kind = %(kind)s AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)")
+_TERM_POSTINGS = (  # table and column names are constants of this module
+    f"SELECT q.term, m.note_id, extract(epoch FROM m.ingested_at)::float8 AS at"  # noqa: S608
+    f" FROM unnest(%(terms)s::text[]) AS q(term) CROSS JOIN LATERAL"
+    f" (SELECT n.note_id, n.ingested_at FROM {TABLE} n WHERE n.link_terms @> ARRAY[q.term]"
+    f" AND {_SCOPE_KIND} ORDER BY n.ingested_at DESC, n.note_id LIMIT %(per_term)s) m"
+)
+_SCOPE_SIZE = (f"SELECT count(*) AS n FROM (SELECT 1 FROM {TABLE} n WHERE {_SCOPE_KIND}"  # noqa: S608
+               " LIMIT %(cap)s) s")
+
+
+def select_term_postings(cur: Cursor[Any], scope: Scope, kind: str, terms: Sequence[str], *,
+                         now: datetime, df_cap: int = DF_CAP) -> TermPostings:
+    """For the shared-term linker: the current notes of exactly ``scope`` and ``kind``
+    (counted up to :data:`~memfabric.domain.link_terms.N_CAP`) and, per term of
+    ``terms``, up to ``df_cap + 1`` ids of such notes containing it (newest first;
+    GIN on ``link_terms``, one statement for every term)."""
+    t, r, th = scope.sql()
+    params = {"t": t, "r": r, "th": th, "kind": kind, "now": now, "terms": list(terms),
+              "per_term": df_cap + 1, "cap": N_CAP}
+    row = cur.execute(_SCOPE_SIZE, params).fetchone()
+    ids: dict[str, list[str]] = {}
+    at: dict[str, float] = {}
+    if terms:
+        for rec in cur.execute(_TERM_POSTINGS, params).fetchall():
+            ids.setdefault(rec["term"], []).append(rec["note_id"])
+            at[rec["note_id"]] = float(rec["at"])
+    return TermPostings(int(row["n"]) if row else 0, ids, at)
 
 
 def inferred_key_of(q: NeighbourQuery) -> str | None:

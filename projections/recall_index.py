@@ -318,6 +318,10 @@ _EXPAND = (
     " WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id)"
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
+    # the edges between list candidates (both ends passed the lists' conditions)
+    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(l.seed ORDER BY l.seed) AS seeds,"
+    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    " WHERE EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id) GROUP BY l.aggregate_id),"
     " ca AS (SELECT aggregate_id FROM c UNION ALL SELECT aggregate_id FROM lx)"
 )
 _NO_EXPAND = ", ca AS (SELECT aggregate_id FROM c)"
@@ -351,7 +355,9 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     direction to a candidate of either list, each passing the same conditions as the
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
     largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
-    the candidates it is linked to and the edge weights."""
+    the candidates it is linked to and the edge weights; a list candidate carries in
+    ``link_seeds``/``link_ws`` its edges to the other list candidates (for the link term
+    of :mod:`memfabric.domain.ranking`)."""
     t, w = sql.Identifier(TABLE), _where(require_consent, filters)
     g = sql.Identifier(tables.LINK_GRAPH)
     parts = [sql.SQL(_VECTOR_LIST if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
@@ -369,10 +375,11 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
         lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
         lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
-        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id" if expand else ""),
+        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id"
+                        " LEFT JOIN lc ON lc.aggregate_id = ca.aggregate_id" if expand else ""),
         link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
-        seeds=sql.SQL("lx.seeds" if expand else "NULL::uuid[]"),
-        ws=sql.SQL("lx.ws" if expand else "NULL::float8[]"),
+        seeds=sql.SQL("coalesce(lx.seeds, lc.seeds)" if expand else "NULL::uuid[]"),
+        ws=sql.SQL("coalesce(lx.ws, lc.ws)" if expand else "NULL::float8[]"),
         links=sql.SQL(_LINKS).format(g=g, t=t, xs=scope_filter("x")),
     )
 
@@ -385,7 +392,8 @@ def select_candidates(
 ) -> list[Candidate]:
     """Run :func:`recall_statement` in the caller's transaction; returns candidates with
     their similarity, raw lexical score and ranks (``expand`` > 0: plus up to that many
-    linked notes, ``Candidate.link`` set)."""
+    linked notes, ``Candidate.link`` set, and every candidate's edges to list candidates
+    in ``Candidate.link_from``)."""
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                               "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
