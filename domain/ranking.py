@@ -24,7 +24,7 @@ activation, Collins & Loftus 1975; Crestani 1997)::
 
     link      = max over its edges to a seed hit h of  e · relevance(h)
     score     = relevance + recency_weight · recency + importance_weight · importance
-                + link_weight · link                          (link_weight: Scoring, default 0.5)
+                + link_weight · link                          (link_weight: Scoring, default 0.7)
 
 (0 when none of its seeds is among the seed hits). The *seed hits* are the ``top_k``
 list candidates of highest score without any link term. With expansion, a list

@@ -61,9 +61,10 @@ def test_a_list_candidate_linked_to_a_seed_hit_displaces_a_weak_seed() -> None:
     res = rank([strong, weak, linked], _how(expand=2))
     assert ids(res) == ["strong", "linked"]
     by_id = {e.id: e for e in res.explain}
-    # link term = link_weight (0.5) · edge weight (0.8) · relevance of the seed hit
+    # link term = link_weight (default 0.7) · edge weight (0.8) · relevance of the seed hit
     seed_rel = by_id["strong"].relevance
-    assert math.isclose(by_id["linked"].link_score, round(0.5 * 0.8 * seed_rel, 6), abs_tol=1e-6)
+    assert Scoring().link_weight == 0.7
+    assert math.isclose(by_id["linked"].link_score, round(0.7 * 0.8 * seed_rel, 6), abs_tol=1e-6)
     assert by_id["linked"].link is False  # a list candidate, not added by expansion
     # "weak" had been a seed: the strong hit keeps its own score (its seed "linked" is
     # not a seed hit), and the best hit is still first
