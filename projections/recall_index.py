@@ -315,13 +315,13 @@ _EXPAND = (
     " JOIN c ON g.to_aggregate_id = c.aggregate_id),"
     " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
     " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
-    " WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id)"
+    " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"  # a hashed subplan, whatever the estimates
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
     # the edges between list candidates (both ends passed the lists' conditions)
     " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(l.seed ORDER BY l.seed) AS seeds,"
     " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
-    " WHERE EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id) GROUP BY l.aggregate_id),"
+    " WHERE l.aggregate_id IN (SELECT aggregate_id FROM c) GROUP BY l.aggregate_id),"
     " ca AS (SELECT aggregate_id FROM c UNION ALL SELECT aggregate_id FROM lx)"
 )
 _NO_EXPAND = ", ca AS (SELECT aggregate_id FROM c)"
@@ -329,7 +329,9 @@ _LINKS = (
     "(SELECT coalesce(jsonb_agg(jsonb_build_object('id', g.to_note_id, 'relation', g.relation,"
     " 'weight', g.weight) ORDER BY g.to_note_id, g.relation), '[]'::jsonb) FROM {g} g"
     " WHERE g.from_aggregate_id = i.aggregate_id AND EXISTS (SELECT 1 FROM {t} x"
-    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs}))"
+    # OFFSET 0 keeps the probe per edge (primary key): unflattened, a stale estimate
+    # could scan every row of the tenant once per hit
+    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0))"
 )
 
 

@@ -3,14 +3,16 @@
 Run (from the repository root)::
 
     python scripts/eval_links.py                     # every conversation, hash embedder
-    python scripts/eval_links.py --limit 2 --out /tmp/links.json
+    python scripts/eval_links.py --embedder hash,wordllama --out /tmp/links.json   # both, one run
+    python scripts/eval_links.py --by similarity --top-k-links 3   # the nearest-vector linker
 
 Ingests every conversation exactly like ``scripts/eval_locomo.py`` (one ``fact`` per
 turn, ``remember_many`` in turn order, consolidation on) into three fabrics on one
 embedded PostgreSQL:
 
 * ``off``: no workers (no links), recall as today;
-* ``linker``: ``linker={"enabled": True, "top_k": K}``, a session attached to each
+* ``linker``: ``linker={"enabled": True, "top_k": K, "by": B}`` (default ``top_k`` 8,
+  ``by="terms"``: shared rare terms, :mod:`memfabric.domain.link_terms`), a session attached to each
   conversation's scope during ingestion (so the linker runs), then recall with
   ``expand_links=True`` (the default);
 * ``linker, no expansion``: the same fabric recalled with ``expand_links=False``
@@ -20,7 +22,8 @@ Reports frac@10 / any@10 / frac@25 per LoCoMo category (the goal: multi-hop,
 category 1, frac@10 +10% relative with the linker, no other category lower), link
 count per note, ingestion time per turn (write-latency cost, batched), single
 ``remember`` p50 with the linker and evolution attached vs off, and recall p50 with and
-without expansion. The data (CC BY-NC 4.0) is read in place and never copied.
+without expansion. Several embedders (``--embedder hash,wordllama``) are each measured
+off vs on in the same run. The data (CC BY-NC 4.0) is read in place and never copied.
 """
 
 from __future__ import annotations
