@@ -103,6 +103,30 @@ def _conversation(console: Console, notes: Notes) -> dict[str, Any]:
             "episode": episode.content, "promoted": promoted.kind}
 
 
+def _links(console: Console, notes: Notes) -> dict[str, Any]:
+    """Step 14: a link between two notes and a recall that follows it (1-hop expansion
+    in the recall statement), with the explain rows (``link`` True for the added note)."""
+    _section(console, "14. links: notes.link, then a recall expanded one hop",
+             "the linked note shares no word with the query; it comes in through its link")
+    cause = notes.remember(kind="fact", content="The payments outage on Friday came from an expired TLS certificate")
+    fix = notes.remember(kind="fact", content="Alice renewed it and added a renewal alert, due again in 90 days")
+    notes.remember(kind="fact", content="The Springfield office printer is on the second floor")
+    notes.link(cause.id, fix.id, relation="fixed_by", weight=0.9)
+    query = "payments outage"
+    res = notes.recall(query, mode="lexical", top_k=3)
+    table = _table("#", "id", "score", "link", "link_score", "lex", "content")
+    for i, (hit, ex) in enumerate(zip(res.hits, res.explain, strict=True), 1):
+        table.add_row(str(i), hit.id, f"{ex.score:.3f}", "true" if ex.link else "false",
+                      f"{ex.link_score:.3f}", "-" if ex.lexical is None else f"{ex.lexical:.3f}",
+                      _clip(hit.content or "", 60))
+    console.print(Text(f"link {cause.id} -> {fix.id} (fixed_by, 0.9); "
+                       f"recall '{query}' mode=lexical top_k=3:"))
+    console.print(table)
+    linked = [ex.id for ex in res.explain if ex.link]
+    return {"linked": linked, "fix_id": fix.id, "cause_first": bool(res.hits) and res.hits[0].id == cause.id,
+            "hit_links": [link.id for link in res.hits[0].links] if res.hits else []}
+
+
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -242,6 +266,7 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         summary["context_types"] = [item["type"] for item in context]
         summary["tool_session"] = _tool_session(console, acme)
         summary["conversation"] = _conversation(console, acme)
+        summary["links"] = _links(console, fabric.scope("acme", "user-1", f"{thread}-links"))
     console.print()
     console.print("[green]demo finished[/green]")
     return summary

@@ -48,7 +48,8 @@ from uuid import UUID
 
 import numpy as np
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.domain import links, visibility
+from memfabric.domain import link_terms, links, visibility
+from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -252,6 +253,13 @@ def _current(row: dict[str, Any], scope: Scope, q: NeighbourQuery, now: datetime
             and (row["valid_to"] is None or row["valid_to"] > now))
 
 
+def _in_scope_of_kind(row: dict[str, Any], scope: Scope, kind: str, now: datetime) -> bool:
+    """A current row of exactly ``scope`` and ``kind`` (the shared-term linker's notes)."""
+    t, r, th = scope.sql()
+    return (row["tenant_id"] == t and row["resource_id"] == r and row["thread_id"] == th
+            and row["kind"] == kind and (row["valid_to"] is None or row["valid_to"] > now))
+
+
 def _home(row: dict[str, Any]) -> Scope:
     return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
                  thread_id=row["thread_id"] or None)
@@ -357,6 +365,25 @@ class InMemoryUnitOfWork:
                 for r in picked
             ])
         return out
+
+    def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
+                      now: datetime) -> TermPostings:
+        """Like ``consolidation_index.select_term_postings`` on the committed rows."""
+        self._check()
+        with self._log.lock:
+            rows = [r for r in self._log.consolidation_rows.values() if _in_scope_of_kind(r, scope, kind, now)]
+        newest = sorted(rows, key=lambda r: r["note_id"])
+        newest.sort(key=lambda r: r["ingested_at"], reverse=True)  # ties: note id ascending
+        ids: dict[str, list[str]] = {}
+        at: dict[str, float] = {}
+        wanted = set(terms)
+        for r in newest:
+            for term in set(r.get("link_terms") or ()) & wanted:
+                got = ids.setdefault(term, [])
+                if len(got) <= link_terms.DF_CAP:
+                    got.append(r["note_id"])
+                    at[r["note_id"]] = r["ingested_at"].timestamp()
+        return TermPostings(min(len(rows), link_terms.N_CAP), ids, at)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         self._check()
@@ -474,6 +501,7 @@ class InMemoryNoteStore:
             edges = [dict(e) for es in self.log.link_rows.values() for e in es]
             indexed = {aid: dict(r) for aid, r in self.log.recall_rows.items()}
         linked = _linked(edges, seeds, by_id, expand) if expand > 0 else {}
+        among = _among(edges, seeds) if expand > 0 else {}
         if embedding is not None:
             q = np.asarray(embedding, np.float32)
             sims.update({aid: _cosine(by_id[aid]["embedding"], q) for aid in linked})
@@ -488,7 +516,7 @@ class InMemoryNoteStore:
                 lexical=lex.get(aid, 0.0) if query is not None else None,
                 vector_rank=vranks.get(aid), lexical_rank=lranks.get(aid), fields=fields,
                 link=max(w for _, w in linked[aid]) if aid in linked else None,
-                link_from=tuple(linked.get(aid, ()))))
+                link_from=tuple(linked[aid] if aid in linked else among.get(aid, ()))))
         return out
 
     def _listed(self, query: ListQuery) -> list[dict[str, Any]]:
@@ -621,6 +649,19 @@ def _linked(edges: Sequence[dict[str, Any]], seeds: set[UUID], admitted: dict[UU
                 found.setdefault(there, []).append((here, float(np.float32(e["weight"]))))
     order = sorted(found, key=lambda a: (-max(w for _, w in found[a]), a))[:expand]
     return {a: sorted(found[a], key=lambda x: str(x[0])) for a in order}
+
+
+def _among(edges: Sequence[dict[str, Any]], seeds: set[UUID]) -> dict[UUID, list[tuple[UUID, float]]]:
+    """``recall_index._EXPAND`` (``lc``): per seed its edges (either way) to other seeds,
+    sorted by seed."""
+    found: dict[UUID, list[tuple[UUID, float]]] = {}
+    for e in edges:
+        a, b = e["from_aggregate_id"], e["to_aggregate_id"]
+        if a in seeds and b in seeds:
+            w = float(np.float32(e["weight"]))
+            found.setdefault(b, []).append((a, w))
+            found.setdefault(a, []).append((b, w))
+    return {a: sorted(v, key=lambda x: str(x[0])) for a, v in found.items()}
 
 
 def _links_of(aid: UUID, edges: Sequence[dict[str, Any]], indexed: dict[UUID, dict[str, Any]],

@@ -29,6 +29,7 @@ from uuid import UUID
 from memfabric.adapters.crypto import TransactionKeys
 from memfabric.adapters.postgres import NoteLog, VectorTypes, select_notes
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.errors import FabricError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
@@ -148,6 +149,11 @@ class PostgresUnitOfWork:
         with self.conn.cursor() as cur:
             return consolidation_index.select_neighbours(cur, scope, queries, now=now,
                                                          per_query=per_query)
+
+    def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
+                      now: datetime) -> TermPostings:
+        with self.conn.cursor() as cur:
+            return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         with self.conn.cursor() as cur:

@@ -291,10 +291,12 @@ class Scoring(_Input):
     half_life: timedelta = timedelta(days=30)
     vector_weight: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     fusion: Literal["convex", "rrf"] = "convex"
-    link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.5
-    """Weight of the link term of a hit added by link expansion (issue 15): its score
-    gains ``link_weight · max(edge weight · relevance of the linked direct hit)`` (see
-    ``memfabric.domain.ranking``)."""
+    link_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.7
+    """Weight of the link term (issue 15) of a hit added by link expansion or of a list
+    candidate linked to a seed hit: its score gains ``link_weight · max(edge weight ·
+    relevance of the linked seed hit)`` (see ``memfabric.domain.ranking``). Default 0.7
+    (0.5 before the list candidates had a link term; 0.7 measured best on LoCoMo dev with
+    the shared-term linker, README "Measured")."""
 
     @field_validator("half_life")
     @classmethod

@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from memfabric.domain import link_terms
 from memfabric.domain.attach import gate_for
 from memfabric.domain.errors import EventIntegrityError, FabricError, NoteForgottenError, NoteNotFoundError
 from memfabric.domain.history import locate, lock_scopes
@@ -59,6 +60,8 @@ from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from memfabric.domain.consolidation import LocalIndex, Neighbour
     from memfabric.domain.ports import UnitOfWork
     from memfabric.domain.service import MemoryService
@@ -76,12 +79,17 @@ class LinkError(FabricError):
 
 class LinkerSettings(BaseModel):
     """The linker worker: ``enabled`` (default False), ``top_k`` edges per new note
-    (1-32, default 3) and ``floor`` (least similarity, default 0.3)."""
+    (1-32, default 3), ``floor`` (least similarity, default 0.3) and ``by``: which
+    neighbours it links, ``"similarity"`` (default: the nearest vectors, weight = cosine)
+    or ``"terms"`` (the notes sharing the most rare terms, weight from their IDF, see
+    :mod:`memfabric.domain.link_terms`; suits conversational turns, whose related turns
+    share a name or a thing rather than wording)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     enabled: bool = False
     top_k: int = Field(default=3, ge=1, le=MAX_WORKER_CAP)
     floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
+    by: Literal["similarity", "terms"] = "similarity"
 
 
 class EvolutionSettings(BaseModel):
@@ -161,8 +169,54 @@ class Workers:
     @property
     def neighbours_wanted(self) -> int:
         """How many nearest neighbours the write's lookup must fetch."""
-        return max(self.linker.top_k if self.linker else 0,
+        by_vector = self.linker is not None and self.linker.by == "similarity"
+        return max(self.linker.top_k if self.linker and by_vector else 0,
                    self.evolution.max_patches if self.evolution else 0)
+
+    @property
+    def by_terms(self) -> bool:
+        """Whether the linker links by shared terms (needs :class:`BatchTerms`)."""
+        return self.linker is not None and self.linker.by == "terms"
+
+
+class BatchTerms:
+    """The shared-term linker's view of one write: the committed postings of the
+    write's terms (one ``UnitOfWork.term_postings`` per kind) plus the notes the write
+    has linked so far, so the later items of a batch see the earlier ones."""
+
+    def __init__(self, stored: dict[str, link_terms.TermPostings]) -> None:
+        self._stored = stored
+        self._local: dict[tuple[str, str], list[str]] = {}
+        self._at: dict[str, float] = {}
+        self._count: dict[str, int] = {}
+
+    @classmethod
+    def lookup(cls, uow: UnitOfWork, scope: Scope, items: list[tuple[str, str | None]],
+               now: datetime) -> BatchTerms:
+        """Postings for ``items`` = ``(kind, content)`` of the write: one lookup per kind."""
+        wanted: dict[str, set[str]] = {}
+        for kind, content in items:
+            wanted.setdefault(kind, set()).update(link_terms.note_terms(content))
+        return cls({kind: uow.term_postings(scope, kind, sorted(terms), now=now)
+                    for kind, terms in wanted.items()})
+
+    def edges(self, note: Note, k: int, skip: set[str]) -> list[tuple[str, float]]:
+        """Up to ``k`` term edges of the new ``note`` (:func:`link_terms.term_edges`),
+        then records ``note`` as an earlier note of the rest of the write."""
+        stored = self._stored.get(note.kind, link_terms.TermPostings(0, {}, {}))
+        terms = link_terms.note_terms(note.content)
+        earlier: dict[str, list[str]] = {}
+        for t in terms:
+            ids = [*stored.ids.get(t, ()), *self._local.get((note.kind, t), ())]
+            earlier[t] = [i for i in dict.fromkeys(ids) if i != note.note_id and i not in skip]
+        n = stored.notes + self._count.get(note.kind, 0) + 1
+        order = {**stored.ingested, **self._at}
+        out = link_terms.term_edges(terms, earlier, n, k, order)
+        for t in terms:
+            self._local.setdefault((note.kind, t), []).append(note.note_id)
+        self._at[note.note_id] = note.created_on.timestamp()
+        self._count[note.kind] = self._count.get(note.kind, 0) + 1
+        return out
 
 
 def workers_for(svc: MemoryService, scope: Scope) -> Workers | None:
@@ -195,21 +249,33 @@ def closest(note: Note, vector: np.ndarray, stored: list[Neighbour], local: Loca
     return out[:k]
 
 
-def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vector: np.ndarray,
-                stored: list[Neighbour], local: LocalIndex, skip: set[str]) -> None:
-    """Link and evolve for the new note ``note`` (see the module doc)."""
-    cause = f"evolution:{note.note_id}:v{note.version}"  # the write's own event
-    floor = min(s.floor for s in (workers.linker, workers.evolution) if s is not None)
-    near = closest(note, vector, stored, local, floor, workers.neighbours_wanted, skip)
+def _live_targets(uow: UnitOfWork, scope: Scope, near: list[tuple[str, float]]) -> list[tuple[Note, float]]:
+    """The live, not superseded notes among ``near`` (one replay query for all)."""
     loaded = {n.note_id: n for n in uow.load_ids([note_uuid(scope, nid) for nid, _ in near])}
-    targets: list[tuple[Note, float]] = []
-    for nid, sim in near:  # one replay query for every neighbour
+    out: list[tuple[Note, float]] = []
+    for nid, w in near:
         other = loaded.get(nid)
         if other is not None and other.live and other.superseded_by is None:
-            targets.append((other, sim))
+            out.append((other, w))
+    return out
+
+
+def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vector: np.ndarray,
+                stored: list[Neighbour], local: LocalIndex, skip: set[str],
+                terms: BatchTerms | None = None) -> None:
+    """Link and evolve for the new note ``note`` (see the module doc); ``terms``: the
+    write's :class:`BatchTerms` when the linker links by shared terms."""
+    cause = f"evolution:{note.note_id}:v{note.version}"  # the write's own event
+    floor = min(s.floor for s in (workers.linker, workers.evolution) if s is not None)
+    wanted = workers.neighbours_wanted
+    targets = _live_targets(uow, scope, closest(note, vector, stored, local, floor, wanted, skip)) if wanted else []
     if workers.linker is not None:
-        edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, sim)), 6)}
-                 for t, sim in targets if sim >= workers.linker.floor][: workers.linker.top_k]
+        if workers.by_terms and terms is not None:
+            linked = _live_targets(uow, scope, terms.edges(note, workers.linker.top_k, skip))
+        else:
+            linked = [(t, sim) for t, sim in targets if sim >= workers.linker.floor]
+        edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, w)), 6)}
+                 for t, w in linked][: workers.linker.top_k]
         if edges:
             note.link(edges, cause="linker")
             uow.add(note)

@@ -22,6 +22,7 @@ from uuid import UUID
 import numpy as np
 
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
@@ -63,7 +64,9 @@ class Candidate:
     """Set for a note added by link expansion (issue 15): the largest weight of an edge
     joining it to a list candidate. ``fields["links"]``: the note's own edges."""
     link_from: tuple[tuple[UUID, float], ...] = ()
-    """For an expanded note: ``(list candidate aggregate id, edge weight)`` pairs."""
+    """``(list candidate aggregate id, edge weight)`` pairs: for an expanded note its
+    edges to list candidates; for a list candidate (``link`` None) its edges to the
+    other list candidates (only when recall expands)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +162,14 @@ class UnitOfWork(Protocol):
         :func:`memfabric.domain.visibility.meets`), each with its ``home`` — same
         ``path`` (file), same ``subject``, same token hash, and the ``per_query``
         nearest vectors (the linker asks for its ``top_k``). Bounded SQL, batched."""
+        ...
+
+    def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
+                      now: datetime) -> TermPostings:
+        """For the shared-term linker (issue 15): the committed current notes of
+        exactly ``scope`` and ``kind`` (counted up to ``link_terms.N_CAP``) and, per
+        term, up to ``link_terms.DF_CAP + 1`` ids of those containing it, newest first.
+        One indexed statement."""
         ...
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:

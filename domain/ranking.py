@@ -22,21 +22,26 @@ Link expansion (issue 15). A candidate the recall statement added because it is 
 spreads the relevance of the direct hits it is linked to (one hop of spreading
 activation, Collins & Loftus 1975; Crestani 1997)::
 
-    link      = max over its edges to a direct hit h of  e · relevance(h)
+    link      = max over its edges to a seed hit h of  e · relevance(h)
     score     = relevance + recency_weight · recency + importance_weight · importance
-                + link_weight · link                          (link_weight: Scoring, default 0.5)
+                + link_weight · link                          (link_weight: Scoring, default 0.7)
 
-(0 when none of its seeds is among the direct hits). List candidates have no link term.
-The list candidates passing the floor are sorted by score and cut at ``top_k`` (the
-direct hits, the only seeds of the link term). The floor applies to those seeds only: a
+(0 when none of its seeds is among the seed hits). The *seed hits* are the ``top_k``
+list candidates of highest score without any link term. With expansion, a list
+candidate linked (either direction) to a seed hit other than itself gains the same
+link term, so a note that is both weakly matched and linked to a strong hit can displace
+a weakly matched seed (two linked turns about one thing reinforce each other). The list
+candidates passing the floor are then sorted by score and cut at ``top_k`` (the direct
+hits). The floor applies to the list candidates only: a
 linked note's own evidence for the query is often low (that is why it is reached through
-a link), so it is admitted by its link instead, when it is linked to a direct hit
+a link), so it is admitted by its link instead, when it is linked to a seed hit
 (``link`` > 0), or when its own evidence passes the floor. The linked candidates so
 admitted are sorted by score and cut at ``expand`` (``top_k`` when recall expands); both
 are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and cut at
 ``budget`` (summed ``token_count`` over the whole result; the best hit is always
 returned and ranking stops at the first hit that would not fit). ``explain.link`` is
-True exactly for the linked hits.
+True exactly for the hits added by expansion; ``explain.link_score`` is the link term of
+every hit (0.0 without one). Without expansion no hit has a link term.
 """
 
 from __future__ import annotations
@@ -86,9 +91,12 @@ def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     def order(s: _Scored) -> tuple[float, object, str]:
         return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
 
-    direct = sorted((s for s in (_score(c, how, best_lex) for c in candidates if c.link is None)
-                     if s.evidence >= how.min_relevance), key=order)[: how.top_k]
-    hit_relevance = {s.cand.aggregate_id: s.relevance for s in direct}
+    listed = sorted((s for s in (_score(c, how, best_lex) for c in candidates if c.link is None)
+                     if s.evidence >= how.min_relevance), key=order)
+    hit_relevance = {s.cand.aggregate_id: s.relevance for s in listed[: how.top_k]}
+    if how.expand > 0:  # list candidates linked to a seed hit gain the link term too
+        listed = sorted((_boost(s, how, hit_relevance) for s in listed), key=order)
+    direct = listed[: how.top_k]
     linked = sorted((s for s in (_score(c, how, best_lex, hit_relevance)
                                  for c in candidates if c.link is not None)
                      if s.link > 0.0 or s.evidence >= how.min_relevance),
@@ -133,6 +141,17 @@ def _score(cand: Candidate, how: Ranking, best_lex: float,
         link = how.scoring.link_weight * spread
         total += link
     return _Scored(total, relevance, rec, lexical, cand, evidence, link)
+
+
+def _boost(s: _Scored, how: Ranking, hit_relevance: dict[UUID, float]) -> _Scored:
+    """A list candidate with the link term of its edges to the seed hits (not itself)."""
+    c = s.cand
+    spread = max((w * hit_relevance[seed] for seed, w in c.link_from
+                  if seed in hit_relevance and seed != c.aggregate_id), default=0.0)
+    if spread <= 0.0:
+        return s
+    link = how.scoring.link_weight * spread
+    return _Scored(s.total + link, s.relevance, s.recency, s.lexical, c, s.evidence, link)
 
 
 def _explain(s: _Scored) -> Explain:

@@ -184,6 +184,8 @@ class _Writer:
         self.blocks = working.BlockWriter(svc, uow, scope)
         self.homes: dict[str, Scope] = {}
         """Home scope of each explicit ``supersedes`` target (default: the writer's)."""
+        self.terms = (links.BatchTerms.lookup(uow, scope, [(p.item.kind, p.text) for p in prepared.values()], now)
+                      if self.workers is not None and self.workers.by_terms else None)
 
     def write(self, i: int, item: RememberInput) -> MemoryNote:
         if item.kind == "working":
@@ -301,7 +303,7 @@ class _Writer:
             skip = {old.note_id} if old is not None else set()
             own = [c for c in self.stored.get(p.index, []) if c.home in (None, self.scope)]
             links.run_workers(self.workers, self.uow, self.scope, note, p.query.embedding,
-                              own, self.local, skip)
+                              own, self.local, skip, self.terms)
         result: Outcome = {"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted")  # type: ignore[assignment]
         return note_view(note, result)
 

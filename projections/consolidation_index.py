@@ -24,6 +24,11 @@ COLUMN IF NOT EXISTS``) and moves a jsonb ``inferred`` column's values into them
 (then drops it); the rows of a table from before issue 12 stay ``NULL`` there until
 the projection is rebuilt (``memfabric projections rebuild consolidation``) — notes
 written before issue 12 carry no inferred key anyway, so nothing is lost without it.
+
+Column ``link_terms`` (``text[]``, GIN; issue 15) holds the note's link terms
+(:func:`memfabric.domain.link_terms.note_terms`), which the shared-term linker looks up
+(:func:`select_term_postings`). It is added the same way; rows of an older table stay
+``NULL`` (never found by a term) until the projection is rebuilt.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from psycopg import Cursor, sql
 from psycopg.types.range import Range
 
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery, note_key
+from memfabric.domain.link_terms import DF_CAP, N_CAP, TermPostings, note_terms
 from memfabric.domain.subjects import WILDCARD, SubjectKey
 from memfabric.domain.note import Note
 from memfabric.domain.policy import normalized_tokens, token_hash
@@ -54,13 +60,13 @@ COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "kind", "note_id",
     "token_hash", "path", "subject", "valid", "ingested_at", "embedding",
     "inferred_key", "inferred_entity", "inferred_attribute", "inferred_value", "inferred_rule",
-    "inferred_polarity", "inferred_single", "inferred_previous", "visibility",
+    "inferred_polarity", "inferred_single", "inferred_previous", "visibility", "link_terms",
 )
 """Column order of a row tuple (also the COPY order)."""
 
 _TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text",
           "tstzrange", "timestamptz", "vector", "text", "text", "text", "text", "text",
-          "bool", "bool", "text", "text")
+          "bool", "bool", "text", "text", "text[]")
 
 CHUNK = 500
 """Queries per neighbour statement."""
@@ -79,6 +85,7 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         np.frombuffer(note.embedding, dtype=np.float32),
         *_inferred_cols(note),
         of_consent(note.consent),
+        list(note_terms(note.content)),
     )
 
 
@@ -119,7 +126,7 @@ def ddl(dim: int, table: str = TABLE) -> sql.Composed:
         " thread_id text NOT NULL, kind text NOT NULL, note_id text NOT NULL,"
         " token_hash text NOT NULL, path text, subject text, valid tstzrange NOT NULL,"
         " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL,"
-        " inferred_key text, {inferred}, visibility text)"
+        " inferred_key text, {inferred}, visibility text, link_terms text[])"
     ).format(t=sql.Identifier(table), dim=sql.Literal(dim), inferred=sql.SQL(", ".join(
         f"{c} {typ}" for c, typ in INFERRED_COLUMNS)))
 
@@ -129,7 +136,8 @@ def migrate_ddl(table: str = TABLE) -> list[sql.Composed]:
     t = sql.Identifier(table)
     return [sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS inferred_key text").format(t=t),
             *(sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {c} " + typ).format(
-                t=t, c=sql.Identifier(c)) for c, typ in INFERRED_COLUMNS)]
+                t=t, c=sql.Identifier(c)) for c, typ in INFERRED_COLUMNS),
+            sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS link_terms text[]").format(t=t)]
 
 
 def migrate_jsonb(cur: Cursor[Any], table: str = TABLE) -> None:
@@ -150,7 +158,7 @@ def migrate_jsonb(cur: Cursor[Any], table: str = TABLE) -> None:
 
 
 def index_ddl(table: str = TABLE) -> list[sql.Composed]:
-    """Btrees on scope + kind (+ token hash), path and subject."""
+    """Btrees on scope + kind (+ token hash), path and subject; GIN on ``link_terms``."""
     t = sql.Identifier(table)
     scope = "tenant_id, resource_id, thread_id, kind"
     return [
@@ -165,6 +173,8 @@ def index_ddl(table: str = TABLE) -> list[sql.Composed]:
         # issue 16: the tenant-visible notes of a whole tenant (a tenant-visible write's group)
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, kind, token_hash)"
                 " WHERE visibility = 'tenant'").format(i=sql.Identifier(f"{table}_tenant_vis"), t=t),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (link_terms)").format(
+            i=sql.Identifier(f"{table}_terms"), t=t),
     ]
 
 
@@ -262,6 +272,37 @@ def select_neighbours(
 def _home(row: dict[str, Any]) -> Scope:
     return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
                  thread_id=row["thread_id"] or None)
+
+
+_SCOPE_KIND = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"
+               " AND n.kind = %(kind)s AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)")
+_TERM_POSTINGS = (  # table and column names are constants of this module
+    f"SELECT q.term, m.note_id, extract(epoch FROM m.ingested_at)::float8 AS at"  # noqa: S608
+    f" FROM unnest(%(terms)s::text[]) AS q(term) CROSS JOIN LATERAL"
+    f" (SELECT n.note_id, n.ingested_at FROM {TABLE} n WHERE n.link_terms @> ARRAY[q.term]"
+    f" AND {_SCOPE_KIND} ORDER BY n.ingested_at DESC, n.note_id LIMIT %(per_term)s) m"
+)
+_SCOPE_SIZE = (f"SELECT count(*) AS n FROM (SELECT 1 FROM {TABLE} n WHERE {_SCOPE_KIND}"  # noqa: S608
+               " LIMIT %(cap)s) s")
+
+
+def select_term_postings(cur: Cursor[Any], scope: Scope, kind: str, terms: Sequence[str], *,
+                         now: datetime, df_cap: int = DF_CAP) -> TermPostings:
+    """For the shared-term linker: the current notes of exactly ``scope`` and ``kind``
+    (counted up to :data:`~memfabric.domain.link_terms.N_CAP`) and, per term of
+    ``terms``, up to ``df_cap + 1`` ids of such notes containing it (newest first;
+    GIN on ``link_terms``, one statement for every term)."""
+    t, r, th = scope.sql()
+    params = {"t": t, "r": r, "th": th, "kind": kind, "now": now, "terms": list(terms),
+              "per_term": df_cap + 1, "cap": N_CAP}
+    row = cur.execute(_SCOPE_SIZE, params).fetchone()
+    ids: dict[str, list[str]] = {}
+    at: dict[str, float] = {}
+    if terms:
+        for rec in cur.execute(_TERM_POSTINGS, params).fetchall():
+            ids.setdefault(rec["term"], []).append(rec["note_id"])
+            at[rec["note_id"]] = float(rec["at"])
+    return TermPostings(int(row["n"]) if row else 0, ids, at)
 
 
 def inferred_key_of(q: NeighbourQuery) -> str | None:

@@ -323,9 +323,13 @@ _EXPAND = (
     " JOIN c ON g.to_aggregate_id = c.aggregate_id),"
     " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
     " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
-    " WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.aggregate_id = l.aggregate_id)"
+    " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"  # a hashed subplan, whatever the estimates
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
+    # the edges between list candidates (both ends passed the lists' conditions)
+    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(l.seed ORDER BY l.seed) AS seeds,"
+    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    " WHERE l.aggregate_id IN (SELECT aggregate_id FROM c) GROUP BY l.aggregate_id),"
     " ca AS (SELECT aggregate_id FROM c UNION ALL SELECT aggregate_id FROM lx)"
 )
 _NO_EXPAND = ", ca AS (SELECT aggregate_id FROM c)"
@@ -333,7 +337,9 @@ _LINKS = (
     "(SELECT coalesce(jsonb_agg(jsonb_build_object('id', g.to_note_id, 'relation', g.relation,"
     " 'weight', g.weight) ORDER BY g.to_note_id, g.relation), '[]'::jsonb) FROM {g} g"
     " WHERE g.from_aggregate_id = i.aggregate_id AND EXISTS (SELECT 1 FROM {t} x"
-    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs}))"
+    # OFFSET 0 keeps the probe per edge (primary key): unflattened, a stale estimate
+    # could scan every row of the tenant once per hit
+    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0))"
 )
 
 
@@ -360,7 +366,8 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     direction to a candidate of either list, each passing the same conditions as the
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
     largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
-    the candidates it is linked to and the edge weights.
+    the candidates it is linked to and the edge weights; a list candidate carries in ``link_seeds``/``link_ws`` its edges to
+    the other list candidates (for the link term of :mod:`memfabric.domain.ranking`).
 
     ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
     index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q``."""
@@ -382,10 +389,11 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
         lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
         lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
-        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id" if expand else ""),
+        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id"
+                        " LEFT JOIN lc ON lc.aggregate_id = ca.aggregate_id" if expand else ""),
         link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
-        seeds=sql.SQL("lx.seeds" if expand else "NULL::uuid[]"),
-        ws=sql.SQL("lx.ws" if expand else "NULL::float8[]"),
+        seeds=sql.SQL("coalesce(lx.seeds, lc.seeds)" if expand else "NULL::uuid[]"),
+        ws=sql.SQL("coalesce(lx.ws, lc.ws)" if expand else "NULL::float8[]"),
         links=sql.SQL(_LINKS).format(g=g, t=t, xs=scope_filter("x")),
     )
 
@@ -398,7 +406,8 @@ def select_candidates(
 ) -> list[Candidate]:
     """Run :func:`recall_statement` on ``cur`` (one statement); returns candidates with
     their similarity, raw lexical score and ranks (``expand`` > 0: plus up to that many
-    linked notes, ``Candidate.link`` set; ``exact``: see :func:`recall_statement`)."""
+    linked notes, ``Candidate.link`` set, and every candidate's edges to list candidates
+    in ``Candidate.link_from``; ``exact``: see :func:`recall_statement`)."""
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                               "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,

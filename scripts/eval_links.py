@@ -3,14 +3,16 @@
 Run (from the repository root)::
 
     python scripts/eval_links.py                     # every conversation, hash embedder
-    python scripts/eval_links.py --limit 2 --out /tmp/links.json
+    python scripts/eval_links.py --embedder hash,wordllama --out /tmp/links.json   # both, one run
+    python scripts/eval_links.py --by similarity --top-k-links 3   # the nearest-vector linker
 
 Ingests every conversation exactly like ``scripts/eval_locomo.py`` (one ``fact`` per
 turn, ``remember_many`` in turn order, consolidation on) into three fabrics on one
 embedded PostgreSQL:
 
 * ``off``: no workers (no links), recall as today;
-* ``linker``: ``linker={"enabled": True, "top_k": K}``, a session attached to each
+* ``linker``: ``linker={"enabled": True, "top_k": K, "by": B}`` (default ``top_k`` 8,
+  ``by="terms"``: shared rare terms, :mod:`memfabric.domain.link_terms`), a session attached to each
   conversation's scope during ingestion (so the linker runs), then recall with
   ``expand_links=True`` (the default);
 * ``linker, no expansion``: the same fabric recalled with ``expand_links=False``
@@ -20,7 +22,8 @@ Reports frac@10 / any@10 / frac@25 per LoCoMo category (the goal: multi-hop,
 category 1, frac@10 +10% relative with the linker, no other category lower), link
 count per note, ingestion time per turn (write-latency cost, batched), single
 ``remember`` p50 with the linker and evolution attached vs off, and recall p50 with and
-without expansion. The data (CC BY-NC 4.0) is read in place and never copied.
+without expansion. Several embedders (``--embedder hash,wordllama``) are each measured
+off vs on in the same run. The data (CC BY-NC 4.0) is read in place and never copied.
 """
 
 from __future__ import annotations
@@ -91,16 +94,17 @@ def run(convs: Sequence[locomo.Conversation], *, linker: dict[str, Any] | None, 
 
 
 def write_latency(conv: locomo.Conversation, *, workers: bool, dsn: str | None, data_dir: str,
-                  embedder: str, preload: int = 200, timed: int = 100) -> dict[str, float]:
+                  embedder: str, linker: dict[str, Any], preload: int = 200,
+                  timed: int = 100) -> dict[str, float]:
     """p50 / mean of single ``remember`` calls after ``preload`` turns, workers on
-    (linker + evolution, attached) or off."""
+    (``linker`` + evolution, attached) or off."""
     from memfabric.adapters import open_fabric
 
     kwargs: dict[str, Any] = {"dsn": dsn, "embedder": common.make_embedder(embedder)}
     if dsn is None:
         kwargs["data_dir"] = data_dir
     if workers:
-        kwargs |= {"linker": {"enabled": True, "top_k": 3}, "evolution": {"enabled": True, "max_patches": 8}}
+        kwargs |= {"linker": linker, "evolution": {"enabled": True, "max_patches": 8}}
     times = []
     with open_fabric(**kwargs) as fabric:
         notes = fabric.scope(common.new_tenant("links-w"), resource_id=conv.sample_id)
@@ -121,8 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=common.default_data_path("locomo-dev", "locomo-dev.json"))
     p.add_argument("--dsn", default=None)
-    p.add_argument("--embedder", choices=common.EMBEDDERS, default="hash")
-    p.add_argument("--top-k-links", type=int, default=3)
+    p.add_argument("--embedder", default="hash",
+                   help=f"one of {', '.join(common.EMBEDDERS)}, or several comma-separated"
+                   " (each: off vs linker, one run)")
+    p.add_argument("--by", choices=("similarity", "terms"), default="terms",
+                   help="LinkerSettings.by (default terms: shared rare terms)")
+    p.add_argument("--top-k-links", type=int, default=8)
     p.add_argument("--floor", type=float, default=None)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--link-weight", type=float, default=None, help="Scoring.link_weight (default the library's)")
@@ -131,16 +139,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     stats = locomo.EvidenceStats()
     convs = locomo.load_conversations(args.data, args.limit, stats)
-    linker: dict[str, Any] = {"enabled": True, "top_k": args.top_k_links}
+    linker: dict[str, Any] = {"enabled": True, "top_k": args.top_k_links, "by": args.by}
     if args.floor is not None:
         linker["floor"] = args.floor
+    embedders = [e.strip() for e in args.embedder.split(",") if e.strip()]
+    results: dict[str, Any] = {}
+    for embedder in embedders:
+        results[embedder] = one_embedder(convs, args, linker, embedder)
+    common.write_json(args.out, {**results, "args": vars(args) | {"data": str(args.data)}})
+    return 0
+
+
+def one_embedder(convs: Sequence[locomo.Conversation], args: argparse.Namespace,
+                 linker: dict[str, Any], embedder: str) -> dict[str, Any]:
+    """Off vs linker (and the single-write latency) for one embedder; prints the table."""
     with common.scratch_dir(None) as data_dir:
-        off = run(convs, linker=None, dsn=args.dsn, data_dir=data_dir, embedder=args.embedder,
+        off = run(convs, linker=None, dsn=args.dsn, data_dir=data_dir, embedder=embedder,
                   expand_modes=(True,))
-        on = run(convs, linker=linker, dsn=args.dsn, data_dir=data_dir, embedder=args.embedder,
+        on = run(convs, linker=linker, dsn=args.dsn, data_dir=data_dir, embedder=embedder,
                  expand_modes=(True, False), link_weight=args.link_weight)
-        single = {} if args.no_single else {name: write_latency(convs[0], workers=flag, dsn=args.dsn, data_dir=data_dir,
-                                      embedder=args.embedder) for name, flag in (("off", False), ("workers", True))}
+        single = {} if args.no_single else {
+            name: write_latency(convs[0], workers=flag, dsn=args.dsn, data_dir=data_dir, embedder=embedder,
+                                linker=linker) for name, flag in (("off", False), ("workers", True))}
     rows = []
     for cat in (*locomo.CATEGORIES, locomo.POOLED):
         b = off["scores"][True].get(cat, {})
@@ -151,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rel = (a["frac@10"] / b["frac@10"] - 1) if b.get("frac@10") else None
         rows.append([f"{cat} {locomo.CATEGORY_NAMES[cat]}", b["frac@10"], a["frac@10"], n["frac@10"],
                      "-" if rel is None else f"{100 * rel:+.1f}%", b["frac@25"], a["frac@25"]])
-    common.print_table(f"LoCoMo frac@10, linker top_k={args.top_k_links} (embedder={args.embedder})",
+    common.print_table(f"LoCoMo frac@10, linker by={args.by} top_k={args.top_k_links} (embedder={embedder})",
                        ["category", "off", "linker", "linker,no-expand", "rel", "off@25", "linker@25"], rows)
     print(f"links per note: {on['links_per_note']:.2f} over {on['notes']} notes")
     print(f"ingest ms/turn: off {off['ingest_ms_per_turn']:.2f}, linker {on['ingest_ms_per_turn']:.2f}")
@@ -159,10 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f" linker no-expand {on['recall_p50_ms'][False]:.2f}")
     if single:
         print(f"single remember after 200 notes, p50 ms: off {single['off']['p50_ms']:.2f},"
-              f" linker+evolution attached {single['workers']['p50_ms']:.2f}")
-    common.write_json(args.out, {"off": off, "linker": on, "single_remember": single,
-                                 "args": vars(args) | {"data": str(args.data)}})
-    return 0
+              f" linker+evolution attached {single['workers']['p50_ms']:.2f}"
+              f" (mean {single['off']['mean_ms']:.2f} / {single['workers']['mean_ms']:.2f})")
+    return {"off": off, "linker": on, "single_remember": single}
 
 
 if __name__ == "__main__":

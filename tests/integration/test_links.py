@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.memory import open_memory_fabric
 from memfabric.domain.errors import NoteForgottenError, NoteNotFoundError
+from memfabric.domain.inputs import Scoring
 from memfabric.domain.links import LinkError, evolution_patch
 from memfabric.domain.note import note_uuid
 from memfabric.projections.rebuild import ProjectionAdmin
@@ -159,8 +160,8 @@ def test_recall_expands_one_hop_in_both_directions(plain: Fabric) -> None:
     assert [e.id for e in res.explain] == got
     flags = {e.id: e for e in res.explain}
     assert flags[a.id].link is False and flags[b.id].link is True and flags[c.id].link is True
-    assert flags[b.id].link_score == pytest.approx(0.5 * 0.9, abs=1e-6)
-    assert flags[c.id].link_score == pytest.approx(0.5 * 0.6, abs=1e-6)
+    assert flags[b.id].link_score == pytest.approx(Scoring().link_weight * 0.9, abs=1e-6)
+    assert flags[c.id].link_score == pytest.approx(Scoring().link_weight * 0.6, abs=1e-6)
     assert res.hits[0].links[0].id == b.id
     off = notes.recall("greyhound Zephyr", mode="lexical", top_k=2, expand_links=False)
     assert [h.id for h in off.hits] == [a.id] and len(off.explain) == 1
