@@ -153,6 +153,40 @@ class Fabric:
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
         return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
 
+    def reembed(self, embedder: Embedder | str, *, batch: int = 256, reporter: Any = None,
+                attempts: int = 20) -> Any:
+        """Migrate this fabric to another embedder without downtime (issue 19): a
+        ``Reembedded`` event per note with content, a blue-green rebuild of the recall and
+        consolidation indexes under the new dimension, an atomic switch that records the
+        new embedder; resumable. ``embedder``: an embedder or a name for
+        :func:`~memfabric.adapters.embedders.embedder_from_name`. Returns a
+        :class:`~memfabric.adapters.reembed.ReembedReport`; errors: see
+        :func:`memfabric.adapters.reembed.reembed`."""
+        from memfabric.adapters.reembed import reembed  # noqa: PLC0415
+        target = embedder_from_name(embedder) if isinstance(embedder, str) else embedder
+        return reembed(self, target, batch=batch, reporter=reporter, attempts=attempts)
+
+    def use_embedder(self, embedder: Embedder, projections: Sequence[Any]) -> None:
+        """Serve with ``embedder`` and the given projection instances (same names as the
+        engine's, e.g. the recall index under the new dimension) from now on; what
+        ``reembed`` calls right after its switch commits."""
+        by_name = {p.name: p for p in projections}
+        self.engine.projections = [by_name.get(p.name, p) for p in self.engine.projections]
+        self.service.embedder = embedder
+
+    def adopt_recorded_embedder(self) -> bool:
+        """Read the embedder the database records and, when another process migrated the
+        fabric to it since this one opened, serve with it (built by name) from now on.
+        Returns whether the embedder changed. Called by recall and writes when a vector
+        of the old dimension meets the new index (``EmbedderChangedError``)."""
+        recorded = recorded_embedder(self.dsn)
+        if recorded is None or recorded["id"] == str(self.service.embedder.id):
+            return False
+        from memfabric.adapters.reembed import new_projections  # noqa: PLC0415
+        embedder = _choose_embedder(None, recorded)
+        self.use_embedder(embedder, new_projections(embedder))
+        return True
+
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
         self._writable("catch_up")
@@ -271,8 +305,8 @@ def open_fabric(
             store = PostgresNoteStore(log)
             engine = ProjectionEngine(
                 log.datastore, log.name, tables.EVENTS,
-                [RecallIndexProjection(embedder.dim), WorkingValueProjection(),
-                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim),
+                [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
+                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
                  LinkGraphProjection(), LedgerProjection()],
                 cursor_loader(log),
             )
@@ -308,6 +342,7 @@ def open_fabric(
                 engine.catch_up()
             fabric = Fabric(service, log, store, engine, dsn, embedded)
             fabric.read_only = read_only
+            service.adopt_embedder = fabric.adopt_recorded_embedder
             return fabric
     except BaseException:
         if embedded is not None:
@@ -337,9 +372,8 @@ def recorded_embedder(dsn: str) -> dict[str, Any] | None:
 
 
 def _record_embedder(dsn: str, embedder: Embedder) -> None:
-    attrs = {"vector_weight": getattr(embedder, "vector_weight", None), **getattr(embedder, "__dict__", {})}
-    params = {k: v for k, v in attrs.items()
-              if not k.startswith("_") and isinstance(v, str | int | float | bool) and k not in ("id", "dim")}
+    from memfabric.adapters.reembed import embedder_params  # noqa: PLC0415
+    params = embedder_params(embedder)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(EMBEDDER_DDL)
         conn.execute(

@@ -97,14 +97,23 @@ def remember_many(
     settings = (consolidate if isinstance(consolidate, consolidation.Consolidation)
                 else svc.consolidation if consolidate is None
                 else svc.consolidation.model_copy(update={"enabled": bool(consolidate)}))
+    # issue 19: embedded again (and written once more) when a reembed switched the fabric
+    # to another embedder between the embedding and the commit
+    results, position = svc.adopting(lambda: _write_chunk(svc, scope, items, settings))
+    svc.store.await_position(position)
+    return results
+
+
+def _write_chunk(svc: MemoryService, scope: Scope, items: Sequence[RememberInput],
+                 settings: consolidation.Consolidation) -> tuple[list[MemoryNote], int]:
+    """Embed and write one chunk in one unit of work; returns the notes and the position."""
     prepared = _prepare(svc, items, settings.enabled)
     with svc.unit_of_work([scope]) as uow:
         now = datetime.now(timezone.utc)
         writer = _Writer(svc, uow, scope, now, prepared, settings.threshold)
         results = [writer.write(i, item) for i, item in enumerate(items)]
         uow.commit()
-    svc.store.await_position(uow.position)
-    return results
+    return results, uow.position
 
 
 def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> dict[int, _Prepared]:
