@@ -77,7 +77,7 @@ from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionEr
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
 from memfabric.projections import tables
-from memfabric.adapters.progress import RichReporter
+from memfabric.adapters.progress import LineReporter, RichReporter
 from memfabric.projections.rebuild import ProjectionAdmin, VerifyReport
 
 console = Console(highlight=False, soft_wrap=True)
@@ -123,6 +123,7 @@ def register(app: typer.Typer) -> None:
     app.command("hold")(hold_command)
     app.command("list")(list_command)
     app.command("erase-scope")(erase_scope_command)
+    app.command("reembed")(reembed_command)
 
 
 # ------------------------------------------------------------------ helpers
@@ -367,6 +368,55 @@ live tables keep serving until the switch."""
         f" ({report.events_per_second:,.0f} events/s; load {report.load_seconds:.2f}s,"
         f" indexes {report.index_seconds:.2f}s)"
     )
+
+
+def reembed_command(
+    embedder: Annotated[str, typer.Option(
+        "--embedder", metavar="NAME", help="The new embedder: hash, hash:<dim>, wordllama or minilm.")],
+    batch: Annotated[int, typer.Option(metavar="N", help="Notes per write transaction.", min=1, max=10_000)] = 256,
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Migrate the fabric to another embedder without downtime (resumable).
+
+    Appends a Reembedded event with the new vector per note that has content, builds the recall and \
+consolidation indexes under the new dimension while recall keeps serving, then switches atomically \
+and records the new embedder. Writes meanwhile are caught up before the switch. Run it again after an \
+interruption: it resumes without duplicate events."""
+    from memfabric.adapters.cli import make_embedder
+
+    dsn_, embedded = (None, None)
+    try:
+        target = make_embedder(embedder)
+        dsn_, embedded = resolve_dsn(dsn, data_dir)
+        recorded = recorded_embedder(dsn_)
+        stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
+        with open_fabric(dsn_, embedder=stand_in) as fabric, _reporter() as reporter:
+            report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err))
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    finally:
+        if embedded is not None:
+            embedded.close()
+    out = {"embedder_id": report.embedder_id, "dim": report.dim,
+           "previous_embedder_id": report.previous_embedder_id, "previous_dim": report.previous_dim,
+           "notes": report.notes, "already": report.already, "passes": report.passes,
+           "switch_attempts": report.switch_attempts, "seconds": round(report.seconds, 3),
+           "rows_per_second": round(report.rows_per_second, 1),
+           "embed_seconds": round(report.embed_seconds, 3),
+           "rebuild_seconds": round(report.rebuild.seconds, 3) if report.rebuild else 0.0}
+    if as_json:
+        _print_json(out)
+        return
+    if report.rebuild is None:
+        console.print(f"the fabric already uses {report.embedder_id}: nothing to do")
+        return
+    console.print(
+        f"reembedded {report.notes} notes ({report.already} already done) {report.previous_embedder_id} → "
+        f"{report.embedder_id} (dimension {report.previous_dim} → {report.dim}) in {report.seconds:.1f}s "
+        f"({report.rows_per_second:,.0f} rows/s; embedding {report.embed_seconds:.1f}s, blue-green rebuild "
+        f"{report.rebuild.seconds:.1f}s); {report.passes} passes, switched on attempt {report.switch_attempts}")
 
 
 def _verify_json(r: VerifyReport) -> dict[str, Any]:

@@ -257,6 +257,10 @@ class TransactionKeys:
         one for a new note (or a note whose keys were destroyed)."""
         if originator_id in self.pending:
             return self.pending[originator_id]
+        if version > 1 and originator_id not in self.doomed:
+            gens = [gen for (oid, gen) in self.loaded if oid == originator_id]
+            if gens:  # every key of the note was preloaded on this connection: its latest
+                return max(gens), self.loaded[(originator_id, max(gens))]
         if version > 1:
             found = select_latest(self.conn, originator_id)
             if found is not None:

@@ -223,3 +223,24 @@ def test_reembed_resumes_after_sigkill_without_duplicate_events(dsn: str, tmp_pa
     with psycopg.connect(dsn) as conn:
         left = conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE '%%\\_bg'").fetchone()
     assert left == (0,)
+
+
+def test_cli_reembed_prints_rows_per_second_and_json(dsn: str) -> None:
+    from typer.testing import CliRunner
+
+    from memfabric.adapters import cli
+
+    _fill(dsn, 25)
+    runner = CliRunner()
+    res = runner.invoke(cli.app, ["reembed", "--embedder", "hash", "--json", "--dsn", dsn])
+    assert res.exit_code == 0, res.stderr
+    import json
+    out = json.loads(res.stdout)
+    assert out["notes"] == 25 and out["dim"] == 384 and out["previous_dim"] == 256 and out["rows_per_second"] > 0
+    assert "reembed → hash-v1-384: 25/25 notes" in res.stderr          # progress lines (not a terminal)
+    res = runner.invoke(cli.app, ["reembed", "--embedder", "hash", "--dsn", dsn])
+    assert res.exit_code == 0 and "already uses hash-v1-384" in res.stdout
+    res = runner.invoke(cli.app, ["recall", "w3 item3", "-t", "acme", "-r", "u1", "--json", "--dsn", dsn])
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(cli.app, ["reembed", "--embedder", "nosuch", "--json", "--dsn", dsn])
+    assert res.exit_code == 2 and json.loads(res.stderr)["type"] == "FabricError"
