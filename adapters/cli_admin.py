@@ -608,6 +608,8 @@ def export_command(
     failed: list[LogEntry] = []
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
+            if tenant is not None:  # an unknown tenant says so (as `log` does), exit 2
+                require_tenant(fabric, tenant)
             with _progress("export", fabric.engine.head()) as update:
                 n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
                                  progress=lambda position: update(completed=position), failed=failed.append)
