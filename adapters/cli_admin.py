@@ -153,6 +153,20 @@ class RecordedEmbedder:
         raise FabricError(f"admin commands do not embed (embedder {self.id})")
 
 
+def adopt_stand_in(fabric: Fabric) -> bool:
+    """After a ``reembed`` by another process: serve an admin fabric with a stand-in of
+    the newly recorded embedder and its projections (nothing is embedded here); returns
+    whether the record had changed."""
+    from memfabric.adapters.reembed import new_projections
+
+    recorded = recorded_embedder(fabric.dsn)
+    if recorded is None or recorded["id"] == str(fabric.service.embedder.id):
+        return False
+    stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"])
+    fabric.use_embedder(stand_in, new_projections(stand_in))
+    return True
+
+
 def can_write(dsn: str) -> bool:
     """Whether the connecting role may write the event log (``INSERT`` on
     ``memfabric_events``); ``True`` before the log exists (the first open creates it).
@@ -181,6 +195,7 @@ def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
         read_only = read and not can_write(dsn)
         with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False,
                          read_only=read_only) as fabric:
+            fabric.service.adopt_embedder = lambda: adopt_stand_in(fabric)  # admin work never embeds
             yield fabric
     finally:
         if embedded is not None:
@@ -509,7 +524,8 @@ notification id, topic and error and exits 1."""
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with admin_fabric(dsn, data_dir) as fabric:
-            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show)
+            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show,
+                                                   adopt=lambda: adopt_stand_in(fabric))
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:

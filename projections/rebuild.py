@@ -657,6 +657,7 @@ class ProjectionAdmin:
         poll: float = 5.0,
         stop: Callable[[], bool] | None = None,
         on_catch_up: Callable[[dict[str, int]], None] | None = None,
+        adopt: Callable[[], bool] | None = None,
     ) -> dict[str, int]:
         """Keep every projection caught up from this process.
 
@@ -665,23 +666,34 @@ class ProjectionAdmin:
         notification, and at least every ``poll`` seconds. ``once``: catch up once and
         return. ``stop()`` is checked after every wake-up. Returns the last positions.
         Raises ``ProjectionError`` (recorded for ``status``) when a projection stops on
-        an event; the other projections are caught up first.
+        an event; the other projections are caught up first. ``adopt()``: called when a
+        projection stopped on a vector of another dimension than its table's (a
+        ``reembed`` switched the fabric since this runner started); when it returns True
+        (it swapped in the projections of the recorded embedder) the catch-up is retried.
         """
+        def catch_up() -> dict[str, int]:
+            try:
+                return self.engine.catch_up()
+            except ProjectionError as exc:
+                if adopt is None or "dimension" not in str(exc.cause) or not adopt():
+                    raise
+            return self.engine.catch_up()
+
         if once:
-            positions = self.engine.catch_up()
+            positions = catch_up()
             if on_catch_up is not None:
                 on_catch_up(positions)
             return positions
         channel = self.engine.events_table.replace(".", "_")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("LISTEN {c}").format(c=sql.Identifier(channel)))
-            positions = self.engine.catch_up()
+            positions = catch_up()
             if on_catch_up is not None:
                 on_catch_up(positions)
             while not (stop is not None and stop()):
                 for _ in conn.notifies(timeout=poll, stop_after=1):
                     pass
-                positions = self.engine.catch_up()
+                positions = catch_up()
                 if on_catch_up is not None:
                     on_catch_up(positions)
         return positions

@@ -244,3 +244,42 @@ def test_cli_reembed_prints_rows_per_second_and_json(dsn: str) -> None:
     assert res.exit_code == 0, res.stderr
     res = runner.invoke(cli.app, ["reembed", "--embedder", "nosuch", "--json", "--dsn", dsn])
     assert res.exit_code == 2 and json.loads(res.stderr)["type"] == "FabricError"
+
+
+def test_a_separate_runner_adopts_the_new_embedder(dsn: str) -> None:
+    from memfabric.adapters.cli_admin import admin_fabric
+
+    _fill(dsn, 20)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    with admin_fabric(dsn, None) as runner_fabric, \
+            open_fabric(dsn, inline_projections=False, await_projections=False) as writer:
+        def run() -> None:
+            try:
+                ProjectionAdmin.for_fabric(runner_fabric).run(runner_fabric.dsn, poll=0.1, stop=stop.is_set,
+                                                               adopt=lambda: _adopt(runner_fabric))
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                failures.append(exc)
+
+        def _adopt(fab: object) -> bool:
+            from memfabric.adapters.cli_admin import adopt_stand_in
+            return adopt_stand_in(fab)  # type: ignore[arg-type]
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            with open_fabric(dsn) as admin:
+                admin.reembed("hash")
+            m = writer.scope("acme", "u1").remember(kind="fact", content="after the switch, via the runner")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                hits = writer.scope("acme", "u1").recall("after the switch runner", mode="vector").hits
+                if hits and hits[0].id == m.id:
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail("the runner never projected the write made after the switch")
+        finally:
+            stop.set()
+            thread.join(30)
+    assert failures == [] and runner_fabric.service.embedder.dim == 384
