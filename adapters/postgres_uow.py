@@ -29,7 +29,9 @@ from uuid import UUID
 from memfabric.adapters.crypto import TransactionKeys
 from memfabric.adapters.postgres import NoteLog, VectorTypes, dimension_guard, select_notes
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
-from memfabric.domain.errors import FabricError
+from eventsourcing.persistence import IntegrityError
+
+from memfabric.domain.errors import ConflictError, FabricError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
@@ -202,7 +204,10 @@ class PostgresUnitOfWork:
         with dimension_guard(), conn.cursor() as cur:
             self.keys.flush(cur)
             self.keys.destroy(cur)
-            ids = self._log.note_recorder.insert_on(cur, stored)
+            try:
+                ids = self._log.note_recorder.insert_on(cur, stored)
+            except IntegrityError as exc:  # a version taken meanwhile: only reembed's switch appends unlocked
+                raise ConflictError(f"a concurrent write appended to the same note first ({exc}); retry") from exc
             projections = self._engine.inline(all_projections=self._inline_all)
             self._engine.apply_inline(cur, notes, ids, projections)
         self._position = max(ids, default=0)

@@ -16,14 +16,15 @@ dimension) while it keeps serving:
    embedder and dimension (``ProjectionAdmin.rebuild_into``: ``<table>_bg`` filled from
    the log, vectors taken from the ``Reembedded`` events, no embedder call), while
    recall and writes keep using the live tables and the old embedder.
-3. **Switch**, one transaction: lock the events table (writers wait), check that no
-   note lacks a vector of the new embedder (writes since the last pass); if some do, roll
-   back, run another pass and try again (at most ``attempts`` times); else record the
-   new embedder in ``mf_fabric_embedder``, swap the tables, apply the events since the
-   build, commit. Readers switch atomically at that commit.
+3. **Switch**, one transaction: lock the events table (writers wait), find the notes
+   written since the last pass that lack a vector of the new embedder; more than
+   ``batch`` of them: roll back, run another pass and try again (at most ``attempts``
+   times); else append their ``Reembedded`` events right there, record the new embedder
+   in ``mf_fabric_embedder``, swap the tables, apply the events since the build, commit.
+   Readers switch atomically at that commit.
 
 Writes during the migration embed with the old embedder as before; the passes catch
-them up before the switch (the switch refuses while any is missing). After the switch
+them up before the switch, and the switch itself the last few. After the switch
 this process uses the new embedder; another process that still has the fabric open
 notices at its next recall or write whose vector has the old dimension (the index
 refuses it), adopts the recorded embedder and retries once
@@ -45,9 +46,11 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import numpy as np
+import psycopg
 from eventsourcing.utils import get_topic
 from psycopg import Cursor, sql
 
+from memfabric.adapters.crypto import TransactionKeys
 from memfabric.adapters.postgres import select_notes
 from memfabric.domain.errors import EmbedderError, FabricError
 from memfabric.domain.note import Note, vector_for
@@ -63,6 +66,11 @@ if TYPE_CHECKING:
     from memfabric.adapters.bootstrap import Fabric
 
 KINDS = ("fact", "procedure", "file")
+
+SWITCH_LOCK_TIMEOUT = "200ms"
+"""How long the switch waits for each of its table locks before it rolls back and tries
+again; below the server's ``deadlock_timeout`` (1 s by default), so a writer caught
+between the switch's locks never gets a deadlock error: the switch gives way first."""
 """Kinds whose notes carry a vector."""
 
 VECTOR_TOPICS = [get_topic(Note.Remembered), get_topic(Note.Folded)]
@@ -268,12 +276,15 @@ class Reembedder:
         commit), refuse (``False``) while a note written since the last pass lacks a
         vector of the new embedder, else record the new embedder (``True``)."""
         self.switches += 1
-        cur.execute(sql.SQL("LOCK TABLE {t} IN EXCLUSIVE MODE").format(t=sql.Identifier(tables.EVENTS)))
+        if not self._lock_for_switch(cur):
+            return False
         refs = self._changed(self.position, self._head(cur), cur)
         if refs:
             notes = select_notes(cur, self.fabric.log.sealing_mapper, [r[0] for r in refs])
-            if any(_needs(n, self.target) for n in notes):
-                return False
+            todo = [n for n in notes if _needs(n, self.target)]
+            if len(todo) > self.batch:
+                return False  # too many to embed while writers wait: another pass first
+            self._append_locked(cur, todo)
         cur.execute(sql.SQL(
             "INSERT INTO {t} (embedder_id, dim, params) VALUES (%s, %s, %s)"
             " ON CONFLICT (singleton) DO UPDATE SET embedder_id = EXCLUDED.embedder_id,"
@@ -281,6 +292,43 @@ class Reembedder:
             t=sql.Identifier(tables.FABRIC_EMBEDDER)),
             (self.target, int(self.embedder.dim), json.dumps(embedder_params(self.embedder))))
         return True
+
+    def _lock_for_switch(self, cur: Cursor[Any]) -> bool:
+        """Lock the live consolidation and recall tables (the switch drops them), then the
+        events table (no append can commit until the switch does), in that order: a writer
+        reads the consolidation index first and appends later, so it either finishes
+        before the switch or waits at its first read, holding nothing the switch needs.
+        Each wait is bounded by :data:`SWITCH_LOCK_TIMEOUT` (a writer that skipped the
+        read can still cross the switch); ``False`` when one ran out: the switch is rolled
+        back and retried after another pass."""
+        cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT)))
+        try:
+            for table in (tables.CONSOLIDATION_INDEX, tables.RECALL_INDEX):
+                cur.execute(sql.SQL("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE").format(t=sql.Identifier(table)))
+            cur.execute(sql.SQL("LOCK TABLE {t} IN EXCLUSIVE MODE").format(t=sql.Identifier(tables.EVENTS)))
+        except psycopg.errors.LockNotAvailable:
+            return False
+        cur.execute("SET LOCAL lock_timeout = 0")
+        return True
+
+    def _append_locked(self, cur: Cursor[Any], notes: list[Note]) -> None:
+        """Under the switch's events-table lock (no other append can commit before this
+        transaction does): the ``Reembedded`` events of the last few notes written since
+        the previous pass, sealed and appended on the switch's own cursor. A writer that
+        had loaded one of them meets a taken version (``ConflictError``) and, the
+        embedder having changed, retries once with the new one."""
+        if not notes:
+            return
+        keys = TransactionKeys(cur.connection, self.fabric.log.keys)
+        keys.preload([n.id for n in notes])
+        mapper = self.fabric.log.sealing_mapper.bound(keys)
+        vectors = self._embed([n.content or "" for n in notes])
+        for note, vector in zip(notes, vectors, strict=True):
+            note.reembed(embedding=np.ascontiguousarray(vector, dtype=np.float32).tobytes(),
+                         embedder_id=self.target, dim=int(self.embedder.dim))
+        stored = [mapper.to_stored_event(e) for n in notes for e in n.collect_events()]
+        self.fabric.log.note_recorder.insert_on(cur, stored)
+        self.appended += len(notes)
 
     def run(self) -> ReembedReport:
         """Passes, blue-green build, switch (see the module doc)."""

@@ -22,7 +22,7 @@ from memfabric.domain import browse, history, lifecycle, links, policy, ranking,
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
 from memfabric.domain.links import EvolutionSettings, LinkerSettings
-from memfabric.domain.errors import EmbedderChangedError, EmbedderError, SettingsError
+from memfabric.domain.errors import ConflictError, EmbedderChangedError, EmbedderError, SettingsError
 from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
@@ -205,12 +205,13 @@ class MemoryService:
     # ------------------------------------------------------------------ reads
     def adopting(self, call: Callable[[], _T]) -> _T:
         """``call()``, run once more after adopting the recorded embedder when it raised
-        ``EmbedderChangedError`` and the embedder in use has changed since it started
-        (another thread's or process's ``reembed`` switched the fabric)."""
+        ``EmbedderChangedError`` (or ``ConflictError``: the switch appended to a note this
+        write had loaded) and the embedder in use has changed since it started (another
+        thread's or process's ``reembed`` switched the fabric)."""
         before = self.embedder
         try:
             return call()
-        except EmbedderChangedError:
+        except (EmbedderChangedError, ConflictError):
             adopted = self.adopt_embedder() if self.adopt_embedder is not None else False
             if not adopted and self.embedder is before:
                 raise
