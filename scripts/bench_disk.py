@@ -90,6 +90,8 @@ def load_and_measure(args: argparse.Namespace, ds: data.Dataset, variant: str) -
                     conn.execute(f"ALTER SYSTEM SET max_wal_size = '{args.max_wal_size}'")
                     conn.execute("ALTER SYSTEM SET min_wal_size = '32MB'")
                 conn.execute("SELECT pg_reload_conf()")
+            time.sleep(1.0)  # the reload is asynchronous: read the settings in a new session after it
+            with psycopg.connect(dsn, autocommit=True) as conn:
                 settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN"
                                              " ('wal_compression', 'max_wal_size', 'min_wal_size',"
                                              " 'full_page_writes', 'shared_buffers')").fetchall())
