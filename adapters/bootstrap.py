@@ -9,7 +9,7 @@ import json
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
@@ -18,7 +18,7 @@ from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
-from memfabric.domain.errors import FabricError, ReadOnlyError
+from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_settings
 from memfabric.domain.notes import Notes
@@ -36,6 +36,9 @@ from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
+
+if TYPE_CHECKING:
+    from memfabric.adapters.reembed import ReembedReport
 
 
 def _ensure_extension(dsn: str) -> None:
@@ -154,7 +157,7 @@ class Fabric:
         return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
 
     def reembed(self, embedder: Embedder | str, *, batch: int = 256, reporter: Any = None,
-                attempts: int = 20) -> Any:
+                attempts: int = 20) -> ReembedReport:
         """Migrate this fabric to another embedder without downtime (issue 19): a
         ``Reembedded`` event per note with content, a blue-green rebuild of the recall and
         consolidation indexes under the new dimension, an atomic switch that records the
@@ -163,7 +166,12 @@ class Fabric:
         :class:`~memfabric.adapters.reembed.ReembedReport`; errors: see
         :func:`memfabric.adapters.reembed.reembed`."""
         from memfabric.adapters.reembed import reembed  # noqa: PLC0415
-        target = embedder_from_name(embedder) if isinstance(embedder, str) else embedder
+        try:
+            target = embedder_from_name(embedder) if isinstance(embedder, str) else embedder
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        except ImportError as exc:
+            raise FabricError(f"embedder {embedder!r}: its package is not installed: {exc}") from None
         return reembed(self, target, batch=batch, reporter=reporter, attempts=attempts)
 
     def use_embedder(self, embedder: Embedder, projections: Sequence[Any]) -> None:

@@ -16,6 +16,7 @@ import pytest
 from memfabric.adapters import open_fabric
 from memfabric.adapters.bootstrap import recorded_embedder
 from memfabric.adapters.embedders import HashEmbedder
+from memfabric.domain.errors import SettingsError
 from memfabric.projections import tables
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import fetch
@@ -61,6 +62,8 @@ def test_reembed_256_to_384_switches_index_record_and_recall(dsn: str) -> None:
         assert all(r.ok for r in ProjectionAdmin.for_fabric(fab).verify())
         again = fab.reembed("hash")                          # already there: nothing to do
         assert again.notes == 0 and again.rebuild is None
+        with pytest.raises(SettingsError, match="unknown"):
+            fab.reembed("nosuch")
 
 
 def test_forgotten_notes_get_no_event_and_stay_erased(dsn: str) -> None:
