@@ -18,6 +18,7 @@ from memfabric.domain.context import ContextProvider
 from memfabric.domain.errors import (
     CapacityError,
     ConflictError,
+    EmbedderChangedError,
     EmbedderError,
     EventIntegrityError,
     FabricError,
@@ -63,7 +64,7 @@ from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, Su
 __all__ = [
     "AsyncFabric", "AsyncNotes", "NamespaceError", "NotHeldError", "NotePage", "open_fabric_async",
     "AttachSettings", "Attachment", "CapacityError", "ConflictError", "Consent", "ConsentInfo",
-    "Consolidation", "ContextProvider", "Embedder", "EmbedderError", "EraseResult",
+    "Consolidation", "ContextProvider", "Embedder", "EmbedderChangedError", "EmbedderError", "EraseResult",
     "EventIntegrityError", "Explain", "Fabric", "FabricError", "ForgetResult", "HashEmbedder",
     "HistoryEntry", "Kind", "Limits", "Lineage", "Link", "LinkInput", "MemoryFabric", "MemoryNote",
     "MemoryTools", "NotAttachedError", "NotSupportedError", "NoteExistsError", "NoteForgottenError",

@@ -9,7 +9,7 @@ import json
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
@@ -18,7 +18,7 @@ from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
-from memfabric.domain.errors import FabricError, ReadOnlyError
+from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_settings
 from memfabric.domain.notes import Notes
@@ -36,6 +36,9 @@ from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
+
+if TYPE_CHECKING:
+    from memfabric.adapters.reembed import ReembedReport
 
 
 def _ensure_extension(dsn: str) -> None:
@@ -152,6 +155,45 @@ class Fabric:
         threads (``Erased`` tombstone, key destroyed). Returns how many were erased."""
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
         return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
+
+    def reembed(self, embedder: Embedder | str, *, batch: int = 256, reporter: Any = None,
+                attempts: int = 20) -> ReembedReport:
+        """Migrate this fabric to another embedder without downtime (issue 19): a
+        ``Reembedded`` event per note with content, a blue-green rebuild of the recall and
+        consolidation indexes under the new dimension, an atomic switch that records the
+        new embedder; resumable. ``embedder``: an embedder or a name for
+        :func:`~memfabric.adapters.embedders.embedder_from_name`. Returns a
+        :class:`~memfabric.adapters.reembed.ReembedReport`; errors: see
+        :func:`memfabric.adapters.reembed.reembed`."""
+        from memfabric.adapters.reembed import reembed  # noqa: PLC0415
+        try:
+            target = embedder_from_name(embedder) if isinstance(embedder, str) else embedder
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        except ImportError as exc:
+            raise FabricError(f"embedder {embedder!r}: its package is not installed: {exc}") from None
+        return reembed(self, target, batch=batch, reporter=reporter, attempts=attempts)
+
+    def use_embedder(self, embedder: Embedder, projections: Sequence[Any]) -> None:
+        """Serve with ``embedder`` and the given projection instances (same names as the
+        engine's, e.g. the recall index under the new dimension) from now on; what
+        ``reembed`` calls right after its switch commits."""
+        by_name = {p.name: p for p in projections}
+        self.engine.projections = [by_name.get(p.name, p) for p in self.engine.projections]
+        self.service.embedder = embedder
+
+    def adopt_recorded_embedder(self) -> bool:
+        """Read the embedder the database records and, when another process migrated the
+        fabric to it since this one opened, serve with it (built by name) from now on.
+        Returns whether the embedder changed. Called by recall and writes when a vector
+        of the old dimension meets the new index (``EmbedderChangedError``)."""
+        recorded = recorded_embedder(self.dsn)
+        if recorded is None or recorded["id"] == str(self.service.embedder.id):
+            return False
+        from memfabric.adapters.reembed import new_projections  # noqa: PLC0415
+        embedder = _choose_embedder(None, recorded)
+        self.use_embedder(embedder, new_projections(embedder))
+        return True
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
@@ -271,8 +313,8 @@ def open_fabric(
             store = PostgresNoteStore(log)
             engine = ProjectionEngine(
                 log.datastore, log.name, tables.EVENTS,
-                [RecallIndexProjection(embedder.dim), WorkingValueProjection(),
-                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim),
+                [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
+                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
                  LinkGraphProjection(), LedgerProjection()],
                 cursor_loader(log),
             )
@@ -308,6 +350,7 @@ def open_fabric(
                 engine.catch_up()
             fabric = Fabric(service, log, store, engine, dsn, embedded)
             fabric.read_only = read_only
+            service.adopt_embedder = fabric.adopt_recorded_embedder
             return fabric
     except BaseException:
         if embedded is not None:
@@ -337,9 +380,8 @@ def recorded_embedder(dsn: str) -> dict[str, Any] | None:
 
 
 def _record_embedder(dsn: str, embedder: Embedder) -> None:
-    attrs = {"vector_weight": getattr(embedder, "vector_weight", None), **getattr(embedder, "__dict__", {})}
-    params = {k: v for k, v in attrs.items()
-              if not k.startswith("_") and isinstance(v, str | int | float | bool) and k not in ("id", "dim")}
+    from memfabric.adapters.reembed import embedder_params  # noqa: PLC0415
+    params = embedder_params(embedder)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(EMBEDDER_DDL)
         conn.execute(

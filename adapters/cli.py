@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
@@ -29,6 +29,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - an older typer on click
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.domain.errors import FabricError
@@ -57,6 +62,25 @@ class HelpGroup(TyperGroup):
         if cmd is not None:
             _plain_flags(cmd.get_params(ctx))
         return cmd
+
+    def main(self, args: Sequence[str] | None = None, *pargs: Any, **kwargs: Any) -> Any:
+        """Click's entry point; with ``--json`` among the arguments a usage error (a
+        missing option, a bad value, an unknown command) is one JSON object on stderr,
+        ``{"error": ..., "type": "UsageError"}``, exit code 2, like every other error."""
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv or not kwargs.get("standalone_mode", True):
+            return super().main(args, *pargs, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(argv, *pargs, **kwargs)
+        except click_exceptions.ClickException as exc:
+            sys.stderr.write(json.dumps({"error": " ".join(exc.format_message().split()),
+                                         "type": type(exc).__name__}) + "\n")
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            sys.stderr.write(json.dumps({"error": "aborted", "type": "Abort"}) + "\n")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 app = typer.Typer(
@@ -230,6 +254,10 @@ def recall(
             options["kinds"] = tuple(kind)
         with _open(dsn, data_dir, embedder) as fabric:
             res = fabric.scope(tenant, resource, thread).recall(query, **options)
+            if not res.hits:  # an unknown tenant says so (as `log` does), exit 2
+                from memfabric.adapters.cli_admin import require_tenant
+
+                require_tenant(fabric, tenant)
     except HANDLED as exc:
         fail(exc, as_json=as_json)
     if as_json:

@@ -77,7 +77,7 @@ from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionEr
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
 from memfabric.projections import tables
-from memfabric.adapters.progress import RichReporter
+from memfabric.adapters.progress import LineReporter, RichReporter
 from memfabric.projections.rebuild import ProjectionAdmin, VerifyReport
 
 console = Console(highlight=False, soft_wrap=True)
@@ -123,6 +123,7 @@ def register(app: typer.Typer) -> None:
     app.command("hold")(hold_command)
     app.command("list")(list_command)
     app.command("erase-scope")(erase_scope_command)
+    app.command("reembed")(reembed_command)
 
 
 # ------------------------------------------------------------------ helpers
@@ -150,6 +151,20 @@ class RecordedEmbedder:
 
     def embed(self, texts: Any) -> Any:
         raise FabricError(f"admin commands do not embed (embedder {self.id})")
+
+
+def adopt_stand_in(fabric: Fabric) -> bool:
+    """After a ``reembed`` by another process: serve an admin fabric with a stand-in of
+    the newly recorded embedder and its projections (nothing is embedded here); returns
+    whether the record had changed."""
+    from memfabric.adapters.reembed import new_projections
+
+    recorded = recorded_embedder(fabric.dsn)
+    if recorded is None or recorded["id"] == str(fabric.service.embedder.id):
+        return False
+    stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"])
+    fabric.use_embedder(stand_in, new_projections(stand_in))
+    return True
 
 
 def can_write(dsn: str) -> bool:
@@ -180,6 +195,7 @@ def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
         read_only = read and not can_write(dsn)
         with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False,
                          read_only=read_only) as fabric:
+            fabric.service.adopt_embedder = lambda: adopt_stand_in(fabric)  # admin work never embeds
             yield fabric
     finally:
         if embedded is not None:
@@ -369,6 +385,55 @@ live tables keep serving until the switch."""
     )
 
 
+def reembed_command(
+    embedder: Annotated[str, typer.Option(
+        "--embedder", metavar="NAME", help="The new embedder: hash, hash:<dim>, wordllama or minilm.")],
+    batch: Annotated[int, typer.Option(metavar="N", help="Notes per write transaction.", min=1, max=10_000)] = 256,
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Migrate the fabric to another embedder without downtime (resumable).
+
+    Appends a Reembedded event with the new vector per note that has content, builds the recall and \
+consolidation indexes under the new dimension while recall keeps serving, then switches atomically \
+and records the new embedder. Writes meanwhile are caught up before the switch. Run it again after an \
+interruption: it resumes without duplicate events."""
+    from memfabric.adapters.cli import make_embedder
+
+    dsn_, embedded = (None, None)
+    try:
+        target = make_embedder(embedder)
+        dsn_, embedded = resolve_dsn(dsn, data_dir)
+        recorded = recorded_embedder(dsn_)
+        stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
+        with open_fabric(dsn_, embedder=stand_in) as fabric, _reporter() as reporter:
+            report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err))
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    finally:
+        if embedded is not None:
+            embedded.close()
+    out = {"embedder_id": report.embedder_id, "dim": report.dim,
+           "previous_embedder_id": report.previous_embedder_id, "previous_dim": report.previous_dim,
+           "notes": report.notes, "already": report.already, "passes": report.passes,
+           "switch_attempts": report.switch_attempts, "seconds": round(report.seconds, 3),
+           "rows_per_second": round(report.rows_per_second, 1),
+           "embed_seconds": round(report.embed_seconds, 3),
+           "rebuild_seconds": round(report.rebuild.seconds, 3) if report.rebuild else 0.0}
+    if as_json:
+        _print_json(out)
+        return
+    if report.rebuild is None:
+        console.print(f"the fabric already uses {report.embedder_id}: nothing to do")
+        return
+    console.print(
+        f"reembedded {report.notes} notes ({report.already} already done) {report.previous_embedder_id} → "
+        f"{report.embedder_id} (dimension {report.previous_dim} → {report.dim}) in {report.seconds:.1f}s "
+        f"({report.rows_per_second:,.0f} rows/s; embedding {report.embed_seconds:.1f}s, blue-green rebuild "
+        f"{report.rebuild.seconds:.1f}s); {report.passes} passes, switched on attempt {report.switch_attempts}")
+
+
 def _verify_json(r: VerifyReport) -> dict[str, Any]:
     return {
         "projection": r.projection, "table": r.table, "position": r.position, "head": r.head,
@@ -459,7 +524,8 @@ notification id, topic and error and exits 1."""
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with admin_fabric(dsn, data_dir) as fabric:
-            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show)
+            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show,
+                                                   adopt=lambda: adopt_stand_in(fabric))
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
@@ -558,6 +624,8 @@ def export_command(
     failed: list[LogEntry] = []
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
+            if tenant is not None:  # an unknown tenant says so (as `log` does), exit 2
+                require_tenant(fabric, tenant)
             with _progress("export", fabric.engine.head()) as update:
                 n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
                                  progress=lambda position: update(completed=position), failed=failed.append)

@@ -18,7 +18,8 @@ subject, validity) cannot be edited, and a state cannot be moved to another even
 without the event failing authentication on every read, replay and rebuild. The
 AES-GCM associated data is ``originator_id.bytes + u64 originator_version``; the sealed
 payload is ``u32 len(json) | JSON of protected text fields | raw float32 embedding
-bytes``. States written by release 0.1 start with ``b"MF1"`` and have no tag: they stay
+bytes``, zlib-compressed when that saves space (issue 19: the first u32 then has its
+high bit set, see :func:`pack_payload`). States written by release 0.1 start with ``b"MF1"`` and have no tag: they stay
 readable in a fabric created before tags existed (``mf_fabric_secret.event_format`` 1);
 in a fabric created since (``event_format`` 2) an untagged state is refused. What
 remains: whoever can read ``mf_fabric_secret`` and write the events table can forge a
@@ -40,6 +41,7 @@ import os
 import struct
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from typing import Any, Protocol
 from uuid import UUID
@@ -263,6 +265,10 @@ class TransactionKeys:
         one for a new note (or a note whose keys were destroyed)."""
         if originator_id in self.pending:
             return self.pending[originator_id]
+        if version > 1 and originator_id not in self.doomed:
+            gens = [gen for (oid, gen) in self.loaded if oid == originator_id]
+            if gens:  # every key of the note was preloaded on this connection: its latest
+                return max(gens), self.loaded[(originator_id, max(gens))]
         if version > 1:
             found = (self.latest[originator_id] if originator_id in self.latest
                      else select_latest(self.conn, originator_id))
@@ -347,6 +353,40 @@ class KeyVault(Protocol):
     def key_for_read(self, originator_id: UUID, gen: int) -> bytes | None: ...
 
     def shredded(self, originator_id: UUID, gen: int) -> bool: ...
+
+
+COMPRESSED = 0x8000_0000
+"""High bit of the sealed payload's first u32: the rest is a zlib stream of the plain
+payload (``u32 len(json) | JSON | float32 bytes``). Payloads written before issue 19
+never set it (their JSON is far shorter than 2 GiB), so they read as before."""
+
+COMPRESS_MIN_SAVING = 64
+"""A payload is stored compressed only when that saves at least this many bytes."""
+
+
+def pack_payload(text: bytes, embedding: bytes) -> bytes:
+    """The plaintext that is sealed: ``u32 len(text) | text | embedding``, or, when zlib
+    (level 1) makes it at least :data:`COMPRESS_MIN_SAVING` bytes shorter (e.g. the
+    mostly-zero vectors of the hash embedder, repeated JSON keys),
+    ``u32 COMPRESSED | zlib(that)``. Compressing before encrypting lets the ciphertext
+    length depend on the content's redundancy as well as its length (no attacker text
+    is ever mixed into a payload, so no CRIME-style oracle arises)."""
+    plain = _U32.pack(len(text)) + text + embedding
+    packed = zlib.compress(plain, 1)
+    if len(packed) + 4 + COMPRESS_MIN_SAVING <= len(plain):
+        return _U32.pack(COMPRESSED) + packed
+    return plain
+
+
+def unpack_payload(payload: bytes) -> bytes:
+    """The plain payload of :func:`pack_payload` (decompressed when flagged)."""
+    (first,) = _U32.unpack_from(payload, 0)
+    if first & COMPRESSED:
+        try:
+            return zlib.decompress(payload[4:])
+        except zlib.error as exc:
+            raise EventIntegrityError(f"a sealed payload does not decompress: {exc}") from None
+    return payload
 
 
 def event_tag(secret: bytes, originator_id: UUID, version: int, topic: str, body: bytes) -> bytes:
@@ -451,7 +491,7 @@ class SealingMapper(Mapper[UUID]):
         if protected:
             embedding = protected.pop("embedding", None)
             text = json.dumps(protected, separators=(",", ":"), ensure_ascii=False).encode()
-            payload = _U32.pack(len(text)) + text + (embedding or b"")
+            payload = pack_payload(text, embedding or b"")
             gen, key = found or self.keys.key_for_write(originator_id, version)
             nonce = os.urandom(12)
             sealed = AESGCM(key).encrypt(nonce, payload, originator_id.bytes + _AAD.pack(version))
@@ -542,6 +582,7 @@ class SealingMapper(Mapper[UUID]):
                         f"authentication with its data key (generation {gen}): key fault or "
                         "changed bytes (the key row or the event's stored bytes were altered)"
                     ) from None
+                payload = unpack_payload(payload)
                 (m,) = _U32.unpack_from(payload, 0)
                 target.update(json.loads(payload[4 : 4 + m]))
                 if "embedding" in fields:

@@ -21,6 +21,34 @@ from memfabric.domain.errors import FabricError
 _log = logging.getLogger(__name__)
 
 
+WAL_SETTINGS = {"max_wal_size": "256MB", "min_wal_size": "32MB", "wal_compression": "lz4"}
+"""Issue 19, for the embedded default only (a server given by DSN is the operator's): keep
+at most about 256 MB of WAL between checkpoints (the server's default, 1 GB, kept as much
+on disk as 100,000 notes' tables) and compress full-page images (lz4, else pglz)."""
+
+
+def apply_wal_settings(dsn: str) -> None:
+    """``ALTER SYSTEM`` the :data:`WAL_SETTINGS` (all reloadable, no restart) on the
+    embedded server at ``dsn`` when they differ; a no-op once set."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT name, setting, unit, enumvals FROM pg_settings WHERE name = ANY(%s)",
+                            (list(WAL_SETTINGS),)).fetchall()
+        wanted = dict(WAL_SETTINGS)
+        changed = False
+        for name, setting, unit, enumvals in rows:
+            value = wanted[name]
+            if name == "wal_compression" and enumvals and value not in enumvals:
+                value = "pglz"
+            current = f"{int(setting) * (16 if unit == '16MB' else 1)}MB" if unit in ("MB", "16MB") else setting
+            if current != value:
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+                changed = True
+        if changed:
+            conn.execute("SELECT pg_reload_conf()")
+
+
 def default_home() -> Path:
     """``$MEMFABRIC_HOME`` or the platform user data dir for ``memfabric``."""
     env = os.environ.get("MEMFABRIC_HOME")
@@ -43,6 +71,11 @@ class EmbeddedPostgres:
         self._server.__enter__()
         self.pgdata = pgdata
         self._closed = False
+        try:
+            apply_wal_settings(self.dsn)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def dsn(self) -> str:

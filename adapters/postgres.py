@@ -28,12 +28,14 @@ from typing import Any
 from uuid import UUID
 
 import numpy as np
+import psycopg
 from eventsourcing.application import Application
+from eventsourcing.persistence import DataError as EventsourcingDataError
 from eventsourcing.persistence import StoredEvent, Transcoder
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
-from memfabric.domain.errors import ProjectionLagError, ReadOnlyError
+from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.scope import Scope
@@ -60,6 +62,23 @@ readable; new events are tagged all the same)."""
 
 EF_SEARCH_MAX = 1000
 """pgvector's upper bound for ``hnsw.ef_search``."""
+
+
+@contextmanager
+def dimension_guard() -> Iterator[None]:
+    """Turn pgvector's refusal of a vector of another dimension (``different vector
+    dimensions`` / ``expected N dimensions``: an index migrated by ``reembed`` since this
+    process opened the fabric) into ``EmbedderChangedError``, which recall and writes
+    answer by adopting the recorded embedder and retrying once."""
+    try:
+        yield
+    except (psycopg.DataError, EventsourcingDataError) as exc:  # eventsourcing re-raises as its own
+        text = str(exc)
+        if "vector dimensions" in text or ("expected" in text and "dimensions" in text):
+            raise EmbedderChangedError(
+                f"the index has another dimension than this process's embedder ({text.strip()}): "
+                "the fabric's embedder changed (reembed)") from exc
+        raise
 
 
 class PostgresNoteRecorder(PostgresApplicationRecorder):
@@ -265,7 +284,7 @@ class PostgresNoteStore:
         ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` =
         ``min(1000, max(ef_search, limit))``, set on the pooled connection once
         (:meth:`_hnsw_settings`)."""
-        with self.connection() as conn, conn.cursor() as cur:
+        with dimension_guard(), self.connection() as conn, conn.cursor() as cur:
             exact = embedding is not None and self._tenant_size(cur, scope.tenant_id) <= self.exact_search_max
             if embedding is not None and not exact:
                 self._hnsw_settings(conn, min(EF_SEARCH_MAX, max(self.ef_search, limit)))

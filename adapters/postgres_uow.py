@@ -27,10 +27,12 @@ from typing import Any
 from uuid import UUID
 
 from memfabric.adapters.crypto import TransactionKeys
-from memfabric.adapters.postgres import NoteLog, VectorTypes, select_notes
+from memfabric.adapters.postgres import NoteLog, VectorTypes, dimension_guard, select_notes
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from eventsourcing.persistence import IntegrityError
+
 from memfabric.domain.link_terms import TermPostings
-from memfabric.domain.errors import FabricError
+from memfabric.domain.errors import ConflictError, FabricError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
@@ -146,7 +148,7 @@ class PostgresUnitOfWork:
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
                    now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
-        with self.conn.cursor() as cur:
+        with dimension_guard(), self.conn.cursor() as cur:
             return consolidation_index.select_neighbours(cur, scope, queries, now=now,
                                                          per_query=per_query)
 
@@ -205,10 +207,13 @@ class PostgresUnitOfWork:
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
         notes: list[Any] = [*self._aggregates.values(), *self._others.values()]
-        with conn.cursor() as cur:
+        with dimension_guard(), conn.cursor() as cur:
             self.keys.flush(cur)
             self.keys.destroy(cur)
-            ids = self._log.note_recorder.insert_on(cur, stored)
+            try:
+                ids = self._log.note_recorder.insert_on(cur, stored)
+            except IntegrityError as exc:  # a version taken meanwhile: only reembed's switch appends unlocked
+                raise ConflictError(f"a concurrent write appended to the same note first ({exc}); retry") from exc
             projections = self._engine.inline(all_projections=self._inline_all)
             self._engine.apply_inline(cur, notes, ids, projections)
         self._position = max(ids, default=0)

@@ -78,6 +78,12 @@ class EmbedderError(FabricError):
     """The embedder returned something other than ``(n, dim)`` finite float vectors."""
 
 
+class EmbedderChangedError(EmbedderError):
+    """The fabric's embedder was migrated (``reembed``) after this process opened it: a
+    vector of the old embedder met the new index. Recall and writes adopt the recorded
+    embedder and retry once; this error reaches a caller only when that fails too."""
+
+
 class SettingsError(FabricError, ValueError):
     """A setting or option is invalid (an embedder size, a server option, an audit anchor)."""
 

@@ -72,6 +72,24 @@ def _contributions(note: Note) -> dict[str, dict[str, Any]]:
     return found
 
 
+def _vectors(note: Note) -> dict[str, bytes]:
+    """The note's vectors by embedder id other than its write-time one (issue 19; older
+    snapshots have no such attribute)."""
+    found = getattr(note, "vectors", None)
+    if found is None:
+        found = note.vectors = {}
+    return found
+
+
+def vector_for(note: Note, embedder_id: str | None) -> bytes | None:
+    """The note's float32 vector for embedder ``embedder_id``: the write-time one when it
+    was written by that embedder (or when ``embedder_id`` is ``None``), else the one a
+    ``Reembedded`` event gave it, else ``None``."""
+    if embedder_id is None or note.embedder_id == embedder_id or note.embedding is None:
+        return note.embedding
+    return _vectors(note).get(embedder_id)
+
+
 _VISIBILITY_ORDER = {"thread": 0, "resource": 1, "tenant": 2}
 
 
@@ -181,6 +199,7 @@ class Note(Aggregate):
             if self.embedding is not None:
                 note.embedding = self.embedding
                 note.embedder_id = self.embedder_id
+                note.vectors = {}  # the content changed: vectors of other embedders are stale
             note.token_count = self.token_count
             if self.importance is not None:
                 note.importance = self.importance
@@ -194,6 +213,23 @@ class Note(Aggregate):
                 note.valid_to = max(note.valid_to, self.valid_to)
             note.fold_count += 1
             note.updated_at = self.timestamp
+
+    class Reembedded(Aggregate.Event):
+        """Issue 19: the note's content embedded by another embedder (an embedder
+        migration, ``memfabric reembed``). ``embedding`` (float32 bytes, sealed like every
+        vector) is kept beside the write-time vector under ``embedder_id`` in
+        ``note.vectors``; projections configured for that embedder read it (see
+        :func:`vector_for`), so a rebuild never calls an embedder. Every field has a
+        default (older logs have no such event)."""
+
+        embedding: bytes | None = None
+        embedder_id: str | None = None
+        dim: int = 0
+        cause: str = "reembed"
+
+        def apply(self, note: Note) -> None:
+            if self.embedding is not None and self.embedder_id is not None:
+                _vectors(note)[self.embedder_id] = self.embedding
 
     class Superseded(Aggregate.Event):
         """A newer note replaced this one: its window closes at ``valid_to``."""
@@ -364,6 +400,7 @@ class Note(Aggregate):
             note.context = None
             note.keywords = []
             note.embedding = None
+            note.vectors = {}
             note.path = None
             note.contributions = {}
             if note.kind == "working":
@@ -449,6 +486,7 @@ class Note(Aggregate):
         self.supersession: dict[str, Any] | None = None
         self.contributions: dict[str, dict[str, Any]] = {}
         self.contributed_to: list[str] = []
+        self.vectors: dict[str, bytes] = {}
         self.promoted_from = promoted_from
 
     # ----------------------------------------------------------------- commands
@@ -560,6 +598,13 @@ class Note(Aggregate):
             requested_by=requested_by,
             cause=cause,
         )
+
+    def reembed(self, *, embedding: bytes, embedder_id: str, dim: int, cause: str = "reembed") -> None:
+        """Record the content's vector under another embedder (``Reembedded``);
+        ``NoteForgottenError`` for a forgotten note (its content is erased)."""
+        self._check_live()
+        self.trigger_event(self.Reembedded, embedding=embedding, embedder_id=embedder_id,
+                           dim=dim, cause=cause)
 
     def release_hold(self, *, requested_by: str, cause: str = "caller") -> None:
         """Lift the legal hold (``NoteForgottenError`` for a forgotten note,

@@ -97,6 +97,16 @@ def remember_many(
     settings = (consolidate if isinstance(consolidate, consolidation.Consolidation)
                 else svc.consolidation if consolidate is None
                 else svc.consolidation.model_copy(update={"enabled": bool(consolidate)}))
+    # issue 19: embedded again (and written once more) when a reembed switched the fabric
+    # to another embedder between the embedding and the commit
+    results, position = svc.adopting(lambda: _write_chunk(svc, scope, items, settings))
+    svc.store.await_position(position)
+    return results
+
+
+def _write_chunk(svc: MemoryService, scope: Scope, items: Sequence[RememberInput],
+                 settings: consolidation.Consolidation) -> tuple[list[MemoryNote], int]:
+    """Embed and write one chunk in one unit of work; returns the notes and the position."""
     prepared = _prepare(svc, items, settings.enabled)
     targets = _supersede_targets(svc, scope, items)
     locks = {*lock_scopes(scope, items), *(lock for _, locked in targets.values() for lock in locked)}
@@ -106,8 +116,7 @@ def remember_many(
         writer.homes = {nid: home for nid, (home, _) in targets.items()}
         results = [writer.write(i, item) for i, item in enumerate(items)]
         uow.commit()
-    svc.store.await_position(uow.position)
-    return results
+    return results, uow.position
 
 
 def lock_scopes(scope: Scope, items: Sequence[RememberInput]) -> list[Scope]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from memfabric.domain import browse, history, lifecycle, links, policy, ranking,
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
 from memfabric.domain.links import EvolutionSettings, LinkerSettings
-from memfabric.domain.errors import EmbedderError, SettingsError
+from memfabric.domain.errors import ConflictError, EmbedderChangedError, EmbedderError, SettingsError
 from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
@@ -46,6 +46,8 @@ from memfabric.domain.results import (
 )
 from memfabric.domain.scope import Scope
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor
+
+_T = TypeVar("_T")
 
 _DEFAULT = object()
 
@@ -98,6 +100,10 @@ class MemoryService:
         self._unit_of_work = unit_of_work
         self.store = store
         self.embedder = embedder
+        self.adopt_embedder: Callable[[], bool] | None = None
+        """Issue 19: called when a vector of this process's embedder met an index of
+        another (``EmbedderChangedError``, the fabric was migrated by ``reembed``); swaps
+        in the recorded embedder and returns whether it changed. ``None``: no adoption."""
         self.consolidation = consolidation or Consolidation()
         self.limits = limits or Limits()
         self.redactor = redactor
@@ -197,8 +203,25 @@ class MemoryService:
         return lifecycle.erase_scope(self, args)
 
     # ------------------------------------------------------------------ reads
+    def adopting(self, call: Callable[[], _T]) -> _T:
+        """``call()``, run once more after adopting the recorded embedder when it raised
+        ``EmbedderChangedError`` (or ``ConflictError``: the switch appended to a note this
+        write had loaded) and the embedder in use has changed since it started (another
+        thread's or process's ``reembed`` switched the fabric)."""
+        before = self.embedder
+        try:
+            return call()
+        except (EmbedderChangedError, ConflictError):
+            adopted = self.adopt_embedder() if self.adopt_embedder is not None else False
+            if not adopted and self.embedder is before:
+                raise
+        return call()
+
     def recall(self, scope: Scope, query: RecallInput) -> RecallResult:
         """Ranked live notes visible from ``scope`` (see ``Notes.recall``)."""
+        return self.adopting(lambda: self._recall(scope, query))
+
+    def _recall(self, scope: Scope, query: RecallInput) -> RecallResult:
         as_of = query.as_of or datetime.now(timezone.utc)
         limit = max(query.top_k * OVERSAMPLE, MIN_CANDIDATES)
         embedding = self.embed([query.query])[0] if query.mode != "lexical" else None

@@ -11,7 +11,8 @@ from uuid import UUID
 
 from psycopg import Cursor, sql
 
-from memfabric.domain.note import Note
+from memfabric.domain.errors import EmbedderChangedError
+from memfabric.domain.note import Note, vector_for
 
 
 class NoteProjection(Protocol):
@@ -37,6 +38,23 @@ class NoteProjection(Protocol):
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None: ...
 
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int: ...
+
+
+def embedding_for(note: Note, embedder_id: str | None, dim: int) -> bytes | None:
+    """The vector a projection configured for embedder ``embedder_id`` and ``dim``
+    dimensions stores for ``note`` (:func:`memfabric.domain.note.vector_for`), ``None``
+    when the note has none at all. A note without a vector of that embedder keeps its
+    write-time vector when it has ``dim`` dimensions (logs written before the embedder
+    record); otherwise ``EmbedderChangedError``: a process still writing with the
+    embedder the fabric migrated away from."""
+    found = vector_for(note, embedder_id)
+    if found is not None or note.embedding is None:
+        return found
+    if len(note.embedding) == 4 * dim:
+        return note.embedding
+    raise EmbedderChangedError(
+        f"note {note.note_id} has no vector of embedder {embedder_id} ({dim} dimensions; it was "
+        f"written with {note.embedder_id}): the fabric's embedder changed; reopen or retry")
 
 
 def finite(value: float) -> float:

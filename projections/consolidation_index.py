@@ -72,17 +72,21 @@ CHUNK = 500
 """Queries per neighbour statement."""
 
 
-def row_for(note: Note) -> tuple[Any, ...] | None:
+def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[Any, ...] | None:
     """The row of a note, or ``None`` when it can no longer be a consolidation
-    candidate (not a consolidating kind, forgotten, held, superseded, no vector)."""
+    candidate (not a consolidating kind, forgotten, held, superseded, no vector).
+    ``embedder_id``: whose vector the row carries (see ``recall_index.row_for``)."""
     if (note.kind not in KINDS or not note.live or note.superseded_by is not None
             or note.content is None or note.embedding is None):
+        return None
+    embedding = base.embedding_for(note, embedder_id, dim)
+    if embedding is None:
         return None
     return (
         note.id, note.tenant_id, note.resource_id or "", note.thread_id or "", note.kind,
         note.note_id, token_hash(normalized_tokens(note.content)), note.path, note.subject,
         Range(note.valid_from, note.valid_to, bounds="[)"), note.created_on,
-        np.frombuffer(note.embedding, dtype=np.float32),
+        np.frombuffer(embedding, dtype=np.float32),
         *_inferred_cols(note),
         of_consent(note.consent),
         list(note_terms(note.content)),
@@ -323,8 +327,10 @@ class ConsolidationIndexProjection:
     tables: tuple[str, ...] = (TABLE,)
     write_side = True
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, embedder_id: str | None = None) -> None:
         self.dim = dim
+        self.embedder_id = embedder_id
+        """The embedder whose vectors the rows carry (``None``: each note's write-time one)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         cur.execute(ddl(self.dim, TABLE + table_suffix))
@@ -340,9 +346,9 @@ class ConsolidationIndexProjection:
             cur.execute(stmt)
 
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
-        upserts, deletes = base.split_rows(notes, row_for)
+        upserts, deletes = base.split_rows(notes, lambda n: row_for(n, self.embedder_id, self.dim))
         base.write_rows(cur, TABLE, COLUMNS, upserts, deletes, binary=("embedding",))
 
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
-        rows = (r for r in map(row_for, notes) if r is not None)
+        rows = (r for r in (row_for(n, self.embedder_id, self.dim) for n in notes) if r is not None)
         return base.copy_rows(cur, TABLE + table_suffix, COLUMNS, _TYPES, rows)

@@ -56,6 +56,9 @@ VERIFY_SUFFIX = "_vf"
 Connect = Callable[[], AbstractContextManager[Connection[Any]]]
 """Returns a context manager yielding a pooled connection with pgvector types registered."""
 
+SwitchCheck = Callable[[Cursor[Any]], bool]
+"""Runs first in a blue-green switch's transaction; ``False`` refuses (rolls back) the switch."""
+
 
 # --------------------------------------------------------------------- progress
 class Reporter(Protocol):
@@ -444,9 +447,26 @@ class ProjectionAdmin:
 
     def _blue_green(
         self, conn: Connection[Any], selected: list[NoteProjection], batch: int, reporter: Reporter,
+        maintenance_work_mem: str | None, before_switch: SwitchCheck | None = None,
+        between: Callable[[], None] | None = None, attempts: int = 1,
+    ) -> tuple[int, int, dict[str, int], int, float, float]:
+        events, notes, rows, upto, load_s, index_s = self._bg_build(
+            conn, selected, batch, reporter, maintenance_work_mem)
+        for attempt in range(attempts):
+            position = self._bg_switch(conn, selected, upto, before_switch)
+            if position is not None:
+                return events, notes, rows, position, load_s, index_s
+            if between is not None and attempt + 1 < attempts:
+                between()
+        raise FabricError(f"blue-green switch refused {attempts} times by its check; the new tables "
+                          "were kept as *_bg and are rebuilt by the next run")
+
+    def _bg_build(
+        self, conn: Connection[Any], selected: list[NoteProjection], batch: int, reporter: Reporter,
         maintenance_work_mem: str | None,
     ) -> tuple[int, int, dict[str, int], int, float, float]:
-        # 1. build the new tables at a snapshot, without blocking anyone
+        """Phase 1: fill ``<table>_bg`` at a snapshot, without blocking anyone; returns
+        (events, notes, rows, snapshot position, load seconds, index seconds)."""
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             upto = _head(cur, self.engine.events_table)
@@ -460,8 +480,18 @@ class ProjectionAdmin:
             events, notes, rows = self._load(conn, cur, selected, upto, BG_SUFFIX, batch, reporter, "replay")
             load_s = time.perf_counter() - t0
             index_s = self._build_indexes(cur, selected, BG_SUFFIX, reporter, maintenance_work_mem)
-        # 2. switch: drop the live tables, rename the new ones, apply the events since
-        with conn.transaction(), conn.cursor() as cur:
+        return events, notes, rows, upto, load_s, index_s
+
+    def _bg_switch(
+        self, conn: Connection[Any], selected: list[NoteProjection], upto: int,
+        before_switch: SwitchCheck | None,
+    ) -> int | None:
+        """Phase 2, one transaction: ``before_switch(cur)`` first (it may lock and refuse:
+        ``False`` rolls back and returns ``None``), then drop the live tables, rename the
+        new ones, apply the events since ``upto`` and record the position (returned)."""
+        with conn.transaction() as tx, conn.cursor() as cur:
+            if before_switch is not None and not before_switch(cur):
+                raise psycopg.Rollback(tx)
             position = upto
             for p in selected:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
@@ -479,7 +509,45 @@ class ProjectionAdmin:
                 position = max(position, new_pos)
                 self.engine.set_position(cur, p.name, new_pos)
                 self.engine.clear_error(cur, p.name)
-        return events, notes, rows, position, load_s, index_s
+            return position
+        return None
+
+    def rebuild_into(
+        self,
+        projections: Sequence[NoteProjection],
+        *,
+        before_switch: SwitchCheck,
+        between: Callable[[], None] | None = None,
+        attempts: int = 20,
+        batch: int = 2000,
+        reporter: Reporter | None = None,
+        maintenance_work_mem: str | None = None,
+    ) -> RebuildReport:
+        """A blue-green rebuild into other instances of engine projections (same names,
+        e.g. the recall index under a new embedder and dimension, issue 19): build
+        ``<table>_bg`` from the log while the live tables serve, then switch in one
+        transaction that first runs ``before_switch(cur)``; when it returns ``False``
+        the switch is rolled back, ``between()`` runs and the switch is tried again, at
+        most ``attempts`` times (then ``FabricError``; nothing switched). The caller
+        swaps the projection instances of its engine after this returns."""
+        selected = list(projections)
+        reporter = reporter or _Quiet()
+        started = time.perf_counter()
+        rebuild_locks = [advisory_key("rebuild:" + p.name) for p in selected]
+        with self.connect() as conn:
+            for key in rebuild_locks:
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
+                                          before_switch, between, attempts)
+            finally:
+                for key in reversed(rebuild_locks):
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        return RebuildReport(
+            projections=[p.name for p in selected], blue_green=True, events=report[0],
+            notes=report[1], rows=report[2], position=report[3],
+            seconds=time.perf_counter() - started, load_seconds=report[4], index_seconds=report[5],
+        )
 
     # ---------------------------------------------------------------- verify
     def verify(
@@ -589,6 +657,7 @@ class ProjectionAdmin:
         poll: float = 5.0,
         stop: Callable[[], bool] | None = None,
         on_catch_up: Callable[[dict[str, int]], None] | None = None,
+        adopt: Callable[[], bool] | None = None,
     ) -> dict[str, int]:
         """Keep every projection caught up from this process.
 
@@ -597,23 +666,34 @@ class ProjectionAdmin:
         notification, and at least every ``poll`` seconds. ``once``: catch up once and
         return. ``stop()`` is checked after every wake-up. Returns the last positions.
         Raises ``ProjectionError`` (recorded for ``status``) when a projection stops on
-        an event; the other projections are caught up first.
+        an event; the other projections are caught up first. ``adopt()``: called when a
+        projection stopped on a vector of another dimension than its table's (a
+        ``reembed`` switched the fabric since this runner started); when it returns True
+        (it swapped in the projections of the recorded embedder) the catch-up is retried.
         """
+        def catch_up() -> dict[str, int]:
+            try:
+                return self.engine.catch_up()
+            except ProjectionError as exc:
+                if adopt is None or "dimension" not in str(exc.cause) or not adopt():
+                    raise
+            return self.engine.catch_up()
+
         if once:
-            positions = self.engine.catch_up()
+            positions = catch_up()
             if on_catch_up is not None:
                 on_catch_up(positions)
             return positions
         channel = self.engine.events_table.replace(".", "_")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("LISTEN {c}").format(c=sql.Identifier(channel)))
-            positions = self.engine.catch_up()
+            positions = catch_up()
             if on_catch_up is not None:
                 on_catch_up(positions)
             while not (stop is not None and stop()):
                 for _ in conn.notifies(timeout=poll, stop_after=1):
                     pass
-                positions = self.engine.catch_up()
+                positions = catch_up()
                 if on_catch_up is not None:
                     on_catch_up(positions)
         return positions

@@ -111,12 +111,15 @@ def _range(lo: datetime | None, hi: datetime | None) -> Range[datetime]:
     return Range(lo, hi, bounds="[)")
 
 
-def row_for(note: Note) -> tuple[Any, ...] | None:
+def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[Any, ...] | None:
     """The index row of a note, or ``None`` when the note must not be recallable
-    (forgotten, held, or not a recallable kind)."""
+    (forgotten, held, or not a recallable kind). ``embedder_id``: the embedder whose
+    vector the row carries (issue 19; ``None``: the write-time one), see
+    :func:`memfabric.projections.base.embedding_for` (``EmbedderChangedError``)."""
     if note.kind not in RECALLABLE or note.forgotten or note.held or note.content is None:
         return None
-    if note.embedding is None:
+    embedding = base.embedding_for(note, embedder_id, dim)
+    if embedding is None:
         return None
     consent = note.consent or {}
     return (
@@ -142,20 +145,21 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         note.t_ref,
         note.created_on,
         int(note.version),
-        note.embedder_id,
+        note.embedder_id if embedding is note.embedding else embedder_id,
         note.context,
         list(note.keywords),
         int(note.fold_count),
         note.updated_at,
         Jsonb(note.consent) if note.consent is not None else None,
-        np.frombuffer(note.embedding, dtype=np.float32),
+        np.frombuffer(embedding, dtype=np.float32),
     )
 
 
-def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
+def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE,
+          embedder_id: str | None = None, dim: int = 0) -> None:
     """Upsert or delete the rows of ``notes`` (their current aggregate state); a load of
     at least :data:`BULK_MIN_ROWS` rows goes through :func:`_bulk_load`."""
-    upserts, deletes = split_rows(notes, row_for)
+    upserts, deletes = split_rows(notes, lambda n: row_for(n, embedder_id, dim))
     if len(upserts) >= BULK_MIN_ROWS:
         write_rows(cur, table, COLUMNS, [], deletes)
         _bulk_load(cur, table, upserts)
@@ -211,8 +215,10 @@ class RecallIndexProjection:
     tables: tuple[str, ...] = (TABLE,)
     write_side = False
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, embedder_id: str | None = None) -> None:
         self.dim = dim
+        self.embedder_id = embedder_id
+        """The embedder whose vectors the rows carry (``None``: each note's write-time one)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         for stmt in ddl(self.dim, TABLE + table_suffix):
@@ -225,10 +231,10 @@ class RecallIndexProjection:
             cur.execute(stmt)
 
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
-        apply(cur, notes)
+        apply(cur, notes, embedder_id=self.embedder_id, dim=self.dim)
 
     def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
-        rows = (r for r in map(row_for, notes) if r is not None)
+        rows = (r for r in (row_for(n, self.embedder_id, self.dim) for n in notes) if r is not None)
         return copy_rows(cur, rows, TABLE + table_suffix)
 
 

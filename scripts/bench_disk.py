@@ -4,10 +4,16 @@ table ``pg_total_relation_size`` split into heap, TOAST and indexes (each index 
 name), the WAL the load wrote (``pg_current_wal_lsn`` before/after) and ``pg_wal`` after
 a ``CHECKPOINT``, against the raw row (content bytes + float32 vector).
 
+``--compare`` runs the load twice in one invocation, each on its own fresh embedded
+server: ``before`` (the issue-19 cuts undone: sealed payloads never compressed, the
+server's WAL defaults) and ``after`` (as shipped: compressed sealed payloads, the
+embedded WAL settings of ``adapters/embedded.py``), and prints both side by side.
+
 Run (from the repository root)::
 
     python scripts/bench_disk.py                 # 20k notes, embedded PostgreSQL
     python scripts/bench_disk.py --n 5000 --out /tmp/disk.json
+    python scripts/bench_disk.py --n 100000 --compare --out /tmp/disk.json
 """
 
 from __future__ import annotations
@@ -64,50 +70,63 @@ def measure(dsn: str, n: int) -> dict[str, object]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=20_000)
-    p.add_argument("--dsn", default=None)
-    p.add_argument("--out", default=None)
-    p.add_argument("--wal-compression", default=None, metavar="METHOD",
-                   help="ALTER SYSTEM SET wal_compression (lz4, zstd, pglz) before the load (superuser)")
-    p.add_argument("--max-wal-size", default=None, metavar="SIZE",
-                   help="ALTER SYSTEM SET max_wal_size and min_wal_size (e.g. 256MB) before the load")
-    args = p.parse_args(argv)
-    ds = data.make_dataset(args.n, n_queries=1)
-    with data.scratch_database(args.dsn, "mf_bench_disk") as dsn:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            if args.wal_compression:
-                conn.execute(f"ALTER SYSTEM SET wal_compression = '{args.wal_compression}'")
-            if args.max_wal_size:
-                conn.execute(f"ALTER SYSTEM SET max_wal_size = '{args.max_wal_size}'")
-                conn.execute("ALTER SYSTEM SET min_wal_size = '32MB'")
-            conn.execute("SELECT pg_reload_conf()")
-            settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN"
-                                         " ('wal_compression', 'max_wal_size', 'min_wal_size',"
-                                         " 'full_page_writes', 'shared_buffers')").fetchall())
-            lsn0 = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
-        t0 = time.perf_counter()
-        with open_fabric(dsn, consolidate=False) as fab:
-            notes = fab.scope("tenant-0")
-            for start in range(0, len(ds.texts), 5000):
-                notes.remember_many([{"kind": "fact", "content": t} for t in ds.texts[start:start + 5000]])
-        load_s = time.perf_counter() - t0
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,)).fetchone()[0]  # type: ignore[index]
-        out = measure(dsn, args.n)
+def load_and_measure(args: argparse.Namespace, ds: data.Dataset, variant: str) -> dict[str, object]:
+    """Load ``ds`` into a scratch database and measure it; ``variant`` ``before`` undoes
+    the issue-19 cuts (see module doc), ``after``/``current`` keeps them."""
+    from memfabric.adapters import crypto
+
+    saving = crypto.COMPRESS_MIN_SAVING
+    if variant == "before":
+        crypto.COMPRESS_MIN_SAVING = 1 << 30  # never compress
+    try:
+        with data.scratch_database(args.dsn, "mf_bench_disk") as dsn:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                if variant == "before":
+                    for name in ("max_wal_size", "min_wal_size", "wal_compression"):
+                        conn.execute(f"ALTER SYSTEM RESET {name}")
+                if args.wal_compression:
+                    conn.execute(f"ALTER SYSTEM SET wal_compression = '{args.wal_compression}'")
+                if args.max_wal_size:
+                    conn.execute(f"ALTER SYSTEM SET max_wal_size = '{args.max_wal_size}'")
+                    conn.execute("ALTER SYSTEM SET min_wal_size = '32MB'")
+                conn.execute("SELECT pg_reload_conf()")
+            time.sleep(1.0)  # the reload is asynchronous: read the settings in a new session after it
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN"
+                                             " ('wal_compression', 'max_wal_size', 'min_wal_size',"
+                                             " 'full_page_writes', 'shared_buffers')").fetchall())
+                lsn0 = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
+            t0 = time.perf_counter()
+            with open_fabric(dsn, consolidate=False) as fab:
+                notes = fab.scope("tenant-0")
+                for start in range(0, len(ds.texts), 5000):
+                    notes.remember_many([{"kind": "fact", "content": t} for t in ds.texts[start:start + 5000]])
+            load_s = time.perf_counter() - t0
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                wal = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn0,)).fetchone()[0]  # type: ignore[index]
+            out = measure(dsn, args.n)
+    finally:
+        crypto.COMPRESS_MIN_SAVING = saving
+    out["variant"] = variant
     out["load_seconds"] = load_s
     out["settings"] = settings
-    print("settings:", settings)
     out["wal_written_by_load_bytes"] = int(wal)
     out["wal_bytes_per_note"] = int(wal) / args.n
-    n = args.n
-    print(f"{n} notes, load {load_s:.1f}s; raw row {out['raw_bytes_per_note']:.0f} B/note "
+    out["total_with_wal_bytes_per_note"] = (
+        float(out["tables_bytes_per_note"]) + int(out["pg_wal_after_checkpoint_bytes"]) / args.n)  # type: ignore[arg-type]
+    return out
+
+
+def report(out: dict[str, object], n: int) -> None:
+    print(f"[{out['variant']}] settings:", out["settings"])
+    print(f"[{out['variant']}] {n} notes, load {out['load_seconds']:.1f}s; raw row {out['raw_bytes_per_note']:.0f} B/note "
           f"(content {out['content_bytes_per_note']:.0f} + vector {out['vector_bytes_per_note']:.0f}); "
           f"tables+indexes {out['tables_bytes_per_note']:.0f} B/note "
           f"({out['tables_bytes_per_note'] / out['raw_bytes_per_note']:.1f}x raw); "  # type: ignore[operator]
           f"WAL written {out['wal_bytes_per_note']:.0f} B/note; pg_wal after CHECKPOINT "
-          f"{out['pg_wal_after_checkpoint_bytes'] / 2**20:.0f} MiB")  # type: ignore[operator]
+          f"{out['pg_wal_after_checkpoint_bytes'] / 2**20:.0f} MiB; tables + pg_wal "  # type: ignore[operator]
+          f"{out['total_with_wal_bytes_per_note']:.0f} B/note; avg Remembered state "
+          f"{out['avg_remembered_state_bytes']:.0f} B")
     print(f"{'table':32s} {'total B/note':>12s} {'heap':>8s} {'toast':>8s} {'indexes':>8s}")
     for t in out["tables"]:  # type: ignore[attr-defined]
         if t["total"] > 64 * 1024:
@@ -117,8 +136,33 @@ def main(argv: list[str] | None = None) -> int:
     for i in out["indexes"]:  # type: ignore[attr-defined]
         if i["bytes"] > 64 * 1024:
             print(f"{i['index']:40s} {i['bytes'] / n:8.0f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=20_000)
+    p.add_argument("--dsn", default=None)
+    p.add_argument("--out", default=None)
+    p.add_argument("--compare", action="store_true", help="measure before (cuts undone) and after, in one run")
+    p.add_argument("--wal-compression", default=None, metavar="METHOD",
+                   help="ALTER SYSTEM SET wal_compression (lz4, zstd, pglz) before the load (superuser)")
+    p.add_argument("--max-wal-size", default=None, metavar="SIZE",
+                   help="ALTER SYSTEM SET max_wal_size and min_wal_size (e.g. 256MB) before the load")
+    args = p.parse_args(argv)
+    ds = data.make_dataset(args.n, n_queries=1)
+    variants = ["before", "after"] if args.compare else ["current"]
+    results = []
+    for variant in variants:
+        out = load_and_measure(args, ds, variant)
+        report(out, args.n)
+        results.append(out)
+    if args.compare:
+        b, a = results
+        print(f"before -> after: tables+indexes {b['tables_bytes_per_note']:.0f} -> {a['tables_bytes_per_note']:.0f}"
+              f" B/note; with pg_wal after CHECKPOINT {b['total_with_wal_bytes_per_note']:.0f} -> "
+              f"{a['total_with_wal_bytes_per_note']:.0f} B/note; raw {a['raw_bytes_per_note']:.0f} B/note")
     if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+        Path(args.out).write_text(json.dumps(results if args.compare else results[0], indent=2, default=str))
     return 0
 
 

@@ -154,8 +154,10 @@ def test_recall_table_is_readable_at_80_and_160_columns(dsn: str, width: object)
         assert "services/payments/app.py" in res.output  # type: ignore[attr-defined]  # a file note's path, dim
         if columns == 160:  # wide enough for every content on one line
             assert any("for every temperature shown in the dashboard" in line for line in lines)
-    res = invoke(dsn, "recall", query, "-t", "globex")
+    res = invoke(dsn, "recall", "zebras on the moon", "-t", "acme")
     assert res.exit_code == 0 and "no matching notes" in res.output  # type: ignore[attr-defined]
+    res = invoke(dsn, "recall", query, "-t", "globex")   # issue 19: an unknown tenant says so
+    assert res.exit_code == 2 and "no tenant 'globex'" in res.output  # type: ignore[attr-defined]
 
 
 def test_lineage_table_at_80_columns(dsn: str, width: object) -> None:

@@ -78,6 +78,38 @@ def test_unknown_tenant_is_an_error(fabric: Fabric, dsn: str) -> None:
     assert run(dsn, "log", "--tenant", "acme").exit_code == 0
 
 
+def test_unknown_tenant_for_recall_and_export(fabric: Fabric, dsn: str, tmp_path: Any) -> None:
+    fabric.scope("acme").remember(kind="fact", content="User prefers metric units")
+    res = run(dsn, "recall", "metric", "-t", "nosuch", "--json")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert json.loads(res.stderr) == {"error": "tenant: no tenant 'nosuch' in this database", "type": "FabricError"}
+    res = run(dsn, "export", "--out", str(tmp_path / "x.jsonl"), "--tenant", "nosuch")
+    assert res.exit_code == 2 and "no tenant 'nosuch'" in res.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+    res = run(dsn, "recall", "zebra", "-t", "acme")          # a known tenant without a hit: not an error
+    assert res.exit_code == 0 and "no matching notes" in res.stdout
+    res = run(dsn, "export", "--out", str(tmp_path / "a.jsonl"), "--tenant", "acme")
+    assert res.exit_code == 0 and (tmp_path / "a.jsonl").read_text().count("\n") == 1
+
+
+@pytest.mark.parametrize(("args", "kind", "words"), [
+    (("recall", "--json"), "MissingParameter", "QUERY"),
+    (("recall", "x", "-t", "acme", "--top-k", "many", "--json"), "BadParameter", "--top-k"),
+    (("nosuch", "--json"), "UsageError", "nosuch"),
+    (("get", "--json", "--bogus"), "NoSuchOption", "--bogus"),
+    (("reembed", "--json"), "MissingParameter", "--embedder"),
+])
+def test_usage_errors_with_json_are_one_object_on_stderr(args: tuple[str, ...], kind: str, words: str) -> None:
+    res = runner.invoke(cli.app, list(args))
+    assert res.exit_code == 2 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    err = json.loads(lines[0])
+    assert err["type"] == kind and words in err["error"], err
+    plain = runner.invoke(cli.app, [a for a in args if a != "--json"])
+    assert plain.exit_code == 2 and plain.stderr.startswith("Usage:")
+
+
 def test_naive_times_mean_utc(fabric: Fabric, dsn: str) -> None:
     fabric.scope("acme").remember(kind="fact", content="User prefers metric units")
     for when in ("2026-01-01", "2026-01-01T12:00", "2099-01-01T00:00:00+02:00", "2099-01-01T00:00:00Z"):
