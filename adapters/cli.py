@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - an older typer on click
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 from memfabric.adapters.bootstrap import Fabric, open_fabric
+from memfabric.adapters.embedded import require_database
 from memfabric.domain.errors import FabricError
 from memfabric.adapters.serialize import jsonable
 from memfabric.domain.inputs import BLOCK_LABEL_RE, NOTE_ID_RE
@@ -252,6 +253,8 @@ def recall(
         options: dict[str, Any] = {"top_k": top_k, "budget": budget, "as_of": parse_time(as_of), "mode": mode}
         if kind:
             options["kinds"] = tuple(kind)
+        if not dsn:
+            require_database(data_dir)
         with _open(dsn, data_dir, embedder) as fabric:
             res = fabric.scope(tenant, resource, thread).recall(query, **options)
             if not res.hits:  # an unknown tenant says so (as `log` does), exit 2

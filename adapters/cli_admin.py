@@ -187,7 +187,7 @@ def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
     stand-in for the recorded embedder, else a hash embedder of the recall index's
     dimension (admin commands never embed). ``read``: a read-only command, which opens
     read-only (``open_fabric(read_only=True)``) when the role cannot write the log."""
-    dsn, embedded = resolve_dsn(dsn, data_dir)
+    dsn, embedded = resolve_dsn(dsn, data_dir, read=read)
     try:
         recorded = recorded_embedder(dsn)
         stand_in: Any = (RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded
@@ -772,7 +772,7 @@ def notes_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
     stand-in for the recorded embedder (they never embed, so no model is loaded).
     ``read``: a read-only command (get, history, list, lineage), which opens read-only
     (no catch-up) when the role cannot write the log."""
-    dsn, embedded = resolve_dsn(dsn, data_dir)
+    dsn, embedded = resolve_dsn(dsn, data_dir, read=read)
     try:
         recorded = recorded_embedder(dsn)
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None

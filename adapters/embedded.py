@@ -103,14 +103,30 @@ class EmbeddedPostgres:
                 users.put(alive)
 
 
-def resolve_dsn(dsn: str | None, data_dir: str | os.PathLike[str] | None) -> tuple[str, EmbeddedPostgres | None]:
+def require_database(data_dir: str | os.PathLike[str] | None) -> None:
+    """For a command that only reads: an explicit ``data_dir`` must already hold a
+    database cluster (its ``PG_VERSION`` file), so a mistyped directory is a
+    ``FabricError`` naming it instead of a new, empty database that answers nothing.
+    ``None`` (the default data directory) is not checked."""
+    if data_dir is None:
+        return
+    pgdata = Path(data_dir).expanduser()
+    if not (pgdata / "PG_VERSION").is_file():
+        raise FabricError(f"data_dir: no database in {pgdata} (a read command never creates one)")
+
+
+def resolve_dsn(dsn: str | None, data_dir: str | os.PathLike[str] | None, *,
+                read: bool = False) -> tuple[str, EmbeddedPostgres | None]:
     """The DSN to use: ``dsn``; else the embedded server of an explicit ``data_dir``
     (an explicit data directory wins over ``$MEMFABRIC_DSN``); else ``$MEMFABRIC_DSN``;
     else the embedded server of the default data directory. The embedded server is
     started or joined and returned so the caller closes it. Giving both ``dsn`` and
-    ``data_dir`` is a ``FabricError`` (they name two different databases)."""
+    ``data_dir`` is a ``FabricError`` (they name two different databases); with
+    ``read``, so is an explicit ``data_dir`` with no database (:func:`require_database`)."""
     if dsn and data_dir:
         raise FabricError("dsn and data_dir name two databases: give one of them (--dsn or --data-dir)")
+    if read:
+        require_database(data_dir)
     dsn = dsn or (None if data_dir else os.environ.get("MEMFABRIC_DSN"))
     if dsn:
         return dsn, None

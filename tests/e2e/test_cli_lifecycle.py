@@ -146,3 +146,17 @@ def test_explicit_data_dir_wins_over_env_dsn_and_dsn_with_data_dir_is_an_error(
         embedded.resolve_dsn("postgresql:///given", tmp_path / "pg")
     res = runner.invoke(cli.app, ["list", "-t", "acme", "--dsn", "postgresql:///x", "--data-dir", str(tmp_path)])
     assert res.exit_code == 2 and "give one of them" in res.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("recall", "metric", "-t", "acme"),
+    ("list", "-t", "acme"),
+    ("log", "--since", "0"),
+])
+def test_read_commands_never_create_a_database_in_a_mistyped_data_dir(command: tuple[str, ...], tmp_path: Any) -> None:
+    typo = tmp_path / "no" / "such" / "pg"
+    res = runner.invoke(cli.app, [*command, "--data-dir", str(typo), "--json"])
+    assert res.exit_code == 2 and res.stdout == ""
+    err = json.loads(res.stderr.strip())
+    assert err["type"] == "FabricError" and str(typo) in err["error"] and "no database" in err["error"]
+    assert not (tmp_path / "no").exists()
