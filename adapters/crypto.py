@@ -527,7 +527,7 @@ class SealingMapper(Mapper[UUID]):
                     f"event {stored.originator_version} of aggregate {oid}: key fault: its data "
                     f"key (generation {gen}) is missing although the note was never forgotten")
             if key is None:
-                erased = [f for f in fields if f not in OPTIONAL_PROTECTED]
+                erased = list(fields)  # history shows each as ERASED (optional ones too)
                 for f in fields:
                     target[f] = ([] if f == "keywords" else
                                  None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED)
