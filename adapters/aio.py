@@ -84,8 +84,8 @@ class AsyncNotes:
 
     def context_provider(self, *args: Any, **options: Any) -> Callable[..., Any]:
         """An async provider: ``await provider(current=None)`` runs
-        ``notes.context_provider(*args, **options)(current)`` in the pool (a list of
-        ``{"role", "content"}`` messages). Arguments are checked here, as in ``Notes``."""
+        ``notes.context_provider(*args, **options)(current)`` in the pool (the sync
+        provider's list of ``{"type", "text"}`` items). Arguments are checked here, as in ``Notes``."""
         sync = self.notes.context_provider(*args, **options)
 
         async def provide(current: Any = None) -> list[dict[str, str]]:

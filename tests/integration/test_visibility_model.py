@@ -310,3 +310,35 @@ def test_the_demo_runs_twice_with_the_same_outcomes(dsn: str) -> None:
     keys = ("fold_same_id", "superseded", "top_hit_is_successor", "as_of_returns_first",
             "procedure_excluded", "procedure_when_asked", "isolated", "forgotten", "erased")
     assert [second[k] for k in keys] == [first[k] for k in keys] == [True] * len(keys)
+
+
+UPPER: dict[tuple[str, str], set[str]] = {
+    # written from the user-level scope (T, R)
+    ("(T,R)", "thread"): {"(T,R)"},
+    ("(T,R)", "resource"): {"(T,R,th1)", "(T,R,th2)", "(T,R)"},
+    ("(T,R)", "tenant"): {"(T,R,th1)", "(T,R,th2)", "(T,R)", "(T,R2,*)", "(T,R2)", "(T)"},
+    # written from the tenant-level scope (T): no resource, so resource = its home only
+    ("(T)", "thread"): {"(T)"},
+    ("(T)", "resource"): {"(T)"},
+    ("(T)", "tenant"): {"(T,R,th1)", "(T,R,th2)", "(T,R)", "(T,R2,*)", "(T,R2)", "(T)"},
+}
+"""The README table's rows for notes written from (T, R) and from (T): who sees them."""
+
+
+@pytest.mark.parametrize(("home", "vis"), sorted(UPPER))
+def test_visibility_table_upper_rows(fabric: Fabric, home: str, vis: str) -> None:
+    """The rows for the user-level and tenant-level writers: recall, list and get from
+    every column's scope (plus the default visibility, ``resource``, for a fact)."""
+    writer = fabric.scope(*READERS[home])
+    n = writer.remember(kind="fact", content=f"Alice prefers window seats {vis}",
+                        consent=None if vis == "resource" else {"visibility": vis})
+    assert n.consent is not None and n.consent.visibility == vis
+    for column in READERS:
+        reader, expected = fabric.scope(*READERS[column]), column in UPPER[(home, vis)]
+        assert (n.id in {h.id for h in reader.recall("window seats").hits}) is expected, (home, vis, column)
+        assert (n.id in {x.id for x in reader.list().items}) is expected, (home, vis, column, "list")
+        if expected:
+            assert reader.get(n.id).content == n.content
+        else:
+            with pytest.raises(NoteNotFoundError):
+                reader.get(n.id)
