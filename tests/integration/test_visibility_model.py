@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memfabric.adapters import Fabric, cli, open_fabric
-from memfabric.domain.errors import FabricError, NoteNotFoundError
+from memfabric.domain.errors import FabricError, NoteExistsError, NoteNotFoundError
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import fetch, race_processes
 
@@ -249,9 +249,16 @@ def test_explicit_supersedes_resolves_a_visible_note(fabric: Fabric) -> None:
 
 
 def test_ambiguous_explicit_ids_are_a_scope_error(fabric: Fabric) -> None:
-    for th in ("thread-1", "thread-2"):
-        fabric.scope(T, R, th).remember(kind="fact", content=f"note of {th}", id="00000000abcd")
+    """An explicit id visible from the writer is taken (NoteExistsError); two notes whose
+    homes do not see each other (thread-1's resource note, a tenant note written later
+    from (T)) can still share one, and a scope seeing both gets a ScopeError."""
+    fabric.scope(T, R, "thread-1").remember(kind="fact", content="note of thread-1", id="00000000abcd")
+    with pytest.raises(NoteExistsError):
+        fabric.scope(T, R, "thread-2").remember(kind="fact", content="note of thread-2", id="00000000abcd")
+    fabric.scope(T).remember(kind="fact", content="note of the tenant", id="00000000abcd",
+                             consent={"visibility": "tenant"})
     assert fabric.scope(T, R, "thread-1").get("00000000abcd").content == "note of thread-1"  # own first
+    assert fabric.scope(T).get("00000000abcd").content == "note of the tenant"
     with pytest.raises(FabricError, match="several scopes"):
         fabric.scope(T, R).get("00000000abcd")
 
