@@ -55,7 +55,7 @@ from memfabric.domain.results import (
     RecallResult,
     RepointResult,
 )
-from memfabric.domain.links import EvolutionSettings, LinkError, LinkerSettings
+from memfabric.domain.links import EvolutionSettings, LinkError, LinkerSettings, LinkScopeError
 from memfabric.domain.scope import Scope
 from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, LedgerSession, Page, SearchHit, SearchResult
 from memfabric.domain.ledger import LedgerAbortedError, LedgerError, NoLedgerError
@@ -73,7 +73,7 @@ __all__ = [
     "Scope", "ScopeError", "Scoring", "SessionError", "SettingsError", "SubjectExtractor",
     "SubjectKey", "SupersessionError", "ToolDefinition", "UnknownToolError",
     "ValidatorRejectedError", "embedder_from_name", "open_fabric", "open_memory_fabric", "tool_error",
-    "LinkError", "LinkerSettings", "EvolutionSettings",
+    "LinkError", "LinkScopeError", "LinkerSettings", "EvolutionSettings",
     # issue 14: the conversation ledger
     "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerSession", "LedgerError", "NoLedgerError",
     "Page", "SearchHit", "SearchResult",

@@ -41,9 +41,20 @@ from memfabric.domain.results import (
 T = TypeVar("T")
 
 
+SYNC_ONLY: frozenset[str] = frozenset({"attach", "conversation", "tools"})
+"""``Notes`` methods :class:`AsyncNotes` does not offer: each returns a sync handle
+(``Attachment``, the conversation ``Ledger``, ``MemoryTools``) whose own methods do the
+I/O. Use them through ``async_notes.notes`` (the sync handle) inside
+``await fabric.run(...)``, e.g. ``await fabric.run(lambda: notes.notes.conversation().append(...))``.
+``search_conversation`` (the ledger's read most callers need) is offered as a coroutine."""
+
+
 class AsyncNotes:
-    """The coroutine twin of :class:`~memfabric.domain.notes.Notes`: same methods, same
-    arguments, same results and errors; each call runs in the fabric's thread pool."""
+    """The coroutine twin of :class:`~memfabric.domain.notes.Notes`: same arguments,
+    results and errors; each call runs in the fabric's thread pool. Every public
+    ``Notes`` method is a coroutine here except those in :data:`SYNC_ONLY` (sync handles);
+    ``context_provider(**options)`` returns an async provider (``await provider(current)``)
+    and ``context(current, **options)`` is the one-shot form."""
 
     def __init__(self, notes: Notes, run: Callable[..., Any]) -> None:
         self.notes = notes
@@ -60,9 +71,27 @@ class AsyncNotes:
         result: MemoryNote = await self._run(self.notes.remember, **fields)
         return result
 
-    async def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput]) -> list[MemoryNote]:
-        result: list[MemoryNote] = await self._run(self.notes.remember_many, list(items))
+    async def remember_many(self, items: Iterable[Mapping[str, Any] | RememberInput],
+                            **options: Any) -> list[MemoryNote]:
+        """``Notes.remember_many`` (``consolidate``, ``chunk_size`` as there)."""
+        result: list[MemoryNote] = await self._run(self.notes.remember_many, list(items), **options)
         return result
+
+    async def search_conversation(self, query: str, **options: Any) -> Any:
+        """``Notes.search_conversation`` (a ``SearchResult``; ``NoLedgerError`` without a
+        thread)."""
+        return await self._run(self.notes.search_conversation, query, **options)
+
+    def context_provider(self, *args: Any, **options: Any) -> Callable[..., Any]:
+        """An async provider: ``await provider(current=None)`` runs
+        ``notes.context_provider(*args, **options)(current)`` in the pool (the sync
+        provider's list of ``{"type", "text"}`` items). Arguments are checked here, as in ``Notes``."""
+        sync = self.notes.context_provider(*args, **options)
+
+        async def provide(current: Any = None) -> list[dict[str, str]]:
+            result: list[dict[str, str]] = await self._run(sync, current)
+            return result
+        return provide
 
     async def recall(self, query: str, **options: Any) -> RecallResult:
         result: RecallResult = await self._run(self.notes.recall, query, **options)
@@ -212,4 +241,4 @@ def open_fabric_async(*args: Any, max_workers: int | None = None, **kwargs: Any)
     return _Opening(args, kwargs, max_workers)
 
 
-__all__ = ["AsyncFabric", "AsyncNotes", "open_fabric_async"]
+__all__ = ["SYNC_ONLY", "AsyncFabric", "AsyncNotes", "open_fabric_async"]

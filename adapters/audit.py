@@ -47,7 +47,7 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import Connection, sql
 from psycopg.rows import tuple_row
 
-from memfabric.adapters.crypto import MAGIC, MAGIC_TAGGED
+from memfabric.adapters.crypto import MAGIC, MAGIC_TAGGED, SEALED_OPTIONAL
 from memfabric.projections import tables
 from memfabric.domain.errors import EventIntegrityError, SettingsError
 from memfabric.domain.note import ERASED
@@ -163,7 +163,9 @@ def plain_fields(mapper: Any, state: bytes) -> dict[str, Any]:
         raise EventIntegrityError("not a memfabric event state: its stored bytes were changed")
     (n,) = _U32.unpack_from(state, len(MAGIC))
     start = len(MAGIC) + 4
-    return dict(mapper.transcoder.decode(state[start : start + n]))
+    fields = dict(mapper.transcoder.decode(state[start : start + n]))
+    fields.pop(SEALED_OPTIONAL, None)  # a marker of the mapper, not an event field
+    return fields
 
 
 _Scope = tuple[str | None, str | None, str | None, str | None]

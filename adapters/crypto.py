@@ -59,6 +59,9 @@ from psycopg import Connection, Cursor
 KEYS_TABLE = tables.NOTE_KEYS
 MAGIC = b"MF1"
 """Magic of a release-0.1 state: the plain JSON part is not authenticated (legacy)."""
+SEALED_OPTIONAL = "_sealed_optional"
+"""Plain-state key of an event naming the ``OPTIONAL_PROTECTED`` fields it sealed
+(absent: none, as in every event of 0.1.0); popped on read, never part of the event."""
 MAGIC_TAGGED = b"MF2"
 """Magic of an authenticated state: the whole state ends with :data:`TAG_BYTES` of
 HMAC-SHA256 under the fabric secret (see :func:`event_tag`)."""
@@ -481,6 +484,9 @@ class SealingMapper(Mapper[UUID]):
             # an erased event still tells which fields it had (no ``path: <erased>`` on a
             # note that never had a path)
             protected = {k: state.pop(k) for k in PROTECTED_FIELDS if state.get(k) is not None}
+            optional = sorted(k for k in protected if k in OPTIONAL_PROTECTED)
+            if optional:  # plain: which optional fields this event sealed (history erases them)
+                state[SEALED_OPTIONAL] = optional
             if state.get("contributed") is not None and state.get("source"):
                 # issue 15: an evolution patch is sealed under its source note's key, inside
                 # this (MF2) state, so the tag below covers it too
@@ -545,6 +551,7 @@ class SealingMapper(Mapper[UUID]):
         state: dict[str, Any] = self.transcoder.decode(data[7 : 7 + n])
         rest = data[7 + n :]
         erased: list[str] = []
+        sealed_optional = set(state.pop(SEALED_OPTIONAL, None) or ())
         if isinstance(state.get("contributed"), dict):
             oid0 = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
             state["contributed"] = self._open_contribution(
@@ -559,6 +566,7 @@ class SealingMapper(Mapper[UUID]):
             if isinstance(cls, type) and issubclass(cls, CanSnapshotAggregate):
                 target = state["state"] = dict(state["state"])
                 fields = list(target.pop("_sealed", []))
+                sealed_optional |= set(fields)  # a snapshot lists what it sealed
             else:
                 fields = [f for f in PROTECTED_FIELDS
                           if f in getattr(cls, "__dataclass_fields__", {}) and f not in state]
@@ -567,7 +575,9 @@ class SealingMapper(Mapper[UUID]):
                     f"event {stored.originator_version} of aggregate {oid}: key fault: its data "
                     f"key (generation {gen}) is missing although the note was never forgotten")
             if key is None:
-                erased = [f for f in fields if f not in OPTIONAL_PROTECTED]
+                # an optional field is listed (history shows ERASED) only where this event
+                # sealed it: events of 0.1.0 never had one
+                erased = [f for f in fields if f not in OPTIONAL_PROTECTED or f in sealed_optional]
                 for f in fields:
                     target[f] = ([] if f == "keywords" else
                                  None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED)

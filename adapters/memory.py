@@ -53,7 +53,7 @@ from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
-from memfabric.domain.note import ERASED, PROTECTED_FIELDS, Note, note_uuid
+from memfabric.domain.note import ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, Note, note_uuid
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Candidate, Embedder, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.results import EraseResult
@@ -167,7 +167,8 @@ class InMemoryEventLog:
                 fields = [f for f in PROTECTED_FIELDS
                           if f in getattr(stored.cls, "__dataclass_fields__", {})]
                 for f in fields:
-                    state[f] = [] if f == "keywords" else (None if f == "embedding" else ERASED)
+                    state[f] = ([] if f == "keywords" else
+                                None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED)
                 state["_erased"] = fields
             else:
                 state.update(copy.deepcopy(protected))
@@ -688,7 +689,7 @@ def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: date
 def _returned(row: dict[str, Any]) -> dict[str, Any]:
     """The fields ``recall_index.RETURNED`` selects from a row."""
     fields = {k: v for k, v in row.items()
-              if k not in ("embedding", "valid", "token_hash", "superseded_by", "embedder_id")}
+              if k not in ("embedding", "valid", "token_hash", "embedder_id")}
     fields["importance"] = float(np.float32(fields["importance"]))  # a ``real`` column
     return fields
 

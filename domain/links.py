@@ -4,7 +4,8 @@ Commands. ``link(from_id, to_id, relation, weight)`` adds the edge
 ``{id: to_id, relation, weight}`` to the source note with a ``Linked`` event (the
 same edge again replaces its weight); ``unlink(from_id, to_id, relation)`` removes it
 with an ``Unlinked`` event (no edge: nothing written). Both ends are notes of the
-handle's scope (a link target is always resolved in the source's scope); the source
+source's scope (a link target is always resolved in the source's scope: a target
+visible from the caller but stored in another scope raises ``LinkScopeError``); the source
 must be live (``NoteNotFoundError`` / ``NoteForgottenError``), and for ``link`` the
 target too; a note cannot link to itself (``LinkError``). Nothing is written when
 it raises.
@@ -77,6 +78,12 @@ class LinkError(FabricError):
     """A link that cannot be made (a note linking to itself)."""
 
 
+class LinkScopeError(LinkError):
+    """The link target is visible from the caller's scope but lives in another scope
+    than the source: a link joins two notes of one scope (its target id is resolved in
+    the source's scope), so links across threads are not made."""
+
+
 class LinkerSettings(BaseModel):
     """The linker worker: ``enabled`` (default False), ``top_k`` edges per new note
     (1-32, default 3), ``floor`` (least similarity, default 0.3) and ``by``: which
@@ -126,6 +133,18 @@ def _live(uow: UnitOfWork, scope: Scope, note_id: str, what: str) -> Note:
     return note
 
 
+def _missing_target(svc: MemoryService, scope: Scope, home: Scope, from_id: str, to_id: str) -> FabricError:
+    """The error for a target ``to_id`` absent from the source's ``home``:
+    ``LinkScopeError`` when ``scope`` sees a note of that id in another scope, else
+    ``NoteNotFoundError``."""
+    elsewhere = [h for h, _ in svc.store.resolve(scope, to_id) if h != home]
+    if elsewhere:
+        return LinkScopeError(
+            f"to_id: note {to_id!r} lives in scope {elsewhere[0]} and from_id {from_id!r} in"
+            f" {home}: a link joins two notes of one scope (links across threads are not made)")
+    return NoteNotFoundError(f"to_id: no note {to_id!r} in scope {home}")
+
+
 def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation: str,
          weight: float) -> MemoryNote:
     """Add the edge ``from_id -> to_id`` (see the module doc)."""
@@ -134,6 +153,8 @@ def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation
     home, vis = locate(svc, scope, from_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
+        if uow.load(home, to_id) is None:
+            raise _missing_target(svc, scope, home, from_id, to_id)
         _live(uow, home, to_id, "to_id")
         source.link([{"id": to_id, "relation": relation, "weight": float(weight)}], cause="caller")
         uow.add(source)
@@ -149,7 +170,7 @@ def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
         if uow.load(home, to_id) is None:
-            raise NoteNotFoundError(f"to_id: no note {to_id!r} in scope {home}")
+            raise _missing_target(svc, scope, home, from_id, to_id)
         if any(lk["id"] == to_id and lk.get("relation", "related") == relation for lk in source.links):
             source.unlink([{"id": to_id, "relation": relation}], cause="caller")
             uow.add(source)

@@ -35,8 +35,9 @@ times and consent stay plain: they are metadata, not content (see ``docs/erasure
 OPTIONAL_PROTECTED: frozenset[str] = frozenset({"inferred_subject", "decision"})
 """Protected fields added after 0.1.0 (with defaults): derived from the content (the
 inferred subject key and values, why a write folded or superseded), so sealed like it;
-once the key is destroyed they read as ``None`` and are not listed as erased (events of
-0.1.0 never had them)."""
+once the key is destroyed they read as ``None`` in the replayed state and, where the event
+sealed one (a plain marker names them), are listed as erased, so ``history`` shows them as
+:data:`ERASED` like content; events of 0.1.0 never had them and list none."""
 
 ERASED = "<erased>"
 """What a protected field reads as once its note's key has been destroyed."""

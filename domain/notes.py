@@ -205,9 +205,12 @@ class Notes:
         ``Linked`` event on the source note and return the source (``outcome``
         ``linked``); the same edge again replaces its weight. Both notes must be live
         notes of one scope: the source is any note visible from this scope (issue 16,
-        see :meth:`get`), the target a note of the source's scope. Raises ``pydantic.ValidationError`` (bad id, relation or
+        see :meth:`get`), the target a note stored in the source's scope (links across
+        threads are not made). Raises ``pydantic.ValidationError`` (bad id, relation or
         weight), ``NoteNotFoundError``, ``NoteForgottenError`` (forgotten or held),
-        ``LinkError`` (a note linking to itself); nothing is written then. See
+        ``LinkError`` (a note linking to itself), ``LinkScopeError`` (a ``LinkError``:
+        the target is visible from this scope but stored in another scope than the
+        source); nothing is written then. See
         :mod:`memfabric.domain.links`."""
         edge = Link(id=_note_id(to_id), relation=relation, weight=weight)
         return self._service.link(self.scope, _note_id(from_id), edge.id,

@@ -191,6 +191,7 @@ def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote
         tags=tuple(f["tags"] or ()),
         source_entry_ids=tuple(f["source_entry_ids"] or ()),
         supersedes=f["supersedes"],
+        superseded_by=f.get("superseded_by"),
         importance=float(f["importance"]),
         consent=ConsentInfo.from_dict(f["consent"]),
         version=int(f["version"]),

@@ -237,8 +237,17 @@ class _Writer:
         return note
 
     def _check_id(self, item: RememberInput) -> None:
-        if item.id is not None and self.uow.exists(self.scope, item.id):
+        """``NoteExistsError`` when the explicit id names a note of this scope, or an
+        un-forgotten note of another scope visible from it (issue 16: else by-id calls
+        from a scope seeing both would be ambiguous)."""
+        if item.id is None:
+            return
+        if self.uow.exists(self.scope, item.id):
             raise NoteExistsError(f"id: note {item.id!r} already exists in scope {self.scope}")
+        seen = [home for home, _ in self.svc.store.resolve(self.scope, item.id) if home != self.scope]
+        if seen:
+            raise NoteExistsError(f"id: note {item.id!r} already exists in scope {seen[0]},"
+                                  f" visible from {self.scope}; choose another id")
 
     def _check_links(self, item: RememberInput) -> None:
         for link in item.links:

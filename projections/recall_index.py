@@ -56,7 +56,7 @@ RETURNED = (
     + _readable("lower(i.valid)", "valid_from") + ", " + _readable("upper(i.valid)", "valid_to") + ","
     " i.visibility, i.consent_granted, i.context, i.keywords, i.fold_count, "
     + _readable("i.updated_at", "updated_at") + ","
-    " i.consent"
+    " i.consent, i.superseded_by"
 )
 """Columns a recall returns (table alias ``i``)."""
 

@@ -67,3 +67,23 @@ def test_await_open_and_close(dsn: str) -> None:
             await fabric.aclose()
 
     asyncio.run(main())
+
+
+def test_search_conversation_and_context_provider_are_coroutines(dsn: str) -> None:
+    """Issue 16 follow-up: the ledger search and the context provider of AsyncNotes."""
+    async def main() -> None:
+        async with open_fabric_async(dsn) as fabric:
+            notes = fabric.scope("acme", "u-async", "t-async")
+            await fabric.run(lambda: notes.notes.conversation().append("user", "my kayak is yellow"))
+            found = await notes.search_conversation("kayak yellow", top_k=3)
+            assert len(found.hits) == 1 and found.hits[0].score == 1.0
+            await notes.remember(kind="fact", content="The user paddles a yellow kayak")
+            provide = notes.context_provider(top_k=3)
+            messages = await provide("kayak")
+            assert any("yellow kayak" in m["text"] for m in messages)
+            assert messages == await notes.context("kayak", top_k=3)
+            more = await notes.remember_many([{"kind": "fact", "content": "The user owns a paddle"}],
+                                             consolidate=False, chunk_size=None)
+            assert more[0].outcome == "inserted"
+
+    asyncio.run(main())

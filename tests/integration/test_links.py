@@ -17,7 +17,7 @@ from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.memory import open_memory_fabric
 from memfabric.domain.errors import NoteForgottenError, NoteNotFoundError
 from memfabric.domain.inputs import Scoring
-from memfabric.domain.links import LinkError, evolution_patch
+from memfabric.domain.links import LinkError, LinkScopeError, evolution_patch
 from memfabric.domain.note import note_uuid
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import event_count, fetch
@@ -85,7 +85,7 @@ def test_link_errors_write_nothing(plain: Fabric, dsn: str) -> None:
     notes.forget(id=gone.id)
     notes.forget(id=held.id, hold=True)
     before = event_count(dsn)
-    with pytest.raises(NoteNotFoundError):
+    with pytest.raises(LinkScopeError):
         notes.link(a.id, elsewhere.id)  # another thread's note is not in this scope
     with pytest.raises(NoteNotFoundError):
         notes.link("0123456789ab", b.id)

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memfabric.adapters import Fabric, cli, open_fabric
-from memfabric.domain.errors import FabricError, NoteNotFoundError
+from memfabric.domain.errors import FabricError, NoteExistsError, NoteNotFoundError
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import fetch, race_processes
 
@@ -249,9 +249,16 @@ def test_explicit_supersedes_resolves_a_visible_note(fabric: Fabric) -> None:
 
 
 def test_ambiguous_explicit_ids_are_a_scope_error(fabric: Fabric) -> None:
-    for th in ("thread-1", "thread-2"):
-        fabric.scope(T, R, th).remember(kind="fact", content=f"note of {th}", id="00000000abcd")
+    """An explicit id visible from the writer is taken (NoteExistsError); two notes whose
+    homes do not see each other (thread-1's resource note, a tenant note written later
+    from (T)) can still share one, and a scope seeing both gets a ScopeError."""
+    fabric.scope(T, R, "thread-1").remember(kind="fact", content="note of thread-1", id="00000000abcd")
+    with pytest.raises(NoteExistsError):
+        fabric.scope(T, R, "thread-2").remember(kind="fact", content="note of thread-2", id="00000000abcd")
+    fabric.scope(T).remember(kind="fact", content="note of the tenant", id="00000000abcd",
+                             consent={"visibility": "tenant"})
     assert fabric.scope(T, R, "thread-1").get("00000000abcd").content == "note of thread-1"  # own first
+    assert fabric.scope(T).get("00000000abcd").content == "note of the tenant"
     with pytest.raises(FabricError, match="several scopes"):
         fabric.scope(T, R).get("00000000abcd")
 
@@ -310,3 +317,35 @@ def test_the_demo_runs_twice_with_the_same_outcomes(dsn: str) -> None:
     keys = ("fold_same_id", "superseded", "top_hit_is_successor", "as_of_returns_first",
             "procedure_excluded", "procedure_when_asked", "isolated", "forgotten", "erased")
     assert [second[k] for k in keys] == [first[k] for k in keys] == [True] * len(keys)
+
+
+UPPER: dict[tuple[str, str], set[str]] = {
+    # written from the user-level scope (T, R)
+    ("(T,R)", "thread"): {"(T,R)"},
+    ("(T,R)", "resource"): {"(T,R,th1)", "(T,R,th2)", "(T,R)"},
+    ("(T,R)", "tenant"): {"(T,R,th1)", "(T,R,th2)", "(T,R)", "(T,R2,*)", "(T,R2)", "(T)"},
+    # written from the tenant-level scope (T): no resource, so resource = its home only
+    ("(T)", "thread"): {"(T)"},
+    ("(T)", "resource"): {"(T)"},
+    ("(T)", "tenant"): {"(T,R,th1)", "(T,R,th2)", "(T,R)", "(T,R2,*)", "(T,R2)", "(T)"},
+}
+"""The README table's rows for notes written from (T, R) and from (T): who sees them."""
+
+
+@pytest.mark.parametrize(("home", "vis"), sorted(UPPER))
+def test_visibility_table_upper_rows(fabric: Fabric, home: str, vis: str) -> None:
+    """The rows for the user-level and tenant-level writers: recall, list and get from
+    every column's scope (plus the default visibility, ``resource``, for a fact)."""
+    writer = fabric.scope(*READERS[home])
+    n = writer.remember(kind="fact", content=f"Alice prefers window seats {vis}",
+                        consent=None if vis == "resource" else {"visibility": vis})
+    assert n.consent is not None and n.consent.visibility == vis
+    for column in READERS:
+        reader, expected = fabric.scope(*READERS[column]), column in UPPER[(home, vis)]
+        assert (n.id in {h.id for h in reader.recall("window seats").hits}) is expected, (home, vis, column)
+        assert (n.id in {x.id for x in reader.list().items}) is expected, (home, vis, column, "list")
+        if expected:
+            assert reader.get(n.id).content == n.content
+        else:
+            with pytest.raises(NoteNotFoundError):
+                reader.get(n.id)

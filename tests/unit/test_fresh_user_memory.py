@@ -1,0 +1,24 @@
+"""Issue 16 follow-ups (``tests.contract.fresh_user``) on the in-memory backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from memfabric.adapters.memory import MemoryFabric, open_memory_fabric
+
+from tests.contract.behaviours import Backend
+from tests.contract.fresh_user import FreshUserContract
+
+
+class TestFreshUserMemory(FreshUserContract):
+    @pytest.fixture
+    def backend(self) -> Backend:
+        opened: list[MemoryFabric] = []
+
+        def open_(**settings: Any) -> MemoryFabric:
+            fab = open_memory_fabric(**settings)
+            opened.append(fab)
+            return fab
+
+        return Backend(open=open_, events=lambda: opened[-1].log.event_count())
