@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -60,7 +60,22 @@ SwitchCheck = Callable[[Cursor[Any]], bool]
 """Runs first in a blue-green switch's transaction; ``False`` refuses (rolls back) the switch."""
 
 
+@contextmanager
+def _rebuild_locks(conn: Connection[Any], selected: Sequence[Any]) -> Iterator[None]:
+    """Hold the session advisory lock ``rebuild:<name>`` of every selected projection
+    (in order; released in reverse) so two rebuilds of one projection never overlap."""
+    keys = [advisory_key("rebuild:" + p.name) for p in selected]
+    for key in keys:
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        yield
+    finally:
+        for key in reversed(keys):
+            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
 # --------------------------------------------------------------------- progress
+
 class Reporter(Protocol):
     """Progress sink: ``task(description, total, unit)`` returns an ``advance(n)``
     callable; ``unit`` is ``"events"`` or ``"indexes"``."""
@@ -370,18 +385,11 @@ class ProjectionAdmin:
         selected = self.select(names)
         reporter = reporter or _Quiet()
         started = time.perf_counter()
-        rebuild_locks = [advisory_key("rebuild:" + p.name) for p in selected]
-        with self.connect() as conn:
-            for key in rebuild_locks:
-                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-            try:
-                if blue_green:
-                    report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem)
-                else:
-                    report = self._in_place(conn, selected, batch, reporter, maintenance_work_mem)
-            finally:
-                for key in reversed(rebuild_locks):
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        with self.connect() as conn, _rebuild_locks(conn, selected):
+            if blue_green:
+                report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem)
+            else:
+                report = self._in_place(conn, selected, batch, reporter, maintenance_work_mem)
         seconds = time.perf_counter() - started
         return RebuildReport(
             projections=[p.name for p in selected], blue_green=blue_green, events=report[0],
@@ -533,16 +541,9 @@ class ProjectionAdmin:
         selected = list(projections)
         reporter = reporter or _Quiet()
         started = time.perf_counter()
-        rebuild_locks = [advisory_key("rebuild:" + p.name) for p in selected]
-        with self.connect() as conn:
-            for key in rebuild_locks:
-                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-            try:
-                report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
-                                          before_switch, between, attempts)
-            finally:
-                for key in reversed(rebuild_locks):
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        with self.connect() as conn, _rebuild_locks(conn, selected):
+            report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
+                                      before_switch, between, attempts)
         return RebuildReport(
             projections=[p.name for p in selected], blue_green=True, events=report[0],
             notes=report[1], rows=report[2], position=report[3],

@@ -10,6 +10,7 @@ from memfabric.adapters import Fabric, open_fabric
 
 from tests.conftest import event_count
 from tests.contract.behaviours import Backend, FabricContract
+from tests.contract.fresh_user import FreshUserContract
 
 
 class TestPostgresContract(FabricContract):
@@ -25,3 +26,9 @@ class TestPostgresContract(FabricContract):
         yield Backend(open=open_, events=lambda: event_count(dsn))
         for fab in opened:
             fab.close()
+
+
+class TestFreshUserPostgres(FreshUserContract):
+    """Issue 16 follow-ups (``tests.contract.fresh_user``) on the same backend."""
+
+    backend = TestPostgresContract.backend

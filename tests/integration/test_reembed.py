@@ -158,7 +158,8 @@ def test_recall_in_another_thread_never_fails_during_reembed(dsn: str) -> None:
         for j in (0, len(written) // 2, len(written) - 1):
             found = notes.recall(f"late{j} meanwhile", mode="vector", top_k=3).hits
             assert written[j] in [h.id for h in found], j
-        assert all(r.ok for r in ProjectionAdmin.for_fabric(fab).verify())
+        bad = [r for r in ProjectionAdmin.for_fabric(fab).verify() if not r.ok]
+        assert bad == [], bad
     assert _index_dim(dsn) == "vector(384)"
     # every note with content has exactly one vector of the new embedder
     dupes = fetch(dsn, f"SELECT originator_id, count(*) FROM {tables.EVENTS} WHERE topic = %s"  # noqa: S608

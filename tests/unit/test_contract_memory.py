@@ -8,6 +8,7 @@ import pytest
 from memfabric.adapters.memory import MemoryFabric, open_memory_fabric
 
 from tests.contract.behaviours import Backend, FabricContract
+from tests.contract.fresh_user import FreshUserContract
 
 
 class TestMemoryContract(FabricContract):
@@ -21,3 +22,9 @@ class TestMemoryContract(FabricContract):
             return fab
 
         return Backend(open=open_, events=lambda: opened[-1].log.event_count())
+
+
+class TestFreshUserMemory(FreshUserContract):
+    """Issue 16 follow-ups (``tests.contract.fresh_user``) on the same backend."""
+
+    backend = TestMemoryContract.backend

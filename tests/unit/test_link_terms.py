@@ -69,3 +69,29 @@ def test_a_list_candidate_linked_to_a_seed_hit_displaces_a_weak_seed() -> None:
     # "weak" had been a seed: the strong hit keeps its own score (its seed "linked" is
     # not a seed hit), and the best hit is still first
     assert by_id["strong"].link_score == 0.0 and res.hits[0].id == "strong"
+
+
+def test_note_terms_are_the_same_under_concurrent_threads() -> None:
+    """A snowball stemmer keeps the current word in its state; shared across threads it
+    mixed concurrent writers' words into each other's terms (seen as a projection verify
+    difference during a reembed with writers running)."""
+    import threading
+
+    from memfabric.domain.link_terms import note_terms
+
+    texts = [f"w{i} item{i} note about topic{i} meanwhile travelling organisations" for i in range(200)]
+    expected = [note_terms(t) for t in texts]
+    wrong: list[int] = []
+
+    def work() -> None:
+        for _ in range(5):
+            for i, t in enumerate(texts):
+                if note_terms(t) != expected[i]:
+                    wrong.append(i)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
