@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
-import snowballstemmer
+from memfabric.domain.stemming import ENGLISH
 
 from memfabric.domain.errors import SettingsError
 from memfabric.domain.policy import normalized_tokens
@@ -28,7 +28,7 @@ STOPWORDS = frozenset(
     about over under again further once up down out off""".split()
 )
 
-_STEMMER = snowballstemmer.stemmer("english")
+_STEMMER = ENGLISH  # thread-safe (memfabric.domain.stemming)
 
 
 @lru_cache(maxsize=200_000)

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import math
 import re
-import threading
-from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import snowballstemmer
+from memfabric.domain.stemming import ENGLISH
+
 
 DF_CAP = 4
 """Most earlier notes a term may occur in and still link (``df`` ≤ 4)."""
@@ -72,16 +71,7 @@ oh okay ok hi hello
 """Words of chat that carry no subject (interjections, praise): never a link term."""
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_STEMMERS = threading.local()
-"""One snowball stemmer per thread: a stemmer keeps the word being stemmed in its own
-state, so one shared by concurrent writers mixes their words up."""
-
-
-def _stemmer() -> Any:
-    stem = getattr(_STEMMERS, "english", None)
-    if stem is None:
-        stem = _STEMMERS.english = snowballstemmer.stemmer("english")
-    return stem
+_STEM = ENGLISH
 
 
 def note_terms(content: str | None) -> tuple[str, ...]:
@@ -90,11 +80,10 @@ def note_terms(content: str | None) -> tuple[str, ...]:
     if not content:
         return ()
     found: set[str] = set()
-    stem = _stemmer()
     for word in _WORD.findall(content.lower()):
         if len(word) < MIN_CHARS or word.isdigit() or word in STOP_WORDS or word in FILLERS:
             continue
-        found.add(stem.stemWord(word))
+        found.add(_STEM.stemWord(word))
     kept = sorted(found, key=lambda t: (-len(t), t))[:MAX_TERMS]
     return tuple(sorted(kept))
 

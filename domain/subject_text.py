@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-import snowballstemmer
+from memfabric.domain.stemming import ENGLISH
 
 from memfabric.domain.subject_key import MAX_KEY_CHARS, WILDCARD, SubjectKey
 
 
-STEM = snowballstemmer.stemmer("english")
+STEM = ENGLISH
+"""The shared, thread-safe English stemmer (:mod:`memfabric.domain.stemming`)."""
 
 _ARTICLES = {"the", "a", "an"}
 _MODIFIERS = {"current", "currently", "new", "present", "latest", "actual", "now"}
