@@ -82,7 +82,13 @@ class KeyStore:
     Decryption keys are cached for ``ttl`` seconds (default 2), at most ``maxsize``
     entries. Writes never go through here: a unit of work creates and destroys keys
     through its own :class:`TransactionKeys` on its own connection, and hands the keys it
-    committed to this cache (:meth:`remember`) only after the commit."""
+    committed to this cache (:meth:`remember`) only after the commit.
+
+    Crypto-shredding and the cache: every :meth:`evict` advances an eviction counter
+    (:meth:`epoch`). A reader takes the counter before its key SELECT and passes it to
+    :meth:`remember`, which caches nothing when an eviction happened in between — else a
+    read that fetched a key just before a ``forget`` committed would put the destroyed
+    key back into the cache, readable for another ``ttl`` seconds."""
 
     def __init__(self, datastore: Any, ttl: float = 2.0, maxsize: int = 4096) -> None:
         self.datastore = datastore
@@ -90,6 +96,12 @@ class KeyStore:
         self.maxsize = maxsize
         self._cache: OrderedDict[tuple[UUID, int], tuple[float, bytes]] = OrderedDict()
         self._lock = threading.Lock()
+        self._epoch = 0
+
+    def epoch(self) -> int:
+        """The eviction counter (see the class doc)."""
+        with self._lock:
+            return self._epoch
 
     def cached(self, originator_id: UUID, gen: int) -> bytes | None:
         """A fresh cached key, or ``None``."""
@@ -99,10 +111,13 @@ class KeyStore:
             return hit[1]
         return None
 
-    def remember(self, keys: dict[tuple[UUID, int], bytes]) -> None:
-        """Cache committed keys."""
+    def remember(self, keys: dict[tuple[UUID, int], bytes], *, epoch: int) -> None:
+        """Cache committed keys fetched or created after :meth:`epoch` returned ``epoch``;
+        nothing when a key was evicted since (a shredding raced this read)."""
         now = time.monotonic()
         with self._lock:
+            if epoch != self._epoch:
+                return
             for k, key in keys.items():
                 self._cache[k] = (now, key)
                 self._cache.move_to_end(k)
@@ -115,6 +130,7 @@ class KeyStore:
         if not originator_ids:
             return
         with self._lock:
+            self._epoch += 1
             for k in [k for k in self._cache if k[0] in originator_ids]:
                 del self._cache[k]
 
@@ -122,6 +138,7 @@ class KeyStore:
         hit = self.cached(originator_id, gen)
         if hit is not None:
             return hit
+        epoch = self.epoch()
         with self.datastore.get_connection() as conn:
             row = conn.execute(
                 f"SELECT key FROM {KEYS_TABLE} WHERE originator_id = %s AND gen = %s",  # noqa: S608
@@ -130,7 +147,7 @@ class KeyStore:
         if row is None:
             return None
         key = bytes(row["key"])
-        self.remember({(originator_id, gen): key})
+        self.remember({(originator_id, gen): key}, epoch=epoch)
         return key
 
     def shredded(self, originator_id: UUID, gen: int) -> bool:
@@ -151,8 +168,9 @@ class KeyStore:
         """Fetch the keys of many notes at once (for replays)."""
         if not originator_ids:
             return
+        epoch = self.epoch()
         with self.datastore.get_connection() as conn:
-            self.remember(select_keys(conn, originator_ids))
+            self.remember(select_keys(conn, originator_ids), epoch=epoch)
 
 
 def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple[UUID, int], bytes]:
@@ -253,6 +271,9 @@ class TransactionKeys:
     def __init__(self, conn: Connection[Any], shared: KeyStore) -> None:
         self.conn = conn
         self.shared = shared
+        self.epoch = shared.epoch()
+        """The shared cache's eviction counter when this unit of work began: its new keys
+        are cached after the commit only if no key was shredded meanwhile."""
         self.pending: dict[UUID, tuple[int, bytes]] = {}
         self.loaded: dict[tuple[UUID, int], bytes] = {}
         self.doomed: set[UUID] = set()
@@ -342,7 +363,7 @@ class TransactionKeys:
     def committed(self) -> None:
         """After commit: cache the new keys, forget the shredded ones."""
         self.shared.remember({(oid, gen): key for oid, (gen, key) in self.pending.items()
-                              if oid not in self.doomed})
+                              if oid not in self.doomed}, epoch=self.epoch)
         self.shared.evict(self.doomed)
 
 

@@ -460,3 +460,40 @@ def test_held_and_forgotten_notes_never_reach_the_context(fabric: Fabric) -> Non
         assert hidden not in text
     assert {p["type"] for p in context} == {"working-memory", "semantic-memory"}
     assert shown.id in recalled(notes, "Glimmerquartz merger audit party")
+
+
+def test_a_read_racing_forget_never_caches_the_destroyed_key(fabric: Fabric) -> None:
+    """A read that SELECTed a note's key just before ``forget`` committed must not put the
+    destroyed key back into the shared cache (it would decrypt the forgotten note for
+    another ``ttl`` seconds). The reader is paused between its SELECT and its caching."""
+    import threading
+
+    notes = fabric.scope("keyrace", "u1", "th1")
+    n = notes.remember(kind="fact", content="Secret: the vault code is 7741")
+    store = fabric.log.keys
+    oid = note_uuid(Scope(tenant_id="keyrace", resource_id="u1", thread_id="th1"), n.id)
+    gen = next(g for (o, g) in list(store._cache) if o == oid)
+    with store._lock:
+        store._cache.clear()                       # the reader must go to the database
+    fetched, go = threading.Event(), threading.Event()
+    real = store.remember
+
+    def paused(keys: dict, *, epoch: int) -> None:  # type: ignore[type-arg]
+        if threading.current_thread().name == "reader":
+            fetched.set()
+            go.wait(10)
+        real(keys, epoch=epoch)
+
+    store.remember = paused  # type: ignore[method-assign]
+    try:
+        reader = threading.Thread(target=lambda: store.key_for_read(oid, gen), name="reader")
+        reader.start()
+        assert fetched.wait(10)                    # the reader holds the key, not yet cached
+        assert notes.forget(id=n.id).deleted == 1  # DELETE of the key, evict, commit
+        go.set()
+        reader.join(10)
+    finally:
+        store.remember = real  # type: ignore[method-assign]
+    assert store.cached(oid, gen) is None
+    history = notes.history(n.id)
+    assert all("7741" not in str(entry) for entry in history)
