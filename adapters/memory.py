@@ -384,7 +384,8 @@ class InMemoryUnitOfWork:
                 if len(got) <= link_terms.DF_CAP:
                     got.append(r["note_id"])
                     at[r["note_id"]] = r["ingested_at"].timestamp()
-        return TermPostings(min(len(rows), link_terms.N_CAP), ids, at)
+        return TermPostings(min(len(rows), link_terms.N_CAP), ids, at,
+                            newest[0]["note_id"] if newest else None)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         self._check()

@@ -97,11 +97,14 @@ def idf(n: int, df: int) -> float:
 class TermPostings:
     """What the store knows of some terms in one scope and kind: ``notes`` = the scope
     size (capped at :data:`N_CAP`), ``ids[term]`` = up to ``DF_CAP + 1`` ids of notes
-    containing it (newest first) and ``ingested[id]`` their ingestion time (seconds)."""
+    containing it (newest first), ``ingested[id]`` their ingestion time (seconds) and
+    ``latest`` the id of the newest note of the scope and kind (the previous turn of
+    the adjacency edge, ``LinkerSettings.adjacent``; ``None`` in an empty scope)."""
 
     notes: int
     ids: Mapping[str, Sequence[str]]
     ingested: Mapping[str, float]
+    latest: str | None = None
 
 
 def term_edges(terms: Iterable[str], earlier: Mapping[str, Sequence[str]], n: int, k: int,

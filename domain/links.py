@@ -90,13 +90,23 @@ class LinkerSettings(BaseModel):
     neighbours it links, ``"similarity"`` (default: the nearest vectors, weight = cosine)
     or ``"terms"`` (the notes sharing the most rare terms, weight from their IDF, see
     :mod:`memfabric.domain.link_terms`; suits conversational turns, whose related turns
-    share a name or a thing rather than wording)."""
+    share a name or a thing rather than wording).
+
+    ``adjacent`` (0-1, default 0: none) is the weight of one more edge, relation
+    ``follows``, from a new note to the newest live, current note of exactly its scope
+    and kind, the one inserted just before it (the previous turn of a conversation: an
+    answer follows its question), when the two are at most ``adjacent_window`` seconds
+    apart (default 3600; each note's time is its ``t_ref``, else its write time). It
+    comes on top of the ``top_k`` edges. For conversations:
+    ``{"by": "terms", "top_k": 8, "adjacent": 0.5}`` (``scripts/eval_links.py``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     enabled: bool = False
     top_k: int = Field(default=3, ge=1, le=MAX_WORKER_CAP)
     floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
     by: Literal["similarity", "terms"] = "similarity"
+    adjacent: float = Field(default=0.0, ge=0.0, le=1.0)
+    adjacent_window: float = Field(default=3600.0, gt=0.0, le=366 * 86400.0)
 
 
 class EvolutionSettings(BaseModel):
@@ -196,35 +206,49 @@ class Workers:
 
     @property
     def by_terms(self) -> bool:
-        """Whether the linker links by shared terms (needs :class:`BatchTerms`)."""
+        """Whether the linker links by shared terms."""
         return self.linker is not None and self.linker.by == "terms"
+
+    @property
+    def needs_postings(self) -> bool:
+        """Whether the write looks up :class:`BatchTerms` (shared terms, or the previous
+        note of the adjacency edge)."""
+        return self.by_terms or (self.linker is not None and self.linker.adjacent > 0.0)
 
 
 class BatchTerms:
     """The shared-term linker's view of one write: the committed postings of the
     write's terms (one ``UnitOfWork.term_postings`` per kind) plus the notes the write
-    has linked so far, so the later items of a batch see the earlier ones."""
+    has linked so far, so the later items of a batch see the earlier ones (their terms,
+    and the newest of each kind for the adjacency edge)."""
 
     def __init__(self, stored: dict[str, link_terms.TermPostings]) -> None:
         self._stored = stored
         self._local: dict[tuple[str, str], list[str]] = {}
         self._at: dict[str, float] = {}
         self._count: dict[str, int] = {}
+        self._last: dict[str, str] = {}
 
     @classmethod
     def lookup(cls, uow: UnitOfWork, scope: Scope, items: list[tuple[str, str | None]],
-               now: datetime) -> BatchTerms:
-        """Postings for ``items`` = ``(kind, content)`` of the write: one lookup per kind."""
+               now: datetime, *, by_terms: bool = True) -> BatchTerms:
+        """Postings for ``items`` = ``(kind, content)`` of the write: one lookup per kind
+        (``by_terms=False``: no terms, only the kind's size and newest note)."""
         wanted: dict[str, set[str]] = {}
         for kind, content in items:
-            wanted.setdefault(kind, set()).update(link_terms.note_terms(content))
+            wanted.setdefault(kind, set()).update(link_terms.note_terms(content) if by_terms else ())
         return cls({kind: uow.term_postings(scope, kind, sorted(terms), now=now)
                     for kind, terms in wanted.items()})
+
+    def previous(self, kind: str) -> str | None:
+        """The note written just before, in this scope and ``kind``: the write's own
+        latest of that kind, else the store's newest (``None`` in an empty scope)."""
+        return self._last.get(kind) or self._stored.get(kind, _NO_POSTINGS).latest
 
     def edges(self, note: Note, k: int, skip: set[str]) -> list[tuple[str, float]]:
         """Up to ``k`` term edges of the new ``note`` (:func:`link_terms.term_edges`),
         then records ``note`` as an earlier note of the rest of the write."""
-        stored = self._stored.get(note.kind, link_terms.TermPostings(0, {}, {}))
+        stored = self._stored.get(note.kind, _NO_POSTINGS)
         terms = link_terms.note_terms(note.content)
         earlier: dict[str, list[str]] = {}
         for t in terms:
@@ -235,9 +259,33 @@ class BatchTerms:
         out = link_terms.term_edges(terms, earlier, n, k, order)
         for t in terms:
             self._local.setdefault((note.kind, t), []).append(note.note_id)
+        self.record(note)
+        return out
+
+    def record(self, note: Note) -> None:
+        """``note`` is now an earlier note of the rest of the write (and its kind's newest)."""
         self._at[note.note_id] = note.created_on.timestamp()
         self._count[note.kind] = self._count.get(note.kind, 0) + 1
-        return out
+        self._last[note.kind] = note.note_id
+
+
+_NO_POSTINGS = link_terms.TermPostings(0, {}, {})
+
+
+def note_time(note: Note) -> datetime:
+    """The time of a note for the adjacency window: its ``t_ref``, else its write time."""
+    return note.t_ref or note.created_on
+
+
+def adjacent_edge(linker: LinkerSettings, note: Note, previous: Note | None) -> dict[str, Any] | None:
+    """The ``follows`` edge of ``note`` to ``previous`` (see :class:`LinkerSettings`), or
+    ``None`` (adjacency off, no previous note, or further apart than the window)."""
+    if linker.adjacent <= 0.0 or previous is None or previous.note_id == note.note_id:
+        return None
+    apart = abs((note_time(note) - note_time(previous)).total_seconds())
+    if apart > linker.adjacent_window:
+        return None
+    return {"id": previous.note_id, "relation": "follows", "weight": round(linker.adjacent, 6)}
 
 
 def workers_for(svc: MemoryService, scope: Scope) -> Workers | None:
@@ -291,12 +339,20 @@ def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vec
     wanted = workers.neighbours_wanted
     targets = _live_targets(uow, scope, closest(note, vector, stored, local, floor, wanted, skip)) if wanted else []
     if workers.linker is not None:
+        previous = terms.previous(note.kind) if terms is not None else None
         if workers.by_terms and terms is not None:
             linked = _live_targets(uow, scope, terms.edges(note, workers.linker.top_k, skip))
         else:
             linked = [(t, sim) for t, sim in targets if sim >= workers.linker.floor]
+            if terms is not None:
+                terms.record(note)
         edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, w)), 6)}
                  for t, w in linked][: workers.linker.top_k]
+        if previous is not None and previous not in skip and workers.linker.adjacent > 0.0:
+            before = _live_targets(uow, scope, [(previous, 0.0)])
+            follows = adjacent_edge(workers.linker, note, before[0][0] if before else None)
+            if follows is not None:
+                edges.append(follows)
         if edges:
             note.link(edges, cause="linker")
             uow.add(note)

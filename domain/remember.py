@@ -193,8 +193,9 @@ class _Writer:
         self.blocks = working.BlockWriter(svc, uow, scope)
         self.homes: dict[str, Scope] = {}
         """Home scope of each explicit ``supersedes`` target (default: the writer's)."""
-        self.terms = (links.BatchTerms.lookup(uow, scope, [(p.item.kind, p.text) for p in prepared.values()], now)
-                      if self.workers is not None and self.workers.by_terms else None)
+        self.terms = (links.BatchTerms.lookup(uow, scope, [(p.item.kind, p.text) for p in prepared.values()], now,
+                                              by_terms=self.workers.by_terms)
+                      if self.workers is not None and self.workers.needs_postings else None)
 
     def write(self, i: int, item: RememberInput) -> MemoryNote:
         if item.kind == "working":

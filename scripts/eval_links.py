@@ -11,8 +11,9 @@ turn, ``remember_many`` in turn order, consolidation on) into three fabrics on o
 embedded PostgreSQL:
 
 * ``off``: no workers (no links), recall as today;
-* ``linker``: ``linker={"enabled": True, "top_k": K, "by": B}`` (default ``top_k`` 8,
-  ``by="terms"``: shared rare terms, :mod:`memfabric.domain.link_terms`), a session attached to each
+* ``linker``: ``linker={"enabled": True, "top_k": K, "by": B, "adjacent": A}`` (default
+  ``top_k`` 8, ``by="terms"``: shared rare terms, :mod:`memfabric.domain.link_terms`;
+  ``adjacent`` 0.5: a ``follows`` edge to the previous turn of the session), a session attached to each
   conversation's scope during ingestion (so the linker runs), then recall with
   ``expand_links=True`` (the default);
 * ``linker, no expansion``: the same fabric recalled with ``expand_links=False``
@@ -131,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--by", choices=("similarity", "terms"), default="terms",
                    help="LinkerSettings.by (default terms: shared rare terms)")
     p.add_argument("--top-k-links", type=int, default=8)
+    p.add_argument("--adjacent", type=float, default=0.5,
+                   help="LinkerSettings.adjacent: weight of the follows edge to the previous turn (0 = none)")
     p.add_argument("--floor", type=float, default=None)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--link-weight", type=float, default=None, help="Scoring.link_weight (default the library's)")
@@ -139,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     stats = locomo.EvidenceStats()
     convs = locomo.load_conversations(args.data, args.limit, stats)
-    linker: dict[str, Any] = {"enabled": True, "top_k": args.top_k_links, "by": args.by}
+    linker: dict[str, Any] = {"enabled": True, "top_k": args.top_k_links, "by": args.by,
+                              "adjacent": args.adjacent}
     if args.floor is not None:
         linker["floor"] = args.floor
     embedders = [e.strip() for e in args.embedder.split(",") if e.strip()]
@@ -171,7 +175,8 @@ def one_embedder(convs: Sequence[locomo.Conversation], args: argparse.Namespace,
         rel = (a["frac@10"] / b["frac@10"] - 1) if b.get("frac@10") else None
         rows.append([f"{cat} {locomo.CATEGORY_NAMES[cat]}", b["frac@10"], a["frac@10"], n["frac@10"],
                      "-" if rel is None else f"{100 * rel:+.1f}%", b["frac@25"], a["frac@25"]])
-    common.print_table(f"LoCoMo frac@10, linker by={args.by} top_k={args.top_k_links} (embedder={embedder})",
+    common.print_table(f"LoCoMo frac@10, linker by={args.by} top_k={args.top_k_links} adjacent={args.adjacent}"
+                       f" (embedder={embedder})",
                        ["category", "off", "linker", "linker,no-expand", "rel", "off@25", "linker@25"], rows)
     print(f"links per note: {on['links_per_note']:.2f} over {on['notes']} notes")
     print(f"ingest ms/turn: off {off['ingest_ms_per_turn']:.2f}, linker {on['ingest_ms_per_turn']:.2f}")
