@@ -339,20 +339,7 @@ def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vec
     wanted = workers.neighbours_wanted
     targets = _live_targets(uow, scope, closest(note, vector, stored, local, floor, wanted, skip)) if wanted else []
     if workers.linker is not None:
-        previous = terms.previous(note.kind) if terms is not None else None
-        if workers.by_terms and terms is not None:
-            linked = _live_targets(uow, scope, terms.edges(note, workers.linker.top_k, skip))
-        else:
-            linked = [(t, sim) for t, sim in targets if sim >= workers.linker.floor]
-            if terms is not None:
-                terms.record(note)
-        edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, w)), 6)}
-                 for t, w in linked][: workers.linker.top_k]
-        if previous is not None and previous not in skip and workers.linker.adjacent > 0.0:
-            before = _live_targets(uow, scope, [(previous, 0.0)])
-            follows = adjacent_edge(workers.linker, note, before[0][0] if before else None)
-            if follows is not None:
-                edges.append(follows)
+        edges = linker_edges(workers.linker, uow, scope, note, targets, skip, terms)
         if edges:
             note.link(edges, cause="linker")
             uow.add(note)
@@ -370,6 +357,30 @@ def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vec
         if patched:
             note.record_contributions(patched, cause="evolution")
             uow.add(note)
+
+
+def linker_edges(linker: LinkerSettings, uow: UnitOfWork, scope: Scope, note: Note,
+                 targets: list[tuple[Note, float]], skip: set[str],
+                 terms: BatchTerms | None) -> list[dict[str, Any]]:
+    """The linker's edges of the new ``note``: up to ``top_k`` ``related`` ones (shared
+    terms, or the nearest ``targets`` at similarity ≥ ``floor``), then the ``follows``
+    edge (:func:`adjacent_edge`). Every target is loaded live and current, in one query."""
+    previous = terms.previous(note.kind) if terms is not None and linker.adjacent > 0.0 else None
+    previous = None if previous in skip else previous
+    by_terms = linker.by == "terms" and terms is not None
+    found = terms.edges(note, linker.top_k, skip) if by_terms and terms is not None else []
+    if terms is not None and not by_terms:
+        terms.record(note)
+    found_ids = {nid for nid, _ in found}
+    wanted = [*found, *([(previous, 0.0)] if previous and previous not in found_ids else [])]
+    loaded = _live_targets(uow, scope, wanted) if wanted else []
+    before = next((t for t, _ in loaded if t.note_id == previous), None)
+    linked = ([(t, w) for t, w in loaded if t.note_id in found_ids] if by_terms
+              else [(t, sim) for t, sim in targets if sim >= linker.floor])
+    edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, w)), 6)}
+             for t, w in linked][: linker.top_k]
+    follows = adjacent_edge(linker, note, before)
+    return [*edges, follows] if follows is not None else edges
 
 
 def _size(patch: dict[str, Any]) -> int:

@@ -136,3 +136,13 @@ def test_follows_edges_are_rebuilt_from_the_log(fabric: Fabric, dsn: str) -> Non
     admin.rebuild(["link_graph"])
     assert fetch(dsn, query) == before
     assert all(r.ok for r in admin.verify(["link_graph"]))
+
+
+def test_a_previous_turn_sharing_a_rare_term_gets_one_edge_of_each_relation(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1", "t-both")
+    with notes.attach(Session()):
+        a = notes.remember(kind="fact", content="Melanie: The pottery class starts today.", t_ref=T0)
+        b = notes.remember(kind="fact", content="Caroline: Pottery is so calming, enjoy it!", t_ref=T0)
+    edges = sorted((lk.id, lk.relation, lk.weight) for lk in notes.get(b.id).links)
+    assert [(i, r) for i, r, _ in edges] == [(a.id, "follows"), (a.id, "related")]
+    assert edges[0][2] == 0.5 and 0.0 < edges[1][2] <= 1.0
