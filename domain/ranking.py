@@ -32,16 +32,17 @@ candidate linked (either direction) to a seed hit other than itself gains the sa
 link term, so a note that is both weakly matched and linked to a strong hit can displace
 a weakly matched seed (two linked turns about one thing reinforce each other). The list
 candidates passing the floor are then sorted by score and cut at ``top_k`` (the direct
-hits). The floor applies to the list candidates only: a
-linked note's own evidence for the query is often low (that is why it is reached through
-a link), so it is admitted by its link instead, when it is linked to a seed hit
-(``link`` > 0), or when its own evidence passes the floor. The linked candidates so
-admitted are sorted by score and cut at ``expand`` (``top_k`` when recall expands); both
-are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and cut at
-``budget`` (summed ``token_count`` over the whole result; the best hit is always
+hits). A linked note's own evidence for the query is often low (that is why it is
+reached through a link), so it is admitted by its link instead: an expansion candidate,
+or a list candidate below the floor, is admitted when its link term passes the floor
+(``link`` ≥ ``min_relevance``, and > 0), or when its own evidence does. The candidates
+so admitted are sorted by score and cut at ``expand`` (``top_k`` when recall expands);
+both are then merged and sorted by score (ties: earlier ``ingested_at``, then id) and cut
+at ``budget`` (summed ``token_count`` over the whole result; the best hit is always
 returned and ranking stops at the first hit that would not fit). ``explain.link`` is
-True exactly for the hits added by expansion; ``explain.link_score`` is the link term of
-every hit (0.0 without one). Without expansion no hit has a link term.
+True exactly for the hits admitted through a link (added by expansion, or a list
+candidate below the floor); ``explain.link_score`` is the link term of every hit (0.0
+without one). Without expansion no hit has a link term.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class _Scored:
     cand: Candidate
     evidence: float
     link: float = 0.0
+    via_link: bool = False
 
 
 def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
@@ -91,16 +93,19 @@ def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     def order(s: _Scored) -> tuple[float, object, str]:
         return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
 
-    listed = sorted((s for s in (_score(c, how, best_lex) for c in candidates if c.link is None)
-                     if s.evidence >= how.min_relevance), key=order)
+    scored = [_score(c, how, best_lex) for c in candidates if c.link is None]
+    listed = sorted((s for s in scored if s.evidence >= how.min_relevance), key=order)
     hit_relevance = {s.cand.aggregate_id: s.relevance for s in listed[: how.top_k]}
+    weak: list[_Scored] = []
     if how.expand > 0:  # list candidates linked to a seed hit gain the link term too
         listed = sorted((_boost(s, how, hit_relevance) for s in listed), key=order)
+        # below the floor, a list candidate is reached through its link, like an expansion
+        weak = [b for b in (_boost(s, how, hit_relevance, via_link=True) for s in scored
+                            if s.evidence < how.min_relevance) if b.link >= how.min_relevance]
     direct = listed[: how.top_k]
-    linked = sorted((s for s in (_score(c, how, best_lex, hit_relevance)
-                                 for c in candidates if c.link is not None)
-                     if s.link > 0.0 or s.evidence >= how.min_relevance),
-                    key=order)[: how.expand]
+    expanded = (s for s in (_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None)
+                if s.link >= max(how.min_relevance, 1e-12) or s.evidence >= how.min_relevance)
+    linked = sorted([*expanded, *weak], key=order)[: how.expand]
     hits: list[MemoryNote] = []
     explain: list[Explain] = []
     used = 0
@@ -140,18 +145,19 @@ def _score(cand: Candidate, how: Ranking, best_lex: float,
                      default=0.0)
         link = how.scoring.link_weight * spread
         total += link
-    return _Scored(total, relevance, rec, lexical, cand, evidence, link)
+    return _Scored(total, relevance, rec, lexical, cand, evidence, link, via_link=cand.link is not None)
 
 
-def _boost(s: _Scored, how: Ranking, hit_relevance: dict[UUID, float]) -> _Scored:
-    """A list candidate with the link term of its edges to the seed hits (not itself)."""
+def _boost(s: _Scored, how: Ranking, hit_relevance: dict[UUID, float], *, via_link: bool = False) -> _Scored:
+    """A list candidate with the link term of its edges to the seed hits (not itself);
+    ``via_link``: it is admitted by that link (below the floor), shown as ``explain.link``."""
     c = s.cand
     spread = max((w * hit_relevance[seed] for seed, w in c.link_from
                   if seed in hit_relevance and seed != c.aggregate_id), default=0.0)
     if spread <= 0.0:
         return s
     link = how.scoring.link_weight * spread
-    return _Scored(s.total + link, s.relevance, s.recency, s.lexical, c, s.evidence, link)
+    return _Scored(s.total + link, s.relevance, s.recency, s.lexical, c, s.evidence, link, via_link)
 
 
 def _explain(s: _Scored) -> Explain:
@@ -162,7 +168,7 @@ def _explain(s: _Scored) -> Explain:
         similarity=None if c.similarity is None else round(c.similarity, 6),
         recency=round(s.recency, 6),
         importance=float(f["importance"]),
-        link=c.link is not None,
+        link=s.via_link,
         link_score=round(s.link, 6),
         valid=(f["valid_from"], f["valid_to"]),
         relevance=round(s.relevance, 6),

@@ -265,6 +265,32 @@ def test_expansion_applies_recall_filters_and_the_floor_to_seeds_only(plain: Fab
     assert notes.recall("boiler", mode="lexical", top_k=5).hits == []
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "lexical"])
+def test_a_linked_note_among_the_list_candidates_comes_in_through_its_link(plain: Fabric, mode: str) -> None:
+    """In a small scope every note is a vector-list candidate, so the expansion adds none
+    of them: a list candidate below the floor that is linked to a seed hit is admitted
+    by its link (``explain.link``) in every mode; a link too weak to pass the floor, or
+    recall without expansion, leaves it out."""
+    notes = plain.scope("acme", "u1", f"t-list-{mode}")
+    cause = notes.remember(kind="fact", content="The payments outage on Friday came from an expired TLS certificate")
+    fix = notes.remember(kind="fact", content="Alice renewed it and added a renewal alert, due again in 90 days")
+    faint = notes.remember(kind="fact", content="Bob keeps spare keyboards in the blue cupboard")
+    notes.remember(kind="fact", content="The Springfield office printer is on the second floor")
+    notes.link(cause.id, fix.id, relation="fixed_by", weight=0.9)
+    notes.link(cause.id, faint.id, weight=0.02)
+    res = notes.recall("payments outage", mode=mode, top_k=3)
+    rows = {e.id: e for e in res.explain}
+    assert res.hits[0].id == cause.id
+    assert fix.id in rows and rows[fix.id].link_score > 0.05
+    # admitted through its link exactly when its own evidence is below the floor (0.05)
+    assert rows[fix.id].link == (rows[fix.id].relevance < 0.05)
+    if mode != "vector":  # it shares no word with the query
+        assert rows[fix.id].link
+    assert faint.id not in rows
+    off = notes.recall("payments outage", mode=mode, top_k=3, expand_links=False)
+    assert (fix.id in {h.id for h in off.hits}) == (not rows[fix.id].link)
+
+
 # ------------------------------------------------------------------ workers
 def _related(notes: Any) -> tuple[Any, Any, Any]:
     a = notes.remember(kind="fact", content="Alice adopted a greyhound named Zephyr in May",
