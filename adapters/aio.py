@@ -41,10 +41,10 @@ from memfabric.domain.results import (
 T = TypeVar("T")
 
 
-SYNC_ONLY: frozenset[str] = frozenset({"attach", "conversation", "tools"})
+SYNC_ONLY: frozenset[str] = frozenset({"conversation", "tools"})
 """``Notes`` methods :class:`AsyncNotes` does not offer: each returns a sync handle
-(``Attachment``, the conversation ``Ledger``, ``MemoryTools``) whose own methods do the
-I/O. Use them through ``async_notes.notes`` (the sync handle) inside
+(the conversation ``Ledger``, ``MemoryTools``) whose own methods do the I/O
+(``attach`` is offered as a plain method: it does no I/O). Use them through ``async_notes.notes`` (the sync handle) inside
 ``await fabric.run(...)``, e.g. ``await fabric.run(lambda: notes.notes.conversation().append(...))``.
 ``search_conversation`` (the ledger's read most callers need) is offered as a coroutine."""
 
@@ -52,7 +52,8 @@ I/O. Use them through ``async_notes.notes`` (the sync handle) inside
 class AsyncNotes:
     """The coroutine twin of :class:`~memfabric.domain.notes.Notes`: same arguments,
     results and errors; each call runs in the fabric's thread pool. Every public
-    ``Notes`` method is a coroutine here except those in :data:`SYNC_ONLY` (sync handles);
+    ``Notes`` method is a coroutine here except ``attach`` (no I/O) and those in
+    :data:`SYNC_ONLY` (sync handles);
     ``context_provider(**options)`` returns an async provider (``await provider(current)``)
     and ``context(current, **options)`` is the one-shot form."""
 
@@ -66,6 +67,12 @@ class AsyncNotes:
 
     def __repr__(self) -> str:
         return f"AsyncNotes({self.notes.scope.key!r})"
+
+    def attach(self, session: Any, *, signal: Any = None) -> Any:
+        """``Notes.attach`` (a plain call, no I/O: it authorises ``session`` on this
+        scope in the process's attach gate); the ``Attachment`` is a context manager
+        (``with async_notes.attach(session): await async_notes.remember(...)``)."""
+        return self.notes.attach(session, signal=signal)
 
     async def remember(self, **fields: Any) -> MemoryNote:
         result: MemoryNote = await self._run(self.notes.remember, **fields)

@@ -12,10 +12,11 @@ A *session* is any object with a string ``id``; when it has an ``entries`` attri
 that must be callable (a transcript accessor, e.g. an agent SDK's session). Anything
 else fails closed with :class:`SessionError`.
 
-The fabric may later be configured with one session and with live features: a host
-or composition root sets ``service.attach_config = AttachConfig(session_id=...,
-settings=AttachSettings(...))``. Today nothing sets it, so any valid session may
-attach and every feature is off.
+A host or composition root may pin the one session allowed with
+``service.attach_config = AttachConfig(session_id=..., settings=...)``; the settings
+are filled by ``open_fabric(linker=..., evolution=..., passive=...)``
+(``MemoryService.configure_workers``). Without a pinned session any valid session may
+attach.
 
 Pure module: no I/O, no threads.
 """
@@ -63,12 +64,12 @@ class AbortSignal(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AttachSettings:
-    """What is live for an attached session. Today every feature is off; the fabric
-    fills this in when it gains them.
+    """What is live for an attached session (all False unless the fabric enables it).
 
-    - ``linker``: link new notes to their neighbours in the background.
-    - ``evolution``: let new notes update the context of older ones.
-    - ``passive``: capture memory from the session's transcript without a tool call.
+    - ``linker``: the linker worker runs on this scope's writes (``open_fabric(linker=...)``,
+      inline in the write's unit of work; :mod:`memfabric.domain.links`).
+    - ``evolution``: the evolution worker patches neighbours' keywords and missing context.
+    - ``passive``: the fabric is passive, so neither worker runs.
     """
 
     linker: bool = False

@@ -3,6 +3,8 @@ supersession chain both ways, folds, links, tombstone). Read-only, outside any w
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import TYPE_CHECKING, Any
 
 from memfabric.domain import visibility
@@ -53,8 +55,17 @@ def load(svc: MemoryService, scope: Scope, note_id: str) -> Note:
 
 
 def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
-    """The note ``note_id`` of ``scope`` (``NoteNotFoundError`` when absent)."""
-    return note_view(load(svc, scope, note_id), "read")
+    """The note ``note_id`` visible from ``scope`` (``NoteNotFoundError`` when absent).
+    Read from another scope than its own, its ``links`` keep only the targets visible
+    from ``scope`` (a user-level note linked to a thread-only note of its thread does
+    not show that note's id to another thread)."""
+    note = load(svc, scope, note_id)
+    view = note_view(note, "read")
+    home = note.scope
+    if home == scope or not view.links:
+        return view
+    shown = tuple(lk for lk in view.links if any(h == home for h, _ in svc.store.resolve(scope, lk.id)))
+    return dataclasses.replace(view, links=shown)
 
 
 def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry]:

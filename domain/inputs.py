@@ -144,7 +144,7 @@ class RememberInput(_Input):
     """What ``Notes.remember(**fields)`` accepts (snake_case, camelCase aliases accepted).
 
     - ``kind``: ``fact | procedure | file | working | episode``.
-    - ``id``: 12 lowercase hex characters; derived when omitted; an existing id is never
+    - ``id``: 12 lowercase hex characters; random when omitted; an existing id is never
       overwritten (``NoteExistsError``). Not allowed for ``working`` notes.
     - ``content``: non-empty, at most ``limits.max_entry_text_chars`` characters
       (default 8000); for ``file`` it defaults to ``path``.

@@ -100,7 +100,7 @@ class LinkerSettings(BaseModel):
     comes on top of the ``top_k`` edges. For conversations:
     ``{"by": "terms", "top_k": 8, "adjacent": 0.5}`` (``scripts/eval_links.py``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     enabled: bool = False
     top_k: int = Field(default=3, ge=1, le=MAX_WORKER_CAP)
     floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
@@ -113,7 +113,7 @@ class EvolutionSettings(BaseModel):
     """The evolution worker: ``enabled`` (default False), ``max_patches`` per new note
     (1-32, default 8), ``max_bytes`` per patch (64-4096, default 512) and ``floor``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     enabled: bool = False
     max_patches: int = Field(default=8, ge=1, le=MAX_WORKER_CAP)
     max_bytes: int = Field(default=512, ge=64, le=4096)
@@ -143,10 +143,18 @@ def _live(uow: UnitOfWork, scope: Scope, note_id: str, what: str) -> Note:
     return note
 
 
+def _target_hidden(svc: MemoryService, scope: Scope, home: Scope, to_id: str) -> bool:
+    """Whether the caller at ``scope`` must not see target ``to_id`` of ``home``: a
+    caller addressing a note of another scope (one it sees, e.g. a user-level fact)
+    links only to targets it sees too, so a thread-only note of ``home`` is not
+    probed, linked or unlinked from another thread (it answers as absent)."""
+    return home != scope and all(h != home for h, _ in svc.store.resolve(scope, to_id))
+
+
 def _missing_target(svc: MemoryService, scope: Scope, home: Scope, from_id: str, to_id: str) -> FabricError:
-    """The error for a target ``to_id`` absent from the source's ``home``:
-    ``LinkScopeError`` when ``scope`` sees a note of that id in another scope, else
-    ``NoteNotFoundError``."""
+    """The error for a target ``to_id`` absent from the source's ``home`` (or hidden
+    from ``scope``, :func:`_target_hidden`): ``LinkScopeError`` when ``scope`` sees a
+    note of that id in another scope, else ``NoteNotFoundError``."""
     elsewhere = [h for h, _ in svc.store.resolve(scope, to_id) if h != home]
     if elsewhere:
         return LinkScopeError(
@@ -163,7 +171,7 @@ def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation
     home, vis = locate(svc, scope, from_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
-        if uow.load(home, to_id) is None:
+        if uow.load(home, to_id) is None or _target_hidden(svc, scope, home, to_id):
             raise _missing_target(svc, scope, home, from_id, to_id)
         _live(uow, home, to_id, "to_id")
         source.link([{"id": to_id, "relation": relation, "weight": float(weight)}], cause="caller")
@@ -179,7 +187,7 @@ def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
     home, vis = locate(svc, scope, from_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
-        if uow.load(home, to_id) is None:
+        if uow.load(home, to_id) is None or _target_hidden(svc, scope, home, to_id):
             raise _missing_target(svc, scope, home, from_id, to_id)
         if any(lk["id"] == to_id and lk.get("relation", "related") == relation for lk in source.links):
             source.unlink([{"id": to_id, "relation": relation}], cause="caller")

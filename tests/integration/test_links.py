@@ -105,6 +105,30 @@ def test_link_errors_write_nothing(plain: Fabric, dsn: str) -> None:
 
 
 # ------------------------------------------------------------- link graph
+def test_another_thread_can_neither_probe_nor_see_a_thread_only_target(plain: Fabric, dsn: str) -> None:
+    """A user-level fact of thread t1 is visible from t2, a thread-only note of t1 is
+    not: from t2, linking or unlinking to it answers exactly as for an id that does
+    not exist (nothing written), and ``get`` from t2 does not list its id."""
+    t1, t2 = plain.scope("acme", "u1", "t1"), plain.scope("acme", "u1", "t2")
+    pub = t1.remember(kind="fact", content="The payments outage came from an expired TLS certificate")
+    pub2 = t1.remember(kind="fact", content="Alice renewed the certificate and added an alert")
+    secret = t1.remember(kind="fact", content="The root password is hunter2", consent={"visibility": "thread"})
+    t1.link(pub.id, secret.id, weight=0.9)
+    events = fetch(dsn, "SELECT count(*) FROM memfabric_events")[0][0]
+    errors = []
+    for target in (secret.id, "0123456789ab"):
+        for call in (t2.link, t2.unlink):
+            with pytest.raises(NoteNotFoundError) as err:
+                call(pub.id, target)
+            errors.append(str(err.value).replace(target, "<id>"))
+    assert len(set(errors[0::2])) == 1 and len(set(errors[1::2])) == 1  # same answer either way
+    assert fetch(dsn, "SELECT count(*) FROM memfabric_events")[0][0] == events
+    assert [lk.id for lk in t1.get(pub.id).links] == [secret.id]
+    assert t2.get(pub.id).links == ()
+    t2.link(pub.id, pub2.id)  # a target t2 sees can be linked from t2
+    assert [lk.id for lk in t2.get(pub.id).links] == [pub2.id]
+
+
 def test_forgotten_or_held_notes_leave_the_graph(plain: Fabric, dsn: str) -> None:
     notes = plain.scope("acme", "u1", "t1")
     a = notes.remember(kind="fact", content="Alice plays the cello")

@@ -13,7 +13,7 @@ def _public(cls: type) -> set[str]:
 
 
 def test_async_notes_covers_notes_but_the_sync_handles() -> None:
-    assert SYNC_ONLY == {"attach", "conversation", "tools"}
+    assert SYNC_ONLY == {"conversation", "tools"}
     missing = _public(Notes) - _public(AsyncNotes)
     assert missing == SYNC_ONLY, sorted(missing)
     extra = _public(AsyncNotes) - _public(Notes)
@@ -22,6 +22,7 @@ def test_async_notes_covers_notes_but_the_sync_handles() -> None:
 
 
 def test_io_methods_are_coroutines() -> None:
-    for name in _public(Notes) - SYNC_ONLY - {"context_provider"}:  # that one: a factory
+    for name in _public(Notes) - SYNC_ONLY - {"context_provider", "attach"}:  # a factory, no I/O
         assert inspect.iscoroutinefunction(getattr(AsyncNotes, name)), name
     assert not inspect.iscoroutinefunction(AsyncNotes.context_provider)
+    assert not inspect.iscoroutinefunction(AsyncNotes.attach)
