@@ -254,6 +254,11 @@ class _Writer:
         for link in item.links:
             target = self.uow.load(self.scope, link.id)
             if target is None:
+                elsewhere = [h for h, _ in self.svc.store.resolve(self.scope, link.id) if h != self.scope]
+                if elsewhere:
+                    raise links.LinkScopeError(
+                        f"links: note {link.id!r} lives in scope {elsewhere[0]}, not in {self.scope}:"
+                        " a link joins two notes of one scope (links across threads are not made)")
                 raise NoteNotFoundError(f"links: no note {link.id!r} in scope {self.scope}")
             if not target.live:
                 raise NoteForgottenError(f"links: note {link.id!r} is forgotten or held")

@@ -101,6 +101,10 @@ def test_link_errors_write_nothing(plain: Fabric, dsn: str) -> None:
         notes.link(a.id, b.id, weight=1.5)
     with pytest.raises(ValidationError):
         notes.link(a.id, "nope")
+    with pytest.raises(LinkScopeError):  # the same rule for links given on remember
+        notes.remember(kind="fact", content="Frank plays the viola", links=[{"id": elsewhere.id}])
+    with pytest.raises(NoteNotFoundError):
+        notes.remember(kind="fact", content="Gina plays the lute", links=[{"id": "0123456789ab"}])
     assert event_count(dsn) == before and edges(dsn) == []
 
 
