@@ -59,6 +59,28 @@ def shared_embedder(dim: int = 384):
     return HashEmbedder(dim=dim)
 
 
+def bench_embedder(name: str = "hash"):
+    """The embedder of ``--embedder``: ``hash`` (:func:`shared_embedder`, 384-d) or a
+    memfabric embedder name (``wordllama``, ``minilm``: a real model, its own dimension)."""
+    if name == "hash":
+        return shared_embedder(384)
+    from memfabric.adapters.embedders import embedder_from_name
+
+    return embedder_from_name(name)
+
+
+def rss_mb() -> float:
+    """Current RSS of this process (VmRSS), MB; 0.0 where /proc is missing."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 # --------------------------------------------------------------------------- data
 FIRST = ("Alice Bruno Chen Dara Elif Farid Greta Hugo Ines Jonas Kira Luca Maya Nadia Omar Priya "
          "Quinn Rosa Sven Tariq Uma Viktor Wen Ximena Yusuf Zoe Amara Bjorn Carmen Diego Esme Felix "

@@ -1,10 +1,12 @@
 """Benchmark memfabric against mem0, LangGraph's PostgresStore and the physical limits.
 
-One run, one embedded PostgreSQL 18 + pgvector server, one shared deterministic 384-d hash
-embedder (memfabric.adapters.embedders.HashEmbedder) for every system, so differences come
-from the storage/recall path and not from the model. Each system gets its own databases on
+One run, one embedded PostgreSQL 18 + pgvector server, one shared embedder for every system
+(``--embedder``: the deterministic 384-d memfabric.adapters.embedders.HashEmbedder by default,
+or a real model such as ``wordllama``), so differences come from the storage/recall path and
+not from the model. Each system gets its own databases on
 that server and runs in its own subprocess, so its peak RSS (VmHWM, client side only; the
-PostgreSQL server is shared and not counted) is its own.
+PostgreSQL server is shared and not counted) is its own; ``harness_rss_mb`` is the child's RSS once the harness's own data (the N
+texts and their indexes) is built, before the system runs.
 
 Run (peers are never runtime deps of memfabric; install them into a separate venv):
 
@@ -25,7 +27,7 @@ paraphrase queries for tenant 0, top-10):
                 infer=False); search(filters={"user_id": tenant}, top_k=10), defaults otherwise
                 (hybrid BM25 rerank, threshold 0.1). Its LLM is a stub that raises if called.
   langgraph     PostgresStore.put / batch([PutOp...]) / search(ns, query=..., limit=10)
-  pgvector_raw  plain (id, tenant, vector(384)) table with HNSW: single INSERTs, binary COPY
+  pgvector_raw  plain (id, tenant, vector(dim)) table with HNSW: single INSERTs, binary COPY
                 into the indexed table, filtered HNSW query with iterative_scan=relaxed_order
   copy_raw      binary COPY into a bare table + CREATE INDEX hnsw (the bulk-import limit)
   numpy_exact   exact search over the same vectors (also the recall@10 ground truth)
@@ -70,7 +72,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import (  # noqa: E402
-    QUERY_TENANT, make_dataset, peak_rss_mb, pct, recall_at_k, shared_embedder, tenant_name,
+    QUERY_TENANT, bench_embedder, make_dataset, peak_rss_mb, pct, recall_at_k, rss_mb, tenant_name,
 )
 
 SYSTEMS = ["memfabric", "mem0", "langgraph", "pgvector_raw", "copy_raw", "numpy_exact"]
@@ -92,7 +94,8 @@ class Ctx:
         self.raw_bulk, self.raw_efs = a.raw_bulk, a.raw_ef_sweep
         self.mf_load, self.maintenance_work_mem = a.mf_load, a.maintenance_work_mem
         self.data = make_dataset(self.n, a.queries, n_tenants=a.tenants)
-        self.emb = shared_embedder(384)
+        self.emb = bench_embedder(a.embedder)
+        self.dim = self.emb.dim
         self.row_of = {t: i for i, t in enumerate(self.data.texts)}
         self.by_tenant: dict[int, list[int]] = {}
         for i, t in enumerate(self.data.tenants):
@@ -271,9 +274,9 @@ def _mem0(ctx: Ctx, dsn: str, tmp: str | None = None):
     m = Memory.from_config({
         "vector_store": {"provider": "pgvector", "config": {
             "connection_string": dsn, "collection_name": "memories",
-            "embedding_model_dims": 384, "hnsw": True}},
+            "embedding_model_dims": ctx.dim, "hnsw": True}},
         # Both clients are constructed but never used: embed + LLM are replaced below.
-        "embedder": {"provider": "openai", "config": {"api_key": "unused", "embedding_dims": 384}},
+        "embedder": {"provider": "openai", "config": {"api_key": "unused", "embedding_dims": ctx.dim}},
         "llm": {"provider": "openai", "config": {"api_key": "unused"}},
         "history_db_path": os.path.join(tmp, f"{os.getpid()}-{id(ctx)}-{time.time_ns()}.sqlite"),
     })
@@ -305,7 +308,7 @@ def run_langgraph(ctx: Ctx) -> dict:
     from langgraph.store.base import PutOp
     from langgraph.store.postgres import PostgresStore
 
-    index = {"dims": 384, "embed": lambda xs: ctx.emb.embed(list(xs)).tolist(), "fields": ["text"]}
+    index = {"dims": ctx.dim, "embed": lambda xs: ctx.emb.embed(list(xs)).tolist(), "fields": ["text"]}
     texts, ten = ctx.data.texts, ctx.data.tenants
     res: dict = {"versions": versions("langgraph", "langgraph-checkpoint-postgres")}
     with PostgresStore.from_conn_string(ctx.dsn("lg_single"), index=index) as store:
@@ -348,7 +351,7 @@ def _copy(conn, table: str, ctx: Ctx, vecs: np.ndarray) -> float:
     return time.perf_counter() - t0
 
 
-DDL = "CREATE TABLE {t} (id bigint, tenant text, embedding vector(384))"
+DDL = "CREATE TABLE {t} (id bigint, tenant text, embedding vector({dim}))"
 HNSW = "CREATE INDEX ON {t} USING hnsw (embedding vector_cosine_ops)"
 
 
@@ -360,9 +363,9 @@ def run_pgvector_raw(ctx: Ctx) -> dict:
     parent computes their recall@10), plus the exact filtered scan (``exact``)."""
     vecs, emb_rate = _embed_all(ctx)
     conn = _pg(ctx, "raw")
-    conn.execute(DDL.format(t="raw_single"))
+    conn.execute(DDL.format(dim=ctx.dim, t="raw_single"))
     conn.execute(HNSW.format(t="raw_single"))
-    conn.execute(DDL.format(t="raw_bulk"))
+    conn.execute(DDL.format(dim=ctx.dim, t="raw_bulk"))
     rate, lats = timed_each(lambda i: conn.execute(
         "INSERT INTO raw_single VALUES (%s, %s, %s)", (i, tenant_name(ctx.data.tenants[i]), vecs[i])),
         ctx.single_rows())
@@ -407,7 +410,7 @@ def search_exact(conn, ctx: Ctx, qv: dict, q: str) -> list[int]:
 def run_copy_raw(ctx: Ctx) -> dict:
     vecs, _ = _embed_all(ctx)
     conn = _pg(ctx, "copyraw")
-    conn.execute(DDL.format(t="copy_tbl"))
+    conn.execute(DDL.format(dim=ctx.dim, t="copy_tbl"))
     copy_s = _copy(conn, "copy_tbl", ctx, vecs)
     t0 = time.perf_counter()
     conn.execute(HNSW.format(t="copy_tbl"))
@@ -450,7 +453,7 @@ def make_writer(system: str, ctx: Ctx, dsn: str, *, consolidate: bool = False):
         return (lambda text, t: m.add(text, user_id=tenant_name(t), infer=False)), (lambda: None)
     if system == "langgraph":
         from langgraph.store.postgres import PostgresStore
-        index = {"dims": 384, "embed": lambda xs: ctx.emb.embed(list(xs)).tolist(), "fields": ["text"]}
+        index = {"dims": ctx.dim, "embed": lambda xs: ctx.emb.embed(list(xs)).tolist(), "fields": ["text"]}
         cm = PostgresStore.from_conn_string(dsn, index=index)
         store = cm.__enter__()
         counter = iter(range(10**12))
@@ -474,12 +477,12 @@ def setup_system(system: str, ctx: Ctx, dsn: str) -> None:
     if system == "pgvector_raw":
         import psycopg
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(DDL.format(t="conc_raw"))
+            conn.execute(DDL.format(dim=ctx.dim, t="conc_raw"))
             conn.execute(HNSW.format(t="conc_raw"))
         return
     if system == "langgraph":
         from langgraph.store.postgres import PostgresStore
-        index = {"dims": 384, "embed": lambda xs: ctx.emb.embed(list(xs)).tolist(), "fields": ["text"]}
+        index = {"dims": ctx.dim, "embed": lambda xs: ctx.emb.embed(list(xs)).tolist(), "fields": ["text"]}
         with PostgresStore.from_conn_string(dsn, index=index) as store:
             store.setup()
         return
@@ -545,7 +548,7 @@ def run_procs(system: str, ctx: Ctx, dsn: str, a, *, one_scope: bool) -> dict:
     ``--conc-seconds`` and prints its result as one JSON line."""
     base = [sys.executable, __file__, "--child-writer", system, "--uri-template", a.uri_template,
             "--n", str(ctx.n), "--queries", str(a.queries), "--tenants", str(a.tenants),
-            "--conc-seconds", str(a.conc_seconds)] + (["--one-scope"] if one_scope else [])
+            "--conc-seconds", str(a.conc_seconds), "--embedder", a.embedder] + (["--one-scope"] if one_scope else [])
     procs = [subprocess.Popen(base + ["--writer", str(w), "--result", dsn], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) for w in range(WRITERS)]
     for p in procs:
@@ -624,13 +627,14 @@ RUNNERS = {"memfabric": run_memfabric, "mem0": run_mem0, "langgraph": run_langgr
 
 def child_main(a: argparse.Namespace) -> None:
     ctx = Ctx(a)
+    harness = rss_mb()  # the harness's own data (N texts, indexes), before the system runs
     try:
         res = RUNNERS[a.child](ctx)
     except Exception as exc:  # report, let the parent carry on with the other systems
         import traceback
         traceback.print_exc()
         res = {"error": f"{type(exc).__name__}: {exc}"}
-    res.update(peak_rss_mb=peak_rss_mb(), embedder=ctx.emb.id, python=sys.executable)
+    res.update(peak_rss_mb=peak_rss_mb(), harness_rss_mb=harness, embedder=ctx.emb.id, python=sys.executable)
     Path(a.result).write_text(json.dumps(res))
 
 
@@ -697,6 +701,8 @@ def goals(systems: dict) -> dict:
                                     (f"{m}_live_notes", "live_notes"), (f"{m}_distinct_facts", "distinct_facts"),
                                     (f"{m}_errors", "errors"))},
         "peak_rss_mb": mf.get("peak_rss_mb"),
+        "peak_rss_mb_over_harness": (mf["peak_rss_mb"] - mf["harness_rss_mb"]
+                                     if mf.get("peak_rss_mb") and mf.get("harness_rss_mb") else None),
     }
     return g
 
@@ -731,7 +737,7 @@ def render_md(meta: dict, results: dict, extra: dict) -> str:
     out = [f"# memfabric vs peers — {meta['date']}", "",
            f"- machine: {meta['machine']}; {meta['pg']}; pgvector {meta['pgvector']}; "
            f"maintenance_work_mem {meta['maintenance_work_mem']}; load average at start {meta['load']}",
-           f"- embedder (all systems): `{meta['embedder']}`, 384-d; {meta['queries']} paraphrase queries, "
+           f"- embedder (all systems): `{meta['embedder']}`, {meta['dim']}-d; {meta['queries']} paraphrase queries, "
            f"top-10, tenant 0 of {meta['tenants']} (10% of the rows); single adds capped at {meta['single_cap']} per system "
            f"(rate extrapolated), bulk batch {meta['batch']}; hnsw.ef_search {meta['ef_search']}",
            f"- versions: {json.dumps(meta['versions'])}", ""]
@@ -811,7 +817,7 @@ def run_child(s: str, n: int, a, pg, admin, peers_python: str, result: str) -> d
            "--queries", str(a.queries), "--single-cap", str(a.single_cap), "--batch", str(a.batch),
            "--ef-search", str(a.ef_search), "--result", result, "--tenants", str(a.tenants),
            "--raw-bulk", a.raw_bulk, "--raw-ef-sweep", *map(str, a.raw_ef_sweep),
-           "--mf-load", a.mf_load, "--maintenance-work-mem", a.maintenance_work_mem]
+           "--mf-load", a.mf_load, "--maintenance-work-mem", a.maintenance_work_mem, "--embedder", a.embedder]
     if a.mem0_threshold is not None:
         cmd += ["--mem0-threshold", str(a.mem0_threshold)]
     print(f"[N={n}] {s} ...", file=sys.stderr, flush=True)
@@ -825,7 +831,7 @@ def run_child(s: str, n: int, a, pg, admin, peers_python: str, result: str) -> d
 
 def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> tuple[dict, list[str]]:
     data = make_dataset(n, a.queries, n_tenants=a.tenants)
-    emb = shared_embedder(384)
+    emb = bench_embedder(a.embedder)
     rows = np.asarray([i for i in range(n) if data.tenants[i] == QUERY_TENANT])
     tvecs, qvecs = emb.embed([data.texts[i] for i in rows]), emb.embed(data.queries)
     systems, notes = {}, []
@@ -870,7 +876,7 @@ def run_n(n: int, a, pg, admin, peers_python: str, tmpdir: str, meta: dict) -> t
         for k in ("bytes_per_note", "tables_bytes_per_note", "wal_bytes_per_note", "raw_bytes_per_note",
                   "sweep", "exact", "copy_s", "index_s", "rows_returned_min", "mf_load",
                   "events_load_s", "rebuild_s", "rebuild_load_s", "rebuild_index_s", "rebuild_events",
-                  "rebuild_events_per_s", "rebuild_projections", "exact_search_max"):
+                  "rebuild_events_per_s", "rebuild_projections", "exact_search_max", "harness_rss_mb"):
             if r.get(k) is not None:
                 row[k] = r[k]
         if s == "pgvector_raw":
@@ -936,7 +942,7 @@ def run_concurrent_child(s: str, n: int, a, pg, admin, python: str, tmpdir: str)
     result = os.path.join(tmpdir, f"conc-{s}-{n}.json")
     cmd = [python, __file__, "--child-conc", s, "--uri-template", pg.get_uri(DB_TOKEN), "--n", str(n),
            "--queries", str(a.queries), "--tenants", str(a.tenants), "--conc-seconds", str(a.conc_seconds),
-           "--result", result]
+           "--result", result, "--embedder", a.embedder]
     print(f"[N={n}] {s} concurrent ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, timeout=a.child_timeout)
@@ -976,6 +982,8 @@ def main() -> None:
                     help="pgvector_raw bulk: COPY into the HNSW-indexed table, or COPY then CREATE INDEX")
     ap.add_argument("--raw-ef-sweep", type=int, nargs="*", default=[100, 200, 400],
                     help="extra hnsw.ef_search values for the raw query (equal-recall comparison)")
+    ap.add_argument("--embedder", default="hash",
+                    help="the shared embedder: hash (default, 384-d) or a real model (wordllama, minilm)")
     ap.add_argument("--mf-load", choices=("bulk", "rebuild"), default="bulk",
                     help="memfabric's bulk load: remember_many with inline projections (bulk), or"
                          " events only then ProjectionAdmin.rebuild() (rebuild, the import path)")
@@ -1019,7 +1027,8 @@ def main() -> None:
     admin.execute(f"ALTER SYSTEM SET maintenance_work_mem = '{a.maintenance_work_mem}'")
     admin.execute("SELECT pg_reload_conf()")
     time.sleep(0.2)
-    meta = {**machine_info(admin), "embedder": shared_embedder(384).id, "queries": a.queries,
+    emb = bench_embedder(a.embedder)
+    meta = {**machine_info(admin), "embedder": emb.id, "dim": emb.dim, "queries": a.queries,
             "single_cap": a.single_cap, "batch": a.batch, "tenants": a.tenants, "ef_search": a.ef_search,
             "peers_python": peers_python, "versions": versions("numpy", "psycopg", "pgvector")}
     results, extra = {}, {}
