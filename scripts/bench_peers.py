@@ -40,6 +40,17 @@ on the bulk database: tables + indexes + TOAST + pg_wal after CHECKPOINT, / N) a
 (every ratio of issue 18's goals at that N); pgvector_raw adds sweep (per --raw-ef-sweep
 ef_search: p50/p95/recall), exact (the exact filtered scan) and equal_recall (the smallest
 ef_search with recall@10 >= 0.95: what memfabric's recall p50 is compared with).
+When the queried tenant is larger than memfabric's exact_search_max (20,000), memfabric
+also reports ``exact`` (its recall with exact_search_max = N), and the goals compare the
+path that reaches recall@10 0.95 (``memfabric_equal_recall_path``).
+
+``--mf-load rebuild`` (the import path, used for 1M): memfabric writes the bulk rows as
+events only (``inline_projections=False``), then ``ProjectionAdmin.rebuild()`` builds every
+projection; it adds events_load_s, rebuild_s, rebuild_load_s, rebuild_index_s,
+rebuild_events, rebuild_events_per_s and rebuild_vs_copy_index_ratio (rebuild seconds /
+the COPY + HNSW build of ``copy_raw``, or of ``pgvector_raw`` with ``--raw-bulk
+build-after``); bulk_per_s is then N / (events + rebuild). ``--embedder wordllama`` runs
+every system on a real model (its own dimension) instead of the hash embedder.
 
 Concurrent mode (at --concurrent-at N, default the first; --conc-seconds 20; 0 = off):
 memfabric, mem0, LangGraph and plain pgvector each get 8 writers for 20 s, one client
