@@ -289,6 +289,15 @@ def open_fabric(
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
     """
+    # settings first: a bad one raises before any server, table or record is made
+    workers = worker_settings(linker, evolution, passive)
+    if isinstance(consolidate, Consolidation):
+        consolidation = consolidate
+    elif isinstance(consolidate, bool):
+        consolidation = Consolidation(enabled=consolidate)
+    else:
+        consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
+    limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     dsn, embedded = resolve_dsn(dsn, data_dir)
     try:
         # One opener at a time creates tables: eventsourcing's and the projections' DDL
@@ -302,13 +311,6 @@ def open_fabric(
                 _require_log(dsn)
             recorded = recorded_embedder(dsn)
             embedder = _choose_embedder(embedder, recorded)
-            if isinstance(consolidate, Consolidation):
-                consolidation = consolidate
-            elif isinstance(consolidate, bool):
-                consolidation = Consolidation(enabled=consolidate)
-            else:
-                consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
-            limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
             log = NoteLog(_env_from_dsn(dsn, pool_size, max_overflow, read_only))
             store = PostgresNoteStore(log)
             engine = ProjectionEngine(
@@ -344,7 +346,7 @@ def open_fabric(
                 require_consent=require_consent, working_validator=working_validator,
                 subject_extractor=subjects, session_id=session_id,
             )
-            service.configure_workers(**worker_settings(linker, evolution, passive))
+            service.configure_workers(**workers)
             service.ledger_store = PostgresLedgerStore(log)  # issue 14: the conversation ledger
             if catch_up and not read_only:
                 engine.catch_up()

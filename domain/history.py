@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memfabric.domain import visibility
@@ -54,18 +55,37 @@ def load(svc: MemoryService, scope: Scope, note_id: str) -> Note:
     return note
 
 
-def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
-    """The note ``note_id`` visible from ``scope`` (``NoteNotFoundError`` when absent).
-    Read from another scope than its own, its ``links`` keep only the targets visible
-    from ``scope`` (a user-level note linked to a thread-only note of its thread does
-    not show that note's id to another thread)."""
-    note = load(svc, scope, note_id)
-    view = note_view(note, "read")
-    home = note.scope
-    if home == scope or not view.links:
+def target_visible(svc: MemoryService, reader: Scope, home: Scope) -> Callable[[str], bool]:
+    """``seen(to_id)``: whether the link target ``to_id`` of a note of ``home`` is visible
+    from ``reader`` (always, from ``home`` itself; else one indexed lookup per target,
+    cached per call). Read from another scope, a note's links keep only such targets,
+    so a user-level note linked to a thread-only note of its thread does not show that
+    note's id to another thread."""
+    known: dict[str, bool] = {}
+
+    def seen(to_id: str) -> bool:
+        if reader == home:
+            return True
+        if to_id not in known:
+            known[to_id] = any(h == home for h, _ in svc.store.resolve(reader, to_id))
+        return known[to_id]
+    return seen
+
+
+def shown(svc: MemoryService, reader: Scope, home: Scope, view: MemoryNote) -> MemoryNote:
+    """``view`` (of a note of ``home``) as ``reader`` may see it: its ``links`` as
+    :func:`target_visible` allows."""
+    if home == reader or not view.links:
         return view
-    shown = tuple(lk for lk in view.links if any(h == home for h, _ in svc.store.resolve(scope, lk.id)))
-    return dataclasses.replace(view, links=shown)
+    seen = target_visible(svc, reader, home)
+    return dataclasses.replace(view, links=tuple(lk for lk in view.links if seen(lk.id)))
+
+
+def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
+    """The note ``note_id`` visible from ``scope`` (``NoteNotFoundError`` when absent);
+    its ``links`` as :func:`target_visible` allows."""
+    note = load(svc, scope, note_id)
+    return shown(svc, scope, note.scope, note_view(note, "read"))
 
 
 def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry]:
@@ -75,7 +95,20 @@ def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry
     events = list(svc.store.stored_events(note_uuid(home, note_id)))
     if not events:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
-    return [_entry(event) for event in events]
+    entries = [_entry(event) for event in events]
+    if home == scope:
+        return entries
+    seen = target_visible(svc, scope, home)
+    return [_hide_links(e, seen) for e in entries]
+
+
+def _hide_links(entry: HistoryEntry, seen: Callable[[str], bool]) -> HistoryEntry:
+    """``entry`` without the ``links`` items (``{"id": ...}``) whose target ``seen`` refuses."""
+    links = entry.fields.get("links")
+    if not isinstance(links, list) or not links:
+        return entry
+    kept = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
+    return entry if len(kept) == len(links) else dataclasses.replace(entry, fields={**entry.fields, "links": kept})
 
 
 def _entry(event: Any) -> HistoryEntry:
@@ -101,10 +134,11 @@ def lineage(svc: MemoryService, scope: Scope, note_id: str) -> Lineage:
     if note.forgotten or note.held:  # the latest tombstone (a block can be rewritten)
         tomb = next((h.fields for h in reversed(events) if h.type == "Forgotten"), None)
     chain = [_chain_row(n) for n in [*reversed(preds), note, *succs]]
+    shown_target = target_visible(svc, scope, note.scope)
     return Lineage(id=note_id, predecessors=[n.note_id for n in preds],
                    successors=[n.note_id for n in succs],
                    folds=[h.timestamp for h in events if h.type == "Folded"],
-                   links=list(note.links), tombstone=tomb, chain=chain,
+                   links=[lk for lk in note.links if shown_target(lk["id"])], tombstone=tomb, chain=chain,
                    promoted_from=getattr(note, "promoted_from", None))
 
 

@@ -22,10 +22,15 @@ written scope (``gate_for(service).any_attached(scope.key)``) and the fabric is 
   neighbours are those the write's consolidation lookup already fetched
   (``UnitOfWork.neighbours``, asked for ``top_k`` nearest) plus the notes written
   earlier in the same batch (``LocalIndex.nearest``): no extra query for
-  consolidating writes.
+  consolidating writes. With ``by="terms"`` the neighbours are the notes sharing the
+  rarest terms instead, and ``adjacent`` adds a ``follows`` edge (:class:`LinkerSettings`).
+  Every worker edge goes to a note seen at least as widely as the new note
+  (:func:`linkable`: a user-level note never links to a thread-only one, whose id its
+  links would show to other threads).
 - **evolution** (``EvolutionSettings``: ``enabled``, ``max_patches`` 1-32,
   ``max_bytes``): for the same neighbours (similarity ≥ ``floor``, nearest first, at
-  most ``max_patches``) it unions the new note's keywords into the neighbour's and
+  most ``max_patches``, seen no more widely than the new note: :func:`patchable`) it
+  unions the new note's keywords into the neighbour's and
   fills the neighbour's missing ``context`` with the new note's. It never touches
   content, validity, consent or source ids; a neighbour that would gain nothing is
   not patched; each patch's JSON is at most ``max_bytes`` bytes (keywords dropped,
@@ -52,7 +57,7 @@ from uuid import UUID
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from memfabric.domain import link_terms
+from memfabric.domain import link_terms, visibility
 from memfabric.domain.attach import gate_for
 from memfabric.domain.errors import EventIntegrityError, FabricError, NoteForgottenError, NoteNotFoundError
 from memfabric.domain.history import locate, lock_scopes
@@ -354,7 +359,8 @@ def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vec
     if workers.evolution is not None:
         patched: list[str] = []
         for other, sim in targets:
-            if len(patched) >= workers.evolution.max_patches or sim < workers.evolution.floor:
+            if (len(patched) >= workers.evolution.max_patches or sim < workers.evolution.floor
+                    or not patchable(note, other)):
                 continue
             patch = evolution_patch(note, other, workers.evolution.max_bytes)
             if patch is None:
@@ -365,6 +371,24 @@ def run_workers(workers: Workers, uow: UnitOfWork, scope: Scope, note: Note, vec
         if patched:
             note.record_contributions(patched, cause="evolution")
             uow.add(note)
+
+
+def width(note: Note) -> int:
+    """How far ``note`` is seen: 0 thread, 1 resource, 2 tenant (``visibility.ORDER``)."""
+    return visibility.ORDER[visibility.of_consent(note.consent)]
+
+
+def linkable(source: Note, target: Note) -> bool:
+    """A worker links ``source`` to ``target`` only when the target is seen at least as
+    widely: a note's links are read wherever the note is, so an edge from a user-level
+    note to a thread-only one would show that note's id to other threads."""
+    return width(target) >= width(source)
+
+
+def patchable(source: Note, target: Note) -> bool:
+    """Evolution patches ``target`` with what ``source`` holds only when the target is
+    seen no more widely than the source, so a contribution never widens its reach."""
+    return width(target) <= width(source)
 
 
 def linker_edges(linker: LinkerSettings, uow: UnitOfWork, scope: Scope, note: Note,
@@ -381,10 +405,10 @@ def linker_edges(linker: LinkerSettings, uow: UnitOfWork, scope: Scope, note: No
         terms.record(note)
     found_ids = {nid for nid, _ in found}
     wanted = [*found, *([(previous, 0.0)] if previous and previous not in found_ids else [])]
-    loaded = _live_targets(uow, scope, wanted) if wanted else []
+    loaded = [(t, w) for t, w in (_live_targets(uow, scope, wanted) if wanted else []) if linkable(note, t)]
     before = next((t for t, _ in loaded if t.note_id == previous), None)
     linked = ([(t, w) for t, w in loaded if t.note_id in found_ids] if by_terms
-              else [(t, sim) for t, sim in targets if sim >= linker.floor])
+              else [(t, sim) for t, sim in targets if sim >= linker.floor and linkable(note, t)])
     edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, w)), 6)}
              for t, w in linked][: linker.top_k]
     follows = adjacent_edge(linker, note, before)

@@ -294,7 +294,7 @@ class _Writer:
             decision=why,
         )
         self._track(old, p)
-        return note_view(old, "folded", decision=why)
+        return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why))
 
     def _insert(self, p: _Prepared, outcome: consolidation.FoldOutcome, old: Note | None,
                 neighbour: Neighbour | None, why: dict[str, Any] | None) -> MemoryNote:

@@ -128,9 +128,42 @@ def test_another_thread_can_neither_probe_nor_see_a_thread_only_target(plain: Fa
     assert len(set(errors[0::2])) == 1 and len(set(errors[1::2])) == 1  # same answer either way
     assert fetch(dsn, "SELECT count(*) FROM memfabric_events")[0][0] == events
     assert [lk.id for lk in t1.get(pub.id).links] == [secret.id]
-    assert t2.get(pub.id).links == ()
+    user = plain.scope("acme", "u1")
+    for reader in (t2, user):  # every read of the user-level note from elsewhere hides it
+        assert reader.get(pub.id).links == ()
+        assert reader.lineage(pub.id).links == []
+        assert secret.id not in repr(reader.history(pub.id))
+    assert secret.id in repr(t1.history(pub.id)) and t1.lineage(pub.id).links[0]["id"] == secret.id
+    folded = t2.remember(kind="fact", content="The payments outage came from an expired TLS certificate",
+                         consolidate=True)
+    assert folded.outcome == "folded" and folded.id == pub.id and folded.links == ()
     t2.link(pub.id, pub2.id)  # a target t2 sees can be linked from t2
     assert [lk.id for lk in t2.get(pub.id).links] == [pub2.id]
+
+
+def test_workers_never_link_to_or_patch_a_note_across_a_narrower_visibility(dsn: str) -> None:
+    """A worker edge goes to a note seen at least as widely as the new note, and
+    evolution patches only a note seen no more widely (nothing of a thread-only note
+    reaches another thread through a user-level note)."""
+    conv = {"enabled": True, "top_k": 8, "by": "terms", "adjacent": 0.5}
+    with open_fabric(dsn, consolidate=False, linker=conv,
+                     evolution={"enabled": True, "max_patches": 8, "floor": 0.0}) as fab:
+        t1 = fab.scope("acme", "u1", "t1")
+        with t1.attach(Session()):
+            secret = t1.remember(kind="fact", content="The zeppelin hangar code is 4471",
+                                 consent={"visibility": "thread"}, keywords=["hangar"])
+            public = t1.remember(kind="fact", content="The zeppelin hangar opens at dawn", keywords=["dawn"])
+            private = t1.remember(kind="fact", content="My zeppelin hangar notes stay here",
+                                  consent={"visibility": "thread"}, keywords=["mine"])
+        assert t1.get(public.id).links == ()  # neither related (shared terms) nor follows
+        assert {(lk.id, lk.relation) for lk in t1.get(private.id).links} == {
+            (public.id, "related"), (public.id, "follows"), (secret.id, "related")}
+        assert "mine" not in t1.get(public.id).keywords  # the private note patched nothing wider
+        history = [h.type for h in t1.history(public.id)]
+        assert "Evolved" not in history or all(
+            h.fields.get("source") != str(note_uuid(t1.scope, private.id)) for h in t1.history(public.id))
+
+
 
 
 def test_forgotten_or_held_notes_leave_the_graph(plain: Fabric, dsn: str) -> None:
@@ -381,6 +414,19 @@ def test_worker_settings_are_capped_and_off_by_default(dsn: str) -> None:
         for src, *_ in edges(dsn):
             per_source[src] = per_source.get(src, 0) + 1
         assert per_source and max(per_source.values()) == 1
+
+
+def test_bad_worker_settings_create_nothing(dsn: str, tmp_path: Any) -> None:
+    """A bad ``linker``/``evolution``/``consolidate``/``limits`` raises before any server,
+    table or record is made: on a server, no table appears; without one, no data dir."""
+    for bad in ({"linker": {"enabled": "yes"}}, {"evolution": {"max_patches": 0}},
+                {"consolidate": {"threshold": 2}}, {"limits": {"bogus": 1}}):
+        with pytest.raises(ValidationError):
+            open_fabric(dsn, **bad)
+        with pytest.raises(ValidationError):
+            open_fabric(data_dir=str(tmp_path / "pg"), **bad)
+    assert fetch(dsn, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")[0][0] == 0
+    assert not (tmp_path / "pg").exists()
 
 
 def test_linker_weights_are_similarities_and_batches_link_locally(workers: Fabric, dsn: str) -> None:
