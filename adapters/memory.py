@@ -721,7 +721,9 @@ def _lexical_scores(rows: Sequence[dict[str, Any]], terms: Sequence[str]) -> dic
     if not terms:
         return {}
     n = float(min(len(rows), recall_index.IDF_CORPUS_CAP))
-    docs = {r["aggregate_id"]: set(lexical_terms(r["content"])) for r in rows}
+    docs = {r["aggregate_id"]: set(lexical_terms(" ".join(
+        part for part in (r["content"], r.get("context"), *(r.get("keywords") or ())) if part)))
+        for r in rows}
     matched = {aid: [t for t in terms if t in words] for aid, words in docs.items()}
     matched = {aid: ts for aid, ts in matched.items() if ts}
     df = {t: sum(1 for ts in matched.values() if t in ts) for t in terms}

@@ -35,9 +35,16 @@ COLUMNS: tuple[str, ...] = (
     "aggregate_id", "note_id", "valid", "superseded_by", "importance", "token_count",
     "tags", "path", "subject", "token_hash", "content", "source_entry_ids", "supersedes",
     "t_ref", "ingested_at", "version", "embedder_id", "context", "keywords", "fold_count",
-    "updated_at", "consent", "embedding",
+    "updated_at", "consent", "embedding", "search_extra",
 )
 """Column order of a row tuple (also the COPY order)."""
+
+TSV = "to_tsvector('english', content) || to_tsvector('english', coalesce(search_extra, ''))"
+"""The full-text vector of a row: its content, then its context and keywords
+(``search_extra``), so a caller's keywords and what evolution contributed are found."""
+
+_FILL_SEARCH_EXTRA = "NULLIF(array_to_string(ARRAY[NULLIF(context, '')] || keywords, ' '), '')"
+"""SQL equal to :func:`search_extra` on a row's ``context`` and ``keywords`` (migration)."""
 
 _LO, _HI = "'0001-01-01 00:00:00+00'::timestamptz", "'9999-12-31 23:59:59.999999+00'::timestamptz"
 
@@ -76,10 +83,39 @@ def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
             " supersedes text, t_ref timestamptz, ingested_at timestamptz NOT NULL,"
             " version integer NOT NULL, embedder_id text, context text, keywords text[] NOT NULL,"
             " fold_count integer NOT NULL, updated_at timestamptz, consent jsonb,"
-            " embedding vector({dim}) NOT NULL,"
-            " tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED)"
+            " embedding vector({dim}) NOT NULL, search_extra text,"
+            " tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED)"
         ).format(t=t, dim=sql.Literal(dim)),
     ]
+
+
+def migrate(cur: Cursor[Any], table: str = TABLE) -> bool:
+    """Bring a table made before ``search_extra`` up to date: add the column, fill it
+    from ``context`` and ``keywords`` (as :func:`search_extra` does) and generate
+    ``tsv`` from both (the column is dropped and added again: its GIN index goes with it
+    and :func:`index_ddl` makes it anew). Returns whether anything changed."""
+    row = cur.execute(
+        "SELECT to_regclass(%s) IS NOT NULL AS table_exists, EXISTS (SELECT 1 FROM"
+        " information_schema.columns WHERE table_schema = current_schema() AND table_name = %s"
+        " AND column_name = 'search_extra') AS has_column", (table, table)).fetchone()
+    if row is None:
+        return False
+    table_exists, has_column = row.values() if isinstance(row, dict) else row
+    if not table_exists or has_column:
+        return False
+    t = sql.Identifier(table)
+    cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN search_extra text").format(t=t))
+    cur.execute(sql.SQL("UPDATE {t} SET search_extra = " + _FILL_SEARCH_EXTRA).format(t=t))  # noqa: S608 - constant
+    cur.execute(sql.SQL("ALTER TABLE {t} DROP COLUMN tsv").format(t=t))
+    cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED").format(t=t))
+    return True
+
+
+def search_extra(note: Note) -> str | None:
+    """What recall's full text searches besides the content: the note's ``context`` and
+    ``keywords`` (the caller's and those evolution contributed), space-joined; ``None``
+    without either."""
+    return " ".join(part for part in (note.context, *note.keywords) if part) or None
 
 
 def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
@@ -152,6 +188,7 @@ def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[A
         note.updated_at,
         Jsonb(note.consent) if note.consent is not None else None,
         np.frombuffer(embedding, dtype=np.float32),
+        search_extra(note),
     )
 
 
@@ -187,7 +224,7 @@ _COPY_TYPES = (
     "text", "text", "text", "text", "bool", "text", "uuid", "text", "tstzrange",
     "text", "float4", "int4", "text[]", "text", "text", "text", "text", "text[]",
     "text", "timestamptz", "timestamptz", "int4", "text", "text", "text[]", "int4",
-    "timestamptz", "jsonb", "vector",
+    "timestamptz", "jsonb", "vector", "text",
 )
 
 
@@ -221,6 +258,7 @@ class RecallIndexProjection:
         """The embedder whose vectors the rows carry (``None``: each note's write-time one)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        migrate(cur, TABLE + table_suffix)
         for stmt in ddl(self.dim, TABLE + table_suffix):
             cur.execute(stmt)
         if not table_suffix:

@@ -27,7 +27,7 @@ def test_reembedded_keeps_both_vectors_and_projections_pick_theirs() -> None:
     new = np.arange(6, dtype=np.float32).tobytes()
     note.reembed(embedding=new, embedder_id="new-6", dim=6)
     assert vector_for(note, "new-6") == new and vector_for(note, "old-4") == note.embedding
-    assert len(recall_index.row_for(note, "new-6", 6)[-1]) == 6  # type: ignore[index]
+    assert len(recall_index.row_for(note, "new-6", 6)[recall_index.COLUMNS.index("embedding")]) == 6  # type: ignore[index]
     assert recall_index.row_for(note, "new-6", 6)[recall_index.COLUMNS.index("embedder_id")] == "new-6"  # type: ignore[index]
     assert len(consolidation_index.row_for(note, "old-4", 4)[11]) == 4  # type: ignore[index]
     assert [type(e).__name__ for e in note.collect_events()] == ["Remembered", "Reembedded"]
