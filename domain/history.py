@@ -74,11 +74,37 @@ def target_visible(svc: MemoryService, reader: Scope, home: Scope) -> Callable[[
 
 def shown(svc: MemoryService, reader: Scope, home: Scope, view: MemoryNote) -> MemoryNote:
     """``view`` (of a note of ``home``) as ``reader`` may see it: its ``links`` as
-    :func:`target_visible` allows."""
-    if home == reader or not view.links:
+    :func:`target_visible` allows, and ``supersedes`` (with the decision's ``note_id``)
+    only when the note it replaced is visible from ``reader`` too (a user-level fact
+    that replaced a thread-only note of its thread does not name it elsewhere)."""
+    if home == reader or not (view.links or view.supersedes):
         return view
     seen = target_visible(svc, reader, home)
-    return dataclasses.replace(view, links=tuple(lk for lk in view.links if seen(lk.id)))
+    view = dataclasses.replace(view, links=tuple(lk for lk in view.links if seen(lk.id)))
+    return unnamed_predecessor(view, seen)
+
+
+def unnamed_predecessor(view: MemoryNote, seen: Callable[[str], bool]) -> MemoryNote:
+    """``view`` without ``supersedes`` (and the decision's ``note_id``) when ``seen``
+    refuses the note it replaced."""
+    if view.supersedes and not seen(view.supersedes):
+        return dataclasses.replace(view, supersedes=None, decision=_unnamed(view.decision, view.supersedes))
+    return view
+
+
+def hide_predecessors(svc: MemoryService, reader: Scope, views: list[MemoryNote]) -> list[MemoryNote]:
+    """Recall hits / list items as ``reader`` may see them: a note of another scope
+    names the note it replaced only when that one is visible from ``reader`` (one
+    lookup per such hit; hits of ``reader``'s own scope are untouched)."""
+    return [unnamed_predecessor(v, target_visible(svc, reader, v.scope))
+            if v.supersedes and v.scope != reader else v for v in views]
+
+
+def _unnamed(decision: dict[str, Any] | None, note_id: str) -> dict[str, Any] | None:
+    """``decision`` without the id (and value) of the note ``note_id`` it replaced."""
+    if not decision or decision.get("note_id") != note_id:
+        return decision
+    return {k: v for k, v in decision.items() if k not in ("note_id", "old_value")}
 
 
 def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
@@ -103,12 +129,18 @@ def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry
 
 
 def _hide_links(entry: HistoryEntry, seen: Callable[[str], bool]) -> HistoryEntry:
-    """``entry`` without the ``links`` items (``{"id": ...}``) whose target ``seen`` refuses."""
-    links = entry.fields.get("links")
-    if not isinstance(links, list) or not links:
-        return entry
-    kept = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
-    return entry if len(kept) == len(links) else dataclasses.replace(entry, fields={**entry.fields, "links": kept})
+    """``entry`` without the ``links`` items (``{"id": ...}``) whose target ``seen``
+    refuses, and without a ``supersedes`` id (and the decision's) it refuses."""
+    fields = dict(entry.fields)
+    links = fields.get("links")
+    if isinstance(links, list) and links:
+        fields["links"] = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
+    replaced = fields.get("supersedes")
+    if isinstance(replaced, str) and replaced and not seen(replaced):
+        fields["supersedes"] = None
+        if isinstance(fields.get("decision"), dict):
+            fields["decision"] = _unnamed(fields["decision"], replaced)
+    return entry if fields == entry.fields else dataclasses.replace(entry, fields=fields)
 
 
 def _entry(event: Any) -> HistoryEntry:
@@ -133,8 +165,8 @@ def lineage(svc: MemoryService, scope: Scope, note_id: str) -> Lineage:
     tomb = None
     if note.forgotten or note.held:  # the latest tombstone (a block can be rewritten)
         tomb = next((h.fields for h in reversed(events) if h.type == "Forgotten"), None)
-    chain = [_chain_row(n) for n in [*reversed(preds), note, *succs]]
     shown_target = target_visible(svc, scope, note.scope)
+    chain = [_chain_row(n, shown_target) for n in [*reversed(preds), note, *succs]]
     return Lineage(id=note_id, predecessors=[n.note_id for n in preds],
                    successors=[n.note_id for n in succs],
                    folds=[h.timestamp for h in events if h.type == "Folded"],
@@ -157,8 +189,12 @@ def _walk(svc: MemoryService, scope: Scope, start: Note, seen: set[str], step: A
     return out
 
 
-def _chain_row(n: Note) -> dict[str, Any]:
+def _chain_row(n: Note, seen: Callable[[str], bool]) -> dict[str, Any]:
+    """One row of a lineage chain; ``reason`` (the decision) without the id of a
+    replaced note ``seen`` refuses."""
+    reason = getattr(n, "decision", None)
+    if n.supersedes and not seen(n.supersedes):
+        reason = _unnamed(reason, n.supersedes)
     return {"id": n.note_id, "valid_from": n.valid_from, "valid_to": n.valid_to,
             "ingested_at": n.created_on, "forgotten": n.forgotten, "held": n.held,
-            "content": n.content, "folds": n.fold_count,
-            "reason": getattr(n, "decision", None)}
+            "content": n.content, "folds": n.fold_count, "reason": reason}

@@ -156,6 +156,15 @@ def _consent(item: RememberInput) -> dict[str, Any] | None:
     return visibility.stored_consent(item.kind, item.consent.model_dump() if item.consent else None)
 
 
+def _stored_decision(why: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The decision recorded on the new note: without ``old_value``, a value read from
+    the note it replaces, which that note's own ``Superseded`` event keeps under its
+    key, so forgetting that note erases it (the write's result still shows it)."""
+    if not why or "old_value" not in why:
+        return why
+    return {k: v for k, v in why.items() if k != "old_value"}
+
+
 def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> dict[int, _Prepared]:
     """Redact, embed (one call) and hash every non-working item, by item index."""
     picked = [(i, item) for i, item in enumerate(items) if item.kind != "working"]
@@ -314,7 +323,7 @@ class _Writer:
             consent=_consent(item),
             embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
             dim=self.svc.embedder.dim, token_count=policy.count_tokens(p.text), cause="caller",
-            inferred_subject=consolidation.key_to_dict(p.query.inferred), decision=why,
+            inferred_subject=consolidation.key_to_dict(p.query.inferred), decision=_stored_decision(why),
         )
         if outcome == "precede" and neighbour is not None:
             _close_before(note, neighbour)
@@ -329,7 +338,7 @@ class _Writer:
             links.run_workers(self.workers, self.uow, self.scope, note, p.query.embedding,
                               own, self.local, skip, self.terms)
         result: Outcome = {"supersede": "superseding", "precede": "preceding"}.get(outcome, "inserted")  # type: ignore[assignment]
-        return note_view(note, result)
+        return note_view(note, result, decision=why)
 
     def _track(self, note: Note, p: _Prepared) -> None:
         self.uow.add(note)

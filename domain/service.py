@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+import dataclasses
+
 import numpy as np
 
 from memfabric.domain import browse, history, lifecycle, links, policy, ranking, remember, working
@@ -243,7 +245,10 @@ class MemoryService:
                               top_k=query.top_k, budget=query.budget,
                               expand=query.top_k if query.expand_links else 0,
                               min_relevance=query.min_relevance)
-        return ranking.rank(candidates, how)
+        result = ranking.rank(candidates, how)
+        if any(h.supersedes and h.scope != scope for h in result.hits):
+            result = dataclasses.replace(result, hits=history.hide_predecessors(self, scope, list(result.hits)))
+        return result
 
     def list_query(self, scope: Scope, args: ListInput) -> ListQuery:
         """The store query of ``Notes.list`` / ``Notes.count`` arguments."""
@@ -254,8 +259,10 @@ class MemoryService:
 
     def list_notes(self, scope: Scope, args: ListInput) -> NotePage:
         """One keyset page of the notes visible from ``scope`` (see ``Notes.list``)."""
-        return browse.page(self.store, self.list_query(scope, args), cursor=args.cursor,
-                           limit=args.limit)
+        page = browse.page(self.store, self.list_query(scope, args), cursor=args.cursor, limit=args.limit)
+        if any(n.supersedes and n.scope != scope for n in page.items):
+            page = dataclasses.replace(page, items=history.hide_predecessors(self, scope, list(page.items)))
+        return page
 
     def count_notes(self, scope: Scope, args: ListInput) -> int:
         """How many notes ``Notes.list`` would list over every page."""

@@ -141,6 +141,39 @@ def test_another_thread_can_neither_probe_nor_see_a_thread_only_target(plain: Fa
     assert [lk.id for lk in t2.get(pub.id).links] == [pub2.id]
 
 
+def test_a_successor_does_not_name_a_thread_only_predecessor_elsewhere(dsn: str) -> None:
+    """A user-level fact that superseded a thread-only note of its thread is read from
+    another thread or the user-level scope without the replaced note's id or value
+    (get, lineage, history, recall, list); its own thread still sees the chain."""
+    with open_fabric(dsn) as fab:
+        t1 = fab.scope("acme", "u1", "t1")
+        p = t1.remember(kind="fact", content="Zebediah lives in Porto", consent={"visibility": "thread"})
+        n = t1.remember(kind="fact", content="Zebediah lives in Lisbon")
+        assert n.outcome == "superseding" and n.supersedes == p.id
+        assert t1.get(n.id).supersedes == p.id and t1.lineage(n.id).predecessors == [p.id]
+        for reader in (fab.scope("acme", "u1", "t2"), fab.scope("acme", "u1")):
+            views = [reader.get(n.id), reader.lineage(n.id), reader.history(n.id),
+                     reader.recall("where does Zebediah live").hits, reader.list().items]
+            assert n.id in repr(views[3]) and n.id in repr(views[4])
+            for view in views:
+                assert p.id not in repr(view) and "porto" not in repr(view).lower()
+
+
+def test_forgetting_a_superseded_note_erases_its_value_from_the_successor(dsn: str) -> None:
+    """The successor's stored decision keeps no value read from the note it replaced
+    (that note's own Superseded event holds it, under its key): once it is forgotten,
+    no read of the successor shows it."""
+    with open_fabric(dsn) as fab:
+        t1 = fab.scope("acme", "u1", "t1")
+        a = t1.remember(kind="fact", content="Quentin works at Initech")
+        b = t1.remember(kind="fact", content="Quentin now works at Globex")
+        assert b.outcome == "superseding" and b.decision is not None and b.decision["old_value"] == "initech"
+        t1.forget(id=a.id)
+        for reader in (t1, fab.scope("acme", "u1", "t2")):
+            for view in (reader.get(b.id), reader.lineage(b.id), reader.history(b.id)):
+                assert "initech" not in repr(view).lower()
+
+
 def test_workers_never_link_to_or_patch_a_note_across_a_narrower_visibility(dsn: str) -> None:
     """A worker edge goes to a note seen at least as widely as the new note, and
     evolution patches only a note seen no more widely (nothing of a thread-only note
