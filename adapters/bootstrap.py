@@ -291,12 +291,7 @@ def open_fabric(
     """
     # settings first: a bad one raises before any server, table or record is made
     workers = worker_settings(linker, evolution, passive)
-    if isinstance(consolidate, Consolidation):
-        consolidation = consolidate
-    elif isinstance(consolidate, bool):
-        consolidation = Consolidation(enabled=consolidate)
-    else:
-        consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
+    consolidation = Consolidation.of(consolidate)
     limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     dsn, embedded = resolve_dsn(dsn, data_dir)
     try:

@@ -796,12 +796,7 @@ def open_memory_fabric(
     """An in-memory fabric with ``open_fabric``'s settings (no ``dsn``, no projections
     runner: projections always update with the write). Raises
     ``pydantic.ValidationError`` for bad ``consolidate`` / ``limits`` settings."""
-    if isinstance(consolidate, Consolidation):
-        consolidation = consolidate
-    elif isinstance(consolidate, bool):
-        consolidation = Consolidation(enabled=consolidate)
-    else:
-        consolidation = Consolidation.model_validate({"enabled": True, **consolidate})
+    consolidation = Consolidation.of(consolidate)
     limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     log = InMemoryEventLog()
     store = InMemoryNoteStore(log)

@@ -31,7 +31,7 @@ caller's explicit ``subject``/``supersedes`` and a file's ``path`` still decide 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -58,6 +58,16 @@ class Consolidation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     enabled: bool = True
     threshold: float = Field(default=DEFAULT_THRESHOLD, ge=0.0, le=1.0)
+
+    @classmethod
+    def of(cls, option: Consolidation | bool | Mapping[str, Any]) -> Consolidation:
+        """``open_fabric``'s ``consolidate``: settings, on/off, or a mapping of settings
+        (``enabled`` True unless given); ``pydantic.ValidationError`` for a bad one."""
+        if isinstance(option, Consolidation):
+            return option
+        if isinstance(option, bool):
+            return cls(enabled=option)
+        return cls.model_validate({"enabled": True, **option})
 
 
 @dataclass(frozen=True, slots=True)
