@@ -368,7 +368,7 @@ class InMemoryUnitOfWork:
         return out
 
     def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
-                      now: datetime) -> TermPostings:
+                      now: datetime, latest: bool = False) -> TermPostings:
         """Like ``consolidation_index.select_term_postings`` on the committed rows."""
         self._check()
         with self._log.lock:
@@ -385,7 +385,7 @@ class InMemoryUnitOfWork:
                     got.append(r["note_id"])
                     at[r["note_id"]] = r["ingested_at"].timestamp()
         return TermPostings(min(len(rows), link_terms.N_CAP), ids, at,
-                            newest[0]["note_id"] if newest else None)
+                            newest[0]["note_id"] if newest and latest else None)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         self._check()

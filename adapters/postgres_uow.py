@@ -153,9 +153,9 @@ class PostgresUnitOfWork:
                                                          per_query=per_query)
 
     def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
-                      now: datetime) -> TermPostings:
+                      now: datetime, latest: bool = False) -> TermPostings:
         with self.conn.cursor() as cur:
-            return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now)
+            return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now, latest=latest)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         with self.conn.cursor() as cur:

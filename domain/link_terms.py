@@ -99,7 +99,8 @@ class TermPostings:
     size (capped at :data:`N_CAP`), ``ids[term]`` = up to ``DF_CAP + 1`` ids of notes
     containing it (newest first), ``ingested[id]`` their ingestion time (seconds) and
     ``latest`` the id of the newest note of the scope and kind (the previous turn of
-    the adjacency edge, ``LinkerSettings.adjacent``; ``None`` in an empty scope)."""
+    the adjacency edge, ``LinkerSettings.adjacent``; ``None`` in an empty scope or
+    when not asked for)."""
 
     notes: int
     ids: Mapping[str, Sequence[str]]

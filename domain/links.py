@@ -223,10 +223,15 @@ class Workers:
         return self.linker is not None and self.linker.by == "terms"
 
     @property
+    def adjacent(self) -> bool:
+        """Whether the linker adds the ``follows`` edge (needs the newest note)."""
+        return self.linker is not None and self.linker.adjacent > 0.0
+
+    @property
     def needs_postings(self) -> bool:
         """Whether the write looks up :class:`BatchTerms` (shared terms, or the previous
         note of the adjacency edge)."""
-        return self.by_terms or (self.linker is not None and self.linker.adjacent > 0.0)
+        return self.by_terms or self.adjacent
 
 
 class BatchTerms:
@@ -244,13 +249,13 @@ class BatchTerms:
 
     @classmethod
     def lookup(cls, uow: UnitOfWork, scope: Scope, items: list[tuple[str, str | None]],
-               now: datetime, *, by_terms: bool = True) -> BatchTerms:
+               now: datetime, *, by_terms: bool = True, latest: bool = False) -> BatchTerms:
         """Postings for ``items`` = ``(kind, content)`` of the write: one lookup per kind
-        (``by_terms=False``: no terms, only the kind's size and newest note)."""
+        (``by_terms=False``: no terms; ``latest``: also the kind's newest note)."""
         wanted: dict[str, set[str]] = {}
         for kind, content in items:
             wanted.setdefault(kind, set()).update(link_terms.note_terms(content) if by_terms else ())
-        return cls({kind: uow.term_postings(scope, kind, sorted(terms), now=now)
+        return cls({kind: uow.term_postings(scope, kind, sorted(terms), now=now, latest=latest)
                     for kind, terms in wanted.items()})
 
     def previous(self, kind: str) -> str | None:

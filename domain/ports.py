@@ -165,11 +165,12 @@ class UnitOfWork(Protocol):
         ...
 
     def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
-                      now: datetime) -> TermPostings:
+                      now: datetime, latest: bool = False) -> TermPostings:
         """For the shared-term linker (issue 15): the committed current notes of
         exactly ``scope`` and ``kind`` (counted up to ``link_terms.N_CAP``) and, per
-        term, up to ``link_terms.DF_CAP + 1`` ids of those containing it, newest first.
-        One indexed statement."""
+        term, up to ``link_terms.DF_CAP + 1`` ids of those containing it, newest first;
+        with ``latest`` also the newest such note (``TermPostings.latest``, for the
+        linker's ``follows`` edge). One indexed statement."""
         ...
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:

@@ -203,7 +203,8 @@ class _Writer:
         self.homes: dict[str, Scope] = {}
         """Home scope of each explicit ``supersedes`` target (default: the writer's)."""
         self.terms = (links.BatchTerms.lookup(uow, scope, [(p.item.kind, p.text) for p in prepared.values()], now,
-                                              by_terms=self.workers.by_terms)
+                                              by_terms=self.workers.by_terms,
+                                              latest=self.workers.adjacent)
                       if self.workers is not None and self.workers.needs_postings else None)
 
     def write(self, i: int, item: RememberInput) -> MemoryNote:

@@ -287,28 +287,29 @@ _TERM_POSTINGS = (  # table and column names are constants of this module
     f" AND {_SCOPE_KIND} ORDER BY n.ingested_at DESC, n.note_id LIMIT %(per_term)s) m"
 )
 _SCOPE_SIZE = (f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {TABLE} n WHERE {_SCOPE_KIND}"  # noqa: S608
-               " LIMIT %(cap)s) s) AS n,"
-               f" (SELECT n.note_id FROM {TABLE} n WHERE {_SCOPE_KIND}"
-               " ORDER BY n.ingested_at DESC, n.note_id LIMIT 1) AS latest")
+               " LIMIT %(cap)s) s) AS n")
+_SCOPE_SIZE_LATEST = (_SCOPE_SIZE + f", (SELECT n.note_id FROM {TABLE} n WHERE {_SCOPE_KIND}"  # noqa: S608
+                      " ORDER BY n.ingested_at DESC, n.note_id LIMIT 1) AS latest")
 
 
 def select_term_postings(cur: Cursor[Any], scope: Scope, kind: str, terms: Sequence[str], *,
-                         now: datetime, df_cap: int = DF_CAP) -> TermPostings:
+                         now: datetime, latest: bool = False, df_cap: int = DF_CAP) -> TermPostings:
     """For the shared-term linker: the current notes of exactly ``scope`` and ``kind``
-    (counted up to :data:`~memfabric.domain.link_terms.N_CAP`, and the newest one) and,
+    (counted up to :data:`~memfabric.domain.link_terms.N_CAP`, and with ``latest`` the
+    newest one) and,
     per term of ``terms``, up to ``df_cap + 1`` ids of such notes containing it (newest
     first; GIN on ``link_terms``, one statement for every term; none without terms)."""
     t, r, th = scope.sql()
     params = {"t": t, "r": r, "th": th, "kind": kind, "now": now, "terms": list(terms),
               "per_term": df_cap + 1, "cap": N_CAP}
-    row = cur.execute(_SCOPE_SIZE, params).fetchone()
+    row = cur.execute(_SCOPE_SIZE_LATEST if latest else _SCOPE_SIZE, params).fetchone()
     ids: dict[str, list[str]] = {}
     at: dict[str, float] = {}
     if terms:
         for rec in cur.execute(_TERM_POSTINGS, params).fetchall():
             ids.setdefault(rec["term"], []).append(rec["note_id"])
             at[rec["note_id"]] = float(rec["at"])
-    return TermPostings(int(row["n"]) if row else 0, ids, at, row["latest"] if row else None)
+    return TermPostings(int(row["n"]) if row else 0, ids, at, row["latest"] if row and latest else None)
 
 
 def inferred_key_of(q: NeighbourQuery) -> str | None:

@@ -69,16 +69,21 @@ def bench_embedder(name: str = "hash"):
     return embedder_from_name(name)
 
 
-def rss_mb() -> float:
-    """Current RSS of this process (VmRSS), MB; 0.0 where /proc is missing."""
+def _status_mb(field: str) -> float | None:
+    """``field`` (``VmRSS``, ``VmHWM``) of /proc/self/status in MB; ``None`` without /proc."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return 0.0
+    return None
+
+
+def rss_mb() -> float:
+    """Current RSS of this process (VmRSS), MB; 0.0 where /proc is missing."""
+    return _status_mb("VmRSS") or 0.0
 
 
 # --------------------------------------------------------------------------- data
@@ -195,13 +200,9 @@ def pct(values: list[float], p: float) -> float | None:
 
 def peak_rss_mb() -> float:
     """Peak RSS of *this* process image (VmHWM is reset by exec, unlike ru_maxrss)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
+    peak = _status_mb("VmHWM")
+    if peak is not None:
+        return peak
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
