@@ -22,7 +22,7 @@ import hmac
 import os
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -122,15 +122,24 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
         (``ProjectionEngine.lock_statement``). ``notify``: also ``NOTIFY`` the
         channel (a deferred runner listens; it takes a database-wide lock at commit,
         so writers that project inline do not send it)."""
+        return self.send_insert(cur, stored_events, tenants, notify=notify)()
+
+    def send_insert(self, cur: Cursor[Any], stored_events: Sequence[StoredEvent],
+                    tenants: Sequence[str], *, notify: bool = False) -> Callable[[], list[int]]:
+        """:meth:`insert_on`, sent without waiting (pipeline mode): returns the function
+        that fetches the notification ids."""
         if not stored_events:
-            return []
+            return list
         if notify:
             cur.execute(sql.SQL("NOTIFY {0}").format(sql.Identifier(self.channel_name)))
-        rows = cur.execute(self._insert_sql(), (
+        cur.execute(self._insert_sql(), (
             [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
             [e.topic for e in stored_events], [e.state for e in stored_events], list(tenants)),
-            prepare=True).fetchall()
-        return [int(r["notification_id"] if isinstance(r, dict) else r[0]) for r in rows]
+            prepare=True)
+
+        def fetch() -> list[int]:
+            return [int(r["notification_id"] if isinstance(r, dict) else r[0]) for r in cur.fetchall()]
+        return fetch
 
     def _insert_sql(self) -> bytes:
         if self._insert_statement is None:

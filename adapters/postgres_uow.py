@@ -76,9 +76,13 @@ class PostgresUnitOfWork:
         try:
             conn = stack.enter_context(self._log.datastore.get_connection())
             self._vectors.ensure(conn)
+            # Pipeline mode (issue 24): BEGIN and the scope locks travel with the first
+            # read, the append statements together, the row writes with the COMMIT.
+            stack.enter_context(conn.pipeline())
             stack.enter_context(conn.transaction())
-            for key in sorted({s.key for s in self._scopes}):
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("scope:" + key),))
+            keys = [advisory_key("scope:" + key) for key in sorted({s.key for s in self._scopes})]
+            if keys:
+                conn.execute(_scope_locks(len(keys)), keys, prepare=True)
         except BaseException as exc:
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -224,19 +228,29 @@ class PostgresUnitOfWork:
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
-        with dimension_guard(), conn.cursor() as cur:
+        with dimension_guard(), conn.cursor() as cur, conn.cursor() as pos:
+            # one round trip for lock, keys, append and the tenant's positions (pipeline mode)
             query, params = self._engine.lock_statement(projections, tenant)
             cur.execute(query, params, prepare=True)
             self.keys.flush(cur)
             self.keys.destroy(cur)
             try:
-                ids = self._log.note_recorder.insert_on(cur, stored, [tenant] * len(stored),
-                                                        notify=not self._inline_all)
-            except (IntegrityError, psycopg.errors.UniqueViolation) as exc:  # a version taken meanwhile: only reembed's switch appends unlocked
+                appended = self._log.note_recorder.send_insert(cur, stored, [tenant] * len(stored),
+                                                               notify=not self._inline_all)
+                self._engine.send_positions(pos, projections, tenant)
+                ids = appended()
+            except (IntegrityError, psycopg.errors.UniqueViolation) as exc:  # a version taken meanwhile
                 raise ConflictError(f"a concurrent write appended to the same note first ({exc}); retry") from exc
-            self._engine.apply_inline(cur, notes, ids, projections, tenant)
+            self._engine.apply_inline(cur, notes, ids, projections, tenant,
+                                      positions=self._engine.read_positions(pos))
         self._position = max(ids, default=0)
         self._committed = True
+
+
+def _scope_locks(n: int) -> bytes:
+    """``SELECT pg_advisory_xact_lock($1), ...`` for ``n`` keys (sorted by the caller)."""
+    return sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+        sql.SQL("pg_advisory_xact_lock(%s)") for _ in range(n))).as_bytes(None)
 
 
 def cursor_loader(log: NoteLog) -> Callable[[Cursor[Any], Sequence[UUID]], list[Note]]:

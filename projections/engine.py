@@ -44,6 +44,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, Tracking
 from eventsourcing.postgres import PostgresTrackingRecorder
+import psycopg
 from psycopg import Cursor, sql
 
 from memfabric.domain.errors import ProjectionError
@@ -280,16 +281,19 @@ class ProjectionEngine:
         return query, [*(advisory_key(n) for n in names), tenant_lock_key(tenant)]
 
     def apply_inline(self, cur: Cursor[Any], notes: Iterable[Any], ids: Sequence[int],
-                     projections: Sequence[NoteProjection], tenant: str) -> None:
+                     projections: Sequence[NoteProjection], tenant: str,
+                     positions: dict[str, int] | None = None) -> None:
         """Project ``notes`` (just saved, events got ``ids``, all of tenant ``tenant``)
         in the writer's transaction into ``projections`` (see :meth:`inline`), after
         :meth:`lock_statement`: catch up the tenant's gap first, then apply and record
-        the tenant's positions."""
+        the tenant's positions. ``positions``: the tenant's positions read after the
+        lock (:meth:`send_positions`), else read here."""
         if not ids or not projections:
             return
         notes = list(notes)
         first, last = min(ids), max(ids)
-        positions = self._tenant_positions(cur, projections, tenant)
+        if positions is None:
+            positions = self._tenant_positions(cur, projections, tenant)
         for p in projections:
             pos = positions[p.name]
             if pos < first - 1:
@@ -301,34 +305,50 @@ class ProjectionEngine:
                     tenant: str) -> None:
         """Record ``position`` as tenant ``tenant``'s row of every projection with
         eventsourcing's tracking statements, composed into one statement (one
-        data-modifying CTE per projection: one round trip). Raises ``IntegrityError``
-        when a row was already past ``position`` (eventsourcing's single-row tracking
-        refuses to move back)."""
+        data-modifying CTE per projection) that fails when a row was already past
+        ``position`` (eventsourcing's single-row tracking refuses to move back): a
+        cast of the message ``memfabric: failed to record tracking of <name>`` to
+        ``int``, so nothing has to be fetched (in pipeline mode the failure surfaces
+        at COMMIT and the write rolls back). Raises ``IntegrityError`` when not in
+        pipeline mode."""
         names = tuple(p.name for p in projections)
         query = self._tracking_sql.get(names)
         if query is None:
             query = self._tracking_sql[names] = self._tracking_query(names)
         params = {"application_name": self.tenant_row(tenant), "notification_id": position}
-        row = cur.execute(query, params, prepare=True).fetchone()
-        counts = list(row.values()) if isinstance(row, dict) else list(row or ())
-        for name, count in zip(names, counts, strict=True):
-            if not count:
-                raise IntegrityError(f"failed to record tracking for {name} at {position}")
+        try:
+            cur.execute(query, params, prepare=True)
+        except psycopg.errors.InvalidTextRepresentation as exc:
+            raise IntegrityError(f"failed to record tracking at {position}: {exc}") from exc
 
     def _tracking_query(self, names: Sequence[str]) -> bytes:
-        """``WITH t0 AS (<tracking insert 0>), ... SELECT (SELECT count(*) FROM t0), ...``"""
+        """``WITH t0 AS (<tracking insert 0>), ... SELECT CASE WHEN (SELECT count(*)
+        FROM t0) = 0 THEN ('<message>' || 0)::int END, ...`` (the message is concatenated
+        with the count so the planner cannot fold the cast into a constant error)."""
         ctes = sql.SQL(", ").join(
             sql.SQL("{} AS ({})").format(sql.Identifier(f"t{i}"), self.trackers[n].insert_tracking_statement)
             for i, n in enumerate(names))
-        counts = sql.SQL(", ").join(
-            sql.SQL("(SELECT count(*) FROM {}) AS {}").format(sql.Identifier(f"t{i}"), sql.Identifier(f"c{i}"))
-            for i in range(len(names)))
-        return sql.SQL("WITH {} SELECT {}").format(ctes, counts).as_bytes(None)
+        checks = sql.SQL(", ").join(
+            sql.SQL("CASE WHEN (SELECT count(*) FROM {t}) = 0 THEN ({m} || (SELECT count(*) FROM {t}))::int END"
+                    ).format(t=sql.Identifier(f"t{i}"), m=sql.Literal(f"memfabric: failed to record tracking of {n}: "))
+            for i, n in enumerate(names))
+        return sql.SQL("WITH {} SELECT {}").format(ctes, checks).as_bytes(None)
 
     def _tenant_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection],
                           tenant: str) -> dict[str, int]:
         """Tenant ``tenant``'s position of each projection (``greatest(floor, row)``),
         in one round trip."""
+        self.send_positions(cur, projections, tenant)
+        return self.read_positions(cur)
+
+    @staticmethod
+    def read_positions(cur: Cursor[Any]) -> dict[str, int]:
+        """The result of :meth:`send_positions` on ``cur``."""
+        return {row["name"]: int(row["pos"] or 0) for row in cur.fetchall()}
+
+    def send_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection], tenant: str) -> None:
+        """Send the query of tenant ``tenant``'s positions on ``cur`` (fetched by
+        :meth:`read_positions`; in pipeline mode, without waiting)."""
         names = tuple(p.name for p in projections)
         query = self._positions_sql.get(names)
         if query is None:
@@ -337,9 +357,7 @@ class ProjectionEngine:
                         " WHERE application_name = ANY(%(rows)s))").format(n=sql.Literal(n), t=self._tracking(n))
                 for n in names)
             query = self._positions_sql[names] = reads.as_bytes(None)
-        rows = cur.execute(query, {"rows": [self.application_name, self.tenant_row(tenant)]},
-                           prepare=True).fetchall()
-        return {row["name"]: int(row["pos"] or 0) for row in rows}
+        cur.execute(query, {"rows": [self.application_name, self.tenant_row(tenant)]}, prepare=True)
 
     # --------------------------------------------------------------- catch-up
     def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int,
