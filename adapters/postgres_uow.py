@@ -4,13 +4,14 @@
 variables, no pass-through keyword arguments):
 
 - the pooled connection and its transaction (opened on ``__enter__``);
-- the scopes' write locks (``pg_advisory_xact_lock``, taken in sorted key order so two
-  multi-scope writers cannot deadlock);
+- the projections' shared advisory locks and the scopes' write locks
+  (``pg_advisory_xact_lock``, in sorted key order so two multi-scope writers cannot
+  deadlock), taken first, in one statement, before any read;
 - every read the write decides on: aggregate replays, key reads, the consolidation
   neighbours, paths and the working value — all on this connection;
 - the aggregates to save, their new data keys and the keys to destroy;
-- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock (with shared
-  locks on the projections it applies, ``ProjectionEngine.lock_statement``), seal the
+- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock
+  (``ProjectionEngine.lock_statement``), seal the
   events, insert the keys, delete the shredded keys, append the events (one
   statement), apply the write-side projections (and every projection when projecting
   inline) with the tenant's tracking, then COMMIT. One transaction, one connection: a
@@ -80,9 +81,12 @@ class PostgresUnitOfWork:
             # read, the append statements together, the row writes with the COMMIT.
             stack.enter_context(conn.pipeline())
             stack.enter_context(conn.transaction())
+            projections = self._engine.inline(all_projections=self._inline_all)
             keys = [advisory_key("scope:" + key) for key in sorted({s.key for s in self._scopes})]
-            if keys:
-                conn.execute(_scope_locks(len(keys)), keys, prepare=True)
+            conn.execute(sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+                [*self._engine.shared_locks(projections),
+                 *(sql.SQL("pg_advisory_xact_lock(%s)") for _ in keys), sql.SQL("1")])),
+                [*self._engine.shared_keys(projections), *keys], prepare=True)
         except BaseException as exc:
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -230,7 +234,7 @@ class PostgresUnitOfWork:
         stored = [mapper.to_stored_event(e) for e in self._events]
         with dimension_guard(), conn.cursor() as cur, conn.cursor() as pos:
             # one round trip for lock, keys, append and the tenant's positions (pipeline mode)
-            query, params = self._engine.lock_statement(projections, tenant)
+            query, params = self._engine.lock_statement(tenant)
             cur.execute(query, params, prepare=True)
             self.keys.flush(cur)
             self.keys.destroy(cur)
@@ -245,12 +249,6 @@ class PostgresUnitOfWork:
                                       positions=self._engine.read_positions(pos))
         self._position = max(ids, default=0)
         self._committed = True
-
-
-def _scope_locks(n: int) -> bytes:
-    """``SELECT pg_advisory_xact_lock($1), ...`` for ``n`` keys (sorted by the caller)."""
-    return sql.SQL("SELECT {}").format(sql.SQL(", ").join(
-        sql.SQL("pg_advisory_xact_lock(%s)") for _ in range(n))).as_bytes(None)
 
 
 def cursor_loader(log: NoteLog) -> Callable[[Cursor[Any], Sequence[UUID]], list[Note]]:

@@ -18,7 +18,8 @@ at or below it is applied, for every tenant) and one row per tenant
 position of tenant T is ``greatest(floor, row(T))``.
 
 - Writers project inline (inside the event-insert transaction, under the tenant lock
-  and a *shared* advisory lock per projection): a writer that finds its tenant's
+  and a *shared* advisory lock per projection, taken when the unit of work begins,
+  before any read): a writer that finds its tenant's
   position behind first catches up that tenant's gap in the same transaction, then
   records its tenant row. Write-side projections (``write_side``: what write decisions
   read) are always projected by the writer; the others (the recall index) too unless
@@ -101,7 +102,6 @@ class ProjectionEngine:
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
         self._positions_sql: dict[tuple[str, ...], bytes] = {}
         self._tracking_sql: dict[tuple[str, ...], bytes] = {}
-        self._lock_sql: dict[tuple[str, ...], bytes] = {}
         self.inline_all = True
         """Whether writers apply every projection (``inline_projections``); else the
         projections that are not write-side are deferred to a runner."""
@@ -265,27 +265,33 @@ class ProjectionEngine:
         """The projections a separate runner keeps (not write-side)."""
         return [p for p in self.projections if not p.write_side]
 
-    def lock_statement(self, projections: Sequence[NoteProjection], tenant: str,
-                       ) -> tuple[bytes, list[int]]:
-        """The statement a writer runs before it draws notification ids: a shared
-        advisory lock per projection it applies (engine order; global catch-up and
-        rebuilds take them exclusively), the tenant's exclusive lock (held to COMMIT:
-        the tenant's ids commit in order) and ``pg_current_xact_id()`` (the writer has a
-        transaction id before it draws any id: :meth:`safe_head` relies on it)."""
-        names = tuple(p.name for p in projections)
-        query = self._lock_sql.get(names)
-        if query is None:
-            locks = [sql.SQL("pg_advisory_xact_lock_shared(%s)") for _ in names]
-            query = self._lock_sql[names] = sql.SQL("SELECT {}").format(sql.SQL(", ").join(
-                [*locks, sql.SQL("pg_advisory_xact_lock(%s)"), sql.SQL("pg_current_xact_id()")])).as_bytes(None)
-        return query, [*(advisory_key(n) for n in names), tenant_lock_key(tenant)]
+    def shared_locks(self, projections: Sequence[NoteProjection]) -> list[sql.Composable]:
+        """The shared advisory lock of each projection a writer applies, in engine
+        order, as ``SELECT`` items (one ``%s`` key each, :meth:`shared_keys`). A unit of
+        work takes them first, before any read (with its scope locks), and holds them
+        to COMMIT; global catch-up and rebuild switches take them exclusively, so they
+        wait for in-flight writers and hold new ones back before those read anything:
+        the switch's table locks can then never close a cycle with a writer."""
+        return [sql.SQL("pg_advisory_xact_lock_shared(%s)") for _ in projections]
+
+    @staticmethod
+    def shared_keys(projections: Sequence[NoteProjection]) -> list[int]:
+        """The keys of :meth:`shared_locks`."""
+        return [advisory_key(p.name) for p in projections]
+
+    def lock_statement(self, tenant: str) -> tuple[bytes, list[int]]:
+        """The statement a writer runs before it draws notification ids: the tenant's
+        exclusive lock (held to COMMIT: the tenant's ids commit in order) and
+        ``pg_current_xact_id()`` (the writer has a transaction id before it draws any
+        id: :meth:`safe_head` relies on it)."""
+        return (b"SELECT pg_advisory_xact_lock(%s), pg_current_xact_id()", [tenant_lock_key(tenant)])
 
     def apply_inline(self, cur: Cursor[Any], notes: Iterable[Any], ids: Sequence[int],
                      projections: Sequence[NoteProjection], tenant: str,
                      positions: dict[str, int] | None = None) -> None:
         """Project ``notes`` (just saved, events got ``ids``, all of tenant ``tenant``)
-        in the writer's transaction into ``projections`` (see :meth:`inline`), after
-        :meth:`lock_statement`: catch up the tenant's gap first, then apply and record
+        in the writer's transaction into ``projections`` (see :meth:`inline`), under
+        :meth:`shared_locks` and :meth:`lock_statement`: catch up the tenant's gap first, then apply and record
         the tenant's positions. ``positions``: the tenant's positions read after the
         lock (:meth:`send_positions`), else read here."""
         if not ids or not projections:

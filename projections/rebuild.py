@@ -227,6 +227,40 @@ class Cut:
     prefix: str
 
 
+SWITCH_LOCK_TIMEOUT = "200ms"
+"""How long a blue-green switch waits for each of its locks before it rolls back and
+tries again: below the server's ``deadlock_timeout`` (1 s by default), so a writer
+holding a lock the switch needs (it read the consolidation index, or holds a
+projection's shared lock) never gets a deadlock error: the switch gives way first."""
+
+SWITCH_ATTEMPTS = 50
+"""Switch attempts of a plain blue-green rebuild before it gives up (``FabricError``)."""
+
+
+def _switch_locks(cur: Cursor[Any], selected: Sequence[NoteProjection]) -> bool:
+    """In a switch's transaction: every selected projection's advisory lock
+    (exclusive; writers hold them shared from the first statement of their unit of
+    work, before any read, to COMMIT), then an ACCESS EXCLUSIVE lock on each of their
+    tables (held by no writer then, only by readers outside units of work), each wait
+    bounded by :data:`SWITCH_LOCK_TIMEOUT`; ``False`` when one ran out (the caller
+    rolls back and retries). Fixes the deadlock of a blue-green
+    rebuild of the consolidation index while writers run (round 2's closing note)."""
+    def lock_tables(projections: Sequence[NoteProjection]) -> None:
+        for p in projections:
+            for table in p.tables:
+                cur.execute(sql.SQL("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE").format(t=sql.Identifier(table)))
+
+    cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT)))
+    try:  # writers take the projection locks (shared) first, before any read: so does the switch
+        for p in selected:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+        lock_tables(selected)
+    except psycopg.errors.LockNotAvailable:
+        return False
+    cur.execute("SET LOCAL lock_timeout = 0")
+    return True
+
+
 def _upto(upto: int, cut: Cut | None) -> tuple[sql.Composable, list[Any]]:
     """The ``WHERE`` of the events (aliased ``e``) a replay to ``upto`` reads."""
     if cut is None:
@@ -408,7 +442,8 @@ class ProjectionAdmin:
         started = time.perf_counter()
         with self.connect() as conn, _rebuild_locks(conn, selected):
             if blue_green:
-                report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem)
+                report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
+                                          between=lambda: time.sleep(0.05), attempts=SWITCH_ATTEMPTS)
             else:
                 report = self._in_place(conn, selected, batch, reporter, maintenance_work_mem)
         seconds = time.perf_counter() - started
@@ -488,7 +523,7 @@ class ProjectionAdmin:
                 return events, notes, rows, position, load_s, index_s
             if between is not None and attempt + 1 < attempts:
                 between()
-        raise FabricError(f"blue-green switch refused {attempts} times by its check; the new tables "
+        raise FabricError(f"blue-green switch refused {attempts} times (by its check or busy locks); the new tables "
                           "were kept as *_bg and are rebuilt by the next run")
 
     def _bg_build(
@@ -528,9 +563,9 @@ class ProjectionAdmin:
         with conn.transaction() as tx, conn.cursor() as cur:
             if before_switch is not None and not before_switch(cur):
                 raise psycopg.Rollback(tx)
+            if not _switch_locks(cur, selected):
+                raise psycopg.Rollback(tx)
             position = upto
-            for p in selected:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
             for p in selected:
                 for table in p.tables:
                     new = table + BG_SUFFIX
