@@ -58,7 +58,6 @@ from memfabric.domain.ports import Embedder
 from memfabric.domain.scope import Scope
 from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection
-from memfabric.projections.engine import advisory_key
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.rebuild import ProjectionAdmin, RebuildReport, Reporter
 from memfabric.projections.recall_index import RecallIndexProjection
@@ -306,7 +305,7 @@ class Reembedder:
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT)))
         try:
             for p in self.fabric.engine.projections:  # writers hold these shared from their first statement
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (self.fabric.engine.lock_key(p.name),))
             for table in (tables.CONSOLIDATION_INDEX, tables.RECALL_INDEX):
                 cur.execute(sql.SQL("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE").format(t=sql.Identifier(table)))
             cur.execute(sql.SQL("LOCK TABLE {t} IN EXCLUSIVE MODE").format(t=sql.Identifier(tables.EVENTS)))
