@@ -250,8 +250,7 @@ class Reembedder:
 
     def first_pass(self) -> None:
         """Every note of the note-scope index, in aggregate order."""
-        with self.fabric.store.connection() as conn, conn.cursor() as cur:
-            self.position = self._head(cur)
+        self.position = self.fabric.engine.safe_head()  # ids below are final (tenants append concurrently)
         advance = self.reporter.task(f"reembed → {self.target}", self._count(), "notes")
         after: UUID | None = None
         while refs := self._page(after):
@@ -262,8 +261,7 @@ class Reembedder:
 
     def catch_up_pass(self) -> None:
         """The notes written or folded since the previous pass."""
-        with self.fabric.store.connection() as conn, conn.cursor() as cur:
-            upto = self._head(cur)
+        upto = self.fabric.engine.safe_head()
         refs = self._changed(self.position, upto)
         for start in range(0, len(refs), self.batch):
             self._process(refs[start:start + self.batch])
