@@ -209,12 +209,13 @@ def _rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
     the budget to 50k", "I replaced my laptop with a ThinkPad", "I switched to Emacs as my
     editor"; and "<holder> uses X as/for <poss> <thing>" ("I use Vim as my editor"), the
     same slot stated without a change."""
-    if not _UPDATE_TRIGGER.search(s):
+    has_to, has_as = " to " in s, " as " in s or " for " in s
+    if not (has_to or has_as or " with " in s) or not _UPDATE_TRIGGER.search(s):
         return None
-    m = _UPDATE.match(s)
+    m = _UPDATE.match(s) if has_to or " with " in s else None
     if m and (m.group("verb").lower() == "replaced") == (" with " in s[m.end("np"):m.start("val")]):
         return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, "update_verb", m.group("verb"))
-    m = _SWITCHED_TO_AS.match(s) or _USES_AS.match(s)
+    m = ((_SWITCHED_TO_AS.match(s) if has_to else None) or _USES_AS.match(s)) if has_as else None
     if m:
         return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, "update_verb")
     return None
@@ -240,7 +241,7 @@ def _rule_state(s: str, ctx: Context) -> SubjectKey | None:
     if " am " not in s and " is " not in s and " are " not in s:
         return None
     m = _STATE.match(s)
-    if not m:
+    if not m or m.group("subj").count(" ") > 3:  # a holder is a short noun phrase
         return None
     ent = holder_of(m.group("subj"), ctx)
     if ent is None:
