@@ -186,10 +186,9 @@ def _possessed_slot(np: str, subj: str, ctx: Context) -> tuple[str, str] | None:
     return attribute_np(np, ctx)
 
 
-def _update_slot_key(subj: str, np: str, val: str, ctx: Context, rule: str,
-                     verb: str = "") -> SubjectKey | None:
+def _update_slot_key(subj: str, np: str, val: str, ctx: Context, verb: str = "") -> SubjectKey | None:
     """The key of "<subj> <update verb> <np> to <val>": a modal or hedged head ("I might
-    change my …", "I am thinking of …") or a pronoun value gives none; a verb of motion
+    change my …", "I am thinking of …") or a value that is no value (a pronoun) gives none; a verb of motion
     with a place value moves the thing (sub-attribute ``location``, as the copular rule)."""
     if _MODAL.search(subj):
         return None
@@ -200,7 +199,7 @@ def _update_slot_key(subj: str, np: str, val: str, ctx: Context, rule: str,
     entity, attribute = slot
     if verb.lower() in _MOTION_VERBS and looks_like_place(value) and not attribute.endswith(_PLACE_ATTRS):
         attribute = f"{attribute}/location"
-    return make_key(entity, attribute, value, rule)
+    return make_key(entity, attribute, value, "update_verb")
 
 
 def _rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
@@ -214,10 +213,10 @@ def _rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
         return None
     m = _UPDATE.match(s) if has_to or " with " in s else None
     if m and (m.group("verb").lower() == "replaced") == (" with " in s[m.end("np"):m.start("val")]):
-        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, "update_verb", m.group("verb"))
+        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, m.group("verb"))
     m = ((_SWITCHED_TO_AS.match(s) if has_to else None) or _USES_AS.match(s)) if has_as else None
     if m:
-        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, "update_verb")
+        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
     return None
 
 
