@@ -4,7 +4,7 @@ on the log's pool, and conversation replays."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -81,9 +81,10 @@ class PostgresLedgerStore:
         with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
             return ledger.entry_position(cur, aggregate_id, entry_id)
 
-    def search(self, aggregate_id: UUID, words: Sequence[str]) -> Iterator[list[dict[str, Any]]]:
-        with self.log.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as cur:
-            yield from ledger.search_entries(cur, aggregate_id, words)
+    def search(self, aggregate_id: UUID, terms: Sequence[str],
+               top_k: int) -> tuple[list[dict[str, Any]], int]:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.search_entries(cur, aggregate_id, terms, top_k)
 
     def observation(self, aggregate_id: UUID, observation_id: str) -> dict[str, Any] | None:
         with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
