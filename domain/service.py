@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 
 from memfabric.domain import browse, history, lifecycle, links, policy, ranking, remember, working
+from memfabric.domain import sweep as sweeping
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
 from memfabric.domain.links import EvolutionSettings, LinkerSettings
@@ -34,7 +35,15 @@ from memfabric.domain.inputs import (
     RememberInput,
     Scoring,
 )
-from memfabric.domain.ports import Embedder, ListQuery, NoteFilter, NoteStore, UnitOfWork, UnitOfWorkFactory
+from memfabric.domain.ports import (
+    Embedder,
+    ListQuery,
+    NoteFilter,
+    NoteStore,
+    RetentionStore,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
 from memfabric.domain.results import (
     EraseResult,
     ForgetResult,
@@ -123,6 +132,11 @@ class MemoryService:
         """The evolution worker (issue 15): off by default."""
         self.passive = False
         """``passive``: the write-path workers never run."""
+        self.retention_store: RetentionStore | None = None
+        """Issue 30: the shared retention settings and index (set by the composition root)."""
+        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+        """Issue 30: "now" of retention decisions (the floor check, a sweep without
+        ``now``); tests inject a fake clock."""
 
     def configure_workers(self, *, linker: LinkerSettings, evolution: EvolutionSettings,
                           passive: bool) -> None:
@@ -184,13 +198,30 @@ class MemoryService:
         self.store.await_position(uow.position)
         return view
 
-    def forget(self, scope: Scope, note_id: str, *, hold: bool, requested_by: str) -> ForgetResult:
+    def forget(self, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
+               approval: str | None = None) -> ForgetResult:
         """Tombstone (or hold) one note (see :func:`memfabric.domain.lifecycle.forget`)."""
-        return lifecycle.forget(self, scope, note_id, hold=hold, requested_by=requested_by)
+        return lifecycle.forget(self, scope, note_id, hold=hold, requested_by=requested_by,
+                                approval=approval)
 
-    def forget_block(self, scope: Scope, label: str, *, hold: bool, requested_by: str) -> ForgetResult:
+    def forget_block(self, scope: Scope, label: str, *, hold: bool, requested_by: str,
+                     approval: str | None = None) -> ForgetResult:
         """Tombstone (or hold) a working block."""
-        return lifecycle.forget_block(self, scope, label, hold=hold, requested_by=requested_by)
+        return lifecycle.forget_block(self, scope, label, hold=hold, requested_by=requested_by,
+                                      approval=approval)
+
+    def set_retention(self, scope: Scope, note_id: str, retention: str, *, requested_by: str,
+                      approval: str | None = None) -> MemoryNote:
+        """Move a note to another retention class (see :func:`memfabric.domain.lifecycle.set_retention`)."""
+        return lifecycle.set_retention(self, scope, note_id, retention, requested_by=requested_by,
+                                       approval=approval)
+
+    def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,
+              dry_run: bool = False, batch_size: int = sweeping.BATCH_SIZE,
+              progress: sweeping.Progress | None = None) -> sweeping.SweepResult:
+        """Apply the retention rules at ``now`` (see :func:`memfabric.domain.sweep.sweep`)."""
+        return sweeping.sweep(self, now, tenant=tenant, limit=limit, dry_run=dry_run,
+                              batch_size=batch_size, progress=progress)
 
     def delete_path(self, scope: Scope, path: str, *, hold: bool, requested_by: str) -> PathForgetResult:
         """Tombstone (or hold) the ``file`` notes of a path."""
