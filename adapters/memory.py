@@ -743,8 +743,13 @@ class InMemoryRetentionStore:
     def __init__(self, log: InMemoryEventLog) -> None:
         self.log = log
 
-    def config(self) -> RetentionConfig:
+    def config(self, *, cached: bool = False) -> RetentionConfig:
         return self.log.retention_config
+
+    def classes(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, str]:
+        with self.log.lock:
+            rows = self.log.retention_rows
+            return {a: str(rows[a]["retention"]) for a in aggregate_ids if a in rows}
 
     def record(self, config: RetentionConfig) -> None:
         self.log.retention_config = config

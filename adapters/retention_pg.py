@@ -6,6 +6,8 @@ record ``mf_fabric_embedder``) and the due-note queries of
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -44,6 +46,10 @@ def record_retention(dsn: str, config: RetentionConfig) -> None:
             (json.dumps(config.to_json()),))
 
 
+CONFIG_TTL = 5.0
+"""Seconds a cached copy of the settings serves recall's per-class half-lives."""
+
+
 class PostgresRetentionStore:
     """``RetentionStore`` on PostgreSQL: settings read from the database at every call
     (so a process sees what another recorded), due notes from ``mf_retention``."""
@@ -51,17 +57,27 @@ class PostgresRetentionStore:
     def __init__(self, log: NoteLog, dsn: str) -> None:
         self.log = log
         self.dsn = dsn
+        self._cache: tuple[float, RetentionConfig] | None = None
 
-    def config(self) -> RetentionConfig:
+    def config(self, *, cached: bool = False) -> RetentionConfig:
+        if cached and self._cache is not None and time.monotonic() - self._cache[0] < CONFIG_TTL:
+            return self._cache[1]
         with self.log.datastore.get_connection() as conn:
             exists = conn.execute("SELECT to_regclass(%s) AS t", (tables.FABRIC_RETENTION,)).fetchone()
-            if not exists or exists["t"] is None:
-                return RetentionConfig()
-            row = conn.execute(f"SELECT config FROM {tables.FABRIC_RETENTION}").fetchone()  # noqa: S608
-        return RetentionConfig() if row is None else RetentionConfig.of(row["config"])
+            row = None
+            if exists and exists["t"] is not None:
+                row = conn.execute(f"SELECT config FROM {tables.FABRIC_RETENTION}").fetchone()  # noqa: S608
+        found = RetentionConfig() if row is None else RetentionConfig.of(row["config"])
+        self._cache = (time.monotonic(), found)
+        return found
 
     def record(self, config: RetentionConfig) -> None:
         record_retention(self.dsn, config)
+        self._cache = None
+
+    def classes(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, str]:
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return retention_index.select_classes(cur, aggregate_ids)
 
     def tenants(self, *, after: str | None) -> list[str]:
         with self.log.datastore.get_connection() as conn, conn.cursor() as cur:

@@ -124,9 +124,14 @@ class DueRef:
 class RetentionStore(Protocol):
     """Issue 30: the retention settings every process shares and the retention index."""
 
-    def config(self) -> RetentionConfig:
+    def config(self, *, cached: bool = False) -> RetentionConfig:
         """The recorded :class:`~memfabric.domain.retention.RetentionConfig` (the
-        defaults when none was recorded)."""
+        defaults when none was recorded); ``cached``: a copy read at most
+        ``CONFIG_TTL`` seconds ago will do (recall's half-lives; decisions read fresh)."""
+        ...
+
+    def classes(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """The retention class of each un-forgotten note among ``aggregate_ids``."""
         ...
 
     def record(self, config: RetentionConfig) -> None:

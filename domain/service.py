@@ -13,7 +13,7 @@ Each command lives in a module of its own: :mod:`~memfabric.domain.remember`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import dataclasses
@@ -275,11 +275,25 @@ class MemoryService:
         how = ranking.Ranking(mode=query.mode, as_of=as_of, scoring=scoring, vector_weight=weight,
                               top_k=query.top_k, budget=query.budget,
                               expand=query.top_k if query.expand_links else 0,
-                              min_relevance=query.min_relevance)
+                              min_relevance=query.min_relevance,
+                              half_life_of=self._half_lives(scope, scoring, candidates))
         result = ranking.rank(candidates, how)
         if any(h.supersedes and h.scope != scope for h in result.hits):
             result = dataclasses.replace(result, hits=history.hide_predecessors(self, scope, list(result.hits)))
         return result
+
+    def _half_lives(self, scope: Scope, scoring: Scoring,
+                    candidates: Sequence[Any]) -> dict[Any, timedelta]:
+        """Issue 30: the recency half-life of each candidate whose retention class has one
+        configured for ``scope``'s tenant (none when the query names its own
+        ``half_life``, or nothing is configured: then no lookup is made)."""
+        if self.retention_store is None or "half_life" in scoring.model_fields_set or not candidates:
+            return {}
+        per_class = self.retention_store.config(cached=True).for_tenant(scope.tenant_id).half_life
+        if not per_class:
+            return {}
+        classes = self.retention_store.classes([c.aggregate_id for c in candidates])
+        return {aid: per_class[cls] for aid, cls in classes.items() if cls in per_class}  # type: ignore[index]
 
     def list_query(self, scope: Scope, args: ListInput) -> ListQuery:
         """The store query of ``Notes.list`` / ``Notes.count`` arguments."""

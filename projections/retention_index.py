@@ -12,7 +12,7 @@ pages of :func:`select_due` (one pass over a tenant's rows per sweep).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -131,3 +131,10 @@ def select_tenants(cur: Cursor[Any], *, after: str | None) -> list[str]:
         f" UNION ALL SELECT (SELECT min(tenant_id) FROM {TABLE} WHERE tenant_id > t.v) FROM t"  # noqa: S608
         " WHERE t.v IS NOT NULL) SELECT v FROM t WHERE v IS NOT NULL", {"after": after}).fetchall()
     return [r["v"] for r in rows]
+
+
+def select_classes(cur: Cursor[Any], aggregate_ids: Sequence[UUID]) -> dict[UUID, str]:
+    """The class of each note among ``aggregate_ids`` that has a row (primary key)."""
+    rows = cur.execute(f"SELECT aggregate_id, retention FROM {TABLE} WHERE aggregate_id = ANY(%s)",  # noqa: S608
+                       (list(aggregate_ids),)).fetchall()
+    return {r["aggregate_id"]: r["retention"] for r in rows}

@@ -262,3 +262,16 @@ def test_settings_are_recorded_for_every_process(dsn: str) -> None:
         assert config.for_tenant("x").ephemeral == timedelta(hours=2)
         assert config.for_tenant("acme").operational == timedelta(days=5)
         assert config.for_tenant("x").operational == timedelta(days=90)
+
+
+def test_recency_half_life_per_class(make: Open) -> None:
+    fabric = make(retention={**RETENTION, "half_life": {"ephemeral": "1h"}})
+    notes = fabric.scope("acme")
+    eph = notes.remember(kind="fact", content="weather today in oslo is rainy", retention="ephemeral")
+    dur = notes.remember(kind="fact", content="weather in oslo is often rainy")
+    res = notes.recall("weather oslo rainy", as_of=T0 + timedelta(hours=1))
+    rec = {e.id: e.recency for e in res.explain}
+    assert rec[eph.id] == pytest.approx(0.5, abs=0.01)  # the class's half-life: 1 h
+    assert rec[dur.id] > 0.99  # the query's default: 30 days
+    own = notes.recall("weather oslo rainy", as_of=T0 + timedelta(hours=1), scoring={"half_life": timedelta(hours=2)})
+    assert {e.id: e.recency for e in own.explain}[eph.id] == pytest.approx(2 ** -0.5, abs=0.01)
