@@ -424,7 +424,8 @@ class Notes:
         reference recorded in the event (``RetentionError`` otherwise). Raises
         ``pydantic.ValidationError`` for a bad id, class or reference,
         ``NoteNotFoundError``, ``NoteForgottenError``; nothing is written then."""
-        args = RetentionArgs(id=id, retention=retention, approval=approval, requested_by=requested_by)
+        args = RetentionArgs.model_validate({"id": id, "retention": retention, "approval": approval,
+                                             "requested_by": requested_by})
         return self._service.set_retention(self.scope, args.id, args.retention,
                                            requested_by=args.requested_by or self.actor,
                                            approval=args.approval)

@@ -293,7 +293,7 @@ class MemoryService:
         if not per_class:
             return {}
         classes = self.retention_store.classes([c.aggregate_id for c in candidates])
-        return {aid: per_class[cls] for aid, cls in classes.items() if cls in per_class}  # type: ignore[index]
+        return {aid: per_class[cls] for aid, cls in classes.items() if cls in per_class}
 
     def list_query(self, scope: Scope, args: ListInput) -> ListQuery:
         """The store query of ``Notes.list`` / ``Notes.count`` arguments."""
