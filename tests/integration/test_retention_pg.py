@@ -112,3 +112,12 @@ def test_raw_dump_after_a_retention_erasure_holds_none_of_the_content(dsn: str) 
         assert not fetch(dsn, "SELECT 1 FROM mf_note_keys WHERE originator_id = %s",
                          (note_uuid(notes.scope, n.id),))
         assert [h.type for h in notes.history(n.id)] == ["Remembered", "Expired", "Forgotten"]
+
+
+def test_the_demo_shows_one_sweep(dsn: str) -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from memfabric.adapters.demo import run_demo  # noqa: PLC0415
+    summary = run_demo(Console(quiet=True), dsn=dsn)["retention"]
+    expected = {"expired": 1, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0}
+    assert summary == {"dry": expected, "totals": expected, "again": 0}
