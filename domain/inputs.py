@@ -165,7 +165,9 @@ class RememberInput(_Input):
     - ``consent``: :class:`Consent`.
     - ``retention``: ``ephemeral | operational | durable | regulated`` (issue 30;
       default: the kind's, :func:`memfabric.domain.retention.default_class`); a fold
-      keeps the note's class (change it with ``Notes.set_retention``).
+      naming another class moves the note there (a ``RetentionChanged`` event, under
+      the rules of ``Notes.set_retention``: ``RetentionError`` for a regulated note into
+      a longer class), one that names none keeps the note's class.
     """
 
     kind: Kind

@@ -307,6 +307,8 @@ class _Writer:
             t_ref=item.t_ref, valid_from=item.valid_from, valid_to=item.valid_to, cause="fold",
             decision=why,
         )
+        if item.retention is not None:  # issue 30: a repeat naming another class changes it
+            old.change_retention(retention=item.retention, requested_by="caller", cause="fold")
         self._track(old, p)
         return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why))
 

@@ -180,3 +180,8 @@ def test_sweep_dry_run_then_sweep_json_and_table(dsn: str) -> None:
     assert table.exit_code == 0 and "ephemeral" in table.stdout and "0 notes changed" in table.stdout
     bad = run(dsn, "sweep", "--now", "2026-01-01T00:00:00")
     assert bad.exit_code == 2 and "time zone" in bad.stderr
+    log = run(dsn, "log", "--json")  # the sweep's progress events decode like any other
+    assert log.exit_code == 0, log.stderr
+    assert "Sweep.BatchSwept" in log.stdout and "Note.Expired" in log.stdout
+    audit = run(dsn, "audit", "verify")
+    assert audit.exit_code == 0, audit.stdout + audit.stderr

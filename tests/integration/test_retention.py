@@ -275,3 +275,19 @@ def test_recency_half_life_per_class(make: Open) -> None:
     assert rec[dur.id] > 0.99  # the query's default: 30 days
     own = notes.recall("weather oslo rainy", as_of=T0 + timedelta(hours=1), scoring={"half_life": timedelta(hours=2)})
     assert {e.id: e.recency for e in own.explain}[eph.id] == pytest.approx(2 ** -0.5, abs=0.01)
+
+
+def test_a_fold_naming_another_class_records_the_change(make: Open) -> None:
+    fabric = make(retention=RETENTION)
+    notes = fabric.scope("acme")
+    first = notes.remember(kind="fact", content="the wifi password is on the fridge")
+    again = notes.remember(kind="fact", content="the wifi password is on the fridge", retention="ephemeral")
+    assert again.outcome == "folded" and again.id == first.id and again.retention == "ephemeral"
+    change = notes.history(first.id)[-1]
+    assert change.type == "RetentionChanged" and change.fields["cause"] == "fold"
+    same = notes.remember(kind="fact", content="the wifi password is on the fridge")
+    assert same.retention == "ephemeral" and notes.history(first.id)[-1].type == "Folded"
+    reg = notes.remember(kind="fact", content="passport number of gina", retention="regulated")
+    with pytest.raises(RetentionError):
+        notes.remember(kind="fact", content="passport number of gina", retention="durable")
+    assert [h.type for h in notes.history(reg.id)] == ["Remembered"]  # nothing written
