@@ -16,7 +16,8 @@ How it runs:
   (id: the tenant filter and ``now``) committed in the batch's own transaction, so a
   sweep killed at any point resumes at the next call with the same ``now`` where its
   last committed batch stopped, and its totals are exact; once complete, a call with
-  the same ``now`` returns the recorded totals and changes nothing.
+  the same ``now`` returns the recorded totals and changes nothing. A sweep that finds
+  nothing due writes nothing at all.
 """
 
 from __future__ import annotations
@@ -185,8 +186,8 @@ def sweep(svc: MemoryService, now: datetime | None = None, *, tenant: str | None
             return _result(run, complete=True)
     cursor = run.record.cursor if run.record is not None else None
     complete = _walk(run, cursor, limit)
-    if complete and not dry_run:
-        _finish(run)
+    if complete and not dry_run and run.record is not None:
+        _finish(run)  # a sweep that found nothing due writes nothing
     return _result(run, complete=complete)
 
 
@@ -287,9 +288,10 @@ def _add_record(uow: UnitOfWork, record: Sweep) -> None:
 
 
 def _finish(run: _Run) -> None:
-    """Record that the sweep is complete (a sweep that found nothing records it too)."""
+    """Record that the sweep is complete."""
     with run.svc.unit_of_work([]) as uow:
-        record = run.record or Sweep.start(run.tenant_id, run.now)
+        record = run.record
+        assert record is not None
         record.finish()
         _add_record(uow, record)
         uow.commit()
