@@ -113,10 +113,13 @@ def select_due(cur: Cursor[Any], tenant_id: str, windows: rules.Windows, now: da
     ``aggregate_id`` order after ``after`` (keyset paging)."""
     where, params = due_sql(windows, now)
     params |= {"t": tenant_id, "after": after, "k": limit}
+    # the keyset bound stays a plain range condition (no ``IS NULL OR``), so each page
+    # starts in the (tenant_id, aggregate_id) btree where the last one stopped
+    start = "" if after is None else " AND aggregate_id > %(after)s"
     rows = cur.execute(
         f"SELECT aggregate_id, tenant_id, resource_id, thread_id, note_id, visibility FROM {TABLE}"  # noqa: S608
-        f" WHERE tenant_id = %(t)s AND (%(after)s::uuid IS NULL OR aggregate_id > %(after)s::uuid)"
-        f" AND {where} ORDER BY aggregate_id LIMIT %(k)s", params).fetchall()
+        f" WHERE tenant_id = %(t)s{start} AND {where} ORDER BY tenant_id, aggregate_id LIMIT %(k)s",
+        params).fetchall()
     return [DueRef(aggregate_id=r["aggregate_id"],
                    scope=Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
                                thread_id=r["thread_id"] or None),
