@@ -36,6 +36,7 @@ from memfabric.domain.errors import SettingsError
 from memfabric.domain.lifecycle import KEY_FAULT, load_for_erasure, tombstone
 from memfabric.domain.note import Note
 from memfabric.domain.ports import DueRef, UnitOfWork
+from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import write_locks
 
 if TYPE_CHECKING:
@@ -168,7 +169,10 @@ def sweep(svc: MemoryService, now: datetime | None = None, *, tenant: str | None
     notes of ``tenant`` (``None``: every tenant), examining at most ``limit`` due notes
     in this call (``None``: all), ``batch_size`` (1-10000) per unit of work. See the
     module doc; returns :class:`SweepResult`. Raises ``SettingsError`` for a naive
-    ``now``, a ``limit`` below 1 or a bad ``batch_size``."""
+    ``now``, a ``limit`` below 1 or a bad ``batch_size``, ``pydantic.ValidationError``
+    for a malformed tenant id; nothing is written then."""
+    if tenant is not None:
+        Scope(tenant_id=tenant)  # the tenant id rules (ValidationError)
     now = svc.clock() if now is None else now
     if now.tzinfo is None:
         raise SettingsError("now: give a timezone-aware datetime")

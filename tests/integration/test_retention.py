@@ -299,3 +299,16 @@ def test_a_fold_naming_another_class_records_the_change(make: Open) -> None:
     with pytest.raises(RetentionError):
         notes.remember(kind="fact", content="passport number of gina", retention="durable")
     assert [h.type for h in notes.history(reg.id)] == ["Remembered"]  # nothing written
+
+
+def test_sweep_arguments_are_checked(make: Open) -> None:
+    from memfabric.domain.errors import SettingsError  # noqa: PLC0415
+    fabric = make(retention=RETENTION)
+    with pytest.raises(SettingsError, match="timezone"):
+        fabric.sweep(datetime(2030, 1, 1))
+    with pytest.raises(SettingsError, match="limit"):
+        fabric.sweep(at(1), limit=0)
+    with pytest.raises(SettingsError, match="batch_size"):
+        fabric.sweep(at(1), batch_size=0)
+    with pytest.raises(ValidationError):
+        fabric.sweep(at(1), tenant="bad tenant!")
