@@ -241,7 +241,7 @@ def test_expired_notes_never_fold_supersede_expand_or_stay_in_working_value(make
         notes.remember(kind="fact", content="the meeting room moved to floor four", supersedes=old.id)
     hits = notes.recall("quarterly planning summary", as_of=at(41), expand_links=True).hits
     assert hub.id in [h.id for h in hits] and old.id not in [h.id for h in hits]
-    past = notes.recall("meeting room floor three", as_of=at(0) + timedelta(minutes=1)).hits
+    past = notes.recall("meeting room floor three", as_of=old.ingested_at + timedelta(minutes=1)).hits
     assert old.id in [h.id for h in past]  # as_of before the expiry still reads it
     assert [h.type for h in notes.history(old.id)][-1] == "Expired"
     notes.remember(kind="working", block="plan", content="step two")  # a rewrite revives it
@@ -277,11 +277,12 @@ def test_recency_half_life_per_class(make: Open) -> None:
     notes = fabric.scope("acme")
     eph = notes.remember(kind="fact", content="weather today in oslo is rainy", retention="ephemeral")
     dur = notes.remember(kind="fact", content="weather in oslo is often rainy")
-    res = notes.recall("weather oslo rainy", as_of=T0 + timedelta(hours=1))
+    hour = eph.ingested_at + timedelta(hours=1)  # not T0: the module may be imported long before
+    res = notes.recall("weather oslo rainy", as_of=hour)
     rec = {e.id: e.recency for e in res.explain}
     assert rec[eph.id] == pytest.approx(0.5, abs=0.01)  # the class's half-life: 1 h
     assert rec[dur.id] > 0.99  # the query's default: 30 days
-    own = notes.recall("weather oslo rainy", as_of=T0 + timedelta(hours=1), scoring={"half_life": timedelta(hours=2)})
+    own = notes.recall("weather oslo rainy", as_of=hour, scoring={"half_life": timedelta(hours=2)})
     assert {e.id: e.recency for e in own.explain}[eph.id] == pytest.approx(2 ** -0.5, abs=0.01)
 
 
