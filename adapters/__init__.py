@@ -32,6 +32,8 @@ from memfabric.domain.errors import (
     ProjectionError,
     ProjectionLagError,
     ReadOnlyError,
+    RetentionError,
+    RetentionFloorError,
     ScopeError,
     SettingsError,
     SupersessionError,
@@ -57,7 +59,9 @@ from memfabric.domain.results import (
     RepointResult,
 )
 from memfabric.domain.links import EvolutionSettings, LinkError, LinkerSettings, LinkScopeError
+from memfabric.domain.retention import RetentionConfig
 from memfabric.domain.scope import Scope
+from memfabric.domain.sweep import SweepResult
 from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, LedgerSession, Page, SearchHit, SearchResult
 from memfabric.domain.ledger import LedgerAbortedError, LedgerError, NoLedgerError
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
@@ -78,4 +82,6 @@ __all__ = [
     # issue 14: the conversation ledger
     "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerSession", "LedgerError", "NoLedgerError",
     "Page", "SearchHit", "SearchResult",
+    # issue 30: retention
+    "RetentionConfig", "RetentionError", "RetentionFloorError", "SweepResult",
 ]

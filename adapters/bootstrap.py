@@ -9,6 +9,7 @@ import json
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
@@ -17,6 +18,7 @@ from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
+from memfabric.adapters.retention_pg import PostgresRetentionStore
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -24,6 +26,8 @@ from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_set
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Embedder
 from memfabric.domain.results import EraseResult
+from memfabric.domain.retention import RetentionConfig
+from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 from memfabric.projections import tables
@@ -33,6 +37,7 @@ from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
+from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
@@ -117,6 +122,7 @@ class Fabric:
     def erase_scope(
         self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,
         hold: bool = False, *, requested_by: str = "operator", batch_size: int = 100,
+        approval: str | None = None,
     ) -> EraseResult:
         """Tombstone every un-forgotten note of a scope prefix and return exact counts.
 
@@ -132,14 +138,18 @@ class Fabric:
         Other tenants, resources and threads are never touched. Projections are caught
         up first, so the erasure also covers notes a separate runner has not projected yet.
 
+        Issue 30: regulated notes before their floor are kept (``floor_kept``) unless
+        ``approval`` names the legal erasure's approval reference (recorded in each
+        tombstone).
+
         Returns :class:`~memfabric.domain.results.EraseResult`. Raises
         ``pydantic.ValidationError`` (naming the field) for a bad id, ``hold``,
-        ``requested_by`` or ``batch_size``; nothing is written then.
+        ``requested_by``, ``batch_size`` or ``approval``; nothing is written then.
         """
         self._writable("erase_scope")
         args = EraseScopeInput(
             tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
-            requested_by=requested_by, batch_size=batch_size,
+            requested_by=requested_by, batch_size=batch_size, approval=approval,
         )
         self.engine.catch_up()
         result = self.service.erase_scope(args)
@@ -155,6 +165,23 @@ class Fabric:
         threads (``Erased`` tombstone, key destroyed). Returns how many were erased."""
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
         return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
+
+    def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,
+              dry_run: bool = False, batch_size: int = BATCH_SIZE,
+              progress: Progress | None = None) -> SweepResult:
+        """Issue 30: apply the retention rules at ``now`` (timezone-aware; default: now,
+        UTC) to the notes of ``tenant`` (``None``: every tenant), at most ``limit`` due
+        notes this call; batched (``batch_size`` per unit of work, no lock across
+        batches), resumable (a killed sweep continues at the next call with the same
+        ``now``), idempotent (a completed sweep called again with its ``now`` changes
+        nothing). ``progress(n)`` is called after each batch. Returns
+        :class:`~memfabric.domain.sweep.SweepResult` with exact counts per class and
+        outcome; see ``docs/retention.md``. Projections are caught up first."""
+        if not dry_run:
+            self._writable("sweep")
+            self.engine.catch_up()
+        return self.service.sweep(now, tenant=tenant, limit=limit, dry_run=dry_run,
+                                  batch_size=batch_size, progress=progress)
 
     def reembed(self, embedder: Embedder | str, *, batch: int = 256, reporter: Any = None,
                 attempts: int = 20) -> ReembedReport:
@@ -244,6 +271,7 @@ def open_fabric(
     passive: StrictBool = False,
     read_only: StrictBool = False,
     lock_timeout: Annotated[float, Field(gt=0, le=3600)] = LOCK_TIMEOUT,
+    retention: RetentionConfig | dict[str, Any] | None = None,
 ) -> Fabric:
     """Open a fabric.
 
@@ -291,11 +319,20 @@ def open_fabric(
       ``erase_scope``, ``catch_up`` ...) raises ``ReadOnlyError`` and nothing is written.
       Projections are read as they are (possibly behind the log head).
 
+    - ``retention`` (issue 30, :mod:`memfabric.domain.retention`): the class windows,
+      e.g. ``{"operational": "90d", "regulated": {"floor": "7y", "ceiling": "10y"},
+      "tenants": {"acme": {"ephemeral": "2h"}}}``; recorded in the database
+      (``mf_fabric_retention``, replacing the recorded settings) so every process's
+      sweep and floor check use the same values. Omitted: the recorded settings (or the
+      defaults: ephemeral 1d, operational 90d, durable and regulated never). Ignored
+      with ``read_only``.
+
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
     """
     # settings first: a bad one raises before any server, table or record is made
     workers = worker_settings(linker, evolution, passive)
+    retention_config = None if retention is None else RetentionConfig.of(retention)
     consolidation = Consolidation.of(consolidate)
     limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     dsn, embedded = resolve_dsn(dsn, data_dir)
@@ -319,7 +356,7 @@ def open_fabric(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
-                 LinkGraphProjection(), LedgerProjection()],
+                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection()],
                 cursor_loader(log),
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
@@ -353,6 +390,9 @@ def open_fabric(
             )
             service.configure_workers(**workers)
             service.ledger_store = PostgresLedgerStore(log)  # issue 14: the conversation ledger
+            service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
+            if retention_config is not None and not read_only:
+                service.retention_store.record(retention_config)
             if catch_up and not read_only:
                 engine.catch_up()
             fabric = Fabric(service, log, store, engine, dsn, embedded)

@@ -7,10 +7,11 @@
 - ``export --out FILE.jsonl``: the whole log or one tenant, streaming
 - ``audit verify | checkpoint``: the tamper-evidence chain
 - ``roles sql``: the SQL of the owner/admin, writer and read-only auditor roles (docs/roles.md)
-- ``get | history | forget | hold | list | erase-scope``: one note's state and events,
+- ``get | history | forget | hold | list | erase-scope | sweep``: one note's state and events,
   tombstones and legal hold, a scope's notes, erasure of a scope prefix. A note can be
   given by id alone when a single scope has a note of that id (found from the log, as
   ``log --note`` does); otherwise ``--tenant`` (and ``--resource``/``--thread``) narrow it.
+  ``sweep`` applies the retention rules (issue 30, ``docs/retention.md``).
 
 With ``--json`` every command prints JSON, and an error is one JSON object on stderr,
 ``{"error": "<message>", "type": "<class>"}``. ``--dsn`` and ``--data-dir`` together are
@@ -123,6 +124,7 @@ def register(app: typer.Typer) -> None:
     app.command("hold")(hold_command)
     app.command("list")(list_command)
     app.command("erase-scope")(erase_scope_command)
+    app.command("sweep")(sweep_command)
     app.command("reembed")(reembed_command)
 
 
@@ -941,3 +943,65 @@ def erase_scope_command(
     else:
         console.print(f"erased {res.deleted}, held {res.held}, already held {res.already_held}, "
                       f"remaining {res.remaining}")
+
+
+def _sweep_table(res: Any) -> Table:
+    table = Table(box=box.SIMPLE, title=f"sweep at {res.now.isoformat()}")
+    table.add_column("class")
+    for outcome in res.totals:
+        table.add_column(outcome.replace("_", " "), justify="right")
+    for cls, outcomes in res.counts.items():
+        table.add_row(cls, *(str(n) for n in outcomes.values()))
+    table.add_row("total", *(str(n) for n in res.totals.values()), style="bold")
+    return table
+
+
+@contextmanager
+def _sweep_progress(quiet: bool) -> Iterator[Callable[[int], None]]:
+    """A running count of the notes examined, on stderr when it is a terminal."""
+    if quiet or not err.is_terminal:
+        yield lambda n: None
+        return
+    with Progress(TextColumn("[bold]sweep"), TextColumn("{task.completed} notes examined"),
+                  console=err) as progress:
+        task = progress.add_task("sweep", total=None)
+        yield lambda n: progress.update(task, advance=n)
+
+
+def sweep_command(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what a sweep would do; write nothing.")] = False,
+    now: Annotated[str | None, typer.Option(
+        "--now", metavar="ISO", help="Sweep as of this time (ISO 8601 with a zone; default: now).")] = None,
+    tenant: TenantFilterOpt = None,
+    limit: Annotated[int | None, typer.Option(metavar="N", min=1, help="Examine at most N due notes.")] = None,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", metavar="N", min=1, max=10000, help="Notes per transaction.")] = 200,
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply the retention rules (issue 30, docs/retention.md): expire and forget the notes
+    whose windows closed, print exact counts per class and outcome.
+
+    Batched and resumable: run it again with the same --now after an interruption."""
+    from datetime import datetime  # noqa: PLC0415
+    _check_filters(None, tenant, as_json)
+    try:
+        at = datetime.fromisoformat(now) if now is not None else None
+    except ValueError:
+        _fail(f"now: {now!r} is not an ISO 8601 time", as_json=as_json)
+    if at is not None and at.tzinfo is None:
+        _fail("now: give a time zone (e.g. 2026-01-01T00:00:00+00:00)", as_json=as_json)
+    try:
+        with notes_fabric(dsn, data_dir) as fabric, _sweep_progress(as_json) as advance:
+            res = fabric.sweep(at, tenant=tenant, limit=limit, dry_run=dry_run, batch_size=batch_size,
+                               progress=advance)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json(res.as_dict())
+        return
+    console.print(_sweep_table(res))
+    state = "complete" if res.complete else "stopped at --limit (run again with the same --now)"
+    console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed, {res.batches} batches, "
+                  f"{state}{', resumed' if res.resumed else ''}")

@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from memfabric.domain.retention import RetentionClass
 from memfabric.domain.scope import ScopeId
 
 Kind = Literal["fact", "procedure", "file", "working", "episode"]
@@ -162,6 +163,11 @@ class RememberInput(_Input):
       supersede by subject equality instead of by similarity.
     - ``importance``: in [0, 1] (default 0.5 when omitted).
     - ``consent``: :class:`Consent`.
+    - ``retention``: ``ephemeral | operational | durable | regulated`` (issue 30;
+      default: the kind's, :func:`memfabric.domain.retention.default_class`); a fold
+      naming another class moves the note there (a ``RetentionChanged`` event, under
+      the rules of ``Notes.set_retention``: ``RetentionError`` for a regulated note into
+      a longer class), one that names none keeps the note's class.
     """
 
     kind: Kind
@@ -181,6 +187,7 @@ class RememberInput(_Input):
     subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     importance: Unit | None = None
     consent: Consent | None = None
+    retention: RetentionClass | None = None
 
     @field_validator("content", "context")
     @classmethod
@@ -410,6 +417,9 @@ class EraseScopeInput(_Args):
     hold: StrictBool = False
     requested_by: Requester = "operator"
     batch_size: Annotated[int, Field(ge=1, le=1000)] = 100
+    approval: Requester | None = None
+    """Issue 30: a legal erasure's approval reference (erases regulated notes before
+    their floor; recorded in the tombstones)."""
 
 
 class ForgetArgs(_Args):
@@ -420,12 +430,23 @@ class ForgetArgs(_Args):
     block: BlockLabel | None = None
     hold: StrictBool = False
     requested_by: Requester | None = None
+    approval: Requester | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ForgetArgs:
         if (self.id is None) == (self.block is None):
             raise ValueError("id: give exactly one of id= or block=")
         return self
+
+
+class RetentionArgs(_Args):
+    """Arguments of ``Notes.set_retention``: ``id`` (12 hex), ``retention`` (a class),
+    ``approval`` and ``requested_by`` (1-200 characters or ``None``)."""
+
+    id: NoteId
+    retention: RetentionClass
+    approval: Requester | None = None
+    requested_by: Requester | None = None
 
 
 class NoteRefArgs(_Args):

@@ -11,18 +11,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from memfabric.domain import retention
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 
 Outcome = Literal[
     "inserted", "folded", "superseding", "preceding", "replaced", "appended", "recalled", "read",
-    "linked", "unlinked", "listed", "released",
+    "linked", "unlinked", "listed", "released", "retained",
 ]
 """What a call did to or with a note: ``remember`` gives ``inserted``, ``folded``,
 ``superseding`` or ``preceding`` (working blocks ``inserted``, ``replaced`` or
 ``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``; ``link``/``unlink`` give
 ``linked``/``unlinked`` (the source note); ``list`` gives ``listed``; ``release_hold`` gives
-``released``."""
+``released``; ``set_retention`` gives ``retained``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,10 @@ class MemoryNote:
     held: bool = False
     outcome: Outcome = "inserted"
     forgotten_at: datetime | None = None
+    retention: str = "durable"
+    """Issue 30: the retention class (:mod:`memfabric.domain.retention`)."""
+    expired_at: datetime | None = None
+    """Issue 30: when a sweep expired the note (``None``: not expired)."""
     decision: dict[str, Any] | None = None
     """Why this write folded or superseded (``basis``: ``exact_repeat``, ``path``,
     ``explicit_subject``, ``inferred_subject`` with ``subject_key``/``old_value``/
@@ -231,6 +236,9 @@ class EraseResult:
     failed: tuple[str, ...] = ()
     conversations: int = 0
     """Issue 14: conversation ledgers of the prefix's threads erased (crypto-shredded)."""
+    floor_kept: int = 0
+    """Issue 30: regulated notes kept because their floor has not passed (no approval
+    reference given); counted in ``remaining``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,5 +296,7 @@ def note_view(note: Note, outcome: Outcome = "inserted", *,
         held=note.held,
         outcome=outcome,
         forgotten_at=note.forgotten_at,
+        retention=retention.class_of(note),
+        expired_at=retention.expired_at(note),
         decision=decision if decision is not None else getattr(note, "decision", None),
     )

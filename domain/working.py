@@ -74,8 +74,9 @@ def check_block_note(note: Note | None, label: str) -> None:
 
 def block_entry(note: Note) -> BlockEntry | None:
     """The working-value entry of a working note, or ``None`` when it has none
-    (not a working note, forgotten, held or empty)."""
-    if note.kind != "working" or not note.live or note.content is None or note.block is None:
+    (not a working note, forgotten, held, expired (issue 30) or empty)."""
+    if (note.kind != "working" or not note.live or note.content is None or note.block is None
+            or getattr(note, "expired_at", None) is not None):
         return None
     changed = note.updated_at or note.created_on
     return BlockEntry(

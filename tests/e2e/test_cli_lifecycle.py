@@ -160,3 +160,28 @@ def test_read_commands_never_create_a_database_in_a_mistyped_data_dir(command: t
     err = json.loads(res.stderr.strip())
     assert err["type"] == "FabricError" and str(typo) in err["error"] and "no database" in err["error"]
     assert not (tmp_path / "no").exists()
+
+
+def test_sweep_dry_run_then_sweep_json_and_table(dsn: str) -> None:
+    from datetime import datetime, timedelta, timezone  # noqa: PLC0415
+    from memfabric.adapters import open_fabric  # noqa: PLC0415
+    with open_fabric(dsn, retention={"ephemeral": "1h"}) as fabric:
+        notes = fabric.scope("acme", "u1")
+        gone = notes.remember(kind="fact", content="a note that will not last", retention="ephemeral")
+        notes.remember(kind="fact", content="a note that stays")
+    now = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
+    dry = ok_json(dsn, "sweep", "--dry-run", "--now", now)
+    assert dry["dry_run"] and dry["counts"]["ephemeral"]["forgotten"] == 1 and dry["changed"] == 0
+    assert not ok_json(dsn, "get", gone.id)["forgotten"]
+    out = ok_json(dsn, "sweep", "--now", now)
+    assert out["totals"] == {"expired": 0, "forgotten": 1, "skipped_held": 0, "skipped_floor": 0}
+    assert out["complete"] and out["changed"] == 1 and ok_json(dsn, "get", gone.id)["forgotten"]
+    table = run(dsn, "sweep", "--now", now)
+    assert table.exit_code == 0 and "ephemeral" in table.stdout and "0 notes changed" in table.stdout
+    bad = run(dsn, "sweep", "--now", "2026-01-01T00:00:00")
+    assert bad.exit_code == 2 and "time zone" in bad.stderr
+    log = run(dsn, "log", "--json")  # the sweep's progress events decode like any other
+    assert log.exit_code == 0, log.stderr
+    assert "Sweep.BatchSwept" in log.stdout and "Note.Expired" in log.stdout
+    audit = run(dsn, "audit", "verify")
+    assert audit.exit_code == 0, audit.stdout + audit.stderr
