@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
+from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
@@ -86,6 +87,7 @@ def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool =
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
         "CREATE_TABLE": "no" if read_only else "yes",
         "MEMFABRIC_READ_ONLY": "yes" if read_only else "no",
+        CONNINFO_ENV: dsn,  # the pool connects with the whole DSN (adapters/conninfo.py)
     }
 
 

@@ -34,6 +34,7 @@ from eventsourcing.persistence import DataError as EventsourcingDataError
 from eventsourcing.persistence import StoredEvent, Transcoder
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
+from memfabric.adapters.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
@@ -144,6 +145,7 @@ class PostgresFactory(_EventsourcingPostgresFactory):
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
+        use_whole_dsn(self.datastore, self.env.get(CONNINFO_ENV))  # issue 28: every DSN parameter
         self.keys = KeyStore(self.datastore)
 
     def mapper(self, transcoder: Transcoder | None = None, mapper_class: Any = None) -> SealingMapper:  # type: ignore[override]
