@@ -76,3 +76,58 @@ def test_dsn_role_option_reaches_the_event_pool(dsn: str) -> None:
             conn.execute("REASSIGN OWNED BY mf_round3_admin TO CURRENT_USER")
             conn.execute("DROP OWNED BY mf_round3_admin")
             conn.execute("DROP ROLE mf_round3_admin")
+
+
+# --- defect 4: a value belongs to the key of the note it came from ------------------
+
+def test_forgetting_the_successor_erases_its_value_from_the_predecessor(fabric: Any) -> None:
+    """Defect 4: after ``forget(new)`` the older note's ``Superseded`` event (history,
+    lineage, the decoded log) no longer carries the newer note's value."""
+    notes = fabric.scope("acme", "user-1")
+    old = notes.remember(kind="fact", content="Bob works at Initech")
+    new = notes.remember(kind="fact", content="Bob now works at Umbrella Pharma")
+    assert new.supersedes == old.id
+    notes.forget(id=new.id)
+    texts = [repr(e.fields) for e in notes.history(old.id)]
+    assert any("Superseded" == e.type for e in notes.history(old.id))
+    assert not [t for t in texts if "umbrella" in t.lower()], texts
+    assert "umbrella" not in repr(notes.lineage(old.id)).lower()
+    home = notes.get(old.id).scope
+    from memfabric.domain.note import note_uuid  # noqa: PLC0415
+    decoded = [fabric.log.sealing_mapper.decode_state(s)[0]
+               for s in fabric.log.note_recorder.select_events(note_uuid(home, old.id))]
+    assert decoded and "umbrella" not in repr(decoded).lower(), decoded
+
+
+# --- defect 5: history names only notes its reader sees -----------------------------
+
+class _Session:
+    id = "s-round3"
+
+    def entries(self) -> list[object]:
+        return []
+
+
+def test_history_hides_ids_the_reader_cannot_see(dsn: str) -> None:
+    """Defect 5: a tenant-visible note's ``Contributed`` (evolution) named the
+    thread-only notes it patched; read from another user's scope (``history``, the
+    ``memory_history`` tool, ``lineage``) no id of such a note appears."""
+    with open_fabric(dsn, consolidate=False,
+                     evolution={"enabled": True, "max_patches": 8, "floor": 0.0}) as fab:
+        t1 = fab.scope("acme", "u1", "t1")
+        with t1.attach(_Session()):
+            hidden = [t1.remember(kind="fact", content=f"The zeppelin hangar code {i} is 447{i}",
+                                  consent={"visibility": "thread"}) for i in range(3)]
+            shared = t1.remember(kind="fact", content="The zeppelin hangar code opens at dawn",
+                                 consent={"visibility": "tenant"}, keywords=["dawn"])
+        own = t1.history(shared.id)
+        contributed = [e for e in own if e.type == "Contributed"]
+        assert contributed and set(contributed[0].fields["note_ids"]) & {h.id for h in hidden}
+        other = fab.scope("acme", "u2", "t9")
+        text = repr(other.history(shared.id)) + repr(other.lineage(shared.id))
+        session = _Session()
+        with other.attach(session):
+            text += repr(other.tools().call("memory_history", {"id": shared.id}, session=session))
+        leaks = [h.id for h in hidden if h.id in text]
+        assert leaks == [], leaks
+        assert any(e.type == "Contributed" for e in other.history(shared.id))
