@@ -4,6 +4,7 @@ code before its fix."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
@@ -131,3 +132,114 @@ def test_history_hides_ids_the_reader_cannot_see(dsn: str) -> None:
         leaks = [h.id for h in hidden if h.id in text]
         assert leaks == [], leaks
         assert any(e.type == "Contributed" for e in other.history(shared.id))
+
+
+# --- defect 6: a hard link in the jail ----------------------------------------------
+
+def _planted(tmp_path: Any) -> tuple[Any, Any]:
+    """A jail root holding ``notes/link.md``, a hard link to ``outside/secret.txt``."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "notes").mkdir(parents=True)
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("the launch code is 0000\n")
+    os.link(secret, root / "notes" / "link.md")
+    return root, secret
+
+
+def test_jail_refuses_a_hard_link_to_a_file_outside(tmp_path: Any) -> None:
+    """Defect 6 (the jail alone): read, append and str-replace style writes of a file
+    with a second link are refused on the opened descriptor; the outside file keeps its
+    bytes. A file in the root with one link still works; a FIFO is not a regular file."""
+    from memfabric.adapters.jail import FileJail, FilePathError, JailError  # noqa: PLC0415
+    root, secret = _planted(tmp_path)
+    jail = FileJail(root)
+    with pytest.raises(JailError, match="hard links"):
+        jail.read("notes/link.md")
+    with pytest.raises(JailError, match="hard links"):
+        jail.append("notes/link.md", "appended by the model")
+    assert secret.read_text() == "the launch code is 0000\n"
+    (root / "notes" / "own.md").write_text("mine")
+    assert jail.read("notes/own.md").data == b"mine"
+    os.mkfifo(root / "notes" / "pipe")
+    with pytest.raises(FilePathError, match="not a regular file"):
+        jail.read("notes/pipe")
+
+
+def test_memory_tools_never_read_or_index_a_hard_linked_file(fabric: Any, tmp_path: Any) -> None:
+    """Defect 6 (through the tools): ``memory_read`` does not return the outside file,
+    ``memory_insert`` neither appends to it nor indexes its text."""
+    from memfabric.adapters.jail import JailError  # noqa: PLC0415
+    root, secret = _planted(tmp_path)
+    notes = fabric.scope("acme", "u1", "t1")
+    tools = notes.tools(root)
+    session = _Session()
+    with notes.attach(session):
+        with pytest.raises(JailError):
+            tools.call("memory_read", {"path": "notes/link.md"}, session=session)
+        with pytest.raises(JailError):
+            tools.call("memory_insert", {"path": "notes/link.md", "text": "more"}, session=session)
+    assert secret.read_text() == "the launch code is 0000\n"
+    assert all("launch" not in (h.content or "") for h in notes.recall("launch code").hits)
+
+
+_SWAPPER = """
+import os, pathlib, sys
+d, out = pathlib.Path(sys.argv[1]), sys.argv[2]
+while True:
+    try:
+        d.mkdir(exist_ok=True)
+        for i in range(3):
+            (d / f"f{i}.md").write_text("x")
+        (d / "sub").mkdir(exist_ok=True)
+        (d / "sub" / "z.md").write_text("z")
+        os.unlink(d / "sub" / "z.md")
+        os.rmdir(d / "sub")
+        for i in range(3):
+            (d / f"f{i}.md").unlink(missing_ok=True)
+        d.rmdir()
+        d.symlink_to(out)
+        d.unlink()
+    except OSError:
+        pass
+"""
+
+
+def test_jail_race_errors_are_typed(tmp_path: Any) -> None:
+    """Defect 9 (the jail's symlink-swap race): while another process swaps a directory
+    of the root for a symlink out of it (and back) and removes its files, every jail
+    operation either works or raises a typed ``FabricError``, never a bare ``OSError``
+    (before: ``FileNotFoundError`` from ``files_under`` and ``remove``)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from memfabric.adapters.jail import FileJail  # noqa: PLC0415
+    from memfabric.domain.errors import FabricError  # noqa: PLC0415
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "f0.md").write_text("outside")
+    jail = FileJail(root)
+    ops = [lambda: jail.read("d/f0.md"), lambda: jail.append("d/f1.md", "y"),
+           lambda: jail.files_under("d"), lambda: jail.listdir("d"), lambda: jail.remove("d/f2.md"),
+           lambda: jail.remove("d/sub"), lambda: jail.write("d/f0.md", b"z"),
+           lambda: jail.write("d/new.md", b"z", exclusive=True),
+           lambda: jail.rename("d/f1.md", "e/g.md"), lambda: jail.is_dir("d")]
+    untyped: list[str] = []
+    swapper = subprocess.Popen([sys.executable, "-c", _SWAPPER, str(root / "d"), str(outside)])
+    deadline = time.monotonic() + 6
+    try:
+        while time.monotonic() < deadline and len(untyped) < 5:
+            for op in ops:
+                try:
+                    op()
+                except FabricError:
+                    pass
+                except OSError as exc:
+                    untyped.append(repr(exc))
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert (outside / "f0.md").read_text() == "outside"
+    assert untyped == [], untyped
