@@ -72,6 +72,7 @@ from memfabric.adapters.audit import (
 )
 from memfabric.adapters.bootstrap import Fabric, open_fabric, recorded_embedder
 from memfabric.adapters.embedded import resolve_dsn
+from memfabric.adapters.log_versions import check_versions
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionError
 from memfabric.domain.inputs import NOTE_ID_RE
@@ -580,8 +581,9 @@ def log_command(
 
     Erased protected fields read <erased>; embeddings are shown by size only. Each row is checked as it \
 is read: a row that does not decode (its stored bytes were changed) or differs from the audit checkpoint \
-covering it is printed as INTEGRITY FAILED (JSON: "integrity": "failed", "problem") and the listing goes on; \
-the command then exits 1 naming the notification ids. Works with a read-only (auditor) role."""
+covering it, or whose note's previous version is missing (a row deleted), is printed as INTEGRITY FAILED \
+(JSON: "integrity": "failed", "problem") and the listing goes on; the command then exits 1 naming the \
+notification ids. Works with a read-only (auditor) role."""
     _check_filters(note, tenant, as_json)
     failed: list[LogEntry] = []
     last = since
@@ -589,8 +591,9 @@ the command then exits 1 naming the notification ids. Works with a read-only (au
         with admin_fabric(dsn, data_dir, read=True) as fabric:
             if tenant is not None:
                 require_tenant(fabric, tenant)
-            for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
-                                  idle_exit=idle_exit):
+            entries = read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
+                               idle_exit=idle_exit)
+            for entry in check_versions(fabric, entries, batch=1 if follow else 500):
                 last = entry.position
                 if entry.integrity == "failed":
                     failed.append(entry)

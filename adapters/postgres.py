@@ -36,6 +36,7 @@ from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicatio
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
+from memfabric.domain import replay
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
@@ -238,7 +239,7 @@ def select_notes(
     found: dict[UUID, Any] = {}
     for oid, version, topic, state in rows:
         event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-        found[oid] = event.mutate(found.get(oid))
+        found[oid] = replay.step(event, found.get(oid))  # issue 28: a missing version is typed
     return [found[i] for i in ids if i in found]
 
 

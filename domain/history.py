@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memfabric.domain import visibility
+from memfabric.domain import replay, visibility
 from memfabric.domain.errors import NoteNotFoundError, ScopeError
 from memfabric.domain.note import ERASED, Note, note_uuid, replaced_decision
 from memfabric.domain.results import HistoryEntry, Lineage, MemoryNote, note_view
@@ -116,11 +116,13 @@ def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
 
 def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry]:
     """Every event of the note visible from ``scope`` (:func:`locate`) in version order
-    (``NoteNotFoundError`` when absent)."""
+    (``NoteNotFoundError`` when absent; ``EventIntegrityError`` naming the note and the
+    version when one is missing from the middle of its events)."""
     home, _ = locate(svc, scope, note_id)
     events = list(svc.store.stored_events(note_uuid(home, note_id)))
     if not events:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
+    replay.check_versions(f"note {note_id!r} of scope {home}", (e.originator_version for e in events))
     entries = [_entry(event) for event in events]
     if home == scope:
         return entries

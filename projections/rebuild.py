@@ -42,6 +42,7 @@ from psycopg import Connection, Cursor, sql
 from psycopg.rows import tuple_row
 
 from memfabric.adapters.crypto import BatchKeys
+from memfabric.domain import replay
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections.base import NoteProjection, accepted
@@ -201,7 +202,7 @@ def replay_notes(
                     current, current_id = None, oid
                 try:
                     event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-                    current = event.mutate(current)
+                    current = replay.step(event, current)
                 except Exception as exc:  # name the event, never skip it
                     raise ProjectionError(label, nid, topic, repr(exc)) from exc
             if advance is not None:

@@ -243,3 +243,33 @@ def test_jail_race_errors_are_typed(tmp_path: Any) -> None:
         swapper.wait()
     assert (outside / "f0.md").read_text() == "outside"
     assert untyped == [], untyped
+
+
+# --- defect 8: a deleted middle event is a named integrity error -------------------
+
+def test_a_deleted_middle_event_is_a_named_integrity_error(fabric: Any, dsn: str) -> None:
+    """Defect 8: delete version 2 of a note's 3 events: ``get``, ``lineage`` and
+    ``history`` raise ``EventIntegrityError`` naming the note and version 2 (before: a
+    bare eventsourcing error, and a quietly partial history); ``memfabric log`` exits 1
+    naming it."""
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from memfabric.adapters import cli  # noqa: PLC0415
+    from memfabric.domain.errors import EventIntegrityError  # noqa: PLC0415
+    from memfabric.domain.note import note_uuid  # noqa: PLC0415
+    notes = fabric.scope("acme", "u1")
+    a = notes.remember(kind="fact", content="Alice plays the cello")
+    b = notes.remember(kind="fact", content="Tickets cost twenty euros")
+    notes.link(a.id, b.id)
+    notes.unlink(a.id, b.id)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        gone = conn.execute("DELETE FROM memfabric_events WHERE originator_id = %s AND originator_version = 2",
+                            (note_uuid(notes.scope, a.id),)).rowcount
+    assert gone == 1
+    for read in (notes.get, notes.lineage, notes.history):
+        with pytest.raises(EventIntegrityError, match=rf"{a.id}.*version 2 is missing"):
+            read(a.id)
+    assert notes.get(b.id).id == b.id  # other notes read on
+    res = CliRunner().invoke(cli.app, ["log", "--dsn", dsn])
+    assert res.exit_code == 1, res.output
+    assert f"{a.id}" in res.stderr and "version 2 is missing" in res.stderr, res.stderr
