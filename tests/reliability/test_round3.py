@@ -273,3 +273,25 @@ def test_a_deleted_middle_event_is_a_named_integrity_error(fabric: Any, dsn: str
     res = CliRunner().invoke(cli.app, ["log", "--dsn", dsn])
     assert res.exit_code == 1, res.output
     assert f"{a.id}" in res.stderr and "version 2 is missing" in res.stderr, res.stderr
+
+
+# --- defect 9: untyped errors ---------------------------------------------------------
+
+def test_a_nul_byte_in_a_ledger_append_is_a_validation_error(fabric: Any, dsn: str) -> None:
+    """Defect 9: a NUL in a conversation ``append`` (or ``extend``, ``observe``) is a
+    ``pydantic.ValidationError`` naming the field; nothing is written (before:
+    eventsourcing's ``DataError`` from PostgreSQL)."""
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from tests.conftest import event_count  # noqa: PLC0415
+    conv = fabric.scope("acme", "u1", "t1").conversation()
+    first = conv.append("user", "hello there")
+    before = event_count(dsn)
+    with pytest.raises(ValidationError, match="text"):
+        conv.append("user", "bad \x00 byte")
+    with pytest.raises(ValidationError, match="NUL"):
+        conv.extend([{"role": "user", "text": "fine"}, {"role": "user", "text": "x\x00"}])
+    with pytest.raises(ValidationError, match="NUL"):
+        conv.observe("seen \x00", source_entry_ids=[first.id])
+    assert event_count(dsn) == before
+    assert conv.append("user", "still writable").id
