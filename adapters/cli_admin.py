@@ -439,7 +439,7 @@ def _verify_json(r: VerifyReport) -> dict[str, Any]:
     return {
         "projection": r.projection, "table": r.table, "position": r.position, "head": r.head,
         "live_rows": r.live_rows, "replayed_rows": r.replayed_rows, "differences": r.differences,
-        "ok": r.ok,
+        "ok": r.ok, "problem": r.problem,
         "first": [{"key": {k: str(v) for k, v in d.key.items()}, "kind": d.kind,
                    "columns": {c: [str(a), str(b)] for c, (a, b) in d.columns.items()}} for d in r.first],
     }
@@ -460,7 +460,8 @@ def verify_command(
 ) -> None:
     """Compare the live projection(s) with a fresh replay of the log.
 
-    The replay goes into scratch tables (rolled back) and is compared row by row. When they differ, it \
+    The replay goes into scratch tables (rolled back) and is compared row by row. When they differ, or a \
+tracked position is past the log head (a changed tracking row), it \
 prints the first differences and exits 1."""
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric, _reporter() as reporter:
@@ -474,10 +475,14 @@ prints the first differences and exits 1."""
     else:
         for r in reports:
             lag = f" (log head {r.head})" if r.head != r.position else ""
+            if r.problem is not None:
+                console.print(Text(f"BROKEN  {r.projection} {r.table}: {r.problem}", style="red"))
             if r.ok:
                 console.print(Text(
                     f"OK      {r.projection} {r.table}: {r.live_rows} rows identical at position {r.position}{lag}",
                     style="green"))
+                continue
+            if not r.differences:
                 continue
             console.print(Text(
                 f"DIFFER  {r.projection} {r.table}: {r.differences} rows differ at position {r.position}{lag}"

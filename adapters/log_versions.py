@@ -42,7 +42,8 @@ def _flag(entry: LogEntry) -> LogEntry:
 def check_versions(fabric: Any, entries: Iterable[LogEntry], batch: int = 500) -> Iterator[LogEntry]:
     """``entries`` (from :func:`memfabric.adapters.audit.read_log`) in the same order,
     each flagged ``integrity="failed"`` when its note's previous version is missing.
-    ``batch``: entries held before one check (1 for ``--follow``: nothing waits)."""
+    ``batch``: entries held before one check (1 for ``--follow``: nothing waits). An
+    error of ``entries`` passes through after the entries read before it."""
     pending: list[LogEntry] = []
 
     def flush() -> Iterator[LogEntry]:
@@ -52,7 +53,16 @@ def check_versions(fabric: Any, entries: Iterable[LogEntry], batch: int = 500) -
             yield _flag(e) if (e.aggregate_id, e.version) in gaps else e
         pending.clear()
 
-    for entry in entries:
+    upstream = iter(entries)
+    while True:
+        try:
+            entry = next(upstream)
+        except StopIteration:
+            break
+        except Exception:  # the log stopped being readable: what came before goes out first
+            if pending:
+                yield from flush()
+            raise
         pending.append(entry)
         if len(pending) >= batch:
             yield from flush()

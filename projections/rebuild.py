@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -140,7 +141,9 @@ class RowDifference:
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
     """Verify outcome of one table of one projection at ``position``: row counts of the
-    live table and of the replay, the number of differing rows and the first ones."""
+    live table and of the replay, the number of differing rows and the first ones.
+    ``problem``: ``None``, or why the tracked position itself is wrong (issue 28: a
+    position past the log head, :func:`tracking_problem`); ``ok`` only when neither."""
 
     projection: str
     table: str
@@ -150,10 +153,22 @@ class VerifyReport:
     replayed_rows: int
     differences: int
     first: list[RowDifference]
+    problem: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.differences == 0
+        return self.differences == 0 and self.problem is None
+
+
+def tracking_problem(name: str, position: int, head: int) -> str | None:
+    """Why projection ``name``'s tracked ``position`` cannot be right against the log
+    whose last notification id is ``head``, else ``None``: a position past the head (a
+    tracking row moved ahead in SQL) makes the replay and the live table agree while
+    every later write of the projection fails (its new positions are not above it)."""
+    if position <= head:
+        return None
+    return (f"tracked position {position} is past the log head {head}: the tracking row of "
+            f"{name} was changed; writes fail until it is rebuilt (memfabric projections rebuild)")
 
 
 # ------------------------------------------------------------------------ replay
@@ -591,7 +606,8 @@ class ProjectionAdmin:
                 self._load(conn, cur, group, position, VERIFY_SUFFIX, batch, reporter, f"replay to {position}")
                 for p in group:
                     for table in p.tables:
-                        out.append(self._compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show))
+                        report = self._compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show)
+                        out.append(dataclasses.replace(report, problem=tracking_problem(p.name, position, head)))
         return out
 
     def _compare(

@@ -295,3 +295,22 @@ def test_a_nul_byte_in_a_ledger_append_is_a_validation_error(fabric: Any, dsn: s
         conv.observe("seen \x00", source_entry_ids=[first.id])
     assert event_count(dsn) == before
     assert conv.append("user", "still writable").id
+
+
+def test_projections_verify_checks_tracking_positions_against_the_log(fabric: Any, dsn: str) -> None:
+    """Defect 9: a tracking row moved past the log head in SQL (every later write of that
+    projection then fails) makes ``projections verify`` fail, naming it (before: ok)."""
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from memfabric.adapters import cli  # noqa: PLC0415
+    from memfabric.projections.rebuild import ProjectionAdmin  # noqa: PLC0415
+    fabric.scope("acme", "u1").remember(kind="fact", content="User likes tea")
+    assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE mf_working_value_tracking SET notification_id = notification_id + 100")
+    reports = ProjectionAdmin.for_fabric(fabric).verify()
+    bad = [r for r in reports if not r.ok]
+    assert bad and {r.projection for r in bad} == {"working_value"}, reports
+    assert "past the log head" in (bad[0].problem or "")
+    res = CliRunner().invoke(cli.app, ["projections", "verify", "--dsn", dsn])
+    assert res.exit_code == 1 and "past the log head" in res.output, res.output
