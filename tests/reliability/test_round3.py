@@ -314,3 +314,80 @@ def test_projections_verify_checks_tracking_positions_against_the_log(fabric: An
     assert "past the log head" in (bad[0].problem or "")
     res = CliRunner().invoke(cli.app, ["projections", "verify", "--dsn", dsn])
     assert res.exit_code == 1 and "past the log head" in res.output, res.output
+
+
+# --- defect 10: token off the command line, bearer in any case, roles sql, one bad row
+
+def test_bearer_scheme_is_case_insensitive() -> None:
+    """Defect 10 (RFC 9110 section 11.1): ``bearer``/``BEARER`` work like ``Bearer``;
+    another scheme or a wrong token is still 401."""
+    pytest.importorskip("mcp")
+    from mcp.server.lowlevel import Server  # noqa: PLC0415
+    from starlette.testclient import TestClient  # noqa: PLC0415
+
+    from memfabric.adapters.mcp_server import http_app  # noqa: PLC0415
+    app = http_app(Server("memfabric"), "127.0.0.1", 8799, "tok")
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    hdrs = {"accept": "application/json, text/event-stream", "host": "127.0.0.1:8799"}
+    with TestClient(app, base_url="http://127.0.0.1:8799") as client:
+        for good in ("bearer tok", "BEARER tok", "Bearer tok", "bEaReR  tok"):
+            res = client.post("/mcp", json=init, headers={**hdrs, "authorization": good})
+            assert res.status_code == 200, (good, res.status_code)
+        for bad in ("Basic tok", "bearer wrong", "bearertok", "tok", "bearer "):
+            res = client.post("/mcp", json=init, headers={**hdrs, "authorization": bad})
+            assert res.status_code == 401, (bad, res.status_code)
+
+
+def _free_port() -> int:
+    import socket  # noqa: PLC0415
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_mcp_token_from_a_file_stays_off_the_command_line(dsn: str, tmp_path: Any) -> None:
+    """Defect 10: ``memfabric mcp --token-file FILE`` serves HTTP with the file's token
+    (401 without it, accepted with it), and the token is not in ``/proc/PID/cmdline``;
+    an unreadable file is a one-line error (exit 2)."""
+    pytest.importorskip("mcp")
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from memfabric.adapters import cli  # noqa: PLC0415
+    res = CliRunner().invoke(cli.app, ["mcp", "--tenant", "acme", "--transport", "http",
+                                       "--token-file", str(tmp_path / "absent"), "--dsn", dsn])
+    assert res.exit_code == 2 and "token-file" in res.stderr, res.output
+    secret = "s3cret-token-from-file"
+    (tmp_path / "token").write_text(secret + "\n")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MEMFABRIC_MCP_TOKEN"}
+    proc = subprocess.Popen([sys.executable, "-m", "memfabric.adapters.cli", "mcp", "--tenant", "acme",
+                             "--transport", "http", "--port", str(port), "--token-file",
+                             str(tmp_path / "token"), "--dsn", dsn], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            assert secret.encode() not in f.read()
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        hdrs = {"accept": "application/json, text/event-stream"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                denied = httpx.post(url, json=init, headers=hdrs, timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.2)
+        assert denied.status_code == 401
+        ok = httpx.post(url, json=init, headers={**hdrs, "authorization": f"bearer {secret}"}, timeout=10)
+        assert ok.status_code == 200, ok.text
+    finally:
+        proc.terminate()
+        proc.wait(20)
