@@ -758,7 +758,7 @@ def roles_sql_command(
 ) -> None:
     """Print the SQL that creates the owner/admin, writer and read-only auditor roles with their exact grants.
 
-    Connects to nothing. Run the output as a superuser (psql -f) after the owner's first open; see docs/roles.md."""
+    Connects to nothing. Run the output as a superuser (psql -f), before or after the owner's first open; see docs/roles.md."""
     from memfabric.adapters.roles import roles_sql
 
     print(roles_sql(database, schema=schema, checkpoints=checkpoints), end="")

@@ -391,3 +391,40 @@ def test_mcp_token_from_a_file_stays_off_the_command_line(dsn: str, tmp_path: An
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_roles_sql_runs_before_the_first_open(dsn: str) -> None:
+    """Defect 10: ``roles sql`` on a database no fabric was opened on yet works (before:
+    the REVOKE on the fabric secret failed, the table did not exist), and the first open
+    then runs as the owner role (``options=-c role=...``): every table is the owner's,
+    the auditor reads the log but never the secret."""
+    import uuid  # noqa: PLC0415
+
+    from memfabric.adapters.roles import roles_sql  # noqa: PLC0415
+    tag = uuid.uuid4().hex[:8]
+    owner, writer, auditor = f"mf_o_{tag}", f"mf_w_{tag}", f"mf_a_{tag}"
+    db = conninfo_to_dict(dsn)["dbname"]
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(roles_sql(db, owner=owner, writer=writer, auditor=auditor))  # type: ignore[arg-type]
+            conn.execute(f'GRANT "{owner}" TO CURRENT_USER')  # noqa: S608
+        with open_fabric(make_conninfo(dsn, options=f"-c role={owner}")) as fabric:
+            fabric.scope("acme").remember(kind="fact", content="User likes tea")
+        with psycopg.connect(dsn) as conn:
+            owners = {r[0] for r in conn.execute(
+                "SELECT tableowner FROM pg_tables WHERE schemaname = 'public'"
+                " AND (tablename LIKE 'mf%%' OR tablename LIKE 'memfabric%%')").fetchall()}
+            secret_rows = conn.execute("SELECT count(*) FROM mf_fabric_secret").fetchone()
+            can = conn.execute(
+                "SELECT has_table_privilege(%s, 'memfabric_events', 'SELECT'),"
+                " has_table_privilege(%s, 'mf_fabric_secret', 'SELECT')", (auditor, auditor)).fetchone()
+        assert owners == {owner}, owners
+        assert secret_rows == (1,)
+        assert can == (True, False)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for role in (auditor, writer, owner):
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER')  # noqa: S608
+                    conn.execute(f'DROP OWNED BY "{role}"')  # noqa: S608
+                    conn.execute(f'DROP ROLE "{role}"')  # noqa: S608
