@@ -27,7 +27,7 @@ from memfabric.domain.ports import Embedder
 from memfabric.domain.results import EraseResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
-from memfabric.projections import tables
+from memfabric.projections import quarantine, tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 from memfabric.projections.link_graph import LinkGraphProjection
@@ -315,7 +315,7 @@ def open_fabric(
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
                  LinkGraphProjection(), LedgerProjection()],
-                cursor_loader(log),
+                quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
             _check_dim(log.datastore, embedder.dim)
@@ -326,6 +326,8 @@ def open_fabric(
                 if recorded is None:
                     _record_embedder(dsn, embedder)
                 engine.create()
+                with log.datastore.transaction(commit=True) as cur:
+                    quarantine.create(cur)
                 store.secret()  # created or read now, so no write needs a second connection
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 import dataclasses
 from dataclasses import dataclass, field
@@ -46,6 +46,7 @@ from memfabric.adapters.crypto import BatchKeys
 from memfabric.domain import replay
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
+from memfabric.projections import quarantine
 from memfabric.projections.base import NoteProjection, accepted
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 
@@ -181,6 +182,8 @@ def replay_notes(
     batch: int = 2000,
     label: str = "replay",
     advance: Callable[[int], None] | None = None,
+    skip: Collection[UUID] = (),
+    skipped: set[UUID] | None = None,
 ) -> Iterator[list[Note]]:
     """Final ``Note`` states of every aggregate with events at positions ``<= upto``.
 
@@ -191,7 +194,10 @@ def replay_notes(
     the same snapshot. ``advance(n)`` is called with the number of events per batch.
 
     Raises ``ProjectionError(label, notification_id, topic, error)`` on the first event
-    that cannot be decoded or applied.
+    that cannot be decoded or applied, unless its aggregate is in ``skip`` (the
+    quarantine, :mod:`memfabric.projections.quarantine`) and the error is one of
+    :data:`~memfabric.projections.quarantine.UNTRUSTED`: that aggregate is then left out
+    (and added to ``skipped``).
     """
     keys = BatchKeys()
     local = mapper.bound(keys)
@@ -207,6 +213,7 @@ def replay_notes(
         )
         current: Any = None
         current_id: UUID | None = None
+        dropped: UUID | None = None
         while rows := cur.fetchmany(batch):
             keys.load(conn, list({r[1] for r in rows}))
             done: list[Note] = []
@@ -215,9 +222,17 @@ def replay_notes(
                     if current is not None:
                         done.append(current)
                     current, current_id = None, oid
+                if oid == dropped:
+                    continue
                 try:
                     event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
                     current = replay.step(event, current)
+                except quarantine.UNTRUSTED as exc:
+                    if oid not in skip:  # name the event, never skip it unless quarantined
+                        raise ProjectionError(label, nid, topic, repr(exc)) from exc
+                    current, dropped = None, oid
+                    if skipped is not None:
+                        skipped.add(oid)
                 except Exception as exc:  # name the event, never skip it
                     raise ProjectionError(label, nid, topic, repr(exc)) from exc
             if advance is not None:
@@ -421,13 +436,16 @@ class ProjectionAdmin:
         advance = reporter.task(label, total)
         rows = {p.name: 0 for p in selected}
         notes = 0
+        held, skipped = quarantine.ids(cur), set[UUID]()
         for done in replay_notes(
             conn, self.engine.events_table, self.mapper, upto, batch=batch,
-            label=",".join(p.name for p in selected), advance=advance,
+            label=",".join(p.name for p in selected), advance=advance, skip=held, skipped=skipped,
         ):
             notes += len(done)
             for p in selected:
                 rows[p.name] += p.copy(cur, accepted(p, done), table_suffix=suffix)
+        if suffix != VERIFY_SUFFIX and len(selected) == len(self.engine.projections):
+            quarantine.release(cur, held - skipped)  # a full rebuild releases what loads again
         return total, notes, rows
 
     def _build_indexes(

@@ -428,3 +428,52 @@ def test_roles_sql_runs_before_the_first_open(dsn: str) -> None:
                     conn.execute(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER')  # noqa: S608
                     conn.execute(f'DROP OWNED BY "{role}"')  # noqa: S608
                     conn.execute(f'DROP ROLE "{role}"')  # noqa: S608
+
+
+def _append_unauthenticated_row(dsn: str) -> tuple[Any, int]:
+    """Append to the log a copy of its first event's bytes under a fresh aggregate id
+    (so its tag cannot match): ``(aggregate id, notification id)``."""
+    import uuid  # noqa: PLC0415
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        topic, state = conn.execute("SELECT topic, state FROM memfabric_events ORDER BY notification_id LIMIT 1").fetchone()  # type: ignore[misc]
+        oid = uuid.uuid4()
+        nid = conn.execute("INSERT INTO memfabric_events (originator_id, originator_version, topic, state)"
+                           " VALUES (%s, 1, %s, %s) RETURNING notification_id", (oid, topic, state)).fetchone()[0]  # type: ignore[index]
+    return oid, int(nid)
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_one_unauthenticated_row_does_not_stop_other_tenants(dsn: str, inline: bool) -> None:
+    """Defect 10: after one unauthenticated row is appended to the log, every tenant
+    keeps writing and reading its own writes (inline projections, or a separate runner
+    with ``projections run --once``); the row's aggregate is quarantined, named in
+    ``mf_quarantine`` and ``projections status``, left out of the projections, and a
+    rebuild and verify agree (before: every write raised ``ProjectionError``)."""
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from memfabric.adapters import cli  # noqa: PLC0415
+    from memfabric.projections.rebuild import ProjectionAdmin  # noqa: PLC0415
+    with open_fabric(dsn, inline_projections=inline, await_projections=False) as fab:
+        fab.scope("acme", "u1").remember(kind="fact", content="Alice plays the cello")
+        fab.scope("globex", "u1").remember(kind="fact", content="Bob plays the drums")
+        if not inline:
+            fab.catch_up()
+        bad, nid = _append_unauthenticated_row(dsn)
+        written = {t: fab.scope(t, "u1").remember(kind="fact", content=f"{t} ships on Fridays")
+                   for t in ("acme", "globex", "initech")}
+        if not inline:
+            res = CliRunner().invoke(cli.app, ["projections", "run", "--once", "--dsn", dsn])
+            assert res.exit_code == 0, res.output
+        for tenant, note in written.items():
+            assert fab.scope(tenant, "u1").recall("ships on Fridays").hits[0].id == note.id
+        with psycopg.connect(dsn) as conn:
+            held = conn.execute("SELECT aggregate_id, notification_id, reason FROM mf_quarantine").fetchall()
+            projected = conn.execute("SELECT count(*) FROM mf_note_scope WHERE aggregate_id = %s", (bad,)).fetchone()
+        assert [(h[0], h[1]) for h in held] == [(bad, nid)] and "authentication" in held[0][2], held
+        assert projected == (0,)
+        res = CliRunner().invoke(cli.app, ["projections", "status", "--dsn", dsn])
+        assert f"quarantined: aggregate {bad} at notification {nid}" in " ".join(res.output.split()), res.output
+        admin = ProjectionAdmin.for_fabric(fab)
+        admin.rebuild()
+        assert all(r.ok for r in admin.verify())
+        fab.scope("acme", "u1").remember(kind="fact", content="Alice also plays the viola")
