@@ -100,6 +100,28 @@ def test_forgetting_the_successor_erases_its_value_from_the_predecessor(fabric: 
     assert decoded and "umbrella" not in repr(decoded).lower(), decoded
 
 
+
+def test_a_legacy_superseded_event_reads_without_the_successor_value() -> None:
+    """Defect 4, logs written before the fix: a ``Superseded`` event that stored the
+    successor's ``new_value`` (triggered directly, as the old code did) shows none in
+    ``history`` and in the replayed state."""
+    from datetime import datetime, timezone  # noqa: PLC0415
+
+    from memfabric.domain import history  # noqa: PLC0415
+    from memfabric.domain.note import Note  # noqa: PLC0415
+    from memfabric.domain.scope import Scope  # noqa: PLC0415
+    note = Note.remember(
+        scope=Scope(tenant_id="acme"), note_id="a" * 12, kind="fact", content="Bob works at Initech",
+        path=None, block=None, subject=None, t_ref=None, valid_from=None, valid_to=None, keywords=[],
+        tags=[], source_entry_ids=[], context=None, links=[], supersedes=None, importance=0.5,
+        consent=None, embedding=None, embedder_id=None, dim=0, token_count=4, cause="caller")
+    legacy = {"subject_key": "bob/works at", "old_value": "initech", "new_value": "umbrella pharma"}
+    note.trigger_event(Note.Superseded, successor_id="b" * 12, valid_to=datetime.now(timezone.utc),
+                       cause="supersession:" + "b" * 12, decision=legacy)
+    entries = [history._entry(e) for e in note.collect_events()]  # noqa: SLF001
+    assert entries[-1].type == "Superseded" and entries[-1].fields["decision"]["old_value"] == "initech"
+    assert "umbrella" not in repr(entries) and "umbrella" not in repr(vars(note))
+
 # --- defect 5: history names only notes its reader sees -----------------------------
 
 class _Session:
