@@ -16,7 +16,7 @@ from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
-from memfabric.adapters.postgres import NoteLog, PostgresNoteStore
+from memfabric.adapters.postgres import NoteLog, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
@@ -318,6 +318,7 @@ def open_fabric(
                 quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
+            engine.inline_all = inline_projections
             _check_dim(log.datastore, embedder.dim)
             if read_only:
                 store.read_only = True
@@ -329,6 +330,7 @@ def open_fabric(
                 with log.datastore.transaction(commit=True) as cur:
                     quarantine.create(cur)
                 store.secret()  # created or read now, so no write needs a second connection
+                backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner
 

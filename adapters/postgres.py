@@ -3,10 +3,11 @@
 - :class:`PostgresFactory`: eventsourcing infrastructure factory (selected with
   ``PERSISTENCE_MODULE=memfabric.adapters.postgres:PostgresFactory``) that builds the
   sealing mapper and :class:`PostgresNoteRecorder`.
-- :class:`PostgresNoteRecorder`: eventsourcing's application recorder (same table, same
-  ``LOCK TABLE ... IN EXCLUSIVE MODE`` ordering guarantee, same NOTIFY) that can insert
-  events on a cursor of a transaction somebody else owns: the unit of work's
-  (:meth:`PostgresNoteRecorder.insert_on`, built from eventsourcing's insert hooks).
+- :class:`PostgresNoteRecorder`: eventsourcing's application recorder (same table, plus a
+  ``tenant`` column) that inserts events on a cursor of a transaction somebody else
+  owns: the unit of work's (:meth:`PostgresNoteRecorder.insert_on`). Appends are ordered
+  per tenant by the writer's tenant lock (``projections/engine.py``), not by
+  eventsourcing's ``LOCK TABLE ... IN EXCLUSIVE MODE``, so tenants append concurrently.
 - :class:`NoteLog`: the eventsourcing ``Application`` that holds the infrastructure
   (recorder, mapper, repository, snapshots); it never saves: writes go through
   :class:`memfabric.adapters.postgres_uow.PostgresUnitOfWork`.
@@ -21,7 +22,7 @@ import hmac
 import os
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,7 @@ import psycopg
 from eventsourcing.application import Application
 from eventsourcing.persistence import DataError as EventsourcingDataError
 from eventsourcing.persistence import StoredEvent, Transcoder
-from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
@@ -86,7 +87,7 @@ def dimension_guard() -> Iterator[None]:
 class PostgresNoteRecorder(PostgresApplicationRecorder):
     """eventsourcing's application recorder that inserts on a caller's cursor."""
 
-    def create_table(self) -> None:
+    def _create_events_table(self) -> None:
         """eventsourcing's ``create_table``, minus the ``CREATE TYPE`` of the stored-event
         composite type when that type already exists: eventsourcing runs it on every
         open and swallows the ``DuplicateObject``, which leaves an ERROR line in the
@@ -107,31 +108,90 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
         finally:
             self.sql_create_statements = statements
 
-    def insert_on(self, cur: Cursor[Any], stored_events: Sequence[StoredEvent]) -> list[int]:
-        """Insert ``stored_events`` in the transaction ``cur`` belongs to, through the
-        recorder's own hooks (``_insert_events``, ``_insert_stored_events``: lock the
-        table, NOTIFY, INSERT ... RETURNING; ``_fetch_ids_after_insert_events``);
-        returns their notification ids in order."""
+    def create_table(self) -> None:
+        """eventsourcing's table, then (issue 24) the ``tenant`` column and its index:
+        see :func:`add_tenant_column`."""
+        self._create_events_table()
+        with self.datastore.transaction(commit=True) as cur:
+            add_tenant_column(cur, self.events_table_name)
+
+    def insert_on(self, cur: Cursor[Any], stored_events: Sequence[StoredEvent],
+                  tenants: Sequence[str], *, notify: bool = False) -> list[int]:
+        """Insert ``stored_events`` (``tenants[i]``: the tenant of event ``i``) in the
+        transaction ``cur`` belongs to, in one statement (arrays, ``unnest WITH
+        ORDINALITY``, ids drawn in the given order); returns their notification ids in
+        order. The caller holds each tenant's lock and has a transaction id already
+        (``ProjectionEngine.lock_statement``). ``notify``: also ``NOTIFY`` the
+        channel (a deferred runner listens; it takes a database-wide lock at commit,
+        so writers that project inline do not send it)."""
+        return self.send_insert(cur, stored_events, tenants, notify=notify)()
+
+    def send_insert(self, cur: Cursor[Any], stored_events: Sequence[StoredEvent],
+                    tenants: Sequence[str], *, notify: bool = False) -> Callable[[], list[int]]:
+        """:meth:`insert_on`, sent without waiting (pipeline mode): returns the function
+        that fetches the notification ids."""
         if not stored_events:
-            return []
-        self._insert_events(cur, stored_events)
-        self._insert_stored_events(cur, stored_events)
-        return list(self._fetch_ids_after_insert_events(cur, stored_events) or [])
+            return list
+        if notify:
+            cur.execute(sql.SQL("NOTIFY {0}").format(sql.Identifier(self.channel_name)))
+        cur.execute(self._insert_sql(), (
+            [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
+            [e.topic for e in stored_events], [e.state for e in stored_events], list(tenants)),
+            prepare=True)
 
-    def _insert_stored_events(self, curs: Cursor[Any], stored_events: Sequence[StoredEvent],
-                              **kwargs: Any) -> None:
-        """eventsourcing's lock + NOTIFY + INSERT, with the lock statements (``SET LOCAL
-        lock_timeout``, ``LOCK TABLE ... IN EXCLUSIVE MODE``) and the NOTIFY sent as one
-        simple-protocol query (one round trip instead of three, issue 18); the INSERT is
-        eventsourcing's own (the aggregate recorder's ``_insert_stored_events``)."""
-        if self._lock_notify_sql is None:
-            parts = [*self.lock_table_statements,
-                     sql.SQL("NOTIFY {0}").format(sql.Identifier(self.channel_name))]
-            self._lock_notify_sql = "; ".join(_as_text(p) for p in parts)
-        curs.execute(self._lock_notify_sql)
-        PostgresAggregateRecorder._insert_stored_events(self, curs, stored_events, **kwargs)  # noqa: SLF001
+        def fetch() -> list[int]:
+            return [int(r["notification_id"] if isinstance(r, dict) else r[0]) for r in cur.fetchall()]
+        return fetch
 
-    _lock_notify_sql: str | None = None
+    def _insert_sql(self) -> bytes:
+        if self._insert_statement is None:
+            self._insert_statement = sql.SQL(
+                "INSERT INTO {t} (originator_id, originator_version, topic, state, tenant)"
+                " SELECT o, v, tp, st, tn FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[], %s::text[])"
+                " WITH ORDINALITY AS u(o, v, tp, st, tn, i) ORDER BY i RETURNING notification_id").format(
+                t=sql.Identifier(self.datastore.schema, self.events_table_name)).as_bytes(None)
+        return self._insert_statement
+
+    _insert_statement: bytes | None = None
+
+
+def add_tenant_column(cur: Cursor[Any], events_table: str) -> None:
+    """Give the events table its ``tenant`` column (the tenant id of each event's
+    aggregate; what the per-tenant order and catch-up select on) and the index
+    ``(tenant, notification_id)``, idempotently. A log written before issue 24 has
+    NULL there until :func:`backfill_tenants` fills it on open."""
+    t = sql.Identifier(events_table)
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
+    cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS tenant text").format(t=t))
+    cur.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant, notification_id)").format(
+        i=sql.Identifier(events_table + "_tenant_idx"), t=t))
+
+
+def backfill_tenants(datastore: Any, mapper: Any, events_table: str, batch: int = 5000) -> int:
+    """Fill ``tenant`` on the events of a log written before issue 24: each
+    aggregate's tenant from the plain fields of its first event (the scope is not
+    sealed). Returns how many aggregates were filled. Idempotent; cheap (one indexed
+    probe) when nothing is missing."""
+    from memfabric.adapters.audit import plain_fields  # noqa: PLC0415 - audit imports this module
+    t = sql.Identifier(events_table)
+    done = 0
+    while True:
+        with datastore.transaction(commit=True) as cur:
+            rows = cur.execute(sql.SQL(
+                "SELECT originator_id, state FROM {t} WHERE originator_version = 1 AND originator_id IN"
+                " (SELECT DISTINCT originator_id FROM {t} WHERE tenant IS NULL LIMIT %s)").format(t=t),
+                (batch,)).fetchall()
+            if not rows:
+                return done
+            ids, tenants = [], []
+            for row in rows:
+                fields = plain_fields(mapper, bytes(row["state"]))
+                ids.append(row["originator_id"])
+                tenants.append(str(fields.get("tenant_id") or ""))
+            cur.execute(sql.SQL(
+                "UPDATE {t} e SET tenant = u.tn FROM unnest(%s::uuid[], %s::text[]) AS u(o, tn)"
+                " WHERE e.originator_id = u.o AND e.tenant IS NULL").format(t=t), (ids, tenants))
+            done += len(ids)
 
 
 def _as_text(statement: Any) -> str:

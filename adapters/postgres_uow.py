@@ -9,10 +9,13 @@ variables, no pass-through keyword arguments):
 - every read the write decides on: aggregate replays, key reads, the consolidation
   neighbours, paths and the working value — all on this connection;
 - the aggregates to save, their new data keys and the keys to destroy;
-- at :meth:`~PostgresUnitOfWork.commit`: seal the events, insert the keys, delete the
-  shredded keys, append the events (eventsourcing's table lock and NOTIFY), apply the
-  write-side projections (and every projection when projecting inline) with their
-  tracking, then COMMIT. One transaction, one connection: a pool of size 1 suffices.
+- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock (with shared
+  locks on the projections it applies, ``ProjectionEngine.lock_statement``), seal the
+  events, insert the keys, delete the shredded keys, append the events (one
+  statement), apply the write-side projections (and every projection when projecting
+  inline) with the tenant's tracking, then COMMIT. One transaction, one connection: a
+  pool of size 1 suffices. Writers of different tenants never wait for each other
+  here (issue 24); writers of one tenant queue on its lock from the append to COMMIT.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index, note_scope, tables, working_value
 from memfabric.projections.engine import ProjectionEngine, advisory_key
+import psycopg
 from psycopg import Connection, Cursor, Rollback, sql
 
 
@@ -72,9 +76,13 @@ class PostgresUnitOfWork:
         try:
             conn = stack.enter_context(self._log.datastore.get_connection())
             self._vectors.ensure(conn)
+            # Pipeline mode (issue 24): BEGIN and the scope locks travel with the first
+            # read, the append statements together, the row writes with the COMMIT.
+            stack.enter_context(conn.pipeline())
             stack.enter_context(conn.transaction())
-            for key in sorted({s.key for s in self._scopes}):
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("scope:" + key),))
+            keys = [advisory_key("scope:" + key) for key in sorted({s.key for s in self._scopes})]
+            if keys:
+                conn.execute(_scope_locks(len(keys)), keys, prepare=True)
         except BaseException as exc:
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -201,23 +209,48 @@ class PostgresUnitOfWork:
         """Destroy the aggregate's data keys at commit."""
         self.keys.doomed.add(aggregate.id)
 
+    def tenant(self) -> str:
+        """The one tenant this unit of work writes (its scopes' and aggregates')."""
+        tenants = {s.tenant_id for s in self._scopes}
+        tenants |= {a.scope.tenant_id for a in [*self._aggregates.values(), *self._others.values()]}
+        if len(tenants) != 1:
+            raise FabricError(f"a unit of work writes exactly one tenant, not {sorted(tenants)}")
+        return next(iter(tenants))
+
     def commit(self) -> None:
-        """Seal, append and project everything added (see the module doc)."""
+        """Lock, seal, append and project everything added (see the module doc)."""
         conn = self.conn
+        notes: list[Any] = [*self._aggregates.values(), *self._others.values()]
+        if not self._events:
+            self._committed = True
+            return
+        tenant = self.tenant()
+        projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
-        notes: list[Any] = [*self._aggregates.values(), *self._others.values()]
-        with dimension_guard(), conn.cursor() as cur:
+        with dimension_guard(), conn.cursor() as cur, conn.cursor() as pos:
+            # one round trip for lock, keys, append and the tenant's positions (pipeline mode)
+            query, params = self._engine.lock_statement(projections, tenant)
+            cur.execute(query, params, prepare=True)
             self.keys.flush(cur)
             self.keys.destroy(cur)
             try:
-                ids = self._log.note_recorder.insert_on(cur, stored)
-            except IntegrityError as exc:  # a version taken meanwhile: only reembed's switch appends unlocked
+                appended = self._log.note_recorder.send_insert(cur, stored, [tenant] * len(stored),
+                                                               notify=not self._inline_all)
+                self._engine.send_positions(pos, projections, tenant)
+                ids = appended()
+            except (IntegrityError, psycopg.errors.UniqueViolation) as exc:  # a version taken meanwhile
                 raise ConflictError(f"a concurrent write appended to the same note first ({exc}); retry") from exc
-            projections = self._engine.inline(all_projections=self._inline_all)
-            self._engine.apply_inline(cur, notes, ids, projections)
+            self._engine.apply_inline(cur, notes, ids, projections, tenant,
+                                      positions=self._engine.read_positions(pos))
         self._position = max(ids, default=0)
         self._committed = True
+
+
+def _scope_locks(n: int) -> bytes:
+    """``SELECT pg_advisory_xact_lock($1), ...`` for ``n`` keys (sorted by the caller)."""
+    return sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+        sql.SQL("pg_advisory_xact_lock(%s)") for _ in range(n))).as_bytes(None)
 
 
 def cursor_loader(log: NoteLog) -> Callable[[Cursor[Any], Sequence[UUID]], list[Note]]:

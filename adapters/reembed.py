@@ -58,6 +58,7 @@ from memfabric.domain.ports import Embedder
 from memfabric.domain.scope import Scope
 from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection
+from memfabric.projections.engine import advisory_key
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.rebuild import ProjectionAdmin, RebuildReport, Reporter
 from memfabric.projections.recall_index import RecallIndexProjection
@@ -305,6 +306,8 @@ class Reembedder:
         try:
             for table in (tables.CONSOLIDATION_INDEX, tables.RECALL_INDEX):
                 cur.execute(sql.SQL("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE").format(t=sql.Identifier(table)))
+            for p in self.fabric.engine.projections:  # writers hold these shared before they append
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
             cur.execute(sql.SQL("LOCK TABLE {t} IN EXCLUSIVE MODE").format(t=sql.Identifier(tables.EVENTS)))
         except psycopg.errors.LockNotAvailable:
             return False
@@ -326,8 +329,10 @@ class Reembedder:
         for note, vector in zip(notes, vectors, strict=True):
             note.reembed(embedding=np.ascontiguousarray(vector, dtype=np.float32).tobytes(),
                          embedder_id=self.target, dim=int(self.embedder.dim))
-        stored = [mapper.to_stored_event(e) for n in notes for e in n.collect_events()]
-        self.fabric.log.note_recorder.insert_on(cur, stored)
+        pending = [(n.scope.tenant_id, e) for n in notes for e in n.collect_events()]
+        stored = [mapper.to_stored_event(e) for _, e in pending]
+        cur.execute("SELECT pg_current_xact_id()")  # a transaction id before any notification id
+        self.fabric.log.note_recorder.insert_on(cur, stored, [t for t, _ in pending])
         self.appended += len(notes)
 
     def run(self) -> ReembedReport:

@@ -97,6 +97,21 @@ def remember_many(
     settings = (consolidate if isinstance(consolidate, consolidation.Consolidation)
                 else svc.consolidation if consolidate is None
                 else svc.consolidation.model_copy(update={"enabled": bool(consolidate)}))
+    group = svc.group_commit
+    if group is None or len(items) > GROUP_ITEMS:
+        return _write_now(svc, scope, items, settings)
+    return group.submit((scope.key, settings.model_dump_json()), items,
+                        lambda batch: _write_now(svc, scope, batch, settings))
+
+
+GROUP_ITEMS = 16
+"""Writes of at most this many items go through the service's group commit (issue 24,
+:mod:`memfabric.domain.group_commit`); larger batches are their own transaction."""
+
+
+def _write_now(svc: MemoryService, scope: Scope, items: Sequence[RememberInput],
+               settings: consolidation.Consolidation) -> list[MemoryNote]:
+    """One unit of work for ``items``, and read-your-writes before returning."""
     # issue 19: embedded again (and written once more) when a reembed switched the fabric
     # to another embedder between the embedding and the commit
     results, position = svc.adopting(lambda: _write_chunk(svc, scope, items, settings))

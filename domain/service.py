@@ -20,6 +20,7 @@ import dataclasses
 
 import numpy as np
 
+from memfabric.domain.group_commit import GroupCommit
 from memfabric.domain import browse, history, lifecycle, links, policy, ranking, remember, working
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
@@ -123,6 +124,9 @@ class MemoryService:
         """The evolution worker (issue 15): off by default."""
         self.passive = False
         """``passive``: the write-path workers never run."""
+        self.group_commit: GroupCommit[RememberInput, MemoryNote] | None = GroupCommit()
+        """Issue 24: concurrent small writes to one scope share a transaction
+        (:mod:`memfabric.domain.group_commit`); ``None`` writes each alone."""
 
     def configure_workers(self, *, linker: LinkerSettings, evolution: EvolutionSettings,
                           passive: bool) -> None:

@@ -115,6 +115,11 @@ def _statements(table: str, columns: tuple[str, ...], binary: tuple[str, ...]) -
     return delete.as_bytes(None), upsert.as_bytes(None)
 
 
+def in_pipeline(cur: Cursor[Any]) -> bool:
+    """Whether ``cur``'s connection is in pipeline mode (a unit of work's: no COPY)."""
+    return cur.connection._pipeline is not None  # noqa: SLF001 - psycopg has no public flag
+
+
 def copy_rows(
     cur: Cursor[Any], table: str, columns: Sequence[str], types: Sequence[str],
     rows: Iterable[Sequence[Any]],

@@ -6,17 +6,37 @@ per-projection advisory lock, so each event is applied exactly once and work res
 where it stopped. Rows are a function of the aggregates' current states, so applying a
 later state early (a catch-up that loads an aggregate which has moved on) is idempotent.
 
-Writers project inline (inside the event-insert transaction, after the events table
-lock: the positions are gap-free); a writer that finds the projection behind first
-catches up the gap in the same transaction. Write-side projections (those whose
-``write_side`` is True: what write decisions read) are always projected by the writer;
-the others (the recall index) are projected by the writer too unless the fabric runs
-a separate runner, which ``catch_up`` serves.
+The log is ordered **per tenant** (issue 24): a writer takes its tenant's
+transaction-scoped advisory lock before it draws notification ids and holds it to
+COMMIT, so within one tenant id order is commit order, while writers of different
+tenants commit concurrently (ids of two tenants may commit out of order).
+
+Positions, accordingly, are kept per (projection, tenant): eventsourcing's tracking
+table holds a *floor* row (``application_name`` = the application's name: every event
+at or below it is applied, for every tenant) and one row per tenant
+(``<application>|<tenant>``: that tenant's events at or below it are applied). The
+position of tenant T is ``greatest(floor, row(T))``.
+
+- Writers project inline (inside the event-insert transaction, under the tenant lock
+  and a *shared* advisory lock per projection): a writer that finds its tenant's
+  position behind first catches up that tenant's gap in the same transaction, then
+  records its tenant row. Write-side projections (``write_side``: what write decisions
+  read) are always projected by the writer; the others (the recall index) too unless
+  the fabric runs a separate runner.
+- Global catch-up (on open, ``catch_up``, the runner) takes each projection's advisory
+  lock *exclusively* (in-flight inline writers finish first, new ones wait), first
+  advances the floor over the prefix of events already applied by their tenants
+  (:meth:`ProjectionEngine.applied_prefix`), then applies the rest in batches. For a
+  projection that writers apply inline the visible head is final under that lock;
+  for a deferred one (applied by no writer) the batch ends at :meth:`safe_head`: the
+  highest id below which every id is final (committed or never to commit), so no
+  position ever passes an event that commits late.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +44,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, Tracking
 from eventsourcing.postgres import PostgresTrackingRecorder
+import psycopg
 from psycopg import Cursor, sql
 
 from memfabric.domain.errors import ProjectionError
@@ -47,6 +68,19 @@ def advisory_key(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
 
 
+TENANT_SEPARATOR = "|"
+"""Between the application name and the tenant id in a per-tenant tracking row."""
+
+
+def tenant_lock_key(tenant: str) -> int:
+    """The advisory-lock key that orders tenant ``tenant``'s appends."""
+    return advisory_key("tenant:" + tenant)
+
+
+SAFE_HEAD_TIMEOUT = 60.0
+"""Seconds :meth:`ProjectionEngine.safe_head` waits for older transactions to end."""
+
+
 class ProjectionEngine:
     """Projections of one application's notification log."""
 
@@ -65,8 +99,12 @@ class ProjectionEngine:
         self.load_notes = load_notes
         self.prepare: Callable[[Any], None] | None = None
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
-        self._positions_sql: dict[tuple[str, ...], tuple[str, list[Any]]] = {}
+        self._positions_sql: dict[tuple[str, ...], bytes] = {}
         self._tracking_sql: dict[tuple[str, ...], bytes] = {}
+        self._lock_sql: dict[tuple[str, ...], bytes] = {}
+        self.inline_all = True
+        """Whether writers apply every projection (``inline_projections``); else the
+        projections that are not write-side are deferred to a runner."""
         self.trackers = {
             p.name: PostgresTrackingRecorder(datastore, tracking_table_name=tables.tracking(p.name))
             for p in self.projections
@@ -84,28 +122,115 @@ class ProjectionEngine:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
                 p.create(cur)
 
+    def tenant_row(self, tenant: str) -> str:
+        """The tracking ``application_name`` of tenant ``tenant``'s row."""
+        return self.application_name + TENANT_SEPARATOR + tenant
+
+    def _tracking(self, name: str) -> sql.Identifier:
+        return sql.Identifier(self.datastore.schema, self.trackers[name].tracking_table_name)
+
+    def floor(self, name: str, cur: Cursor[Any]) -> int:
+        """The floor of projection ``name``: every event at or below it is applied."""
+        return self.trackers[name]._max_tracking_id(self.application_name, cur) or 0  # noqa: SLF001
+
     def position(self, name: str, cur: Cursor[Any] | None = None) -> int:
-        tracker = self.trackers[name]
-        if cur is not None:
-            return tracker._max_tracking_id(self.application_name, cur) or 0  # noqa: SLF001
-        return tracker.max_tracking_id(self.application_name) or 0
+        """The applied prefix of projection ``name`` (:meth:`applied_prefix`): every event
+        at or below it is applied. Opens its own connection when ``cur`` is ``None``."""
+        if cur is None:
+            with self.datastore.get_connection() as conn, conn.cursor() as own:
+                return self.applied_prefix(name, own)
+        return self.applied_prefix(name, cur)
+
+    def applied_prefix(self, name: str, cur: Cursor[Any]) -> int:
+        """The highest id ``m`` such that every event with an id at or below ``m`` is
+        applied to projection ``name`` (by the floor or its tenant's row): one less than
+        the first unapplied event, else the log head. One scan of the events above the
+        floor, joined with the tenant rows."""
+        floor = self.floor(name, cur)
+        row = cur.execute(
+            sql.SQL(
+                "SELECT (SELECT min(e.notification_id) FROM {e} e LEFT JOIN {t} t"
+                " ON t.application_name = %s || e.tenant"
+                " WHERE e.notification_id > %s AND e.notification_id > coalesce(t.notification_id, 0)) AS gap,"
+                " (SELECT coalesce(max(notification_id), 0) FROM {e}) AS head"
+            ).format(e=sql.Identifier(self.events_table), t=self._tracking(name)),
+            (self.application_name + TENANT_SEPARATOR, floor),
+        ).fetchone()
+        assert row is not None
+        gap, head = (row["gap"], row["head"]) if isinstance(row, dict) else row
+        return max(floor, int(gap) - 1 if gap is not None else int(head))
+
+    def unapplied(self, name: str, cur: Cursor[Any]) -> int:
+        """How many events of the log projection ``name`` has not applied yet."""
+        row = cur.execute(
+            sql.SQL(
+                "SELECT count(*) AS n FROM {e} e LEFT JOIN {t} t ON t.application_name = %s || e.tenant"
+                " WHERE e.notification_id > greatest(%s, coalesce(t.notification_id, 0))"
+            ).format(e=sql.Identifier(self.events_table), t=self._tracking(name)),
+            (self.application_name + TENANT_SEPARATOR, self.floor(name, cur)),
+        ).fetchone()
+        assert row is not None
+        return int(row["n"] if isinstance(row, dict) else row[0])
+
+    def tenants_ahead(self, name: str, cur: Cursor[Any], position: int) -> bool:
+        """Whether some tenant row of projection ``name`` is past ``position``."""
+        row = cur.execute(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {t} WHERE application_name LIKE %s"
+                    " AND notification_id > %s) AS ahead").format(t=self._tracking(name)),
+            (_like_prefix(self.application_name + TENANT_SEPARATOR), position),
+        ).fetchone()
+        assert row is not None
+        return bool(row["ahead"] if isinstance(row, dict) else row[0])
 
     def _record(self, cur: Cursor[Any], name: str, position: int) -> None:
+        """Move the floor of ``name`` forward to ``position`` (eventsourcing's tracking)."""
         self.trackers[name]._insert_tracking(  # noqa: SLF001 - same-transaction tracking
             cur, Tracking(self.application_name, position)
         )
 
     def set_position(self, cur: Cursor[Any], name: str, position: int) -> None:
-        """Set projection ``name``'s tracked position to exactly ``position`` (also
-        backwards) in the caller's transaction; used by rebuilds, which must hold the
-        projection's advisory lock."""
+        """Set projection ``name``'s floor to exactly ``position`` (also backwards) and
+        drop its tenant rows, in the caller's transaction; used by rebuilds, which must
+        hold the projection's advisory lock exclusively (no writer is applying it)."""
         cur.execute(
             sql.SQL(
                 "INSERT INTO {t} (application_name, notification_id) VALUES (%s, %s)"
                 " ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id"
-            ).format(t=sql.Identifier(self.datastore.schema, self.trackers[name].tracking_table_name)),
+            ).format(t=self._tracking(name)),
             (self.application_name, position),
         )
+        cur.execute(sql.SQL("DELETE FROM {t} WHERE application_name LIKE %s").format(t=self._tracking(name)),
+                    (_like_prefix(self.application_name + TENANT_SEPARATOR),))
+
+    def safe_head(self, timeout: float = SAFE_HEAD_TIMEOUT) -> int:
+        """The highest notification id at or below which every id is final: committed
+        (visible) or never to commit. Reads the head and the snapshot's ``xmax`` in one
+        statement, then waits until every transaction below that ``xmax`` has ended
+        (``pg_snapshot_xmin`` of a new snapshot reaches it): a writer draws its ids only
+        after it has a transaction id (:meth:`lock_statement` assigns one), so any id
+        at or below the head still in flight belongs to one of those transactions — the
+        PgQ / Emmett technique. Raises ``ProjectionLagError`` after ``timeout`` s."""
+        from memfabric.domain.errors import ProjectionLagError  # noqa: PLC0415
+        with self.datastore.get_connection() as conn:
+            row = conn.execute(sql.SQL(
+                "SELECT coalesce(max(notification_id), 0) AS head,"
+                " pg_snapshot_xmax(pg_current_snapshot()) AS xmax FROM {e}").format(
+                    e=sql.Identifier(self.events_table))).fetchone()
+            assert row is not None
+            head, xmax = int(row["head"]), row["xmax"]
+            deadline = time.monotonic() + timeout
+            pause = 0.001
+            while True:
+                done = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= %s::text::xid8 AS done",
+                                    (str(xmax),)).fetchone()
+                if done is not None and done["done"]:
+                    return head
+                if time.monotonic() > deadline:
+                    raise ProjectionLagError(
+                        f"a transaction older than {timeout}s holds notification ids below {head}: "
+                        "the projections wait for it to end")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
 
     # ----------------------------------------------------------------- errors
     def record_error(self, error: ProjectionError) -> None:
@@ -140,91 +265,126 @@ class ProjectionEngine:
         """The projections a separate runner keeps (not write-side)."""
         return [p for p in self.projections if not p.write_side]
 
+    def lock_statement(self, projections: Sequence[NoteProjection], tenant: str,
+                       ) -> tuple[bytes, list[int]]:
+        """The statement a writer runs before it draws notification ids: a shared
+        advisory lock per projection it applies (engine order; global catch-up and
+        rebuilds take them exclusively), the tenant's exclusive lock (held to COMMIT:
+        the tenant's ids commit in order) and ``pg_current_xact_id()`` (the writer has a
+        transaction id before it draws any id: :meth:`safe_head` relies on it)."""
+        names = tuple(p.name for p in projections)
+        query = self._lock_sql.get(names)
+        if query is None:
+            locks = [sql.SQL("pg_advisory_xact_lock_shared(%s)") for _ in names]
+            query = self._lock_sql[names] = sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+                [*locks, sql.SQL("pg_advisory_xact_lock(%s)"), sql.SQL("pg_current_xact_id()")])).as_bytes(None)
+        return query, [*(advisory_key(n) for n in names), tenant_lock_key(tenant)]
+
     def apply_inline(self, cur: Cursor[Any], notes: Iterable[Any], ids: Sequence[int],
-                     projections: Sequence[NoteProjection]) -> None:
-        """Project ``notes`` (just saved, events got ``ids``) in the writer's transaction
-        into ``projections`` (see :meth:`inline`), catching up any gap first."""
+                     projections: Sequence[NoteProjection], tenant: str,
+                     positions: dict[str, int] | None = None) -> None:
+        """Project ``notes`` (just saved, events got ``ids``, all of tenant ``tenant``)
+        in the writer's transaction into ``projections`` (see :meth:`inline`), after
+        :meth:`lock_statement`: catch up the tenant's gap first, then apply and record
+        the tenant's positions. ``positions``: the tenant's positions read after the
+        lock (:meth:`send_positions`), else read here."""
         if not ids or not projections:
             return
         notes = list(notes)
         first, last = min(ids), max(ids)
-        positions = self._lock_and_read_positions(cur, projections)
+        if positions is None:
+            positions = self._tenant_positions(cur, projections, tenant)
         for p in projections:
             pos = positions[p.name]
             if pos < first - 1:
-                self._apply_range(cur, p, pos, first - 1)
+                self._apply_range(cur, p, pos, first - 1, tenant=tenant)
             p.apply(cur, accepted(p, notes))
-        self._record_all(cur, last, projections)
+        self._record_all(cur, last, projections, tenant)
 
-    def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection]) -> None:
-        """Record ``position`` for every projection with eventsourcing's tracking
-        statements, composed into one statement (one data-modifying CTE per projection:
-        one round trip). Raises ``IntegrityError`` when a projection was already past
-        ``position`` (eventsourcing's single-row tracking refuses to move back)."""
+    def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection],
+                    tenant: str) -> None:
+        """Record ``position`` as tenant ``tenant``'s row of every projection with
+        eventsourcing's tracking statements, composed into one statement (one
+        data-modifying CTE per projection) that fails when a row was already past
+        ``position`` (eventsourcing's single-row tracking refuses to move back): a
+        cast of the message ``memfabric: failed to record tracking of <name>`` to
+        ``int``, so nothing has to be fetched (in pipeline mode the failure surfaces
+        at COMMIT and the write rolls back). Raises ``IntegrityError`` when not in
+        pipeline mode."""
         names = tuple(p.name for p in projections)
         query = self._tracking_sql.get(names)
         if query is None:
             query = self._tracking_sql[names] = self._tracking_query(names)
-        params = {"application_name": self.application_name, "notification_id": position}
-        row = cur.execute(query, params, prepare=True).fetchone()
-        counts = list(row.values()) if isinstance(row, dict) else list(row or ())
-        for name, count in zip(names, counts, strict=True):
-            if not count:
-                raise IntegrityError(f"failed to record tracking for {name} at {position}")
+        params = {"application_name": self.tenant_row(tenant), "notification_id": position}
+        try:
+            cur.execute(query, params, prepare=True)
+        except psycopg.errors.InvalidTextRepresentation as exc:
+            raise IntegrityError(f"failed to record tracking at {position}: {exc}") from exc
 
     def _tracking_query(self, names: Sequence[str]) -> bytes:
-        """``WITH t0 AS (<tracking insert 0>), ... SELECT (SELECT count(*) FROM t0), ...``"""
+        """``WITH t0 AS (<tracking insert 0>), ... SELECT CASE WHEN (SELECT count(*)
+        FROM t0) = 0 THEN ('<message>' || 0)::int END, ...`` (the message is concatenated
+        with the count so the planner cannot fold the cast into a constant error)."""
         ctes = sql.SQL(", ").join(
             sql.SQL("{} AS ({})").format(sql.Identifier(f"t{i}"), self.trackers[n].insert_tracking_statement)
             for i, n in enumerate(names))
-        counts = sql.SQL(", ").join(
-            sql.SQL("(SELECT count(*) FROM {}) AS {}").format(sql.Identifier(f"t{i}"), sql.Identifier(f"c{i}"))
-            for i in range(len(names)))
-        return sql.SQL("WITH {} SELECT {}").format(ctes, counts).as_bytes(None)
+        checks = sql.SQL(", ").join(
+            sql.SQL("CASE WHEN (SELECT count(*) FROM {t}) = 0 THEN ({m} || (SELECT count(*) FROM {t}))::int END"
+                    ).format(t=sql.Identifier(f"t{i}"), m=sql.Literal(f"memfabric: failed to record tracking of {n}: "))
+            for i, n in enumerate(names))
+        return sql.SQL("WITH {} SELECT {}").format(ctes, checks).as_bytes(None)
 
-    def _lock_and_read_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection]) -> dict[str, int]:
-        """Take the projections' advisory locks (in engine order, as every projection
-        writer does) and read their tracked positions, in one round trip."""
-        names = [p.name for p in projections]
-        key = tuple(names)
-        if key not in self._positions_sql:
-            self._positions_sql[key] = self._positions_query(names)
-        query, params = self._positions_sql[key]
-        rows = cur.execute(query, params, prepare=True).fetchall()
-        return {row["name"]: int(row["pos"] or 0) for row in rows}
+    def _tenant_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection],
+                          tenant: str) -> dict[str, int]:
+        """Tenant ``tenant``'s position of each projection (``greatest(floor, row)``),
+        in one round trip."""
+        self.send_positions(cur, projections, tenant)
+        return self.read_positions(cur)
 
-    def _positions_query(self, names: list[str]) -> tuple[str, list[Any]]:
-        locks = ", ".join("pg_advisory_xact_lock(%s)" for _ in names)
-        reads = " UNION ALL ".join(
-            f"(SELECT %s::text AS name, max(notification_id) AS pos FROM "  # noqa: S608
-            f"{self.trackers[n].tracking_table_name} WHERE application_name = %s)"
-            for n in names
-        )
-        params: list[Any] = [advisory_key(n) for n in names]
-        for n in names:
-            params += [n, self.application_name]
-        return f"WITH l AS MATERIALIZED (SELECT {locks}) SELECT r.* FROM l, ({reads}) r", params  # noqa: S608
+    @staticmethod
+    def read_positions(cur: Cursor[Any]) -> dict[str, int]:
+        """The result of :meth:`send_positions` on ``cur``."""
+        return {row["name"]: int(row["pos"] or 0) for row in cur.fetchall()}
+
+    def send_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection], tenant: str) -> None:
+        """Send the query of tenant ``tenant``'s positions on ``cur`` (fetched by
+        :meth:`read_positions`; in pipeline mode, without waiting)."""
+        names = tuple(p.name for p in projections)
+        query = self._positions_sql.get(names)
+        if query is None:
+            reads = sql.SQL(" UNION ALL ").join(
+                sql.SQL("(SELECT {n}::text AS name, max(notification_id) AS pos FROM {t}"
+                        " WHERE application_name = ANY(%(rows)s))").format(n=sql.Literal(n), t=self._tracking(n))
+                for n in names)
+            query = self._positions_sql[names] = reads.as_bytes(None)
+        cur.execute(query, {"rows": [self.application_name, self.tenant_row(tenant)]}, prepare=True)
 
     # --------------------------------------------------------------- catch-up
-    def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int) -> list[dict[str, Any]]:
+    def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int,
+                tenant: str | None = None) -> list[dict[str, Any]]:
         stop = "AND notification_id <= %s " if upto is not None else ""
+        only = "AND tenant = %s " if tenant is not None else ""
         params: list[Any] = [after]
         if upto is not None:
             params.append(upto)
+        if tenant is not None:
+            params.append(tenant)
         params.append(limit)
         return cur.execute(
             f"SELECT notification_id, originator_id, topic FROM {self.events_table} "  # noqa: S608
-            f"WHERE notification_id > %s {stop}ORDER BY notification_id LIMIT %s",
+            f"WHERE notification_id > %s {stop}{only}ORDER BY notification_id LIMIT %s",
             params,
         ).fetchall()
 
     def _apply_range(
-        self, cur: Cursor[Any], p: NoteProjection, after: int, upto: int | None, limit: int = 2000
+        self, cur: Cursor[Any], p: NoteProjection, after: int, upto: int | None, limit: int = 2000,
+        *, tenant: str | None = None,
     ) -> int:
-        """Apply events ``(after, upto]`` to ``p``; returns the last position applied."""
+        """Apply events ``(after, upto]`` (of ``tenant`` only, when given) to ``p``;
+        returns the last position applied."""
         pos = after
         while True:
-            rows = self._select(cur, pos, upto, limit)
+            rows = self._select(cur, pos, upto, limit, tenant)
             if not rows:
                 return pos
             ids = list(dict.fromkeys(r["originator_id"] for r in rows))
@@ -265,7 +425,7 @@ class ProjectionEngine:
         try:
             with self._transaction() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
-                pos = self.position(p.name, cur)
+                pos = self.floor(p.name, cur)
                 if upto > pos:
                     new = self._apply_range(cur, p, pos, upto)
                     if new > pos:
@@ -285,11 +445,15 @@ class ProjectionEngine:
         for p in self.projections:
             try:
                 while True:
+                    upto = None if self.applied_inline(p) else self.safe_head()
                     with self._transaction() as cur:
                         cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
-                        pos = self.position(p.name, cur)
-                        new = self._apply_range(cur, p, pos, None, limit=batch)
-                        if new > pos:
+                        floor = self.floor(p.name, cur)
+                        pos = self.applied_prefix(p.name, cur)
+                        if upto is not None:
+                            pos = min(pos, max(floor, upto))
+                        new = self._apply_range(cur, p, pos, upto, limit=batch)
+                        if new > floor:
                             self._record(cur, p.name, new)
                             self.clear_error(cur, p.name)
                     if new == pos or new - pos < batch:
@@ -303,7 +467,17 @@ class ProjectionEngine:
             raise failed
         return out
 
+    def applied_inline(self, p: NoteProjection) -> bool:
+        """Whether writers apply ``p`` in their transactions (then the visible head is
+        final under ``p``'s exclusive lock; else :meth:`safe_head` bounds a catch-up)."""
+        return p.write_side or self.inline_all
+
     def head(self) -> int:
         with self.datastore.get_connection() as conn:
             row = conn.execute(f"SELECT max(notification_id) AS m FROM {self.events_table}").fetchone()  # noqa: S608
         return int(row["m"] or 0)
+
+
+def _like_prefix(prefix: str) -> str:
+    """A ``LIKE`` pattern matching every string that starts with ``prefix``."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -161,14 +161,19 @@ class VerifyReport:
         return self.differences == 0 and self.problem is None
 
 
-def tracking_problem(name: str, position: int, head: int) -> str | None:
-    """Why projection ``name``'s tracked ``position`` cannot be right against the log
-    whose last notification id is ``head``, else ``None``: a position past the head (a
-    tracking row moved ahead in SQL) makes the replay and the live table agree while
-    every later write of the projection fails (its new positions are not above it)."""
-    if position <= head:
+def tracking_problem(cur: Cursor[Any], table: str, name: str, head: int) -> str | None:
+    """Why projection ``name``'s tracking (table ``table``: its floor row and its
+    per-tenant rows) cannot be right against the log whose last notification id is
+    ``head``, else ``None``: a row past the head (moved ahead in SQL) makes the replay
+    and the live table agree while later writes of the projection fail (their positions
+    are not above it)."""
+    row = cur.execute(
+        sql.SQL("SELECT application_name, notification_id FROM {t} WHERE notification_id > %s"
+                " ORDER BY notification_id DESC LIMIT 1").format(t=sql.Identifier(table)), (head,)).fetchone()
+    if row is None:
         return None
-    return (f"tracked position {position} is past the log head {head}: the tracking row of "
+    app, position = (row["application_name"], row["notification_id"]) if isinstance(row, dict) else row
+    return (f"tracked position {position} (row {app!r}) is past the log head {head}: the tracking of "
             f"{name} was changed; writes fail until it is rebuilt (memfabric projections rebuild)")
 
 
@@ -182,10 +187,12 @@ def replay_notes(
     batch: int = 2000,
     label: str = "replay",
     advance: Callable[[int], None] | None = None,
+    cut: Cut | None = None,
     skip: Collection[UUID] = (),
     skipped: set[UUID] | None = None,
 ) -> Iterator[list[Note]]:
-    """Final ``Note`` states of every aggregate with events at positions ``<= upto``.
+    """Final ``Note`` states of every aggregate with events at positions ``<= upto``
+    (with ``cut``: the events each tenant's tracking row covers, see :class:`Cut`).
 
     Must run inside a transaction on ``conn`` (a server-side cursor streams the events
     in ``batch``-sized fetches); yields lists of completed aggregates between fetches, so
@@ -204,12 +211,13 @@ def replay_notes(
     name = "mf_replay_" + uuid.uuid4().hex[:8]
     with conn.cursor(name=name, row_factory=tuple_row, binary=True) as cur:
         cur.itersize = batch
+        where, params = _upto(upto, cut)
         cur.execute(
             sql.SQL(
-                "SELECT notification_id, originator_id, originator_version, topic, state FROM {t}"
-                " WHERE notification_id <= %s ORDER BY originator_id, originator_version"
-            ).format(t=sql.Identifier(events_table)),
-            (upto,),
+                "SELECT notification_id, originator_id, originator_version, topic, state FROM {t} e"
+                " WHERE {w} ORDER BY originator_id, originator_version"
+            ).format(t=sql.Identifier(events_table), w=where),
+            params,
         )
         current: Any = None
         current_id: UUID | None = None
@@ -244,6 +252,26 @@ def replay_notes(
 
 
 # ----------------------------------------------------------------- SQL helpers
+@dataclass(frozen=True)
+class Cut:
+    """What a projection with per-tenant tracking rows contains: the events at or below
+    its floor, and each tenant's events at or below that tenant's row
+    (``projections/engine.py``). ``tracking``: its tracking table; ``prefix``: the
+    tenant rows' ``application_name`` prefix."""
+
+    tracking: str
+    prefix: str
+
+
+def _upto(upto: int, cut: Cut | None) -> tuple[sql.Composable, list[Any]]:
+    """The ``WHERE`` of the events (aliased ``e``) a replay to ``upto`` reads."""
+    if cut is None:
+        return sql.SQL("e.notification_id <= %s"), [upto]
+    return sql.SQL(
+        "(e.notification_id <= %s OR e.notification_id <= (SELECT t.notification_id FROM {t} t"
+        " WHERE t.application_name = %s || e.tenant))").format(t=sql.Identifier(cut.tracking)), [upto, cut.prefix]
+
+
 def _head(cur: Cursor[Any], events_table: str) -> int:
     row = cur.execute(
         sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {t}").format(t=sql.Identifier(events_table))
@@ -257,10 +285,10 @@ def _first(row: Any) -> Any:
     return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
-def _count_upto(cur: Cursor[Any], events_table: str, upto: int) -> int:
+def _count_upto(cur: Cursor[Any], events_table: str, upto: int, cut: Cut | None = None) -> int:
+    where, params = _upto(upto, cut)
     row = cur.execute(
-        sql.SQL("SELECT count(*) FROM {t} WHERE notification_id <= %s").format(t=sql.Identifier(events_table)),
-        (upto,),
+        sql.SQL("SELECT count(*) FROM {t} e WHERE {w}").format(t=sql.Identifier(events_table), w=where), params,
     ).fetchone()
     return int(_first(row))
 
@@ -362,9 +390,7 @@ class ProjectionAdmin:
             head = _head(cur, self.engine.events_table)
             for p in self.engine.projections:
                 pos = self.engine.position(p.name, cur)
-                lag = int(_first(cur.execute(
-                    sql.SQL("SELECT count(*) FROM {t} WHERE notification_id > %s").format(t=t), (pos,)
-                ).fetchone()))
+                lag = self.engine.unapplied(p.name, cur)
                 seconds = 0.0
                 if lag:
                     row = cur.execute(
@@ -430,16 +456,16 @@ class ProjectionAdmin:
 
     def _load(
         self, conn: Connection[Any], cur: Cursor[Any], selected: list[NoteProjection], upto: int,
-        suffix: str, batch: int, reporter: Reporter, label: str,
+        suffix: str, batch: int, reporter: Reporter, label: str, cut: Cut | None = None,
     ) -> tuple[int, int, dict[str, int]]:
-        total = _count_upto(cur, self.engine.events_table, upto)
+        total = _count_upto(cur, self.engine.events_table, upto, cut)
         advance = reporter.task(label, total)
         rows = {p.name: 0 for p in selected}
         notes = 0
         held, skipped = quarantine.ids(cur), set[UUID]()
         for done in replay_notes(
             conn, self.engine.events_table, self.mapper, upto, batch=batch,
-            label=",".join(p.name for p in selected), advance=advance, skip=held, skipped=skipped,
+            label=",".join(p.name for p in selected), advance=advance, cut=cut, skip=held, skipped=skipped,
         ):
             notes += len(done)
             for p in selected:
@@ -468,9 +494,10 @@ class ProjectionAdmin:
         for key in locks:  # engine order, like writers: no deadlock
             conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         try:
+            safe = self._safe_bound(selected)
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                upto = _head(cur, self.engine.events_table)
+                upto = _head(cur, self.engine.events_table) if safe is None else safe
                 for p in selected:
                     for table in p.tables:
                         _drop_secondary_indexes(cur, table)
@@ -508,10 +535,13 @@ class ProjectionAdmin:
         maintenance_work_mem: str | None,
     ) -> tuple[int, int, dict[str, int], int, float, float]:
         """Phase 1: fill ``<table>_bg`` at a snapshot, without blocking anyone; returns
-        (events, notes, rows, snapshot position, load seconds, index seconds)."""
+        (events, notes, rows, snapshot position, load seconds, index seconds). The
+        snapshot is taken after :meth:`ProjectionEngine.safe_head` and the replay stops
+        there: an id drawn before it by a writer still in flight would be below a
+        later-committed head and never applied."""
+        upto = self.engine.safe_head()
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            upto = _head(cur, self.engine.events_table)
             for p in selected:
                 for table in p.tables:
                     cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table + BG_SUFFIX)))
@@ -530,7 +560,10 @@ class ProjectionAdmin:
     ) -> int | None:
         """Phase 2, one transaction: ``before_switch(cur)`` first (it may lock and refuse:
         ``False`` rolls back and returns ``None``), then drop the live tables, rename the
-        new ones, apply the events since ``upto`` and record the position (returned)."""
+        new ones, apply the events since ``upto`` and record the position (returned).
+        A deferred projection (no writer applies it, so its exclusive lock does not
+        quiesce them) stops at :meth:`ProjectionEngine.safe_head`; the runner goes on."""
+        safe = self._safe_bound(selected)
         with conn.transaction() as tx, conn.cursor() as cur:
             if before_switch is not None and not before_switch(cur):
                 raise psycopg.Rollback(tx)
@@ -547,12 +580,19 @@ class ProjectionAdmin:
                         if index.startswith(new):
                             cur.execute(sql.SQL("ALTER INDEX {a} RENAME TO {b}").format(
                                 a=sql.Identifier(index), b=sql.Identifier(table + index[len(new):])))
-                new_pos = self.engine._apply_range(cur, p, upto, None)  # noqa: SLF001
+                new_pos = self.engine._apply_range(cur, p, upto, safe)  # noqa: SLF001
                 position = max(position, new_pos)
                 self.engine.set_position(cur, p.name, new_pos)
                 self.engine.clear_error(cur, p.name)
             return position
         return None
+
+    def _safe_bound(self, selected: Sequence[NoteProjection]) -> int | None:
+        """``None`` when writers apply every selected projection (their exclusive locks
+        make the visible head final), else :meth:`ProjectionEngine.safe_head`."""
+        if all(self.engine.applied_inline(p) for p in selected):
+            return None
+        return self.engine.safe_head()
 
     def rebuild_into(
         self,
@@ -610,10 +650,20 @@ class ProjectionAdmin:
             # it the creation schema): a role with SELECT and TEMP, no CREATE, can verify.
             cur.execute("SELECT set_config('search_path', 'pg_temp, ' || current_setting('search_path'), true)")
             head = _head(cur, self.engine.events_table)
-            by_position: dict[int, list[NoteProjection]] = {}
+            by_position: dict[tuple[int, str], list[NoteProjection]] = {}
+            cuts: dict[tuple[int, str], Cut | None] = {}
             for p in selected:
-                by_position.setdefault(self.engine.position(p.name, cur), []).append(p)
-            for position, group in sorted(by_position.items()):
+                pos = self.engine.position(p.name, cur)
+                if self.engine.tenants_ahead(p.name, cur, pos):  # compare at each tenant's row
+                    key = (self.engine.floor(p.name, cur), p.name)
+                    cuts[key] = Cut(self.engine.trackers[p.name].tracking_table_name,
+                                    self.engine.tenant_row(""))
+                else:
+                    key = (pos, "")
+                    cuts[key] = None
+                by_position.setdefault(key, []).append(p)
+            for (position, _), group in sorted(by_position.items()):
+                cut = cuts[(position, _)]
                 for p in group:
                     for table in p.tables:
                         cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(
@@ -621,11 +671,12 @@ class ProjectionAdmin:
                     p.create(cur, table_suffix=VERIFY_SUFFIX)
                     for table in p.tables:
                         _drop_secondary_indexes(cur, table + VERIFY_SUFFIX)
-                self._load(conn, cur, group, position, VERIFY_SUFFIX, batch, reporter, f"replay to {position}")
+                self._load(conn, cur, group, position, VERIFY_SUFFIX, batch, reporter, f"replay to {position}", cut)
                 for p in group:
                     for table in p.tables:
                         report = self._compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show)
-                        out.append(dataclasses.replace(report, problem=tracking_problem(p.name, position, head)))
+                        problem = tracking_problem(cur, self.engine.trackers[p.name].tracking_table_name, p.name, head)
+                        out.append(dataclasses.replace(report, problem=problem))
         return out
 
     def _compare(

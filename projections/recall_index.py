@@ -197,7 +197,7 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE,
     """Upsert or delete the rows of ``notes`` (their current aggregate state); a load of
     at least :data:`BULK_MIN_ROWS` rows goes through :func:`_bulk_load`."""
     upserts, deletes = split_rows(notes, lambda n: row_for(n, embedder_id, dim))
-    if len(upserts) >= BULK_MIN_ROWS:
+    if len(upserts) >= BULK_MIN_ROWS and not base.in_pipeline(cur):  # COPY is refused in pipeline mode
         write_rows(cur, table, COLUMNS, [], deletes)
         _bulk_load(cur, table, upserts)
         return

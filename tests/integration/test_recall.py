@@ -210,7 +210,7 @@ def test_projection_replay_gives_identical_rows(fabric: Fabric, dsn: str) -> Non
     with psycopg.connect(dsn) as conn:
         before = conn.execute(dump).fetchall()
         conn.execute("TRUNCATE mf_recall_index")
-        conn.execute("DELETE FROM mf_recall_index_tracking WHERE application_name = 'memfabric'")
+        conn.execute("DELETE FROM mf_recall_index_tracking")  # the floor and every tenant's row
     fabric.catch_up()
     with psycopg.connect(dsn) as conn:
         after = conn.execute(dump).fetchall()

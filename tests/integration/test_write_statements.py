@@ -29,11 +29,14 @@ def test_one_statement_records_every_projection_and_refuses_to_move_back(fabric:
     assert {p.name: engine.position(p.name) for p in inline} == {p.name: head for p in inline}
     with engine.datastore.transaction(commit=False) as cur:
         with pytest.raises(IntegrityError, match="failed to record tracking"):
-            engine._record_all(cur, head - 1, inline)  # noqa: SLF001 - the statement under test
+            engine._record_all(cur, head - 1, inline, "acme")  # noqa: SLF001 - the statement under test
     with engine.datastore.transaction(commit=False) as cur:
-        engine._record_all(cur, head + 5, inline)  # noqa: SLF001
-        assert {p.name: engine.position(p.name, cur) for p in inline} == {p.name: head + 5 for p in inline}
+        engine._record_all(cur, head + 5, inline, "acme")  # noqa: SLF001
+        assert engine._tenant_positions(cur, inline, "acme") == {p.name: head + 5 for p in inline}  # noqa: SLF001
+        assert engine._tenant_positions(cur, inline, "other") == {p.name: 0 for p in inline}  # noqa: SLF001
     # that transaction rolled back: the positions are unchanged
+    with engine.datastore.transaction(commit=False) as cur:
+        assert engine._tenant_positions(cur, inline, "acme") == {p.name: head for p in inline}  # noqa: SLF001
     assert {p.name: engine.position(p.name) for p in inline} == {p.name: head for p in inline}
 
 
