@@ -4,13 +4,14 @@
 variables, no pass-through keyword arguments):
 
 - the pooled connection and its transaction (opened on ``__enter__``);
-- the scopes' write locks (``pg_advisory_xact_lock``, taken in sorted key order so two
-  multi-scope writers cannot deadlock);
+- the projections' shared advisory locks and the scopes' write locks
+  (``pg_advisory_xact_lock``, in sorted key order so two multi-scope writers cannot
+  deadlock), taken first, in one statement, before any read;
 - every read the write decides on: aggregate replays, key reads, the consolidation
   neighbours, paths and the working value — all on this connection;
 - the aggregates to save, their new data keys and the keys to destroy;
-- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock (with shared
-  locks on the projections it applies, ``ProjectionEngine.lock_statement``), seal the
+- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock
+  (``ProjectionEngine.lock_statement``), seal the
   events, insert the keys, delete the shredded keys, append the events (one
   statement), apply the write-side projections (and every projection when projecting
   inline) with the tenant's tracking, then COMMIT. One transaction, one connection: a
@@ -35,12 +36,12 @@ from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from eventsourcing.persistence import IntegrityError
 
 from memfabric.domain.link_terms import TermPostings
-from memfabric.domain.errors import ConflictError, FabricError
+from memfabric.domain.errors import ConflictError, FabricError, LockTimeoutError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index, note_scope, tables, working_value
-from memfabric.projections.engine import ProjectionEngine, advisory_key
+from memfabric.projections.engine import ProjectionEngine, bounded_locks, lock_timed_out
 import psycopg
 from psycopg import Connection, Cursor, Rollback, sql
 
@@ -80,9 +81,12 @@ class PostgresUnitOfWork:
             # read, the append statements together, the row writes with the COMMIT.
             stack.enter_context(conn.pipeline())
             stack.enter_context(conn.transaction())
-            keys = [advisory_key("scope:" + key) for key in sorted({s.key for s in self._scopes})]
-            if keys:
-                conn.execute(_scope_locks(len(keys)), keys, prepare=True)
+            projections = self._engine.inline(all_projections=self._inline_all)
+            keys = sorted(self._engine.lock_key("scope:" + key) for key in {s.key for s in self._scopes})
+            conn.execute(sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+                [sql.SQL("set_config('lock_timeout', %s, true)"), *self._engine.shared_locks(projections),
+                 *(sql.SQL("pg_advisory_xact_lock(%s)") for _ in keys)])),
+                [self._engine.timeout_setting(), *self._engine.shared_keys(projections), *keys], prepare=True)
         except BaseException as exc:
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -100,7 +104,11 @@ class PostgresUnitOfWork:
             # with a rollback and is swallowed by it.
             stack.__exit__(Rollback, Rollback(), None)
             return
-        stack.__exit__(exc_type, exc, tb)
+        with bounded_locks("write"):  # a lock wait that ran out: LockTimeoutError
+            if lock_timed_out(exc):
+                stack.__exit__(exc_type, exc, tb)
+                raise LockTimeoutError(f"write: a lock wait ran out ({exc}); nothing was written") from exc
+            stack.__exit__(exc_type, exc, tb)
         if exc_type is None and self._keys is not None:
             self._keys.committed()
 
@@ -230,7 +238,7 @@ class PostgresUnitOfWork:
         stored = [mapper.to_stored_event(e) for e in self._events]
         with dimension_guard(), conn.cursor() as cur, conn.cursor() as pos:
             # one round trip for lock, keys, append and the tenant's positions (pipeline mode)
-            query, params = self._engine.lock_statement(projections, tenant)
+            query, params = self._engine.lock_statement(tenant)
             cur.execute(query, params, prepare=True)
             self.keys.flush(cur)
             self.keys.destroy(cur)
@@ -245,12 +253,6 @@ class PostgresUnitOfWork:
                                       positions=self._engine.read_positions(pos))
         self._position = max(ids, default=0)
         self._committed = True
-
-
-def _scope_locks(n: int) -> bytes:
-    """``SELECT pg_advisory_xact_lock($1), ...`` for ``n`` keys (sorted by the caller)."""
-    return sql.SQL("SELECT {}").format(sql.SQL(", ").join(
-        sql.SQL("pg_advisory_xact_lock(%s)") for _ in range(n))).as_bytes(None)
 
 
 def cursor_loader(log: NoteLog) -> Callable[[Cursor[Any], Sequence[UUID]], list[Note]]:

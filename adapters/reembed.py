@@ -58,7 +58,6 @@ from memfabric.domain.ports import Embedder
 from memfabric.domain.scope import Scope
 from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection
-from memfabric.projections.engine import advisory_key
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.rebuild import ProjectionAdmin, RebuildReport, Reporter
 from memfabric.projections.recall_index import RecallIndexProjection
@@ -295,19 +294,20 @@ class Reembedder:
         return True
 
     def _lock_for_switch(self, cur: Cursor[Any]) -> bool:
-        """Lock the live consolidation and recall tables (the switch drops them), then the
-        events table (no append can commit until the switch does), in that order: a writer
-        reads the consolidation index first and appends later, so it either finishes
-        before the switch or waits at its first read, holding nothing the switch needs.
+        """Take every projection's advisory lock (writers hold them shared from the first
+        statement of their unit of work), then lock the live consolidation and recall
+        tables (the switch drops them) and the events table (no append can commit until
+        the switch does), in that order: a writer either finishes before the switch or
+        waits at its first statement, holding nothing the switch needs.
         Each wait is bounded by :data:`SWITCH_LOCK_TIMEOUT` (a writer that skipped the
         read can still cross the switch); ``False`` when one ran out: the switch is rolled
         back and retried after another pass."""
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT)))
         try:
+            for p in self.fabric.engine.projections:  # writers hold these shared from their first statement
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (self.fabric.engine.lock_key(p.name),))
             for table in (tables.CONSOLIDATION_INDEX, tables.RECALL_INDEX):
                 cur.execute(sql.SQL("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE").format(t=sql.Identifier(table)))
-            for p in self.fabric.engine.projections:  # writers hold these shared before they append
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
             cur.execute(sql.SQL("LOCK TABLE {t} IN EXCLUSIVE MODE").format(t=sql.Identifier(tables.EVENTS)))
         except psycopg.errors.LockNotAvailable:
             return False
