@@ -249,7 +249,9 @@ def open_fabric(
 ) -> Fabric:
     """Open a fabric.
 
-    - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector; default
+    - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector (every parameter,
+      ``application_name``, ``options``, ``sslmode`` ..., is used by every connection,
+      the event-log pool included: :mod:`memfabric.adapters.conninfo`); default
       ``$MEMFABRIC_DSN``; with neither, the embedded PostgreSQL 18 in ``data_dir``
       (default ``$MEMFABRIC_HOME/pg`` or the user data dir) is started or joined.
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
