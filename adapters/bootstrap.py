@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
+from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
@@ -30,7 +31,7 @@ from memfabric.domain.retention import RetentionConfig
 from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
-from memfabric.projections import tables
+from memfabric.projections import quarantine, tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
 from memfabric.projections.link_graph import LinkGraphProjection
@@ -91,6 +92,7 @@ def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool =
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
         "CREATE_TABLE": "no" if read_only else "yes",
         "MEMFABRIC_READ_ONLY": "yes" if read_only else "no",
+        CONNINFO_ENV: dsn,  # the pool connects with the whole DSN (adapters/conninfo.py)
     }
 
 
@@ -275,7 +277,9 @@ def open_fabric(
 ) -> Fabric:
     """Open a fabric.
 
-    - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector; default
+    - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector (every parameter,
+      ``application_name``, ``options``, ``sslmode`` ..., is used by every connection,
+      the event-log pool included: :mod:`memfabric.adapters.conninfo`); default
       ``$MEMFABRIC_DSN``; with neither, the embedded PostgreSQL 18 in ``data_dir``
       (default ``$MEMFABRIC_HOME/pg`` or the user data dir) is started or joined.
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
@@ -357,7 +361,7 @@ def open_fabric(
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
                  LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection()],
-                cursor_loader(log),
+                quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
             engine.inline_all = inline_projections
@@ -369,6 +373,8 @@ def open_fabric(
                 if recorded is None:
                     _record_embedder(dsn, embedder)
                 engine.create()
+                with log.datastore.transaction(commit=True) as cur:
+                    quarantine.create(cur)
                 engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
                 engine.lock_timeout = lock_timeout
                 backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24

@@ -48,7 +48,7 @@ from uuid import UUID
 
 import numpy as np
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.domain import link_terms, links, visibility
+from memfabric.domain import link_terms, links, replay, visibility
 from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
 from memfabric.domain.errors import FabricError
@@ -185,7 +185,7 @@ class InMemoryEventLog:
         """The aggregate replayed from its events (``None`` when absent)."""
         note: Any = None
         for event in self.events(aggregate_id):
-            note = event.mutate(note)
+            note = replay.step(event, note)
         return note if isinstance(note, Note) else None
 
     def append(self, events: Sequence[Any], notes: Sequence[Note], doomed: set[UUID]) -> int:
@@ -427,7 +427,7 @@ class InMemoryUnitOfWork:
             return held
         found: Any = None
         for event in self._log.events(aggregate_id):
-            found = event.mutate(found)
+            found = replay.step(event, found)
         return found
 
     def load_ledger_head(self, aggregate_id: UUID, scope: Scope) -> Any:

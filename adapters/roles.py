@@ -30,8 +30,8 @@ AUDITOR = "memfabric_auditor"
 def roles_sql(database: str = "memfabric", *, schema: str = "public", owner: str = OWNER,
               writer: str = WRITER, auditor: str = AUDITOR, checkpoints: bool = False) -> str:
     """The SQL that creates the three roles (``NOLOGIN`` groups: grant them to login
-    roles) and their grants, run by a superuser or the database owner on ``database``
-    (after a first open by the owner, so that the tables exist)."""
+    roles) and their grants, run by a superuser or the database owner on ``database``,
+    before or after the fabric's first open (:func:`secret_table_sql`)."""
 
     def q(name: str) -> str:
         return sql.Identifier(name).as_string(None)
@@ -56,6 +56,7 @@ def roles_sql(database: str = "memfabric", *, schema: str = "public", owner: str
         f"GRANT CONNECT, TEMPORARY ON DATABASE {db} TO {a};",
         f"GRANT USAGE ON SCHEMA {sch} TO {a};",
         f"GRANT SELECT ON ALL TABLES IN SCHEMA {sch} TO {a};",
+        *secret_table_sql(schema, owner),
         f"REVOKE SELECT ON {sch}.{q(tables.FABRIC_SECRET)} FROM {a};",  # noqa: S608 - quoted identifiers
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {sch} GRANT SELECT ON TABLES TO {a};",
     ]
@@ -65,6 +66,28 @@ def roles_sql(database: str = "memfabric", *, schema: str = "public", owner: str
     lines += ["", "-- a login for a person or a service, e.g.:",
               f"-- CREATE ROLE alice LOGIN PASSWORD '...' IN ROLE {a};"]
     return "\n".join(lines) + "\n"
+
+
+def secret_table_sql(schema: str, owner: str) -> list[str]:
+    """Issue 28, defect 10: the statements (a ``DO`` block) that make the fabric secret's
+    table, owned by ``owner``, when the fabric's first open has not made it yet, so the
+    roles' SQL runs before or after the first open alike (the ``REVOKE`` of the
+    auditor's ``SELECT`` needs the table; the first open then fills it). Its DDL is the
+    first open's own (:data:`memfabric.adapters.postgres.SECRETS_DDL`)."""
+    from memfabric.adapters.postgres import SECRETS_DDL, SECRETS_FORMAT_DDL  # noqa: PLC0415
+
+    def lit(value: str) -> str:
+        return sql.Literal(value).as_string(None)
+
+    table = f"{sql.Identifier(schema).as_string(None)}.{sql.Identifier(tables.FABRIC_SECRET).as_string(None)}"
+    return [
+        "-- the fabric secret's table (made here, owned by the owner, when the first open has not run yet)",
+        f"DO $$ BEGIN PERFORM set_config('search_path', {lit(sql.Identifier(schema).as_string(None))}, true);"
+        f" IF to_regclass({lit(table)}) IS NULL THEN EXECUTE {lit(SECRETS_DDL)};"
+        f" EXECUTE {lit(SECRETS_FORMAT_DDL)};"
+        f" EXECUTE {lit(f'ALTER TABLE {table} OWNER TO ' + sql.Identifier(owner).as_string(None))};"
+        " END IF; END $$;",
+    ]
 
 
 def auditor_grants(schema: str = "public", role: str = AUDITOR, *, checkpoints: bool = False) -> list[str]:

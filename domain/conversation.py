@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Protocol, TypeVar, cast
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from memfabric.domain.errors import NotSupportedError
+from memfabric.domain.inputs import reject_nul
 from memfabric.domain.ledger import (
     Conversation,
     LedgerAbortedError,
@@ -48,6 +49,14 @@ def _aware(value: datetime | None) -> datetime | None:
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """Issue 28, defect 9: a NUL character (which PostgreSQL text cannot store) in
+        any string field is a ``ValidationError`` naming the field, before anything is
+        written (it was eventsourcing's ``DataError`` from the ledger projection)."""
+        return reject_nul(value)
 
 
 class AppendInput(_Input):

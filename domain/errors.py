@@ -80,7 +80,9 @@ class ProjectionLagError(FabricError, TimeoutError):
 
 
 class EventIntegrityError(FabricError):
-    """A stored event failed authenticated decryption: its bytes were changed."""
+    """A stored event failed authenticated decryption (its bytes were changed), or a
+    note's events miss a version (a row was deleted; the message names the note and the
+    missing version)."""
 
 
 class ReadOnlyError(FabricError):

@@ -43,6 +43,21 @@ sealed one (a plain marker names them), are listed as erased, so ``history`` sho
 ERASED = "<erased>"
 """What a protected field reads as once its note's key has been destroyed."""
 
+SUCCESSOR_VALUES: frozenset[str] = frozenset({"new_value"})
+"""Keys of a supersession decision that hold a value read from the *successor* (issue 28,
+defect 4): a replaced note's ``Superseded`` event never stores them (they live in the
+successor's own ``decision``, under the successor's key), so forgetting the successor
+leaves none of its values readable through the replaced note."""
+
+
+def replaced_decision(decision: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``decision`` as a replaced note's ``Superseded`` event keeps it: without the
+    :data:`SUCCESSOR_VALUES` keys (``None`` stays ``None``). Also applied when reading
+    events written before this rule."""
+    if not decision or not SUCCESSOR_VALUES & decision.keys():
+        return decision
+    return {k: v for k, v in decision.items() if k not in SUCCESSOR_VALUES}
+
 
 def note_uuid(scope: Scope, note_id: str) -> UUID:
     """Aggregate id of note ``note_id`` in ``scope`` (UUIDv5, so the same 12-hex id in
@@ -247,7 +262,7 @@ class Note(Aggregate):
 
         def apply(self, note: Note) -> None:
             note.superseded_by = self.successor_id
-            note.supersession = self.decision
+            note.supersession = replaced_decision(self.decision)
             if note.valid_to is None or self.valid_to < note.valid_to:
                 note.valid_to = self.valid_to
             note.updated_at = self.timestamp
@@ -586,7 +601,7 @@ class Note(Aggregate):
         self._check_live()
         self.trigger_event(
             self.Superseded, successor_id=successor_id, valid_to=valid_to, cause=cause,
-            decision=decision,
+            decision=replaced_decision(decision),
         )
 
     def link(self, links: list[dict[str, Any]], cause: str = "caller") -> None:

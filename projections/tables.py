@@ -23,6 +23,10 @@ first open; later opens without an embedder use it, a different one is refused."
 PROJECTION_ERRORS = "mf_projection_errors"
 """Where a projection that stopped on an event is recorded."""
 
+QUARANTINE = "mf_quarantine"
+"""Aggregates whose events do not authenticate or decode, left out of the projections
+(issue 28): :mod:`memfabric.projections.quarantine`."""
+
 AUDIT_CHAIN = "mf_audit_chain"
 """Checkpoints of the SHA-256 tamper-evidence chain over the log."""
 
