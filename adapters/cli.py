@@ -13,9 +13,12 @@ Times given without a timezone (``--as-of 2026-01-01``, ``2026-01-01T12:00``) me
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
@@ -137,8 +140,31 @@ def make_embedder(name: str | None) -> Any:
         raise FabricError(f"embedder: {' '.join(str(exc).split())}") from None
 
 
+def env_read_only() -> bool:
+    """``$MEMFABRIC_READ_ONLY`` is 1, yes or true: every command opens read-only."""
+    return os.environ.get("MEMFABRIC_READ_ONLY", "").lower() in ("1", "yes", "true")
+
+
+@contextmanager
+def quiet_fallback() -> Iterator[None]:
+    """Silence ``open_fabric``'s read-only fallback warning: a command reports a role
+    that may only read itself (a write is one ``error:`` line naming the privilege)."""
+    logger = logging.getLogger("memfabric.adapters.bootstrap")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _open(dsn: str | None, data_dir: str | None, embedder: str | None = None, **kwargs: Any) -> Fabric:
-    return open_fabric(dsn, data_dir=data_dir, embedder=make_embedder(embedder), **kwargs)
+    """``open_fabric`` for a command: read-only under ``$MEMFABRIC_READ_ONLY`` or for a
+    role that may not write the log (issue 27: an auditor's ``recall`` works)."""
+    if env_read_only():
+        kwargs["read_only"] = True
+    with quiet_fallback():
+        return open_fabric(dsn, data_dir=data_dir, embedder=make_embedder(embedder), **kwargs)
 
 
 def parse_time(value: str | None, field: str = "as_of") -> datetime | None:

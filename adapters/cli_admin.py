@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -70,10 +69,10 @@ from memfabric.adapters.audit import (
     read_log,
     verify_chain,
 )
-from memfabric.adapters.bootstrap import Fabric, open_fabric, recorded_embedder
+from memfabric.adapters.bootstrap import Fabric, open_fabric, read_only_reason, recorded_embedder
 from memfabric.adapters.embedded import resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionError
+from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionError, ReadOnlyError
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
 from memfabric.projections import tables
@@ -172,13 +171,21 @@ def can_write(dsn: str) -> bool:
     ``memfabric_events``); ``True`` before the log exists (the first open creates it).
     ``$MEMFABRIC_READ_ONLY=1`` answers ``False``: read-only commands then open read-only
     whatever the role may do."""
-    if os.environ.get("MEMFABRIC_READ_ONLY", "").lower() in ("1", "yes", "true"):
+    from memfabric.adapters.cli import env_read_only
+
+    if env_read_only():
         return False
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT to_regclass(%s) IS NULL OR has_table_privilege(%s, 'INSERT')",
-            (EVENTS_TABLE, EVENTS_TABLE)).fetchone()
-    return bool(row and row[0])
+        return read_only_reason(conn) is None
+
+
+def require_writable(fabric: Fabric) -> None:
+    """``ReadOnlyError`` naming the role's missing privilege when a command that writes
+    got a fabric that fell back to read-only (issue 27: one line, not a raw
+    ``permission denied``)."""
+    if fabric.read_only:
+        why = fabric.read_only_reason or "$MEMFABRIC_READ_ONLY is set"
+        raise ReadOnlyError(f"this command writes, and {why}: run it as the owner/admin role")
 
 
 @contextmanager
@@ -192,7 +199,11 @@ def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
         recorded = recorded_embedder(dsn)
         stand_in: Any = (RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded
                          else HashEmbedder(_index_dim(dsn) or 384))
-        read_only = read and not can_write(dsn)
+        read_only = not can_write(dsn)
+        if read_only and not read:
+            with psycopg.connect(dsn) as conn:
+                why = read_only_reason(conn) or "$MEMFABRIC_READ_ONLY is set"
+            raise ReadOnlyError(f"this command writes, and {why}: run it as the owner/admin role")
         with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False,
                          read_only=read_only) as fabric:
             fabric.service.adopt_embedder = lambda: adopt_stand_in(fabric)  # admin work never embeds
@@ -407,7 +418,10 @@ interruption: it resumes without duplicate events."""
         dsn_, embedded = resolve_dsn(dsn, data_dir)
         recorded = recorded_embedder(dsn_)
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
-        with open_fabric(dsn_, embedder=stand_in) as fabric, _reporter() as reporter:
+        from memfabric.adapters.cli import quiet_fallback
+
+        with quiet_fallback(), open_fabric(dsn_, embedder=stand_in) as fabric, _reporter() as reporter:
+            require_writable(fabric)
             report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err))
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
@@ -747,13 +761,57 @@ def roles_sql_command(
     schema: Annotated[str, typer.Option("--schema", metavar="NAME", help="The schema of memfabric's tables.")] = "public",
     checkpoints: Annotated[bool, typer.Option(
         "--auditor-checkpoints", help="Also let the auditor write audit checkpoints (INSERT on mf_audit_chain).")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the SQL that creates the owner/admin, writer and read-only auditor roles with their exact grants.
 
     Connects to nothing. Run the output as a superuser (psql -f) after the owner's first open; see docs/roles.md."""
     from memfabric.adapters.roles import roles_sql
 
-    print(roles_sql(database, schema=schema, checkpoints=checkpoints), end="")
+    text = roles_sql(database, schema=schema, checkpoints=checkpoints)
+    if as_json:
+        _print_json({"database": database, "schema": schema, "sql": text})
+    else:
+        print(text, end="")
+
+
+@roles_app.command("create")
+def roles_create_command(
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="auditor, writer or admin.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The new login role.")],
+    password: Annotated[str | None, typer.Option(
+        "--password", metavar="TEXT", help="Its password (default: a new random one, printed once).")] = None,
+    schema: Annotated[str, typer.Option("--schema", metavar="NAME", help="The schema of memfabric's tables.")] = "public",
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a login role NAME in the memfabric_<KIND> group (created with its grants when missing) and print its DSN.
+
+    Run it as the owner: on the embedded server simply 'memfabric roles create auditor alice'; on another \
+server with --dsn of a superuser. Prints one line, the new role's DSN (password included), for psql and --dsn."""
+    import secrets
+
+    from memfabric.adapters.roles import create_login
+
+    secret = password or secrets.token_urlsafe(18)
+    try:
+        dsn_, embedded = resolve_dsn(dsn, data_dir, read=True)
+        try:
+            with psycopg.connect(dsn_, autocommit=True) as conn:
+                create_login(conn, kind, name, secret, schema=schema)
+                database = str(conn.info.dbname)
+            url = (embedded.dsn_for(name, secret, database) if embedded is not None
+                   else psycopg.conninfo.make_conninfo(dsn_, user=name, password=secret))
+        finally:
+            if embedded is not None:
+                embedded.close()
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json({"kind": kind, "name": name, "database": database, "dsn": url})
+    else:
+        print(url)
 
 
 # ------------------------------------------------------------ note lifecycle
@@ -776,8 +834,12 @@ def notes_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
     try:
         recorded = recorded_embedder(dsn)
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
+        from memfabric.adapters.cli import quiet_fallback
+
         read_only = read and not can_write(dsn)
-        with open_fabric(dsn, embedder=stand_in, read_only=read_only) as fabric:
+        with quiet_fallback(), open_fabric(dsn, embedder=stand_in, read_only=read_only) as fabric:
+            if not read:
+                require_writable(fabric)
             yield fabric
     finally:
         if embedded is not None:
