@@ -29,6 +29,24 @@ WRITER = "memfabric_writer"
 AUDITOR = "memfabric_auditor"
 
 
+def hand_over_query(schema: str, owner: str) -> str:
+    """A query whose rows are the ``ALTER ... OWNER TO owner`` statements that give
+    ``owner`` every memfabric object of ``schema``: its tables (``mf_*``,
+    ``memfabric_*``), eventsourcing's insert function (``es_*``, replaced on every
+    open, which only its owner may do) and its stored-event type."""
+    sch, o = sql.Literal(schema).as_string(None), sql.Literal(owner).as_string(None)
+    return (
+        f"SELECT format('ALTER TABLE %I.%I OWNER TO %I', n.nspname, c.relname, {o}) FROM pg_class c"  # noqa: S608
+        f" JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {sch} AND c.relkind IN ('r', 'p')"
+        " AND (c.relname LIKE 'mf\\_%' OR c.relname LIKE 'memfabric\\_%')"
+        f" UNION ALL SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, {o}) FROM pg_proc p"
+        f" JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = {sch} AND p.proname LIKE 'es\\_%'"
+        f" UNION ALL SELECT format('ALTER TYPE %I.%I OWNER TO %I', n.nspname, t.typname, {o}) FROM pg_type t"
+        " JOIN pg_namespace n ON n.oid = t.typnamespace JOIN pg_class c ON c.oid = t.typrelid"
+        f" WHERE n.nspname = {sch} AND c.relkind = 'c' AND t.typname LIKE 'stored\\_event\\_%'"
+    )
+
+
 def roles_sql(database: str = "memfabric", *, schema: str = "public", owner: str = OWNER,
               writer: str = WRITER, auditor: str = AUDITOR, checkpoints: bool = False) -> str:
     """The SQL that creates the three roles (``NOLOGIN`` groups: grant them to login
@@ -50,12 +68,9 @@ def roles_sql(database: str = "memfabric", *, schema: str = "public", owner: str
         f"CREATE ROLE {o} NOLOGIN;",
         f"GRANT CONNECT, TEMPORARY ON DATABASE {db} TO {o};",
         f"GRANT USAGE, CREATE ON SCHEMA {sch} TO {o};",
-        f"-- hand every memfabric table (created by the first open) over to {o}:",
-        "DO $$ DECLARE t text; BEGIN",
-        f"  FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = {lit(schema)}"  # noqa: S608 - a literal
-        " AND (tablename LIKE 'mf\\_%' OR tablename LIKE 'memfabric\\_%') LOOP",
-        f"    EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', {lit(schema)}, t, {lit(owner)});",
-        "  END LOOP; END $$;",
+        f"-- hand every memfabric table, function and type (created by the first open) over to {o}:",
+        f"DO $$ DECLARE s text; BEGIN FOR s IN {hand_over_query(schema, owner)}",
+        "  LOOP EXECUTE s; END LOOP; END $$;",
         "",
         "-- 2. writer: the application. Opening runs idempotent DDL checked against the table",
         "--    owner, so the writer has the owner's privileges (a member of the owner role).",
@@ -197,12 +212,8 @@ def group_statements(cur: Any, kind: str, *, schema: str = "public") -> list[sql
     out.append(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {d} TO {g}").format(d=db, g=group))
     if kind == "admin":
         out.append(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {s} TO {g}").format(s=sch, g=group))
-        for (name,) in cur.execute(
-                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE n.nspname = %s AND c.relkind IN ('r', 'p')"
-                " AND (c.relname LIKE 'mf\\_%%' OR c.relname LIKE 'memfabric\\_%%')"
-                " AND pg_get_userbyid(c.relowner) <> %s ORDER BY 1", (schema, OWNER)).fetchall():
-            out.append(sql.SQL("ALTER TABLE {s}.{t} OWNER TO {g}").format(s=sch, t=sql.Identifier(name), g=group))
+        out += [sql.SQL(str(next(iter(r.values())) if isinstance(r, dict) else r[0]))
+                for r in cur.execute(hand_over_query(schema, OWNER)).fetchall()]  # type: ignore[arg-type]
         return out
     owner = _owner(cur, f"{schema}.{tables.EVENTS}")
     out += [sql.SQL("GRANT USAGE ON SCHEMA {s} TO {g}").format(s=sch, g=group),
@@ -239,4 +250,4 @@ def create_login(conn: Any, kind: str, name: str, password: str, *, schema: str 
             n=sql.Identifier(name), p=sql.Literal(verifier), g=sql.Identifier(KINDS[kind])))
 
 
-__all__ = ["AUDITOR", "OWNER", "WRITER", "KINDS", "auditor_grants", "create_login", "group_statements", "copy_privileges", "roles_sql", "share_new_tables"]
+__all__ = ["AUDITOR", "OWNER", "WRITER", "KINDS", "auditor_grants", "hand_over_query", "create_login", "group_statements", "copy_privileges", "roles_sql", "share_new_tables"]
