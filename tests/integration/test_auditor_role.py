@@ -289,3 +289,47 @@ def test_every_role_keeps_its_privileges_across_every_admin_command(
         assert res.exit_code == 0 and "Tuesdays" in res.output, res.output  # type: ignore[attr-defined]
     finally:
         roles.drop()
+
+
+def test_a_plain_open_as_the_auditor_reads_with_one_line_and_writes_are_typed_errors(
+        pg_server: str, dsn: str, filled: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 27 item 3: ``open_fabric(dsn)`` as a SELECT-only role falls back to
+    read-only with one warning line (no eventsourcing ProgrammingError); writes raise
+    ReadOnlyError naming the missing privilege; CLI write commands print one line that
+    names it (no raw "permission denied ... CREATE TABLE"); CLI recall works."""
+    name, auditor = make_auditor(pg_server, dsn)
+    try:
+        before = snapshot(dsn)
+        with caplog.at_level("WARNING", logger="memfabric.adapters.bootstrap"), open_fabric(auditor) as fabric:
+            assert fabric.read_only and fabric.read_only_reason and "INSERT" in fabric.read_only_reason
+            notes = fabric.scope("acme", "u1", "t1")
+            assert notes.get(filled["second"]).content == "User lives in Porto"
+            with pytest.raises(ReadOnlyError, match="may not INSERT into memfabric_events"):
+                notes.remember(kind="fact", content="nope")
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 1 and lines[0].startswith("memfabric: opened read-only: role"), lines
+        for args in (("remember", "x", "--tenant", "acme"), ("forget", filled["second"]),
+                     ("projections", "rebuild"), ("reembed", "--embedder", "hash:64"),
+                     ("erase-scope", "--tenant", "acme"), ("projections", "run", "--once")):
+            res = run(auditor, *args)
+            assert res.exit_code == 2, (args, res.output)  # type: ignore[attr-defined]
+            out = res.output  # type: ignore[attr-defined]
+            assert out.count("error:") == 1 and "may not INSERT into memfabric_events" in out, (args, out)
+            assert "permission denied" not in out and "Traceback" not in out, (args, out)
+        res = run(auditor, "recall", "Porto", "--tenant", "acme", "--resource", "u1", "--thread", "t1", "--json")
+        assert res.exit_code == 0 and json.loads(res.stdout)["hits"], res.output  # type: ignore[attr-defined]
+        assert snapshot(dsn) == before
+    finally:
+        drop_role(pg_server, dsn, name)
+
+
+def test_read_only_env_lets_cli_recall_open_read_only(dsn: str, filled: dict[str, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 item 3: ``MEMFABRIC_READ_ONLY=1`` applies to ``recall`` too (it opened for writing)."""
+    before = snapshot(dsn)
+    monkeypatch.setenv("MEMFABRIC_READ_ONLY", "1")
+    res = run(dsn, "recall", "Porto", "--tenant", "acme", "--resource", "u1", "--thread", "t1", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["hits"], res.output  # type: ignore[attr-defined]
+    res = run(dsn, "remember", "x", "--tenant", "acme")
+    assert res.exit_code == 2 and "read-only" in res.output, res.output  # type: ignore[attr-defined]
+    assert snapshot(dsn) == before
