@@ -283,22 +283,45 @@ def recall(
             require_database(data_dir)
         with _open(dsn, data_dir, embedder) as fabric:
             res = fabric.scope(tenant, resource, thread).recall(query, **options)
+            hint = None
             if not res.hits:  # an unknown tenant says so (as `log` does), exit 2
                 from memfabric.adapters.cli_admin import require_tenant
 
                 require_tenant(fabric, tenant)
+                hint = recall_hint(fabric, tenant, resource)
     except HANDLED as exc:
         fail(exc, as_json=as_json)
     if as_json:
         out = {
             "hits": [{k: v for k, v in asdict(h).items() if k != "scope"} | {"scope": h.scope.key} for h in res.hits],
             "explain": [asdict(e) for e in res.explain],
-        }
+        } | ({"hint": hint} if hint else {})
         print(json.dumps(jsonable(out)))
     elif res.hits:
         console.print(recall_table(res))
     else:
-        console.print("no matching notes")
+        console.print("no matching notes" + (f"\nhint: {hint}" if hint else ""))
+
+
+def recall_hint(fabric: Fabric, tenant: str, resource: str | None) -> str | None:
+    """Why a tenant-level recall (no ``--resource``) found nothing although the tenant
+    has notes: they belong to resources, which a tenant-level scope does not see (unless
+    shared tenant-wide). Names up to three of them and how to ask; ``None`` otherwise."""
+    if resource is not None:
+        return None
+    from memfabric.projections import tables
+
+    with psycopg.connect(fabric.dsn) as conn:
+        rows = conn.execute(
+            f"SELECT resource_id, count(*) FROM {tables.NOTE_SCOPE} WHERE tenant_id = %s AND resource_id <> ''"  # noqa: S608
+            " AND NOT held GROUP BY resource_id ORDER BY count(*) DESC, resource_id", (tenant,)).fetchall()
+    if not rows:
+        return None
+    named = ", ".join(f"{r} ({n})" for r, n in rows[:3]) + (", ..." if len(rows) > 3 else "")
+    return (f"tenant {tenant!r} has no tenant-level notes that match; its notes belong to {len(rows)} "
+            f"resource(s): {named}. A tenant-level scope sees only notes shared tenant-wide: "
+            f"pass --resource ID (and --thread ID) to recall as that resource, or 'memfabric list --tenant "
+            f"{tenant} --content' to browse the whole tenant")
 
 
 def _when(ts: datetime) -> str:
@@ -422,6 +445,7 @@ def demo(
     embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the summary, as JSON.")] = False,
 ) -> None:
     """Walk through the main job: remember, fold, supersede, recall, forget, working memory.
 
@@ -430,10 +454,15 @@ or to the --dsn database. Recall is shown with its scores, a token budget, as of
 tenants; lineage shows the supersession chain."""
     from memfabric.adapters.demo import run_demo
 
+    import io
+
     try:
-        run_demo(console, dsn=dsn, data_dir=data_dir, embedder=make_embedder(embedder))
+        out = Console(file=io.StringIO(), width=100) if as_json else console
+        summary = run_demo(out, dsn=dsn, data_dir=data_dir, embedder=make_embedder(embedder))
     except HANDLED as exc:
-        fail(exc)
+        fail(exc, as_json=as_json)
+    if as_json:
+        print(json.dumps(jsonable(summary)))
 
 
 def _register_optional() -> None:

@@ -121,6 +121,8 @@ def register(app: typer.Typer) -> None:
     app.command("forget")(forget_command)
     app.command("hold")(hold_command)
     app.command("list")(list_command)
+    app.command("release")(release_command)
+    app.command("status")(status_top_command)
     app.command("erase-scope")(erase_scope_command)
     app.command("reembed")(reembed_command)
 
@@ -371,6 +373,7 @@ def rebuild_command(
         "--maintenance-work-mem", metavar="SIZE", help="For the index build, e.g. 1GB (default: the server's).")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Replay the log from zero into the projection(s).
 
@@ -385,7 +388,14 @@ live tables keep serving until the switch."""
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json({"projections": report.projections, "blue_green": report.blue_green, "events": report.events,
+                     "notes": report.notes, "rows": report.rows, "position": report.position,
+                     "seconds": round(report.seconds, 3), "load_seconds": round(report.load_seconds, 3),
+                     "index_seconds": round(report.index_seconds, 3),
+                     "events_per_second": round(report.events_per_second, 1)})
+        return
     mode = "blue-green" if report.blue_green else "in place"
     rows = ", ".join(f"{k}={v}" for k, v in report.rows.items())
     console.print(
@@ -510,25 +520,81 @@ prints the first differences and exits 1."""
         raise typer.Exit(code=1)
 
 
+class RunLog:
+    """What ``projections run`` prints (issue 27): one line when it has caught up on
+    start, one per catch-up that applied at least ``batch_line`` events (a batch), and
+    one summary per ``interval`` seconds in which events were applied; never a line per
+    event. ``emit(kind, fields)`` prints one line (text or JSON)."""
+
+    def __init__(self, emit: Callable[[str, dict[str, Any]], None], *, interval: float,
+                 batch_line: int = 1000, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.emit, self.interval, self.batch_line = emit, interval, batch_line
+        self.clock = clock or time.monotonic
+        self.last: dict[str, int] | None = None
+        self.started = self.batch_started = self.clock()
+        self.events = self.catch_ups = 0
+
+    def __call__(self, positions: dict[str, int]) -> None:
+        now = self.clock()
+        if self.last is None:
+            self.emit("caught_up", {"positions": dict(positions)})
+        else:
+            applied = max((positions[k] - self.last.get(k, 0) for k in positions), default=0)
+            if applied > 0:
+                self.events += applied
+                self.catch_ups += 1
+                if applied >= self.batch_line:
+                    self.emit("batch", {"events": applied, "seconds": round(now - self.batch_started, 3),
+                                        "positions": dict(positions)})
+            if now - self.started >= self.interval:
+                self.summary(positions, now)
+        self.last, self.batch_started = dict(positions), now
+
+    def summary(self, positions: dict[str, int], now: float | None = None) -> None:
+        """The interval's line (skipped when nothing was applied); starts a new interval."""
+        now = self.clock() if now is None else now
+        if self.events:
+            self.emit("summary", {"seconds": round(now - self.started, 3), "events": self.events,
+                                  "catch_ups": self.catch_ups, "positions": dict(positions)})
+        self.started, self.events, self.catch_ups = now, 0, 0
+
+
+def _run_line(as_json: bool) -> Callable[[str, dict[str, Any]], None]:
+    def emit(kind: str, fields: dict[str, Any]) -> None:
+        if as_json:
+            print(json.dumps({"event": kind, **fields}), flush=True)
+            return
+        where = ", ".join(f"{k}={v}" for k, v in fields["positions"].items())
+        if kind == "caught_up":
+            console.print(f"caught up: {where}")
+        elif kind == "batch":
+            console.print(f"applied {fields['events']} events in {fields['seconds']:.1f}s: {where}")
+        else:
+            console.print(f"last {fields['seconds']:.0f}s: {fields['events']} events in "
+                          f"{fields['catch_ups']} catch-ups: {where}")
+        console.file.flush()
+    return emit
+
+
 @projections_app.command("run")
 def run_command(
     once: Annotated[bool, typer.Option("--once", help="Catch up once and exit.")] = False,
     poll: Annotated[float, typer.Option(
         metavar="SECONDS", help="Seconds between checks without notifications.", min=0.05)] = 5.0,
+    interval: Annotated[float, typer.Option(
+        metavar="SECONDS", help="Seconds between summary lines.", min=0.1)] = 60.0,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Keep projections caught up from this process (LISTEN/NOTIFY).
 
-    For writers opened with inline_projections=False. When a projection fails on an event, it prints the \
+    For writers opened with inline_projections=False. Prints one line once caught up, one per batch of \
+1000 events or more, and a summary per --interval. When a projection fails on an event, it prints the \
 notification id, topic and error and exits 1."""
-    last: dict[str, int] = {}
-
-    def show(positions: dict[str, int]) -> None:
-        nonlocal last
-        if positions != last:
-            console.print("caught up: " + ", ".join(f"{k}={v}" for k, v in positions.items()))
-            last = dict(positions)
+    show = RunLog(_run_line(as_json), interval=interval)
 
     def stop(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: let the cleanup run
@@ -538,14 +604,19 @@ notification id, topic and error and exits 1."""
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with admin_fabric(dsn, data_dir) as fabric:
-            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show,
-                                                   adopt=lambda: adopt_stand_in(fabric))
+            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=min(poll, interval),
+                                                   on_catch_up=show, adopt=lambda: adopt_stand_in(fabric))
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     except KeyboardInterrupt:
-        console.print("stopped")
+        if show.last is not None:
+            show.summary(show.last)
+        if as_json:
+            print(json.dumps({"event": "stopped"}), flush=True)
+        else:
+            console.print("stopped")
         return
     finally:
         for sig, handler in previous.items():
@@ -630,11 +701,12 @@ def export_command(
         "--embeddings/--no-embeddings", help="Include vectors (base64 float32).")] = True,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON (the file is JSON Lines anyway).")] = False,
 ) -> None:
     """Export the whole log (or one tenant's part) as JSON Lines.
 
     Streaming in constant memory: one decoded event per line, in log order."""
-    _check_filters(None, tenant)
+    _check_filters(None, tenant, as_json)
     failed: list[LogEntry] = []
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
@@ -644,12 +716,15 @@ def export_command(
                 n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
                                  progress=lambda position: update(completed=position), failed=failed.append)
     except (*HANDLED, OSError) as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     except UNREADABLE as exc:  # not a row's: rows are checked one by one
-        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1)
-    console.print(f"exported {n} events to {out}")
+        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1, as_json=as_json)
+    if as_json:
+        _print_json({"events": n, "out": str(out), "failed": [e.position for e in failed]})
+    else:
+        console.print(f"exported {n} events to {out}")
     if failed:
-        _integrity_failed(failed, False)
+        _integrity_failed(failed, as_json)
 
 
 # -------------------------------------------------------------------- audit
@@ -935,45 +1010,144 @@ def hold_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: Resourc
     _forget(note_id, tenant, resource, thread, True, requested_by, dsn, data_dir, as_json)
 
 
+def _cursor(ref: Any) -> str:
+    """The opaque ``--cursor`` after note-scope row ``ref``: base64url of
+    ``[resource_id, thread_id, aggregate_id]``."""
+    import base64
+
+    raw = json.dumps([ref.scope.resource_id or "", ref.scope.thread_id or "", str(ref.aggregate_id)])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _after(cursor: str | None, tenant: str) -> Any:
+    """The note-scope row a ``--cursor`` points after (``FabricError`` for a bad one)."""
+    if cursor is None:
+        return None
+    import base64
+    import binascii
+
+    from memfabric.domain.ports import NoteRef
+    from memfabric.domain.scope import Scope
+
+    try:
+        resource, thread, aggregate = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return NoteRef(aggregate_id=uuid.UUID(aggregate), note_id="",
+                       scope=Scope(tenant_id=tenant, resource_id=resource or None, thread_id=thread or None),
+                       held=False)
+    except (ValueError, TypeError, binascii.Error):
+        raise FabricError(f"cursor: {cursor!r} is not a cursor printed by 'memfabric list'") from None
+
+
+def list_notes(fabric: Fabric, tenant: str, resource: str | None, thread: str | None, *, limit: int,
+               cursor: str | None = None, content: bool = False) -> dict[str, Any]:
+    """One page of the un-forgotten notes (live, superseded or held) of a scope prefix:
+    ``{"items": [{"id", "kind", "held", "scope"[, "content"]}], "total", "next_cursor"}``
+    (``total``: every such note of the prefix; ``next_cursor``: pass it back as
+    ``cursor`` for the next page, ``None`` on the last). Keyset-paged by (resource,
+    thread, note); ``FabricError`` for a bad cursor."""
+    page = fabric.store.notes_in_scope(tenant, resource, thread, after=_after(cursor, tenant), limit=limit + 1)
+    more, page = len(page) > limit, page[:limit]
+    with psycopg.connect(fabric.dsn) as conn:
+        kinds: dict[Any, Any] = dict(conn.execute(
+            f"SELECT aggregate_id, kind FROM {tables.NOTE_SCOPE} WHERE aggregate_id = ANY(%s)",  # noqa: S608
+            ([r.aggregate_id for r in page],)).fetchall())
+    items: list[dict[str, Any]] = []
+    for r in page:
+        item = {"id": r.note_id, "kind": kinds.get(r.aggregate_id), "held": r.held, "scope": r.scope.key}
+        if content:
+            note = fabric.scope(r.scope.tenant_id, r.scope.resource_id, r.scope.thread_id).get(r.note_id)
+            item["content"] = note.content if note.content is not None else note.path
+        items.append(item)
+    live, held = fabric.store.count_in_scope(tenant, resource, thread)
+    return {"items": items, "total": live + held, "next_cursor": _cursor(page[-1]) if more and page else None}
+
+
 def list_command(
     tenant: Annotated[str, typer.Option("--tenant", "-t", metavar="ID", help="Tenant id.")],
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
-    limit: Annotated[int, typer.Option(metavar="N", help="Most notes to print.", min=1)] = 100,
+    limit: Annotated[int, typer.Option(metavar="N", help="Most notes to print.", min=1, max=10_000)] = 100,
+    cursor: Annotated[str | None, typer.Option(
+        "--cursor", metavar="CURSOR", help="Start after this cursor (printed by the previous page).")] = None,
+    content: Annotated[bool, typer.Option("--content", help="Also print each note's content.")] = False,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the un-forgotten notes of a scope prefix (every resource/thread unless given): id, kind, held."""
+    """List the un-forgotten notes of a scope prefix (every resource/thread unless given): id, kind, held.
+
+    Prints the total and, when there are more, the --cursor of the next page. JSON: {"items": [...], \
+"total": N, "next_cursor": CURSOR or null}."""
     _check_filters(None, tenant, as_json)
-    out: list[dict[str, Any]] = []
     try:
         with notes_fabric(dsn, data_dir, read=True) as fabric:
             require_tenant(fabric, tenant)
-            after = None
-            while len(out) < limit:
-                page = fabric.store.notes_in_scope(tenant, resource, thread, after=after,
-                                                   limit=min(500, limit - len(out)))
-                if not page:
-                    break
-                with psycopg.connect(fabric.dsn) as conn:
-                    kinds: dict[Any, Any] = dict(conn.execute(
-                        f"SELECT aggregate_id, kind FROM {tables.NOTE_SCOPE} WHERE aggregate_id = ANY(%s)",  # noqa: S608
-                        ([r.aggregate_id for r in page],)).fetchall())
-                out += [{"id": r.note_id, "kind": kinds.get(r.aggregate_id), "held": r.held,
-                         "scope": r.scope.key} for r in page]
-                after = page[-1]
+            out = list_notes(fabric, tenant, resource, thread, limit=limit, cursor=cursor, content=content)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
     if as_json:
         _print_json(out)
         return
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-    for col in ("id", "kind", "held", "scope"):
-        table.add_column(col, no_wrap=True)
-    for row in out:
-        table.add_row(row["id"], str(row["kind"]), "held" if row["held"] else "", row["scope"])
-    console.print(table if out else "no notes")
+    for col in ("id", "kind", "held", "scope", *(("content",) if content else ())):
+        table.add_column(col, no_wrap=col != "content", overflow="fold")
+    for row in out["items"]:
+        table.add_row(row["id"], str(row["kind"]), "held" if row["held"] else "", row["scope"],
+                      *((str(row["content"] or ""),) if content else ()))
+    console.print(table if out["items"] else "no notes")
+    more = f"; next page: --cursor {out['next_cursor']}" if out["next_cursor"] else ""
+    console.print(f"{len(out['items'])} of {out['total']} notes{more}")
+
+
+def release_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
+                    thread: ThreadOpt = None, requested_by: RequestedByOpt = "operator",
+                    dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Lift a note's legal hold: it is recalled and listed again (the hold stays in its history)."""
+    try:
+        with notes_fabric(dsn, data_dir) as fabric:
+            notes = note_scope(fabric, note_id, tenant, resource, thread)
+            note = notes.release_hold(note_id, requested_by=requested_by)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json({"id": note.id, "scope": notes.scope.key, "outcome": note.outcome})
+    else:
+        console.print(f"{note_id} released")
+
+
+def status_top_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """How the fabric is: the log, every projection's position and lag, the embedder and the audit head.
+
+    Reads only (works for a read-only auditor). JSON: the dict of memfabric.adapters.status.fabric_status."""
+    from memfabric.adapters.status import fabric_status
+
+    try:
+        with admin_fabric(dsn, data_dir, read=True) as fabric:
+            out = fabric_status(fabric)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json(out)
+        return
+    db, log, audit, emb = out["database"], out["log"], out["audit"], out["embedder"]
+    where = f"embedded server in {db['embedded']}" if db["embedded"] else "the --dsn server"
+    console.print(f"database {db['name']} as {db['user']} ({where})" + (" read-only" if db["read_only"] else ""))
+    console.print(f"log: {_n(log['events'], 'event')}, head {log['head']}")
+    console.print(f"embedder: {emb.get('id', emb['in_use'])} (dimension {emb.get('dim', '?')})")
+    lag = out["lag"]
+    console.print(f"lag: {lag['events']} events, {_seconds(lag['seconds'] or 0.0)}s")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    for col in ("projection", "position", "lag (events)", "lag (s)", "state"):
+        table.add_column(col)
+    for p in out["projections"]:
+        table.add_row(p["name"], str(p["position"]), str(p["lag_events"]),
+                      "?" if p["lag_seconds"] is None else f"{p['lag_seconds']:.1f}", p["state"])
+    console.print(table)
+    if audit["position"] is None:
+        console.print(f"audit: no checkpoint yet ({_n(audit['events_after'], 'event')} to checkpoint)")
+    else:
+        console.print(f"audit: {_n(audit['checkpoints'], 'checkpoint')}, head {audit['anchor']} at {audit['at']};"
+                      f" {_n(audit['events_after'], 'event')} after it")
 
 
 def erase_scope_command(

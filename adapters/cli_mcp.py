@@ -41,15 +41,17 @@ def register(app: typer.Typer) -> None:
             "--max-file-bytes", metavar="N", help="Largest memory file in bytes (at most 1 MiB).")] = 50 * 1024,
         dsn: DsnOpt = None,
         data_dir: DataDirOpt = None,
+        as_json: Annotated[bool, typer.Option(
+            "--json", help="Errors as one JSON object on stderr (the protocol is JSON-RPC anyway).")] = False,
     ) -> None:
         """Serve the memory tools of one scope over MCP (stdio or Streamable HTTP)."""
         try:
             from memfabric.adapters.mcp_server import serve
         except ImportError:
-            fail("mcp: the MCP SDK is not installed; pip install 'memfabric[mcp]'")
+            fail("mcp: the MCP SDK is not installed; pip install 'memfabric[mcp]'", as_json=as_json)
         try:
             with _open(dsn, data_dir) as fabric:
                 serve(fabric, tenant, resource, thread, root=root, transport=transport,
                       host=host, port=port, token=token, max_file_bytes=max_file_bytes)
         except (*HANDLED, ValueError) as exc:
-            fail(exc)
+            fail(exc, as_json=as_json)
