@@ -51,6 +51,7 @@ from memfabric.domain.results import (
     Lineage,
     Link,
     MemoryNote,
+    NoteCounts,
     Outcome,
     PathForgetResult,
     RecallResult,
@@ -80,5 +81,5 @@ __all__ = [
     "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerSession", "LedgerError", "NoLedgerError",
     "Page", "SearchHit", "SearchResult",
     # issue 27: administration
-    "ProjectionAdmin", "fabric_status",
+    "NoteCounts", "ProjectionAdmin", "fabric_status",
 ]

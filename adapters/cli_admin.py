@@ -1175,5 +1175,7 @@ def erase_scope_command(
     if as_json:
         _print_json(asdict(res))
     else:
-        console.print(f"erased {res.deleted}, held {res.held}, already held {res.already_held}, "
-                      f"remaining {res.remaining}")
+        found = res.found
+        console.print(f"found {found.live} live, {found.superseded} superseded and {found.held} held notes; "
+                      f"forgotten {res.deleted}, put on hold {res.held}; left: {res.remaining} live or superseded, "
+                      f"{res.held + res.already_held} held (a held note is kept until 'memfabric release')")

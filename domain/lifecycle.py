@@ -22,6 +22,7 @@ from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.ports import UnitOfWork
 from memfabric.domain.results import (
     EraseResult,
+    NoteCounts,
     ForgetResult,
     MemoryNote,
     PathForgetResult,
@@ -190,6 +191,7 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
     of their consolidation groups, ``visibility.write_locks``)."""
     t, r, th = args.tenant_id, args.resource_id, args.thread_id
     deleted = held = already_held = batches = 0
+    states = {"live": 0, "superseded": 0, "held": 0}
     unread: list[str] = []
     failed: list[str] = []
     after = None
@@ -204,6 +206,8 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         locks = {lock for ref in targets for lock in write_locks(ref.scope, "tenant")}
         with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
             notes, bad, lost = load_for_erasure(uow, [ref.aggregate_id for ref in targets])
+            for note in (*notes, *bad):
+                states[_state(note)] += 1
             tally = tombstone(uow, notes, hold=args.hold, requested_by=args.requested_by,
                               cause="erase_scope")
             bad_tally = tombstone(uow, bad, hold=args.hold, requested_by=args.requested_by,
@@ -220,9 +224,17 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         held += len(tally.held)
         already_held += len(tally.already_held)  # held by someone else meanwhile
     remaining, _ = svc.store.count_in_scope(t, r, th)
+    found = NoteCounts(live=states["live"], superseded=states["superseded"], held=already_held, forgotten=deleted)
     return EraseResult(tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
                        already_held=already_held, remaining=remaining, batches=batches,
-                       unreadable=tuple(unread), failed=tuple(failed))
+                       unreadable=tuple(unread), failed=tuple(failed), found=found)
+
+
+def _state(note: Note) -> str:
+    """``held``, ``superseded`` or ``live``: an un-forgotten note's state (NoteCounts)."""
+    if note.held:
+        return "held"
+    return "superseded" if note.superseded_by else "live"
 
 
 def verify_content(svc: MemoryService, scope: Scope, note_id: str, text: str) -> bool:

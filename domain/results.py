@@ -205,15 +205,31 @@ class Lineage:
 
 
 @dataclass(frozen=True, slots=True)
+class NoteCounts:
+    """Notes by state (issue 27), so that every count says what it counts: ``live``
+    (neither superseded, held nor forgotten: what ``Notes.count()`` counts),
+    ``superseded`` (replaced by a successor; ``count(include_superseded=True)`` adds
+    them), ``held`` (under legal hold: kept, never recalled or listed) and
+    ``forgotten`` (tombstoned)."""
+
+    live: int = 0
+    superseded: int = 0
+    held: int = 0
+    forgotten: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class EraseResult:
     """Exact counts of one ``erase_scope`` call over the scope prefix
     ``(tenant_id, resource_id, thread_id)`` (``None`` = every resource / thread).
 
     ``deleted``: notes tombstoned and crypto-shredded by this call; ``held``: notes this
     call put under legal hold (``hold=True``); ``already_held``: notes found under an
-    earlier hold and left as they are (content kept); ``remaining``: un-forgotten notes
-    neither held nor erased after the call (0 unless notes were written into the scope
-    while it was erased: run it again); ``batches``: write transactions used.
+    earlier hold and left as they are (content kept; they are still in the prefix after
+    the call); ``remaining``: un-forgotten notes, live or superseded, neither held nor
+    erased after the call (0 unless notes were written into the scope while it was
+    erased: run it again; held notes are not counted here but in ``found.held`` and
+    ``held``); ``batches``: write transactions used.
     ``unreadable``: ids of notes (counted in ``deleted``/``held``) whose content could
     not be decrypted (key fault or changed bytes): tombstoned without a content hash,
     with cause ``key_fault``, their keys destroyed; ``failed``: ids of notes that could
@@ -231,6 +247,12 @@ class EraseResult:
     failed: tuple[str, ...] = ()
     conversations: int = 0
     """Issue 14: conversation ledgers of the prefix's threads erased (crypto-shredded)."""
+    found: NoteCounts = field(default_factory=NoteCounts)
+    """Issue 27: the un-forgotten notes the call found in the prefix, by state: ``live``
+    and ``superseded`` (both erased, or held with ``hold=True``: ``deleted + held ==
+    found.live + found.superseded`` unless some ``failed``), ``held`` (under an earlier
+    hold: ``already_held``, kept) and ``forgotten`` (tombstoned by this call:
+    ``deleted``). ``Notes.count()`` counts only the live ones."""
 
 
 @dataclass(frozen=True, slots=True)

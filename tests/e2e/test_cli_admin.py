@@ -138,3 +138,19 @@ def test_projection_admin_imports_from_memfabric_adapters(dsn: str) -> None:
             "    print(ProjectionAdmin.for_fabric(f).rebuild().projections[0], sorted(fabric_status(f)))\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
     assert res.returncode == 0 and "recall_index" in res.stdout and "'audit'" in res.stdout, res.stderr
+
+
+def test_counts_are_named_live_superseded_held_forgotten(fabric: Fabric, dsn: str) -> None:
+    """Issue 27 item 5: ``count()`` counts live notes, ``erase_scope`` names each state."""
+    notes = fabric.scope("acme", "u1")
+    old = notes.remember(kind="fact", content="User lives in Lisbon", subject="home")
+    notes.remember(kind="fact", content="User lives in Porto", subject="home")  # supersedes old
+    notes.remember(kind="fact", content="User likes jazz")
+    held = notes.remember(kind="fact", content="User signed the contract")
+    notes.forget(id=held.id, hold=True)
+    assert notes.count() == 2 and notes.count(include_superseded=True) == 3 and old.id
+    out = out_json(dsn, "erase-scope", "-t", "acme", "-r", "u1")
+    assert out["found"] == {"live": 2, "superseded": 1, "held": 1, "forgotten": 3}, out
+    assert (out["deleted"], out["already_held"], out["remaining"]) == (3, 1, 0)
+    text = cli(dsn, "erase-scope", "-t", "acme", "-r", "u1").stdout
+    assert "found 0 live, 0 superseded and 1 held notes" in text and "1 held" in text.split("left:")[1], text
