@@ -109,6 +109,8 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
     unchanged."""
     home, vis = (scope, LEGACY_VISIBILITY) if block is not None else locate(svc, scope, note_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        if block is not None:  # issue 27: a block written before its id got its mark keeps its id
+            note_id = working.erasure_block_id(uow, home, block)
         readable, unreadable, failed = load_for_erasure(uow, [note_uuid(home, note_id)])
         if failed:
             raise EventIntegrityError(f"note {note_id!r} of scope {home}: its events cannot be decoded,"

@@ -102,6 +102,11 @@ class MemoryNote:
     ``explicit_subject``, ``inferred_subject`` with ``subject_key``/``old_value``/
     ``new_value``/``decision_rule``/``extraction_rules``, or ``caller_supersedes``);
     ``None`` for a plain insert."""
+    promoted_from: dict[str, Any] | None = None
+    """Issue 14/27: ``{reflection_id, scope_id}`` of the ledger reflection a promoted
+    note came from (``remember(..., reflection_id=R)``, ``get``, ``history`` readers),
+    ``None`` for any other note. Recall hits and ``list`` items (read from the recall
+    index) leave it ``None``; ``get(id)`` has it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,4 +316,5 @@ def note_view(note: Note, outcome: Outcome = "inserted", *,
         outcome=outcome,
         forgotten_at=note.forgotten_at,
         decision=decision if decision is not None else getattr(note, "decision", None),
+        promoted_from=getattr(note, "promoted_from", None),
     )
