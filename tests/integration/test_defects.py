@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from memfabric.adapters import Fabric, cli, open_fabric
-from memfabric.domain.errors import EventIntegrityError, FabricError, NoteExistsError
+from memfabric.domain.errors import EventIntegrityError
 from memfabric.domain.note import note_uuid
 from memfabric.domain.inputs import is_block_id
 from memfabric.domain.working import block_note_id, legacy_block_note_id
