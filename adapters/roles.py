@@ -213,7 +213,7 @@ def group_statements(cur: Any, kind: str, *, schema: str = "public") -> list[sql
     if kind == "admin":
         out.append(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {s} TO {g}").format(s=sch, g=group))
         out += [sql.SQL(str(next(iter(r.values())) if isinstance(r, dict) else r[0]))
-                for r in cur.execute(hand_over_query(schema, OWNER)).fetchall()]  # type: ignore[arg-type]
+                for r in cur.execute(hand_over_query(schema, OWNER)).fetchall()]
         return out
     owner = _owner(cur, f"{schema}.{tables.EVENTS}")
     out += [sql.SQL("GRANT USAGE ON SCHEMA {s} TO {g}").format(s=sch, g=group),
