@@ -336,7 +336,7 @@ def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: Jso
         with admin_fabric(dsn, data_dir, read=True) as fabric:
             rows = ProjectionAdmin.for_fabric(fabric).status()
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps([
             {"name": s.name, "position": s.position, "head": s.head, "lag_events": s.lag_events,
@@ -491,7 +491,7 @@ prints the first differences and exits 1."""
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps([_verify_json(r) for r in reports]))
     else:
@@ -755,7 +755,7 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
                                       progress=lambda k: update(advance=k))
             new, covered = _checkpoint_counts(fabric, report.written)
     except (*HANDLED, ValueError) as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps({
             "ok": report.ok, "head": report.head, "events": report.events, "checkpoints": report.checkpoints,
