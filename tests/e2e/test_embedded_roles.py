@@ -96,3 +96,19 @@ def test_the_embedded_server_asks_every_role_but_its_owner_for_a_password(server
     other = subprocess.run([psql(), server.dsn, "-Atc", "SELECT 1"], capture_output=True, text=True, timeout=60,
                            preexec_fn=lambda: os.setuid(65534))  # noqa: PLW1509
     assert other.returncode != 0 and "Peer authentication failed" in other.stderr, other.stderr
+
+
+def test_roles_create_writer_gives_the_application_a_login_that_writes(server: EmbeddedPostgres) -> None:
+    """The writer group joins the admin group, which is handed every memfabric object,
+    so the new login opens, writes and recalls; the auditor made after it still reads."""
+    res = cli("roles", "create", "writer", "app", "--json", "--data-dir", str(server.pgdata))
+    assert res.returncode == 0, res.stderr
+    made = json.loads(res.stdout)
+    assert (made["kind"], made["name"], made["database"]) == ("writer", "app", "postgres")
+    write = cli("remember", "User cycles to work", "-t", "acme", "-r", "u1", "--json", "--dsn", made["dsn"])
+    assert write.returncode == 0 and json.loads(write.stdout)["outcome"] == "inserted", write.stderr
+    auditor = cli("roles", "create", "auditor", "eve", "--data-dir", str(server.pgdata)).stdout.strip()
+    recall = cli("recall", "cycles", "-t", "acme", "-r", "u1", "--json", "--dsn", auditor)
+    assert recall.returncode == 0 and len(json.loads(recall.stdout)["hits"]) == 1, recall.stderr
+    bad = cli("roles", "create", "owner", "x", "--data-dir", str(server.pgdata))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: kind: 'owner' is not one of auditor, writer, admin")
