@@ -6,9 +6,13 @@
 - ``log``: decoded events in log order (``--note``, ``--tenant``, ``--since``, ``--follow``, ``--json``)
 - ``export --out FILE.jsonl``: the whole log or one tenant, streaming
 - ``audit verify | checkpoint``: the tamper-evidence chain
-- ``roles sql``: the SQL of the owner/admin, writer and read-only auditor roles (docs/roles.md)
-- ``get | history | forget | hold | list | erase-scope``: one note's state and events,
-  tombstones and legal hold, a scope's notes, erasure of a scope prefix. A note can be
+- ``roles sql``: the SQL of the owner/admin, writer and read-only auditor roles (docs/roles.md);
+  ``roles create KIND NAME``: a password login in one of them, printed as a one-line DSN
+- ``status``: the log, projections, lag, embedder and audit head (``memfabric.adapters.status``)
+- ``get | history | forget | hold | release | list | erase-scope``: one note's state and
+  events, tombstones, legal hold and its release, a page of a scope's notes (``--cursor``,
+  ``--content``, total), erasure of a scope prefix (counts named live, superseded, held,
+  forgotten). A note can be
   given by id alone when a single scope has a note of that id (found from the log, as
   ``log --note`` does); otherwise ``--tenant`` (and ``--resource``/``--thread``) narrow it.
 
@@ -24,10 +28,12 @@ without catching projections up (so a projection stopped on an event can still b
 inspected and rebuilt) and with the recall index's existing vector dimension.
 Progress bars go to stderr, and only when it is a terminal.
 
-Read-only commands (``audit verify``, ``log``, ``export``, ``projections status/verify``,
-``get``, ``history``, ``list``, and ``lineage``) open with ``open_fabric(read_only=True)``
-when the role cannot write the log (an auditor with ``SELECT`` only): nothing is
-written, and ``audit verify`` then only verifies unless the role may insert checkpoints.
+Read-only commands (``audit verify``, ``log``, ``export``, ``status``, ``projections
+status/verify``, ``get``, ``history``, ``list``, and ``lineage``) open with
+``open_fabric(read_only=True)`` when the role cannot write the log (an auditor with
+``SELECT`` only): nothing is written, and ``audit verify`` then only verifies unless the
+role may insert checkpoints. A command that writes, run by such a role, is one
+``ReadOnlyError`` line naming the missing privilege (issue 27).
 ``log`` and ``export`` check each row as they read it, mark a failing one
 (``"integrity": "failed"``) and go on, and exit 1 at the end naming its notification id.
 
