@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
-
-import logging
 
 import psycopg
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
