@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -46,6 +47,8 @@ from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_
 if TYPE_CHECKING:
     from memfabric.adapters.reembed import ReembedReport
 
+_log = logging.getLogger(__name__)
+
 
 def _ensure_extension(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -59,6 +62,39 @@ def _ensure_extension(dsn: str) -> None:
                 "the pgvector extension is missing and could not be created "
                 f"(ask an administrator to run CREATE EXTENSION vector): {exc}"
             ) from exc
+
+
+def read_only_reason(conn: psycopg.Connection[Any]) -> str | None:
+    """Why the connecting role can only read this fabric, or ``None`` when it may write
+    (or the log does not exist yet: the first open creates it). Issue 27: checked on
+    every writable open, so an auditor's ``open_fabric(dsn)`` reads instead of failing
+    on DDL. Today's rule: a writer needs ``INSERT`` on the event log and ``CREATE`` on
+    its schema or ownership of the log (the open runs idempotent DDL)."""
+    row = conn.execute(
+        "SELECT current_user, has_table_privilege(c.oid, 'INSERT'),"
+        " pg_has_role(c.relowner, 'USAGE') OR has_schema_privilege(c.relnamespace, 'CREATE')"
+        " FROM pg_class c WHERE c.oid = to_regclass(%s)", (tables.EVENTS,)).fetchone()
+    if row is None:
+        return None
+    user, insert, ddl = row
+    if not insert:
+        return f"role {user!r} may not INSERT into {tables.EVENTS} (docs/roles.md)"
+    if not ddl:
+        return f"role {user!r} neither owns {tables.EVENTS} nor may CREATE in its schema (docs/roles.md)"
+    return None
+
+
+def keep_grants(conn: psycopg.Connection[Any]) -> list[str]:
+    """Issue 27, on every writable open: a memfabric table with no grant while the log
+    has some (created after the roles' grants, e.g. by a newer version) gets the log's
+    owner and ``SELECT`` grants (:func:`memfabric.adapters.roles.share_new_tables`).
+    Returns the tables shared; a role that may not change them shares nothing."""
+    from memfabric.adapters.roles import share_new_tables  # noqa: PLC0415
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            return share_new_tables(cur)
+    except psycopg.errors.InsufficientPrivilege:
+        return []
 
 
 def _require_extension(dsn: str) -> None:
@@ -115,7 +151,10 @@ class Fabric:
         self._embedded = embedded
         self._closed = False
         self.read_only = False
-        """``open_fabric(read_only=True)``: every write raises ``ReadOnlyError``."""
+        """``open_fabric(read_only=True)``, or a role that may not write the log: every
+        write raises ``ReadOnlyError``."""
+        self.read_only_reason: str | None = None
+        """Why a plain open fell back to read-only (the role's missing privilege), else ``None``."""
 
     def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
@@ -231,7 +270,8 @@ class Fabric:
 
     def _writable(self, what: str) -> None:
         if self.read_only:
-            raise ReadOnlyError(f"{what}: this fabric is open read-only (open_fabric(read_only=True))")
+            why = self.read_only_reason or "open_fabric(read_only=True)"
+            raise ReadOnlyError(f"{what}: this fabric is open read-only ({why})")
 
     def close(self) -> None:
         if self._closed:
@@ -321,7 +361,11 @@ def open_fabric(
       ``SELECT`` (docs/roles.md): no DDL, no extension creation, no catch-up, no embedder
       record, no secret read or created; every write (``remember``, ``forget``,
       ``erase_scope``, ``catch_up`` ...) raises ``ReadOnlyError`` and nothing is written.
-      Projections are read as they are (possibly behind the log head).
+      Projections are read as they are (possibly behind the log head). A role that may
+      not write the log (no ``INSERT`` on ``memfabric_events``, see
+      :func:`read_only_reason`) is opened read-only without asking, with one warning
+      line on the ``memfabric.adapters.bootstrap`` logger (``fabric.read_only_reason``
+      says why); reads never need DDL.
 
     - ``retention`` (issue 30, :mod:`memfabric.domain.retention`): the class windows,
       e.g. ``{"operational": "90d", "regulated": {"floor": "7y", "ceiling": "10y"},
@@ -344,6 +388,10 @@ def open_fabric(
         # One opener at a time creates tables: eventsourcing's and the projections' DDL
         # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail).
         with psycopg.connect(dsn, autocommit=True) as ddl_lock:
+            reason = None if read_only else read_only_reason(ddl_lock)
+            if reason is not None:  # issue 27: an auditor's plain open reads instead of failing on DDL
+                read_only = True
+                _log.warning("memfabric: opened read-only: %s", reason)
             if not read_only:
                 with bounded_locks("open_fabric (another process holds the open lock)"):
                     ddl_lock.execute("SELECT set_config('lock_timeout', %s, false), pg_advisory_lock(%s)",
@@ -378,12 +426,13 @@ def open_fabric(
                 engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
                 engine.lock_timeout = lock_timeout
                 backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
+                keep_grants(ddl_lock)
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner
 
             def unit_of_work(scopes: Sequence[Scope]) -> PostgresUnitOfWork:
                 if read_only:
-                    raise ReadOnlyError("this fabric is open read-only (open_fabric(read_only=True)): "
+                    raise ReadOnlyError(f"this fabric is open read-only ({reason or 'open_fabric(read_only=True)'}): "
                                         "nothing is written")
                 return PostgresUnitOfWork(log, engine, store.vectors, store.secret, scopes,
                                           inline_all=inline_projections)
@@ -403,6 +452,7 @@ def open_fabric(
                 engine.catch_up()
             fabric = Fabric(service, log, store, engine, dsn, embedded)
             fabric.read_only = read_only
+            fabric.read_only_reason = reason
             service.adopt_embedder = fabric.adopt_recorded_embedder
             return fabric
     except BaseException:

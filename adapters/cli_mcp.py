@@ -44,6 +44,8 @@ def register(app: typer.Typer) -> None:
             "--max-file-bytes", metavar="N", help="Largest memory file in bytes (at most 1 MiB).")] = 50 * 1024,
         dsn: DsnOpt = None,
         data_dir: DataDirOpt = None,
+        as_json: Annotated[bool, typer.Option(
+            "--json", help="Errors as one JSON object on stderr (the protocol is JSON-RPC anyway).")] = False,
     ) -> None:
         """Serve the memory tools of one scope over MCP (stdio or Streamable HTTP).
 
@@ -52,7 +54,7 @@ on the command line is readable by every local user."""
         try:
             from memfabric.adapters.mcp_server import read_token_file, serve
         except ImportError:
-            fail("mcp: the MCP SDK is not installed; pip install 'memfabric[mcp]'")
+            fail("mcp: the MCP SDK is not installed; pip install 'memfabric[mcp]'", as_json=as_json)
         if token is not None and token_file is not None:
             fail("token: give --token or --token-file, not both")
         if token is not None:
@@ -64,4 +66,4 @@ on the command line is readable by every local user."""
                 serve(fabric, tenant, resource, thread, root=root, transport=transport,
                       host=host, port=port, token=token, max_file_bytes=max_file_bytes)
         except (*HANDLED, ValueError) as exc:
-            fail(exc)
+            fail(exc, as_json=as_json)

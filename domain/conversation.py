@@ -11,7 +11,7 @@ every call.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Protocol, TypeVar, cast
@@ -217,7 +217,11 @@ class LedgerUnitOfWork(Protocol):
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex[:12]
+    """A fresh 12-hex id (never of a block id's form: an observation's id may become an
+    episode note's)."""
+    from memfabric.domain.inputs import fresh_id  # noqa: PLC0415
+
+    return fresh_id()
 
 
 def _entry(row: dict[str, Any]) -> LedgerEntry:

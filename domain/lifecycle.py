@@ -23,6 +23,7 @@ from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.ports import UnitOfWork
 from memfabric.domain.results import (
     EraseResult,
+    NoteCounts,
     ForgetResult,
     MemoryNote,
     PathForgetResult,
@@ -141,6 +142,8 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
     names the legal erasure's approval reference (recorded in the tombstone)."""
     home, vis = (scope, LEGACY_VISIBILITY) if block is not None else locate(svc, scope, note_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        if block is not None:  # issue 27: a block written before its id got its mark keeps its id
+            note_id = working.erasure_block_id(uow, home, block)
         readable, unreadable, failed = load_for_erasure(uow, [note_uuid(home, note_id)])
         if failed:
             raise EventIntegrityError(f"note {note_id!r} of scope {home}: its events cannot be decoded,"
@@ -259,6 +262,7 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
     t, r, th = args.tenant_id, args.resource_id, args.thread_id
     deleted = held = already_held = batches = floor_kept = 0
     guard = None if args.hold else floor_guard(svc, args.approval)
+    states = {"live": 0, "superseded": 0, "held": 0}
     unread: list[str] = []
     failed: list[str] = []
     after = None
@@ -273,6 +277,8 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         locks = {lock for ref in targets for lock in write_locks(ref.scope, "tenant")}
         with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
             notes, bad, lost = load_for_erasure(uow, [ref.aggregate_id for ref in targets])
+            for note in (*notes, *bad):
+                states[_state(note)] += 1
             tally = tombstone(uow, notes, hold=args.hold, requested_by=args.requested_by,
                               cause="erase_scope", guard=guard, approval=args.approval)
             bad_tally = tombstone(uow, bad, hold=args.hold, requested_by=args.requested_by,
@@ -290,9 +296,18 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         held += len(tally.held)
         already_held += len(tally.already_held)  # held by someone else meanwhile
     remaining, _ = svc.store.count_in_scope(t, r, th)
+    found = NoteCounts(live=states["live"], superseded=states["superseded"], held=already_held, forgotten=deleted)
     return EraseResult(tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
                        already_held=already_held, remaining=remaining, batches=batches,
-                       unreadable=tuple(unread), failed=tuple(failed), floor_kept=floor_kept)
+                       unreadable=tuple(unread), failed=tuple(failed), floor_kept=floor_kept,
+                       found=found)
+
+
+def _state(note: Note) -> str:
+    """``held``, ``superseded`` or ``live``: an un-forgotten note's state (NoteCounts)."""
+    if note.held:
+        return "held"
+    return "superseded" if note.superseded_by else "live"
 
 
 def verify_content(svc: MemoryService, scope: Scope, note_id: str, text: str) -> bool:

@@ -507,7 +507,11 @@ class Notes:
         subject: str | None = None, valid_at: datetime | None = None,
         include_superseded: bool = False,
     ) -> int:
-        """How many notes :meth:`list` would return over all its pages (same filters)."""
+        """How many notes :meth:`list` would return over all its pages (same filters):
+        the *live* notes visible from this scope; superseded ones only with
+        ``include_superseded=True``; held and forgotten notes never (issue 27: see
+        :class:`~memfabric.domain.results.NoteCounts`; ``erase_scope`` reports each
+        state by name in ``EraseResult.found``)."""
         args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
         return self._service.count_notes(self.scope, args)
 

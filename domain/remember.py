@@ -12,7 +12,6 @@ One write (a single note or a ``remember_many`` batch) runs in one unit of work:
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,7 +28,7 @@ from memfabric.domain.errors import (
     NotSupportedError,
     SupersessionError,
 )
-from memfabric.domain.inputs import RememberInput
+from memfabric.domain.inputs import RememberInput, fresh_id
 from memfabric.domain.note import Note
 from memfabric.domain.ports import UnitOfWork
 from memfabric.domain.results import MemoryNote, Outcome, note_view
@@ -40,8 +39,8 @@ if TYPE_CHECKING:
 
 
 def new_note_id() -> str:
-    """A fresh 12-hex note id (random, from ``uuid4``)."""
-    return uuid.uuid4().hex[:12]
+    """A fresh 12-hex note id (random, from ``uuid4``; never of a block id's form)."""
+    return fresh_id()
 
 
 def vector_bytes(vector: np.ndarray) -> bytes:

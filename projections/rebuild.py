@@ -17,8 +17,9 @@ position is set to the replayed head, all in one transaction per rebuild.
 - Blue-green (``blue_green=True``): the replay fills ``<table>_bg`` tables while
   writers and readers keep using the live ones; then, in one short transaction holding
   the advisory lock, the live tables are dropped, the new ones renamed (with their
-  indexes, so the next blue-green works), the events written meanwhile applied, and
-  the position recorded. Readers switch atomically at that commit.
+  indexes, so the next blue-green works) with the owner and every grant of the table
+  they replace, the events written meanwhile applied, and the position recorded.
+  Readers switch atomically at that commit.
 - Verify (:meth:`ProjectionAdmin.verify`): replays into scratch ``<table>_vf`` tables
   inside a transaction that is rolled back, at the live projection's own tracked
   position, and compares the two row by row (``md5`` of each row's text, matched on
@@ -44,6 +45,7 @@ from psycopg.rows import tuple_row
 
 from memfabric.adapters.crypto import BatchKeys
 from memfabric.domain import replay
+from memfabric.adapters.roles import copy_privileges
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections import quarantine
@@ -615,6 +617,7 @@ class ProjectionAdmin:
             for p in selected:
                 for table in p.tables:
                     new = table + BG_SUFFIX
+                    copy_privileges(cur, table, new)  # every role keeps its grants (issue 27)
                     cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table)))
                     cur.execute(sql.SQL("ALTER TABLE {a} RENAME TO {b}").format(
                         a=sql.Identifier(new), b=sql.Identifier(table)))

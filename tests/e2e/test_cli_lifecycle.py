@@ -33,12 +33,12 @@ def test_get_history_hold_forget_by_id_alone(fabric: Fabric, dsn: str) -> None:
     assert got["id"] == a.id and got["content"] == "User prefers metric units" and got["scope"] == "acme/user-1/t1"
     hist = ok_json(dsn, "history", a.id)
     assert [h["type"] for h in hist] == ["Remembered"]
-    listed = ok_json(dsn, "list", "--tenant", "acme")
+    listed = ok_json(dsn, "list", "--tenant", "acme")["items"]
     assert {(r["id"], r["kind"], r["held"]) for r in listed} == {(a.id, "fact", False), (b.id, "fact", False)}
     assert ok_json(dsn, "hold", b.id) == {"id": b.id, "scope": "acme/user-2/", "deleted": 0, "held": True}
     assert ok_json(dsn, "forget", a.id)["deleted"] == 1
-    assert [r["id"] for r in ok_json(dsn, "list", "-t", "acme")] == [b.id]
-    assert [r["held"] for r in ok_json(dsn, "list", "-t", "acme", "-r", "user-2")] == [True]
+    assert [r["id"] for r in ok_json(dsn, "list", "-t", "acme")["items"]] == [b.id]
+    assert [r["held"] for r in ok_json(dsn, "list", "-t", "acme", "-r", "user-2")["items"]] == [True]
     hist = ok_json(dsn, "history", a.id)
     assert [h["type"] for h in hist] == ["Remembered", "Forgotten"]
     assert hist[0]["fields"]["content"] == "<erased>" and "path" not in hist[0]["erased"]
@@ -127,7 +127,7 @@ def test_erase_scope_counts(fabric: Fabric, dsn: str) -> None:
     fabric.scope("acme", "u2").remember(kind="fact", content="kept")
     out = ok_json(dsn, "erase-scope", "-t", "acme", "-r", "u1")
     assert (out["deleted"], out["remaining"]) == (3, 0)
-    assert [r["scope"] for r in ok_json(dsn, "list", "-t", "acme")] == ["acme/u2/"]
+    assert [r["scope"] for r in ok_json(dsn, "list", "-t", "acme")["items"]] == ["acme/u2/"]
 
 
 def test_explicit_data_dir_wins_over_env_dsn_and_dsn_with_data_dir_is_an_error(
