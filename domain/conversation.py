@@ -10,8 +10,7 @@ every call.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Protocol, TypeVar, cast
