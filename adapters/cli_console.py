@@ -5,7 +5,9 @@ extra ``memfabric[console]``) are imported only when the command runs.
 """
 
 # No ``from __future__ import annotations``: typer evaluates the option annotations.
-from typing import Annotated, Optional
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -43,24 +45,19 @@ that may write the log) the projections page offers rebuild and verify."""
             fail(exc)
 
 
-def console_fabric(dsn: Optional[str], data_dir: Optional[str], *, read_only: bool) -> object:  # noqa: UP045
-    """The console's fabric (a context manager): its recorded embedder (recall needs
-    it), no catch-up on open (a stopped projection can still be inspected), read-only
-    when asked or when the role cannot write the log."""
-    from contextlib import contextmanager
-
+@contextmanager
+def console_fabric(dsn: Optional[str], data_dir: Optional[str], *, read_only: bool) -> Iterator[Any]:  # noqa: UP045
+    """The console's open fabric: its recorded embedder (search embeds the query), no
+    catch-up on open (a stopped projection can still be inspected), read-only when asked
+    or when the role cannot write the log (``open_fabric(read_only=True)``)."""
     from memfabric.adapters.bootstrap import open_fabric
     from memfabric.adapters.cli_admin import can_write
     from memfabric.adapters.embedded import resolve_dsn
 
-    @contextmanager
-    def opened():  # type: ignore[no-untyped-def]
-        url, embedded = resolve_dsn(dsn, data_dir, read=True)
-        try:
-            with open_fabric(url, catch_up=False, read_only=read_only or not can_write(url)) as fabric:
-                yield fabric
-        finally:
-            if embedded is not None:
-                embedded.close()
-
-    return opened()
+    url, embedded = resolve_dsn(dsn, data_dir, read=True)
+    try:
+        with open_fabric(url, catch_up=False, read_only=read_only or not can_write(url)) as fabric:
+            yield fabric
+    finally:
+        if embedded is not None:
+            embedded.close()

@@ -66,7 +66,7 @@ from starlette.staticfiles import StaticFiles
 from memfabric.adapters import console_read as read
 from memfabric.adapters.audit import AuditReport, verify_chain
 from memfabric.adapters.mcp_server import is_loopback
-from memfabric.domain.errors import FabricError, NoteNotFoundError, SettingsError
+from memfabric.domain.errors import EventIntegrityError, FabricError, NoteNotFoundError, SettingsError
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.results import Explain, HistoryEntry
 from memfabric.domain.scope import Scope
@@ -406,6 +406,8 @@ def build_app(fabric: Any, settings: ConsoleSettings | None = None) -> Starlette
                 return await run_in_threadpool(page, request)
             except NoteNotFoundError as exc:
                 return console.render("error.html", 404, lines=_errors(exc))
+            except EventIntegrityError as exc:  # a changed row: the log page flags it
+                return console.render("error.html", 409, lines=[*_errors(exc), "see /log and run audit verify"])
             except (ValidationError, FabricError, ValueError) as exc:
                 return console.render("error.html", 400, lines=_errors(exc))
         return endpoint
