@@ -1,0 +1,147 @@
+"""p95 render time of the console's scope, note and log pages at N notes (issue 35's
+goal: ≤ 300 ms at 100k notes).
+
+Loads N facts (default 100,000) into a fresh database — 10 tenants × 20 users × 5
+threads, 1% of them superseded through an explicit subject and 1% forgotten — then
+renders each page ``--runs`` times through Starlette's TestClient (in process: the
+HTTP framing, routing, SQL and template rendering are measured, not a network):
+
+- ``scopes``: ``/`` (tenants), ``/?tenant=T`` (users), ``/?tenant=T&resource=U`` (threads)
+  and a thread's first page of notes, in turn;
+- ``search``: a recall within a thread (``?q=``), shown as explain bars;
+- ``note``: ``/notes/<id>`` of random notes (a third of them superseded, with a chain);
+- ``log``: ``/log?after=P`` at random positions (50 decoded events with their integrity).
+
+Run (from the repository root)::
+
+    python scripts/bench_console.py                 # 100k notes on a throwaway embedded server
+    python scripts/bench_console.py --n 20000 --runs 50
+    python scripts/bench_console.py --dsn postgresql://...   # an existing, empty database
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from starlette.testclient import TestClient  # noqa: E402
+
+from memfabric.adapters import open_fabric  # noqa: E402
+from memfabric.adapters.console import ConsoleSettings, build_app  # noqa: E402
+from memfabric.adapters.embedded import EmbeddedPostgres  # noqa: E402
+
+WORDS = ("coffee tea bike train Lisbon Porto Berlin piano chess budget invoice roadmap garden "
+         "sushi pasta climbing yoga novel podcast python rust release audit holiday dentist").split()
+
+
+def load(fabric: Any, n: int, seed: int = 7) -> dict[str, Any]:
+    """Write ``n`` facts; returns sample note ids (with scopes) and the load rate."""
+    rng = random.Random(seed)
+    per_thread = max(1, n // 1000)
+    sample: list[tuple[str, str, str, str]] = []
+    t0 = time.perf_counter()
+    written = 0
+    for t in range(10):
+        for u in range(20):
+            for h in range(5):
+                if written >= n:
+                    break
+                scope = (f"tenant-{t:02d}", f"user-{u:02d}", f"thread-{h}")
+                notes = fabric.scope(*scope)
+                k = min(per_thread, n - written)
+                items = [{"kind": "fact", "content": f"{scope[1]} note {i}: " + " ".join(rng.sample(WORDS, 5))
+                                                     + f" #{rng.randrange(10**6)}"} for i in range(k)]
+                made = notes.remember_many(items, consolidate=False)
+                written += k
+                if made:
+                    first = notes.remember(kind="fact", content=f"{scope[1]} lives in Lisbon", subject="home")
+                    second = notes.remember(kind="fact", content=f"{scope[1]} lives in Porto", subject="home")
+                    notes.forget(id=made[-1].id)
+                    sample += [(*scope, made[0].id), (*scope, first.id), (*scope, second.id)]
+    return {"sample": sample, "load_seconds": time.perf_counter() - t0, "notes": written}
+
+
+def timed(client: TestClient, paths: list[str]) -> list[float]:
+    out = []
+    for path in paths:
+        t0 = time.perf_counter()
+        res = client.get(path)
+        out.append(time.perf_counter() - t0)
+        if res.status_code != 200:
+            raise RuntimeError(f"{path}: {res.status_code} {res.text[:300]}")
+    return out
+
+
+def ms(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"p50_ms": round(statistics.median(ordered) * 1000, 1),
+            "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))] * 1000, 1),
+            "max_ms": round(ordered[-1] * 1000, 1)}
+
+
+def run(dsn: str, n: int, runs: int) -> dict[str, Any]:
+    rng = random.Random(11)
+    with open_fabric(dsn) as fabric:
+        loaded = load(fabric, n)
+        sample = loaded.pop("sample")
+        with fabric.log.datastore.get_connection() as conn:
+            head = int(conn.execute("SELECT max(notification_id) AS m FROM memfabric_events").fetchone()["m"])
+        client = TestClient(build_app(fabric, ConsoleSettings()), base_url="http://127.0.0.1")
+        client.get("/")  # warm up: the first tombstone scan reads every Forgotten event once
+        t0 = time.perf_counter()
+        client.get("/log")
+        first = time.perf_counter() - t0
+
+        def scope_path(i: int) -> str:
+            t, r, h, _ = rng.choice(sample)
+            return ["/", f"/?tenant={t}", f"/?tenant={t}&resource={r}",
+                    f"/?tenant={t}&resource={r}&thread={h}"][i % 4]
+
+        paths = {
+            "scopes": [scope_path(i) for i in range(runs)],
+            "search": [f"/?tenant={t}&resource={r}&thread={h}&q={rng.choice(WORDS)}+{rng.choice(WORDS)}"
+                       for t, r, h, _ in (rng.choice(sample) for _ in range(runs))],
+            "note": [f"/notes/{nid}?tenant={t}&resource={r}&thread={h}"
+                     for t, r, h, nid in (rng.choice(sample) for _ in range(runs))],
+            "log": [f"/log?after={rng.randrange(max(1, head - 60))}" for _ in range(runs)],
+        }
+        out: dict[str, Any] = {name: ms(timed(client, p)) for name, p in paths.items()}
+    out.update(loaded)
+    out["events"] = head
+    out["first_log_ms"] = round(first * 1000, 1)
+    out["runs"] = runs
+    out["goal_p95_ms"] = 300
+    out["load_seconds"] = round(out["load_seconds"], 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100_000, help="notes to load (default 100000)")
+    parser.add_argument("--runs", type=int, default=60, help="renders of each page kind")
+    parser.add_argument("--dsn", default=None, help="an empty PostgreSQL database (default: a fresh embedded server)")
+    args = parser.parse_args()
+    if args.dsn:
+        print(json.dumps(run(args.dsn, args.n, args.runs), indent=2))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)  # the server may run as another user when started as root
+        server = EmbeddedPostgres(f"{tmp}/pg")
+        try:
+            print(json.dumps(run(server.dsn, args.n, args.runs), indent=2))
+        finally:
+            server.close()
+
+
+if __name__ == "__main__":
+    main()
