@@ -271,3 +271,19 @@ def test_an_auditor_role_reads_every_page_and_writes_nothing(pg_server: str, wor
         assert snapshot(dsn) == before
     finally:
         drop_role(pg_server, dsn, name)
+
+
+def test_a_forgotten_predecessor_leaves_no_content_on_its_successors_page(world: dict[str, Any]) -> None:
+    fabric = world["fabric"]
+    notes = fabric.scope("acme", "u9", "t1")
+    first = notes.remember(kind="fact", content="My favourite drink is quokkatea")
+    second = notes.remember(kind="fact", content="My favourite drink is espresso")
+    assert second.supersedes == first.id, second.decision  # an inferred supersession
+    notes.forget(id=first.id)
+    c = client(fabric)
+    for path in [f"/notes/{second.id}", f"/notes/{first.id}", "/?tenant=acme&resource=u9&thread=t1&superseded=1",
+                 "/log?tenant=acme"]:
+        page = c.get(path)
+        assert page.status_code == 200 and "quokkatea" not in page.text, path
+    body = text(c.get(f"/notes/{second.id}").text)
+    assert "espresso" in body and "so the newer supersedes" in body
