@@ -214,11 +214,11 @@ class Console:
         if not NOTE_ID_RE.match(note_id):
             raise FabricError("id: must be 12 lowercase hex digits")
         q = request.query_params
-        self.tombs.refresh()
         if q.get("tenant"):
             _, scope = _prefix(q)
             assert scope is not None
         else:
+            self.tombs.refresh()
             found = read.homes(self.fabric, self.tombs, note_id)
             if not found:
                 raise NoteNotFoundError(f"no note {note_id!r} in any scope")

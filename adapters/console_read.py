@@ -29,9 +29,10 @@ from memfabric.projections import tables
 FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
 LEVELS = ("tenant_id", "resource_id", "thread_id")
 """The scope columns, outermost first (``''`` in SQL for an absent part)."""
-RESCAN = 10_000
-"""Notification ids re-read behind the last head on each tombstone refresh, so an event
-committed after a higher id was already visible is still seen (idempotent)."""
+RESCAN = 1_000
+"""Notification ids re-read behind the last head on each tombstone refresh that finds a
+new head, so an event committed after a higher id was already visible is still seen
+(idempotent)."""
 
 
 # ---------------------------------------------------------------- tombstones
@@ -52,7 +53,7 @@ class Tombstone:
 class Tombstones:
     """Every forgotten note of the log (legal holds excluded), kept up to date
     incrementally: :meth:`refresh` reads only the ``Forgotten`` events after the last
-    head (minus :data:`RESCAN`). Thread-safe. A forgotten note stays forgotten, except a
+    head (minus :data:`RESCAN`), and nothing while the head has not moved. Thread-safe. A forgotten note stays forgotten, except a
     working block written again (its label starts afresh): :meth:`matching` drops those
     still in the note-scope index."""
 
@@ -70,6 +71,8 @@ class Tombstones:
             head_row = cur.execute(sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {t}").format(
                 t=sql.Identifier(EVENTS_TABLE))).fetchone()
             head = int(head_row[0]) if head_row else 0
+            if head == self._head:
+                return
             rows = cur.execute(sql.SQL(
                 "SELECT originator_id, state FROM {t} WHERE notification_id > %s AND notification_id <= %s"
                 " AND topic = %s").format(t=sql.Identifier(EVENTS_TABLE)),

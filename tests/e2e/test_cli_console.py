@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,9 +16,14 @@ import pytest
 from typer.testing import CliRunner
 
 from memfabric.adapters import cli, open_fabric
-from tests.e2e.test_console_browser import free_port
 
 pytest.importorskip("starlette")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_console_refuses_a_public_address_without_a_token(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -287,3 +287,18 @@ def test_a_forgotten_predecessor_leaves_no_content_on_its_successors_page(world:
         assert page.status_code == 200 and "quokkatea" not in page.text, path
     body = text(c.get(f"/notes/{second.id}").text)
     assert "espresso" in body and "so the newer supersedes" in body
+
+
+def test_a_note_whose_event_was_tampered_answers_409_in_words(world: dict[str, Any]) -> None:
+    from memfabric.domain.note import note_uuid
+    from memfabric.domain.scope import Scope
+
+    aggregate = note_uuid(Scope(tenant_id="acme", resource_id="u1", thread_id="t1"), world["bike"])
+    with psycopg.connect(world["dsn"]) as conn:
+        conn.execute("UPDATE memfabric_events SET state = set_byte(state, octet_length(state) - 1,"
+                     " get_byte(state, octet_length(state) - 1) # 1) WHERE originator_id = %s"
+                     " AND originator_version = 1", (aggregate,))
+    c = client(world["fabric"])
+    page = c.get(f"/notes/{world['bike']}?tenant=acme&resource=u1&thread=t1")
+    assert page.status_code == 409 and "see /log and run audit verify" in text(page.text)
+    assert c.get("/?tenant=acme&resource=u1&thread=t1").status_code == 200  # the scope still lists
