@@ -2,8 +2,9 @@
 tree with its counts, the tombstones, a note's timeline, a page of the log.
 
 No content is ever read here: counts come from the note-scope index
-(``mf_note_scope``: live and held notes), the recall index (``superseded_by``) and the
-clear fields of the log's ``Forgotten`` events (scope ids, note id, time, who asked).
+(``mf_note_scope``: un-forgotten notes, held or not), the ids of the notes the log's
+``Superseded`` events name, and the clear fields of its ``Forgotten`` events (scope
+ids, note id, time, who asked).
 Notes, lineage and history are read through :class:`~memfabric.domain.notes.Notes`;
 the log through :func:`memfabric.adapters.audit.read_log`.
 """
@@ -27,6 +28,7 @@ from memfabric.domain.scope import Scope
 from memfabric.projections import tables
 
 FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
+SUPERSEDED_TOPIC = "memfabric.domain.note:Note.Superseded"
 LEVELS = ("tenant_id", "resource_id", "thread_id")
 """The scope columns, outermost first (``''`` in SQL for an absent part)."""
 RESCAN = 1_000
@@ -51,7 +53,8 @@ class Tombstone:
 
 
 class Tombstones:
-    """Every forgotten note of the log (legal holds excluded), kept up to date
+    """Every forgotten note of the log (legal holds excluded) and every superseded
+    note's aggregate id (a note is superseded once and for good), kept up to date
     incrementally: :meth:`refresh` reads only the ``Forgotten`` events after the last
     head (minus :data:`RESCAN`), and nothing while the head has not moved. Thread-safe. A forgotten note stays forgotten, except a
     working block written again (its label starts afresh): :meth:`matching` drops those
@@ -61,6 +64,7 @@ class Tombstones:
         self._fabric = fabric
         self._head = 0
         self._by_aggregate: dict[UUID, Tombstone] = {}
+        self._superseded: set[UUID] = set()
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
@@ -74,10 +78,14 @@ class Tombstones:
             if head == self._head:
                 return
             rows = cur.execute(sql.SQL(
-                "SELECT originator_id, state FROM {t} WHERE notification_id > %s AND notification_id <= %s"
-                " AND topic = %s").format(t=sql.Identifier(EVENTS_TABLE)),
-                (max(0, self._head - RESCAN), head, FORGOTTEN_TOPIC)).fetchall()
-            for oid, state in rows:
+                "SELECT originator_id, topic, CASE WHEN topic = %s THEN state END FROM {t}"
+                " WHERE notification_id > %s AND notification_id <= %s AND topic = ANY(%s)").format(
+                t=sql.Identifier(EVENTS_TABLE)),
+                (FORGOTTEN_TOPIC, max(0, self._head - RESCAN), head, [FORGOTTEN_TOPIC, SUPERSEDED_TOPIC])).fetchall()
+            for oid, topic, state in rows:
+                if topic == SUPERSEDED_TOPIC:
+                    self._superseded.add(oid)
+                    continue
                 try:
                     f = plain_fields(mapper, bytes(state))
                 except Exception:  # noqa: BLE001 - a changed row: the log page flags it
@@ -90,6 +98,12 @@ class Tombstones:
                            str(f.get("thread_id") or "")),
                     at=f.get("timestamp"), requested_by=str(f.get("requested_by") or ""))
             self._head = head
+
+    def superseded(self) -> list[UUID]:
+        """Aggregate ids of every note ever superseded (held or forgotten ones included:
+        the note-scope index tells those apart)."""
+        with self._lock:
+            return list(self._superseded)
 
     def matching(self, prefix: tuple[str, ...] = (), note_id: str | None = None) -> list[Tombstone]:
         """The tombstones under a scope ``prefix`` (``()``: all; ``('acme', '')``: the
@@ -153,10 +167,11 @@ def scope_rows(fabric: Any, tombs: Tombstones, prefix: tuple[str, ...], *, after
             if after is None or key > after:
                 gone[key] = gone.get(key, 0) + 1
         keys = sorted({str(r[0]) for r in counted} | set(gone))[: limit + 1]
+        replaced = tombs.superseded()
         superseded = dict(cur.execute(
-            f"SELECT {col}, count(*) FROM {tables.RECALL_INDEX} WHERE {_prefix_where(prefix)}"  # noqa: S608
-            f" AND {col} = ANY(%s) AND superseded_by IS NOT NULL GROUP BY {col}",
-            [*prefix, keys]).fetchall()) if keys else {}
+            f"SELECT {col}, count(*) FROM {tables.NOTE_SCOPE} WHERE {_prefix_where(prefix)}"  # noqa: S608
+            f" AND {col} = ANY(%s) AND NOT held AND aggregate_id = ANY(%s) GROUP BY {col}",
+            [*prefix, keys, replaced]).fetchall()) if keys and replaced else {}
     by_key = {str(r[0]): r for r in counted}
     rows = []
     for key in keys[:limit]:
