@@ -66,7 +66,13 @@ from starlette.staticfiles import StaticFiles
 from memfabric.adapters import console_read as read
 from memfabric.adapters.audit import AuditReport, verify_chain
 from memfabric.adapters.mcp_server import is_loopback
-from memfabric.domain.errors import EventIntegrityError, FabricError, NoteNotFoundError, SettingsError
+from memfabric.domain.errors import (
+    EventIntegrityError,
+    FabricError,
+    NoteNotFoundError,
+    ProjectionError,
+    SettingsError,
+)
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.results import Explain, HistoryEntry
 from memfabric.domain.scope import Scope
@@ -284,19 +290,26 @@ class Console:
         admin = ProjectionAdmin.for_fabric(self.fabric)
         with self._actions:
             t0 = time.perf_counter()
-            if do == "rebuild":
-                report = admin.rebuild(name)
-                lines = [f"rebuilt {', '.join(report.projections)}: {report.events} events, {report.notes} notes,"
-                         f" position {report.position}"]
-                ok = True
-            else:
-                reports = admin.verify(name, show=5)
-                lines = [f"{r.projection} {r.table}: " + (f"{r.live_rows} rows identical at position {r.position}"
-                         if r.ok else f"{r.differences} rows differ (live {r.live_rows}, replay {r.replayed_rows})")
-                         for r in reports]
-                ok = all(r.ok for r in reports)
+            try:
+                ok, lines = self._replay(admin, do, name)
+            except ProjectionError as exc:  # a changed row stops the replay: say where
+                ok, lines = False, [f"stopped at notification {exc.notification_id} ({exc.topic}):"
+                                    f" {_clip(' '.join(str(exc.cause).split()), 300)}; see /log"]
         return {"do": do, "projection": name, "ok": ok, "lines": lines, "at": datetime.now(UTC),
                 "seconds": time.perf_counter() - t0}
+
+    @staticmethod
+    def _replay(admin: ProjectionAdmin, do: str, name: str) -> tuple[bool, list[str]]:
+        """Rebuild or verify ``name``: ``(ok, lines in words)``."""
+        if do == "rebuild":
+            report = admin.rebuild(name)
+            return True, [f"rebuilt {', '.join(report.projections)}: {report.events} events, {report.notes} notes,"
+                          f" position {report.position}"]
+        reports = admin.verify(name, show=5)
+        return all(r.ok for r in reports), [
+            f"{r.projection} {r.table}: " + (f"{r.live_rows} rows identical at position {r.position}" if r.ok
+                                             else f"{r.differences} rows differ (live {r.live_rows}, replay "
+                                                  f"{r.replayed_rows})") for r in reports]
 
 
 def _chain_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Screenshots of every console page into ``docs/console/`` (PNG), from a small demo
 fabric on a throwaway embedded PostgreSQL, in headless Chromium driven by Selenium.
 
-One row of the log is tampered with in SQL so that the log page shows the flag and a
-failed ``audit verify``. Needs Debian's ``chromium`` and ``chromium-driver``.
+Before the log page, one row of the log is tampered with in SQL so that it shows the
+flag and a failed ``audit verify``. Needs Debian's ``chromium`` and ``chromium-driver``.
 
 Run (from the repository root)::
 
@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import psycopg
+from selenium.webdriver.common.by import By
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,8 +56,10 @@ def fill(fabric: object) -> dict[str, str]:
 
 
 def shoot(driver: object, url: str, path: Path) -> None:
-    """Open ``url`` and save a full-page screenshot to ``path``."""
-    driver.get(url)  # type: ignore[attr-defined]
+    """Open ``url`` (``""``: stay on the page) and save a full-page screenshot to ``path``."""
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})  # type: ignore[attr-defined]
+    if url:
+        driver.get(url)  # type: ignore[attr-defined]
     height = driver.execute_script("return document.documentElement.scrollHeight")  # type: ignore[attr-defined]
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {  # type: ignore[attr-defined]
         "width": 1400, "height": max(600, min(int(height), 2400)), "deviceScaleFactor": 1, "mobile": False})
@@ -79,10 +82,6 @@ def main() -> None:
         try:
             with open_fabric(server.dsn) as fabric:
                 ids = fill(fabric)
-                with psycopg.connect(server.dsn) as conn:
-                    conn.execute("UPDATE memfabric_events SET state = set_byte(state, octet_length(state) - 1,"
-                                 " get_byte(state, octet_length(state) - 1) # 1) WHERE originator_id = %s"
-                                 " AND originator_version = 1", (ids["bike_aggregate"],))
                 port = free_port()
                 web, thread = start_server(build_app(fabric, ConsoleSettings(port=port, read_only=False)), port)
                 driver = chrome(paths)
@@ -94,8 +93,14 @@ def main() -> None:
                     shoot(driver, f"{base}/?{ids['scope']}&q=travel+window+seat", out / "search.png")
                     shoot(driver, f"{base}/notes/{ids['new']}?{ids['scope']}", out / "note.png")
                     shoot(driver, f"{base}/notes/{ids['gone']}?{ids['scope']}", out / "tombstone.png")
+                    driver.get(base + "/projections")
+                    driver.find_element(By.ID, "verify").click()  # the verify result on the page
+                    shoot(driver, "", out / "projections.png")
+                    with psycopg.connect(server.dsn) as conn:  # now tamper with one row for the log page
+                        conn.execute("UPDATE memfabric_events SET state = set_byte(state, octet_length(state) - 1,"
+                                     " get_byte(state, octet_length(state) - 1) # 1) WHERE originator_id = %s"
+                                     " AND originator_version = 1", (ids["bike_aggregate"],))
                     shoot(driver, base + "/log?verify=1", out / "log.png")
-                    shoot(driver, base + "/projections", out / "projections.png")
                 finally:
                     driver.quit()
                     web.should_exit = True

@@ -302,3 +302,14 @@ def test_a_note_whose_event_was_tampered_answers_409_in_words(world: dict[str, A
     page = c.get(f"/notes/{world['bike']}?tenant=acme&resource=u1&thread=t1")
     assert page.status_code == 409 and "see /log and run audit verify" in text(page.text)
     assert c.get("/?tenant=acme&resource=u1&thread=t1").status_code == 200  # the scope still lists
+
+
+def test_a_replay_stopped_by_a_tampered_row_is_reported_on_the_projections_page(world: dict[str, Any]) -> None:
+    with psycopg.connect(world["dsn"]) as conn:
+        conn.execute("UPDATE memfabric_events SET state = set_byte(state, octet_length(state) - 1,"
+                     " get_byte(state, octet_length(state) - 1) # 1) WHERE notification_id = 2")
+    admin = TestClient(build_app(world["fabric"], ConsoleSettings(read_only=False)), base_url="http://127.0.0.1")
+    token = re.search(r'name="form_token" value="([^"]+)"', admin.get("/projections").text).group(1)  # type: ignore[union-attr]
+    done = admin.post("/projections", data={"do": "verify", "projection": "all", "form_token": token})
+    assert done.status_code == 200
+    assert "verify all: DIFFER" in text(done.text) and "stopped at notification 2" in text(done.text)
