@@ -154,33 +154,48 @@ def scope_rows(fabric: Any, tombs: Tombstones, prefix: tuple[str, ...], *, after
     if after is not None:
         where += f" AND {col} > %s"
         params.append(after)
-    children = f"count(DISTINCT {child})" if child else "0"
     with fabric.log.datastore.get_connection() as conn:
         cur = conn.cursor(row_factory=tuple_row)
+        # one aggregate per question: each stays an index-only or narrow scan (a single
+        # GROUP BY with FILTER and DISTINCT reads the heap row of every note)
         counted = cur.execute(
-            f"SELECT {col}, count(*) FILTER (WHERE NOT held), count(*) FILTER (WHERE held), {children}"  # noqa: S608
-            f" FROM {tables.NOTE_SCOPE} WHERE {where} GROUP BY {col} ORDER BY {col} LIMIT %s",
-            [*params, limit + 1]).fetchall()
+            f"SELECT {col}, count(*) FROM {tables.NOTE_SCOPE} WHERE {where}"  # noqa: S608
+            f" GROUP BY {col} ORDER BY {col} LIMIT %s", [*params, limit + 1]).fetchall()
         gone: dict[str, int] = {}
         for t in tombs.matching(prefix):
             key = t.scope[len(prefix)]
             if after is None or key > after:
                 gone[key] = gone.get(key, 0) + 1
         keys = sorted({str(r[0]) for r in counted} | set(gone))[: limit + 1]
-        replaced = tombs.superseded()
-        superseded = dict(cur.execute(
-            f"SELECT {col}, count(*) FROM {tables.NOTE_SCOPE} WHERE {_prefix_where(prefix)}"  # noqa: S608
-            f" AND {col} = ANY(%s) AND NOT held AND aggregate_id = ANY(%s) GROUP BY {col}",
-            [*prefix, keys, replaced]).fetchall()) if keys and replaced else {}
-    by_key = {str(r[0]): r for r in counted}
+        total = {str(k): int(n) for k, n in counted}
+        held, kids, superseded = (_per_key(cur, prefix, col, child, keys, tombs.superseded()) if keys
+                                  else ({}, {}, {}))
     rows = []
     for key in keys[:limit]:
-        r = by_key.get(key)
-        unheld, held, kids = (int(r[1]), int(r[2]), int(r[3])) if r else (0, 0, 0)
-        sup = int(superseded.get(key, 0))
-        rows.append(ScopeRow(key=key, live=max(0, unheld - sup), superseded=sup, held=held,
-                             forgotten=gone.get(key, 0), children=kids))
+        sup, hold = superseded.get(key, 0), held.get(key, 0)
+        rows.append(ScopeRow(key=key, live=max(0, total.get(key, 0) - hold - sup), superseded=sup,
+                             held=hold, forgotten=gone.get(key, 0), children=kids.get(key, 0)))
     return rows, (keys[limit - 1] if len(keys) > limit else None)
+
+
+def _per_key(cur: Any, prefix: tuple[str, ...], col: str, child: str | None, keys: list[str],
+             replaced: list[UUID]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """``(held, children, superseded)`` counts per key of ``keys`` under ``prefix``
+    (superseded: of the ``replaced`` aggregates, those neither held nor forgotten)."""
+    where = f"{_prefix_where(prefix)} AND {col} = ANY(%s)"
+    held = cur.execute(
+        f"SELECT {col}, count(*) FROM {tables.NOTE_SCOPE} WHERE {where} AND held GROUP BY {col}",  # noqa: S608
+        [*prefix, keys]).fetchall()
+    kids = cur.execute(
+        f"SELECT {col}, count(*) FROM (SELECT DISTINCT {col}, {child} FROM {tables.NOTE_SCOPE}"  # noqa: S608
+        f" WHERE {where}) d GROUP BY {col}", [*prefix, keys]).fetchall() if child else []
+    superseded = cur.execute(
+        f"SELECT {col}, count(*) FROM {tables.NOTE_SCOPE} WHERE {where} AND NOT held"  # noqa: S608
+        f" AND aggregate_id = ANY(%s) GROUP BY {col}", [*prefix, keys, replaced]).fetchall() if replaced else []
+
+    def as_dict(rows: list[Any]) -> dict[str, int]:
+        return {str(k): int(n) for k, n in rows}
+    return as_dict(held), as_dict(kids), as_dict(superseded)
 
 
 def held_ids(fabric: Any, scope: Scope, limit: int = 50) -> list[str]:
