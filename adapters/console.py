@@ -5,7 +5,8 @@ Pages (stable paths, plain HTML):
 
 - ``/``: the scope tree, tenants → resources (users) → threads, each with its counts of
   live, superseded, held and forgotten notes (keyset pages of 50, ``?after=KEY``); at a
-  scope, its notes (``Notes.list``: keyset pages, ``?cursor=``) filtered by kind, tag,
+  scope (a thread, or ``-`` for an absent part: ``?tenant=T&resource=U&thread=-`` is the
+  user-level scope itself), its notes (``Notes.list``: keyset pages, ``?cursor=``) filtered by kind, tag,
   subject and validity date, or a search (``?q=``: ``Notes.recall`` with each explain
   row drawn as a bar of its parts), its held notes and its tombstones.
 - ``/notes/<id>``: a note's content, or its tombstone only once forgotten; its lineage as
@@ -188,7 +189,7 @@ class Console:
             self.fabric, self.tombs, prefix, after=q.get("after") or None, limit=PAGE)
         ctx: dict[str, Any] = {"prefix": prefix, "scope": scope, "rows": rows, "more": more,
                                "q": q, "level": ("tenant", "resource", "thread")[min(len(prefix), 2)]}
-        if scope is not None:
+        if scope is not None and len(prefix) == 3:  # a tree level links to its own scope's notes
             ctx.update(self._scope_notes(scope, prefix, q))
         return self.render("scopes.html", **ctx)
 

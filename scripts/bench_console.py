@@ -7,7 +7,8 @@ renders each page ``--runs`` times through Starlette's TestClient (in process: t
 HTTP framing, routing, SQL and template rendering are measured, not a network):
 
 - ``scopes``: ``/`` (tenants), ``/?tenant=T`` (users), ``/?tenant=T&resource=U`` (threads)
-  and a thread's first page of notes, in turn;
+  and a thread's first page of notes, in turn; then each level on its own
+  (``scopes_tenants``, ``scopes_users``, ``scopes_threads``, ``scopes_notes``);
 - ``search``: a recall within a thread (``?q=``), shown as explain bars;
 - ``note``: ``/notes/<id>`` of random notes (a third of them superseded, with a chain);
 - ``log``: ``/log?after=P`` at random positions (50 decoded events with their integrity).
@@ -140,13 +141,17 @@ def run(dsn: str, n: int, runs: int) -> dict[str, Any]:
         client.get("/log")
         first = time.perf_counter() - t0
 
-        def scope_path(i: int) -> str:
+        def scope_path(level: int) -> str:
             t, r, h, _ = rng.choice(sample)
             return ["/", f"/?tenant={t}", f"/?tenant={t}&resource={r}",
-                    f"/?tenant={t}&resource={r}&thread={h}"][i % 4]
+                    f"/?tenant={t}&resource={r}&thread={h}"][level]
 
         paths = {
-            "scopes": [scope_path(i) for i in range(runs)],
+            "scopes": [scope_path(i % 4) for i in range(runs)],
+            "scopes_tenants": [scope_path(0) for _ in range(runs)],
+            "scopes_users": [scope_path(1) for _ in range(runs)],
+            "scopes_threads": [scope_path(2) for _ in range(runs)],
+            "scopes_notes": [scope_path(3) for _ in range(runs)],
             "search": [f"/?tenant={t}&resource={r}&thread={h}&q={rng.choice(WORDS)}+{rng.choice(WORDS)}"
                        for t, r, h, _ in (rng.choice(sample) for _ in range(runs))],
             "note": [f"/notes/{nid}?tenant={t}&resource={r}&thread={h}"

@@ -67,8 +67,12 @@ def test_the_scope_tree_counts_live_superseded_held_and_forgotten(world: dict[st
     assert "u1 3 1 1 1 2" in users and "u2 1 0 0 0 1" in users
     threads = text(c.get("/?tenant=acme&resource=u1").text)
     assert "t1 2 1 1 1" in threads and "t2 1 0 0 0" in threads
-    tenant_level = text(c.get("/?tenant=globex").text)
-    assert "(no resource) 1 0 0 0 1" in tenant_level
+    tenant_page = c.get("/?tenant=globex").text
+    assert "(no resource) 1 0 0 0 1" in text(tenant_page) and 'id="listed"' not in tenant_page
+    assert 'href="/?tenant=globex&amp;resource=-&amp;thread=-"' in tenant_page  # the tenant-level scope's notes
+    assert "Globex tenant-level fact" in text(c.get("/?tenant=globex&resource=-&thread=-").text)
+    user_level = text(c.get("/?tenant=acme&resource=u1&thread=-").text)
+    assert "Notes of scope acme/u1/" in user_level and "User lives in Porto" in user_level
 
 
 def test_scope_tree_pages_by_key_and_lists_a_scope_with_only_tombstones(world: dict[str, Any]) -> None:
