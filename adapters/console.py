@@ -200,8 +200,7 @@ class Console:
         subject = q.get("subject") or None
         valid_at = _time(q.get("valid_at"), "valid_at")
         out: dict[str, Any] = {"held": read.held_ids(self.fabric, scope),
-                               "tombstones": [t for t in self.tombs.matching(prefix) if len(prefix) == 3
-                                              or t.scope[len(prefix):] == ("",) * (3 - len(prefix))][:PAGE]}
+                               "tombstones": self.tombs.matching(prefix)[:PAGE]}
         if q.get("q"):
             kinds = (kind,) if kind else ("fact", "procedure", "file")
             res = notes.recall(q["q"], kinds=kinds, as_of=valid_at, top_k=20, tags=tags, subject=subject)
