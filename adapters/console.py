@@ -173,6 +173,7 @@ class Console:
         self.env.filters.update(num=_num, clip=_clip, part=_part, field=_field)
 
     def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """Template ``name`` with ``context``, sent with the console's security headers."""
         html = self.env.get_template(name).render(read_only=self.read_only, section=name.split(".")[0],
                                                   **context)
         return HTMLResponse(html, status, headers={"content-security-policy": CSP,
@@ -182,6 +183,7 @@ class Console:
 
     # ------------------------------------------------------------ scopes
     def scopes(self, request: Request) -> HTMLResponse:
+        """``GET /``: a level of the scope tree, or a full scope's notes (see module doc)."""
         q = request.query_params
         prefix, scope = _prefix(q)
         self.tombs.refresh()
@@ -194,6 +196,8 @@ class Console:
         return self.render("scopes.html", **ctx)
 
     def _scope_notes(self, scope: Scope, prefix: tuple[str, ...], q: Any) -> dict[str, Any]:
+        """The notes panel of ``scope``: a search (``hits``: note, explain row, bars) or a
+        list page (``listed``, ``next_cursor``), its held ids and its tombstones."""
         notes = self.fabric.scope(scope.tenant_id, scope.resource_id, scope.thread_id)
         kind = q.get("kind") or None
         tags = [q["tag"]] if q.get("tag") else None
@@ -216,6 +220,7 @@ class Console:
 
     # ------------------------------------------------------------ a note
     def note(self, request: Request) -> HTMLResponse:
+        """``GET /notes/<id>``: content or tombstone, chain, links and timeline."""
         note_id = request.path_params["note_id"]
         if not NOTE_ID_RE.match(note_id):
             raise FabricError("id: must be 12 lowercase hex digits")
@@ -245,6 +250,8 @@ class Console:
 
     # ------------------------------------------------------------ the log
     def log(self, request: Request) -> HTMLResponse:
+        """``GET /log``: a page of decoded events with their integrity, the newest audit
+        checkpoint and the last ``audit verify`` (run now with ``verify=1``)."""
         q = request.query_params
         tenant = q.get("tenant") or None
         if tenant is not None:
@@ -268,6 +275,7 @@ class Console:
 
     # ------------------------------------------------------------ projections
     def projections(self, request: Request) -> HTMLResponse:
+        """``GET /projections``: status of each projection and the last action's result."""
         rows = ProjectionAdmin.for_fabric(self.fabric).status()
         return self.render("projections.html", rows=rows, action=self.action, form_token=self.form_token,
                            names=[s.name for s in rows])
@@ -287,6 +295,7 @@ class Console:
         return RedirectResponse("/projections", 303)
 
     def _run_action(self, do: str, name: str) -> dict[str, Any]:
+        """Run one action at a time: ``{do, projection, ok, lines, at, seconds}``."""
         admin = ProjectionAdmin.for_fabric(self.fabric)
         with self._actions:
             t0 = time.perf_counter()
