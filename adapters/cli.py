@@ -480,6 +480,10 @@ from memfabric.adapters.cli_mcp import register as _register_mcp  # noqa: E402 -
 
 _register_mcp(app)
 
+from memfabric.adapters.cli_console import register as _register_console  # noqa: E402 - imports starlette lazily
+
+_register_console(app)
+
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
