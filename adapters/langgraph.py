@@ -273,6 +273,11 @@ def _parsed(content: str | None, context: str | None) -> tuple[str, dict[str, An
     return key, value, created, gen
 
 
+def _generation(cand: Candidate) -> int:
+    parsed = _parsed(cand.fields["content"], cand.fields["context"])
+    return parsed[3] if parsed is not None else -1
+
+
 def _utc(at: datetime) -> datetime:
     return at.astimezone(timezone.utc)
 
@@ -312,13 +317,14 @@ class MemfabricStore(BaseStore):
 
     # ------------------------------------------------------------------ items
     def _current(self, namespace: tuple[str, ...], key: str) -> Candidate | None:
-        """The live, valid version of an item from the recall index (``None``: none)."""
+        """The live, valid version of an item from the recall index (``None``: none);
+        of several (a store written before issue 26 could leave them), the newest."""
         query = ListQuery(scope=scope_of(namespace), kinds=_KINDS,
                           filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key)),
                           valid_at=datetime.now(timezone.utc),
                           require_consent=self.service.require_consent)
-        rows = self.service.store.list_notes(query, after=None, limit=1)
-        return rows[0] if rows else None
+        rows = self.service.store.list_notes(query, after=None, limit=16)
+        return max(rows, key=_generation, default=None)
 
     def _item(self, cand: Candidate, cls: type[Item] = Item, **extra: Any) -> Item | None:
         f = cand.fields
@@ -336,15 +342,16 @@ class MemfabricStore(BaseStore):
         return None if cand is None else self._item(cand)
 
     def _head(self, scope: Scope, namespace: tuple[str, ...], key: str, gen: int) -> tuple[int, Note | None]:
-        """From version ``gen`` on, in the log: ``(n, note)`` for the live, current
-        version ``n``, else ``(n, None)`` for the first version no note has."""
-        while True:
-            note = self.service.store.load(note_uuid(scope, note_id_for(namespace, key, gen)))
-            if note is None:
-                return gen, None
-            if note.live and note.superseded_by is None:
-                return gen, note
+        """From version ``gen`` on, in the log, up to the last version written:
+        ``(n, note)`` when that last version ``n`` is live and current, else ``(n,
+        None)`` for the first version no note has (the key was deleted or never put)."""
+        last: tuple[int, Note] | None = None
+        while (note := self.service.store.load(note_uuid(scope, note_id_for(namespace, key, gen)))) is not None:
+            last = (gen, note)
             gen += 1
+        if last is not None and last[1].live and last[1].superseded_by is None:
+            return last
+        return gen, None
 
     def _put(self, op: PutOp) -> None:
         if op.value is None:

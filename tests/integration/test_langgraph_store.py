@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("langgraph.store.base")
 from langgraph.store.base import BaseStore  # noqa: E402
-from memfabric.adapters.langgraph import MemfabricStore, note_id_for  # noqa: E402
+from memfabric.adapters.langgraph import MemfabricStore, note_id_for, subject_for  # noqa: E402
 from memfabric.adapters.memory import open_memory_fabric  # noqa: E402
 from memfabric.domain.errors import NamespaceError, NoteNotFoundError, StoreValueError  # noqa: E402
 from tests.conftest import race_processes  # noqa: E402
@@ -314,3 +314,66 @@ def test_field_values_are_never_stored_as_plain_tags(store: MemfabricStore) -> N
     assert not any("HIV" in t or "=" in t for t in note.tags)
     assert [i.key for i in store.search(("acme",), filter={"n": 3.0})] == ["m1"]  # 3 == 3.0
     assert store.search(("acme",), filter={"content": "other"}) == []
+
+
+def test_a_key_left_with_two_live_versions_heals_on_put(store: MemfabricStore) -> None:
+    """A store written before issue 26 could hold several live versions of a key: a
+    put still succeeds, and get returns what it wrote."""
+    ns, key = ("acme",), "legacy"
+    notes = store.fabric.scope(*ns)
+    for gen in (0, 1):
+        notes.remember(kind="fact", content=json.dumps({"v": gen}), id=note_id_for(ns, key, gen),
+                       subject=subject_for(ns, key), tags=["lg:item"], consent={"visibility": "thread"},
+                       context=json.dumps({"key": key, "created_at": "2026-01-01T00:00:00+00:00", "gen": gen}),
+                       consolidate=False)
+    assert store.get(ns, key).value == {"v": 1}  # type: ignore[union-attr]  # the newest of the two
+    store.put(ns, key, {"v": "new"})
+    assert store.get(ns, key).value == {"v": "new"}  # type: ignore[union-attr]
+    assert json.loads(notes.get(note_id_for(ns, key, 2)).content) == {"v": "new"}
+
+
+def _contract_script(store: BaseStore) -> list[Any]:
+    """BaseStore's documented behaviours, observed as plain data (no scores, no order
+    where the contract leaves it open)."""
+    seen: list[Any] = []
+
+    def items(found: list[Any]) -> list[Any]:
+        return sorted((tuple(i.namespace), i.key, json.dumps(i.value, sort_keys=True)) for i in found)
+
+    for i in range(6):
+        store.put(("docs", "u1"), f"d{i}", {"n": i, "tag": "even" if i % 2 == 0 else "odd",
+                                             "meta": {"lang": "en" if i < 3 else "pt"}, "list": [i, i + 1]})
+    store.put(("docs", "u2"), "x", {"n": 100, "tag": "even"})
+    store.put(("docs", "u2", "t1"), "y", {"n": 7, "flag": True})
+    store.put(("other",), "z", {"n": 1})
+    seen.append(items([store.get(("docs", "u1"), "d1")]))
+    seen.append(store.get(("docs", "u1"), "missing"))
+    store.put(("docs", "u1"), "d1", {"n": 11, "tag": "odd"})  # update
+    seen.append(items([store.get(("docs", "u1"), "d1")]))
+    store.delete(("docs", "u1"), "d2")
+    seen.append(store.get(("docs", "u1"), "d2"))
+    for prefix, flt in [(("docs",), None), (("docs",), {"tag": "even"}), (("docs",), {"n": {"$gt": 4}}),
+                        (("docs", "u1"), {"n": {"$gte": 3, "$lt": 5}}), (("docs",), {"tag": {"$ne": "odd"}}),
+                        (("docs", "u1"), {"meta": {"lang": "pt"}}), (("docs", "u1"), {"list": [3, 4]}),
+                        (("docs",), {"flag": True}), (("docs",), {"n": 7.0}), ((), None), (("nope",), None)]:
+        seen.append(items(store.search(prefix, filter=flt, limit=50)))
+    pages = [store.search(("docs",), limit=3, offset=o) for o in (0, 3, 6)]
+    seen.append([len(p) for p in pages])
+    seen.append(items([i for p in pages for i in p]) == items(store.search(("docs",), limit=50)))
+    for kwargs in [{}, {"prefix": ("docs",)}, {"suffix": ("t1",)}, {"max_depth": 1}, {"max_depth": 2},
+                   {"prefix": ("docs", "*")}, {"limit": 2, "offset": 1}]:
+        seen.append(store.list_namespaces(**kwargs))  # type: ignore[arg-type]
+    store.put(("docs", "u1"), "d2", {"n": 2, "again": True})  # a deleted key can be put again
+    seen.append(items([store.get(("docs", "u1"), "d2")]))
+    return seen
+
+
+def test_behaves_like_langgraphs_in_memory_store(store: MemfabricStore) -> None:
+    """A differential run against LangGraph's own ``InMemoryStore`` (the reference of
+    the ``BaseStore`` docs): the same calls observe the same data."""
+    from langgraph.store.memory import InMemoryStore
+
+    reference = _contract_script(InMemoryStore())
+    ours = _contract_script(store)
+    assert ours == reference
+    assert reference[8] and reference[-1]  # the script observes something
