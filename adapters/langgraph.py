@@ -354,6 +354,9 @@ class MemfabricStore(BaseStore):
         return gen, None
 
     def _put(self, op: PutOp) -> None:
+        """Write the next version of the item (see the module doc): first on the recall
+        index's view of the live version; when another writer moved the key first (or
+        the index is behind), on the log's, read again before every retry."""
         if op.value is None:
             self._delete(op.namespace, op.key)
             return
@@ -363,32 +366,50 @@ class MemfabricStore(BaseStore):
         tags = [ITEM_TAG, *_field_tags(self._hmac, value), *([NOINDEX_TAG] if op.index is False else [])]
         current = self._current(op.namespace, op.key)
         parsed = _parsed(current.fields["content"], current.fields["context"]) if current is not None else None
-        gen = parsed[3] if parsed is not None else 0
+        # (version to write, note it supersedes, created_at) as the index sees the key
+        target: tuple[int, str | None, str | None] = (
+            (parsed[3] + 1, current.note_id, parsed[2].isoformat()) if parsed is not None and current is not None
+            else (0, None, None))
         for _ in range(_ATTEMPTS):
-            gen, head = self._head(scope, op.namespace, op.key, gen)
-            now = datetime.now(timezone.utc)
-            head_meta = _parsed(head.content, head.context) if head is not None else None
-            created = head_meta[2].isoformat() if head_meta is not None else now.isoformat()
-            new_gen = gen + 1 if head is not None else gen
-            fields: dict[str, Any] = {
-                "kind": "fact", "content": content, "subject": subject_for(op.namespace, op.key),
-                "tags": tags, "id": note_id_for(op.namespace, op.key, new_gen),
-                "context": json.dumps({"key": op.key, "created_at": created, "gen": new_gen}),
-                # an item belongs to its namespace alone (issue 16's resource default
-                # would show it to sibling namespaces)
-                "consent": {"visibility": "thread"},
-            }
-            if head is not None:
-                fields["supersedes"] = head.note_id
-            if ttl is not None:
-                fields["valid_to"] = now + timedelta(minutes=ttl)
-            item = self.service.validate_remember(fields)
-            try:
-                self.service.remember(scope, item, consolidate=False)
+            if self._write(scope, op, target, content, tags, ttl):
                 return
-            except _RACES:  # another writer of this key committed first: read the log again
-                continue
+            target = self._target(scope, op.namespace, op.key, target[0] - 1 if target[1] else target[0])
         raise ConflictError(f"key {op.key!r}: {_ATTEMPTS} concurrent writers won first; retry")
+
+    def _target(self, scope: Scope, namespace: tuple[str, ...], key: str,
+                gen: int) -> tuple[int, str | None, str | None]:
+        """``(version to write, note it supersedes, created_at)`` from the log
+        (:meth:`_head` from version ``gen``)."""
+        gen, head = self._head(scope, namespace, key, max(0, gen))
+        if head is None:
+            return gen, None, None
+        meta = _parsed(head.content, head.context)
+        return gen + 1, head.note_id, meta[2].isoformat() if meta is not None else None
+
+    def _write(self, scope: Scope, op: PutOp, target: tuple[int, str | None, str | None], content: str,
+               tags: list[str], ttl: float | None) -> bool:
+        """Remember version ``target``; ``False`` when another writer of the key
+        committed first (the version was taken, or the one it supersedes changed)."""
+        gen, supersedes, created = target
+        now = datetime.now(timezone.utc)
+        fields: dict[str, Any] = {
+            "kind": "fact", "content": content, "subject": subject_for(op.namespace, op.key),
+            "tags": tags, "id": note_id_for(op.namespace, op.key, gen),
+            "context": json.dumps({"key": op.key, "created_at": created or now.isoformat(), "gen": gen}),
+            # an item belongs to its namespace alone (issue 16's resource default would
+            # show it to sibling namespaces)
+            "consent": {"visibility": "thread"},
+        }
+        if supersedes is not None:
+            fields["supersedes"] = supersedes
+        if ttl is not None:
+            fields["valid_to"] = now + timedelta(minutes=ttl)
+        item = self.service.validate_remember(fields)
+        try:
+            self.service.remember(scope, item, consolidate=False)
+        except _RACES:
+            return False
+        return True
 
     def _delete(self, namespace: tuple[str, ...], key: str) -> None:
         scope = scope_of(namespace)
