@@ -377,3 +377,22 @@ def test_behaves_like_langgraphs_in_memory_store(store: MemfabricStore) -> None:
     ours = _contract_script(store)
     assert ours == reference
     assert reference[8] and reference[-1]  # the script observes something
+
+
+def test_puts_racing_deletes_of_one_key(store: MemfabricStore) -> None:
+    """Puts and deletes of one key from 8 threads: no error, never two live items, and
+    a final put is what get returns."""
+    ns = ("acme",)
+
+    def work(i: int) -> None:
+        for n in range(4):
+            if (i + n) % 3 == 0:
+                store.delete(ns, "k")
+            else:
+                store.put(ns, "k", {"t": i, "n": n})
+
+    assert _threads(8, work) == []
+    assert store.fabric.scope("acme").count() <= 1
+    store.put(ns, "k", {"final": True})
+    assert store.get(ns, "k").value == {"final": True}  # type: ignore[union-attr]
+    assert store.fabric.scope("acme").count() == 1
