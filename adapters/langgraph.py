@@ -7,10 +7,11 @@
   ``[namespace, key, n]``; a put writes version ``n + 1`` superseding the live version
   ``n`` (or the next free version when the key has none), so every version is in the
   log and all share the subject ``lg:`` + blake2b(namespace, key).
-- concurrency (issue 26): the live version is read from the log, and a put that loses
-  a race to another writer of the key (its version was taken, or the version it
-  supersedes was superseded first) reads the log again and retries: the last write to
-  commit wins and a key has at most one live version.
+- concurrency (issue 26): a put writes on the recall index's view of the live version;
+  the write's unit of work checks, under the scope's lock, that the version is free and
+  the one it supersedes is still current (a compare-and-set), and a put that loses the
+  race to another writer of the key reads the live version from the log and retries:
+  the last write to commit wins and a key has at most one live version.
 - content: the value as JSON (sorted keys) — what search matches; context: JSON
   ``{"key", "created_at", "gen"}``; both sealed with the note's key.
 - tags: ``lg:item``; per top-level scalar field a keyed hash ``lg:f:`` + 32 hex of
