@@ -527,7 +527,6 @@ class InMemoryNoteStore:
         seeds = set(vranks) | set(lranks)
         with self.log.lock:
             edges = [dict(e) for es in self.log.link_rows.values() for e in es]
-            indexed = {aid: dict(r) for aid, r in self.log.recall_rows.items()}
         linked = _linked(edges, seeds, by_id, expand) if expand > 0 else {}
         among = _among(edges, seeds) if expand > 0 else {}
         if embedding is not None:
@@ -537,7 +536,6 @@ class InMemoryNoteStore:
         for aid in [*sorted(seeds), *linked]:
             row = by_id[aid]
             fields = _returned(row)
-            fields["links"] = _links_of(aid, edges, indexed, scope)
             out.append(Candidate(
                 aggregate_id=aid, note_id=row["note_id"],
                 similarity=sims[aid] if embedding is not None else None,
@@ -546,6 +544,14 @@ class InMemoryNoteStore:
                 link=max(w for _, w in linked[aid]) if aid in linked else None,
                 link_from=tuple(linked[aid] if aid in linked else among.get(aid, ()))))
         return out
+
+    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+        """Like ``recall_index.select_links``."""
+        with self.log.lock:
+            edges = [dict(e) for es in self.log.link_rows.values() for e in es]
+            indexed = {aid: dict(r) for aid, r in self.log.recall_rows.items()}
+        out = {aid: _links_of(aid, edges, indexed, scope) for aid in aggregate_ids}
+        return {aid: links for aid, links in out.items() if links}
 
     def _listed(self, query: ListQuery) -> list[dict[str, Any]]:
         with self.log.lock:

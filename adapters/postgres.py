@@ -358,6 +358,11 @@ class PostgresNoteStore:
                 limit=limit, require_consent=require_consent, filters=filters,
                 expand=expand, exact=exact)
 
+    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+        """:func:`memfabric.projections.recall_index.select_links` (one statement)."""
+        with self.connection() as conn, conn.cursor() as cur:
+            return recall_index.select_links(cur, scope, aggregate_ids)
+
     def _hnsw_settings(self, conn: Connection[Any], ef: int) -> None:
         """Session settings of HNSW recall on ``conn`` (autocommit, pooled): iterative
         scan (pgvector 0.8: keeps scanning past ``ef_search`` until ``limit`` rows pass

@@ -278,6 +278,12 @@ class NoteStore(Protocol):
         (issue 15)."""
         ...
 
+    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+        """The link edges of each recall hit ``aggregate_ids`` whose target is still
+        recallable and visible from ``scope``: ``[{id, relation, weight}]`` sorted by
+        ``(id, relation)``; absent when none (candidates of :meth:`recall` carry none)."""
+        ...
+
     def list_notes(
         self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
     ) -> list[Candidate]:

@@ -52,12 +52,15 @@ without one). Without expansion no hit has a link term.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 from memfabric.domain import policy
+from memfabric.domain.note import note_uuid
 from memfabric.domain.inputs import RecallMode, Scoring
 from memfabric.domain.ports import Candidate
 from memfabric.domain.results import ConsentInfo, Explain, Link, MemoryNote, Outcome, RecallResult
@@ -125,6 +128,22 @@ def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
         hits.append(candidate_view(s.cand))
         explain.append(_explain(s))
     return RecallResult(hits=hits, explain=explain)
+
+
+def with_links(result: RecallResult, scope: Scope,
+               links_of: Callable[[Scope, Sequence[UUID]], Mapping[UUID, Sequence[dict[str, Any]]]],
+               ) -> RecallResult:
+    """``result`` with each hit's link edges (``MemoryNote.links``) read for the hits
+    alone (``NoteStore.hit_links``, one statement), not for every candidate."""
+    if not result.hits:
+        return result
+    ids = {note_uuid(h.scope, h.id): i for i, h in enumerate(result.hits)}
+    found = links_of(scope, list(ids))
+    hits = list(result.hits)
+    for aid, i in ids.items():
+        if found.get(aid):
+            hits[i] = dataclasses.replace(hits[i], links=tuple(Link.from_dict(link) for link in found[aid]))
+    return dataclasses.replace(result, hits=hits)
 
 
 def _score(cand: Candidate, how: Ranking, best_lex: float,

@@ -281,7 +281,7 @@ class MemoryService:
                               expand=query.top_k if query.expand_links else 0,
                               min_relevance=query.min_relevance,
                               half_life_of=self._half_lives(scope, scoring, candidates))
-        result = ranking.rank(candidates, how)
+        result = ranking.with_links(ranking.rank(candidates, how), scope, self.store.hit_links)
         if any(h.supersedes and h.scope != scope for h in result.hits):
             result = dataclasses.replace(result, hits=history.hide_predecessors(self, scope, list(result.hits)))
         return result

@@ -378,13 +378,27 @@ _EXPAND = (
 )
 _NO_EXPAND = ", ca AS (SELECT aggregate_id FROM c)"
 _LINKS = (
-    "(SELECT coalesce(jsonb_agg(jsonb_build_object('id', g.to_note_id, 'relation', g.relation,"
-    " 'weight', g.weight) ORDER BY g.to_note_id, g.relation), '[]'::jsonb) FROM {g} g"
-    " WHERE g.from_aggregate_id = i.aggregate_id AND EXISTS (SELECT 1 FROM {t} x"
+    "SELECT g.from_aggregate_id AS aggregate_id, coalesce(jsonb_agg(jsonb_build_object("
+    "'id', g.to_note_id, 'relation', g.relation, 'weight', g.weight)"
+    " ORDER BY g.to_note_id, g.relation), '[]'::jsonb) AS links FROM {g} g"
+    " WHERE g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
     # OFFSET 0 keeps the probe per edge (primary key): unflattened, a stale estimate
     # could scan every row of the tenant once per hit
-    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0))"
+    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0) GROUP BY g.from_aggregate_id"
 )
+
+
+def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+    """The edges of each note in ``aggregate_ids`` (``mf_link_graph``) whose target still
+    has a row here visible from ``scope``, as ``[{id, relation, weight}]`` sorted by
+    ``(id, relation)``; a note without such an edge is absent. One statement."""
+    if not aggregate_ids:
+        return {}
+    t, r, th = scope.sql()
+    query = sql.SQL(_LINKS).format(g=sql.Identifier(tables.LINK_GRAPH), t=sql.Identifier(TABLE),
+                                   xs=scope_filter("x"))
+    rows = cur.execute(query, {"t": t, "r": r, "th": th, "ids": list(aggregate_ids)}, prepare=True).fetchall()
+    return {row["aggregate_id"]: list(row["links"]) for row in rows}
 
 
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
@@ -404,8 +418,8 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     ``q`` (float32 vector, binary) / ``text``, ``idf_cap``, ``max_terms`` and those of
     :func:`filter_params`.
 
-    Every row carries ``links`` (jsonb: the note's edges in ``mf_link_graph`` whose
-    target still has a row here visible from the scope). With ``expand`` (issue 15)
+    Rows carry no ``links``: :func:`select_links` reads them for the hits a ranking
+    keeps (issue 29: a sub-select per candidate was half of a linked recall's time). With ``expand`` (issue 15)
     the statement also returns up to ``expand`` (parameter) notes linked in either
     direction to a candidate of either list, each passing the same conditions as the
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
@@ -423,7 +437,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     return sql.SQL(
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
         " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
-        " {link_w} AS link_w, {seeds} AS link_seeds, {ws} AS link_ws, {links} AS links"
+        " {link_w} AS link_w, {seeds} AS link_seeds, {ws} AS link_ws"
         " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id"
         " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
         " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}{lx_join}"
@@ -438,7 +452,6 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
         seeds=sql.SQL("coalesce(lx.seeds, lc.seeds)" if expand else "NULL::uuid[]"),
         ws=sql.SQL("coalesce(lx.ws, lc.ws)" if expand else "NULL::float8[]"),
-        links=sql.SQL(_LINKS).format(g=g, t=t, xs=scope_filter("x")),
     )
 
 

@@ -204,8 +204,11 @@ def test_hybrid_recall_is_one_statement(fabric: Fabric) -> None:
         res = fabric.scope("acme").recall("zebra project")
     assert res.hits
     statements = [c for c in calls if not c.startswith("SET LOCAL")]
-    assert len(statements) == 1
-    assert "tsv @@" in statements[0] and "<=>" in statements[0]
+    # the candidates in one statement; the hits' link edges in a second (issue 29: not a
+    # sub-select per candidate)
+    assert len(statements) == 2
+    assert "tsv @@" in statements[0] and "<=>" in statements[0] and "jsonb_agg" not in statements[0]
+    assert "jsonb_agg" in statements[1] and "<=>" not in statements[1] and "ANY(" in statements[1]
 
 
 # ---------------------------------------------------------------------------- embedders
