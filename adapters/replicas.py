@@ -18,8 +18,9 @@ runs on the unit of work's own primary connection).
   measured against samples of the primary's WAL position taken at most every
   ``check_every`` seconds: the lag of a replica is how long ago the primary was at a
   position the replica has not replayed yet (0 when it has replayed all the primary
-  had at the last sample). A read that fails on a replica (connection lost) is run
-  again on the primary: a replica going down never fails a read.
+  had at the last sample). A read that fails on a replica (connection lost, or
+  cancelled by a recovery conflict) is run again on the primary: a replica going down
+  never fails a read.
 - **Where.** :meth:`ReplicaRouter.last_served_by` names the server of this thread's
   last routed read: ``"primary"`` or ``"replica:<host>:<port>"``.
 
@@ -147,6 +148,11 @@ class ReplicaRouter:
                     self._give_back(replica, conn)
                     break  # waited max_wait already: the primary serves this read
                 result = read(conn)
+            except psycopg.errors.SerializationFailure:
+                # "canceling statement due to conflict with recovery": the standby
+                # replayed a change this read's snapshot needed; the primary answers
+                self._give_back(replica, conn)
+                break
             except psycopg.OperationalError as exc:
                 self._down(replica, conn, exc)
                 continue

@@ -5,6 +5,7 @@ and paused (``pg_wal_replay_pause()``) here."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -247,3 +248,16 @@ def test_replica_status_command_shows_the_lag(dsn: str, replica: str) -> None:
     assert "password" not in topo["primary"]
     [row] = topo["replicas"]
     assert row["state"] == "ok" and row["lag_s"] is not None and row["replayed_lsn"]
+
+
+def test_projections_status_shows_the_topology(dsn: str, replica: str) -> None:
+    with open_fabric(dsn) as fabric:
+        fabric.scope("acme").remember(kind="fact", content="one note for the status")
+    out = subprocess.run(
+        [sys.executable, "-m", "memfabric.adapters.cli", "projections", "status", "--dsn", dsn,
+         "--replica", replica], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "COLUMNS": "250"})
+    assert out.returncode == 0, out.stderr
+    assert "topology" in out.stdout and "primary" in out.stdout
+    line = next(x for x in out.stdout.splitlines() if x.strip().startswith("replica "))
+    assert "replica:" in line and line.split()[-1] == "ok"
