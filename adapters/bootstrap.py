@@ -18,7 +18,7 @@ from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
-from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env
+from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env, safe_dsn
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -219,9 +219,8 @@ class Fabric:
         """``{"primary": <dsn without password>, "replicas": [...]}``, each replica's
         name, lag in seconds, replayed LSN and state after a fresh health check
         (:meth:`ReplicaRouter.status`)."""
-        from memfabric.adapters.replicas import _safe_dsn  # noqa: PLC0415
         router = self.store.router
-        return {"primary": _safe_dsn(self.dsn), "replicas": [] if router is None else router.status()}
+        return {"primary": safe_dsn(self.dsn), "replicas": [] if router is None else router.status()}
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memfabric.adapters import standby
-from memfabric.adapters.replicas import ReplicaRouter, _safe_dsn, replicas_from_env
+from memfabric.adapters.replicas import ReplicaRouter, safe_dsn, replicas_from_env
 from memfabric.domain.errors import FabricError
 
 replica_app = typer.Typer(help="Streaming read replicas: create, stop, status.", no_args_is_help=True)
@@ -59,7 +59,7 @@ def create_command(
         if bool(primary_data_dir) == bool(primary_dsn):
             raise FabricError("primary: give exactly one of --primary-data-dir and --primary-dsn")
         source = primary_dsn or standby.primary_dsn_of(str(primary_data_dir))
-        console.print(f"base backup of {_safe_dsn(source)} into {data_dir} ...")
+        console.print(f"base backup of {safe_dsn(source)} into {data_dir} ...")
         dsn = standby.create_standby(data_dir, port, source, listen=listen)
     except (FabricError, psycopg.Error) as exc:
         _fail(exc)
@@ -114,7 +114,7 @@ def topology(primary: str, replicas: list[str]) -> dict[str, object]:
         return psycopg.connect(primary, autocommit=True)
     router = ReplicaRouter(connect, replicas)
     try:
-        return {"primary": _safe_dsn(primary), "replicas": router.status()}
+        return {"primary": safe_dsn(primary), "replicas": router.status()}
     finally:
         router.close()
 

@@ -243,7 +243,7 @@ class ReplicaRouter:
         for replica in self.replicas:
             replica.skip_until = 0.0
             ok = self._healthy(replica)
-            out.append({"name": replica.name, "dsn": _safe_dsn(replica.dsn),
+            out.append({"name": replica.name, "dsn": safe_dsn(replica.dsn),
                         "lag_s": None if replica.lag is None else round(replica.lag, 3),
                         "replayed_lsn": _lsn_text(replica.replayed) if replica.replayed else None,
                         "state": "ok" if ok else "skipped", "error": replica.error})
@@ -304,7 +304,7 @@ def _lsn_text(value: int) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
-def _safe_dsn(dsn: str) -> str:
+def safe_dsn(dsn: str) -> str:
     """``dsn`` without its password."""
     info = conninfo_to_dict(dsn)
     info.pop("password", None)
