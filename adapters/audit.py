@@ -540,11 +540,14 @@ def verify_chain(
     with datastore.get_connection() as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
         try:
+            # issue 24: tenants append concurrently, so an id below the head may still be in
+            # flight; nothing past the safe head is checkpointed or called a gap
+            safe = fabric.engine.safe_head() if hasattr(fabric, "engine") else None
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 if have_chain:
                     report.unauthenticated = _unauthenticated_tail(conn, fabric.log.sealing_mapper, batch)
-                _verify(conn, report, checkpoint, every, wanted, batch, progress, have_chain)
+                _verify(conn, report, checkpoint, every, wanted, batch, progress, have_chain, safe)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
     return report
@@ -612,7 +615,7 @@ class _ChainWalk:
 def _verify(
     conn: Connection[Any], report: AuditReport, checkpoint: bool, every: int,
     wanted: tuple[int, bytes] | None, batch: int, progress: Callable[[int], None] | None,
-    have_chain: bool = True,
+    have_chain: bool = True, safe: int | None = None,
 ) -> None:
     """Fill ``report``: compare today's leaves with every checkpoint, then walk the tail
     after the last one (gaps; new checkpoints of ``every`` events when ``checkpoint`` and
@@ -623,7 +626,7 @@ def _verify(
     ).fetchone()[0])  # type: ignore[index]
     walk = _ChainWalk(_leaves(conn, batch, progress), report, wanted)
     last_pos, last_digest = _check_checkpoints(cur, walk, report) if have_chain else (0, GENESIS)
-    _walk_tail(cur, walk, report, checkpoint and report.ok, every, last_pos, last_digest)
+    _walk_tail(cur, walk, report, checkpoint and report.ok, every, last_pos, last_digest, safe)
     report.head_digest = walk.actual.hex()
     if wanted is not None and report.anchor_ok is None:
         report.anchor_ok = False  # the anchored position is gone
@@ -665,17 +668,21 @@ def _check_checkpoints(cur: Any, walk: _ChainWalk, report: AuditReport) -> tuple
 
 
 def _walk_tail(cur: Any, walk: _ChainWalk, report: AuditReport, write: bool, every: int,
-               last_pos: int, last_digest: bytes) -> None:
+               last_pos: int, last_digest: bytes, safe: int | None = None) -> None:
     """The leaves after the last checkpoint: record gaps in notification ids and, with
-    ``write``, insert checkpoints of ``every`` events chained on ``last_digest``."""
+    ``write``, insert checkpoints of ``every`` events chained on ``last_digest``. Past
+    ``safe`` (``ProjectionEngine.safe_head``: ids there may belong to a transaction
+    still in flight, another tenant's) nothing is checkpointed and no gap is recorded."""
     seg_pos: list[int] = []
     seg_leaves: list[bytes] = []
     seg_digest, prev_pos, last = last_digest, last_pos, last_pos
     for pos, leaf in walk.take(None):
-        if pos > last + 1:
+        final = safe is None or pos <= safe
+        if pos > last + 1 and final:
             report.gaps.append((last + 1, pos - 1))
         last = pos
-        if not write:
+        if not write or not final:
+            write = write and final
             continue
         seg_digest = hashlib.sha256(seg_digest + leaf).digest()
         seg_pos.append(pos)

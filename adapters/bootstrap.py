@@ -30,7 +30,7 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 from memfabric.projections import tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
-from memfabric.projections.engine import ProjectionEngine, advisory_key
+from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
 from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
@@ -272,6 +272,7 @@ def open_fabric(
     evolution: EvolutionSettings | dict[str, Any] | None = None,
     passive: StrictBool = False,
     read_only: StrictBool = False,
+    lock_timeout: Annotated[float, Field(gt=0, le=3600)] = LOCK_TIMEOUT,
     replicas: Sequence[Annotated[str, StringConstraints(min_length=1)]] | None = None,
     replica_max_wait: Annotated[float, Field(ge=0, le=30)] = 0.2,
     replica_max_lag: Annotated[float, Field(gt=0, le=3600)] = 5.0,
@@ -312,6 +313,10 @@ def open_fabric(
       model-free write-path workers, e.g. ``linker={"enabled": True, "top_k": 3}``,
       ``evolution={"enabled": True, "max_patches": 8}`` (caps 32; off by default). They
       run only while a session is attached to the written scope and not ``passive``.
+    - ``lock_timeout``: seconds any lock wait may last (default 30; opening, every
+      write, catch-up and rebuild): past it the call raises ``LockTimeoutError`` and
+      writes nothing. Runtime lock keys are keyed by the fabric secret, so a session
+      that cannot read it cannot take a writer's lock (issue 28).
     - ``read_only``: open for reading only, e.g. as an auditor role with nothing but
       ``SELECT`` (docs/roles.md): no DDL, no extension creation, no catch-up, no embedder
       record, no secret read or created; every write (``remember``, ``forget``,
@@ -340,7 +345,9 @@ def open_fabric(
         # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail).
         with psycopg.connect(dsn, autocommit=True) as ddl_lock:
             if not read_only:
-                ddl_lock.execute("SELECT pg_advisory_lock(%s)", (advisory_key("mf-open"),))
+                with bounded_locks("open_fabric (another process holds the open lock)"):
+                    ddl_lock.execute("SELECT set_config('lock_timeout', %s, false), pg_advisory_lock(%s)",
+                                     (f"{int(lock_timeout * 1000)}ms", advisory_key("mf-open")))
                 _ensure_extension(dsn)
             else:
                 _require_extension(dsn)
@@ -371,7 +378,8 @@ def open_fabric(
                 if recorded is None:
                     _record_embedder(dsn, embedder)
                 engine.create()
-                store.secret()  # created or read now, so no write needs a second connection
+                engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
+                engine.lock_timeout = lock_timeout
                 backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner

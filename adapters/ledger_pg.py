@@ -4,7 +4,7 @@ on the log's pool, and conversation replays."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -59,11 +59,6 @@ def select_head(conn: Connection[Any], aggregate_id: UUID, scope: Scope) -> Conv
         erasures=int(_col(row, "erasures", 2)), at=datetime.now(timezone.utc), lookup=lookup)
 
 
-def _all_batches(conn: Connection[Any], aggregate_id: UUID, words: Sequence[str]) -> list[list[dict[str, Any]]]:
-    with conn.transaction(), conn.cursor() as cur:
-        return list(ledger.search_entries(cur, aggregate_id, words))
-
-
 def _col(row: Any, name: str, index: int) -> Any:
     return row[name] if isinstance(row, dict) else row[index]
 
@@ -96,14 +91,9 @@ class PostgresLedgerStore:
     def position(self, aggregate_id: UUID, entry_id: str) -> int | None:
         return self._read(lambda conn: ledger.entry_position(conn.cursor(), aggregate_id, entry_id))
 
-    def search(self, aggregate_id: UUID, words: Sequence[str]) -> Iterator[list[dict[str, Any]]]:
-        """The search's batches; on a replica read in full first (one snapshot, one
-        server), else streamed in one transaction of the primary."""
-        if self.router is not None:
-            yield from self.router.run(lambda conn: _all_batches(conn, aggregate_id, words))
-            return
-        with self.log.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as cur:
-            yield from ledger.search_entries(cur, aggregate_id, words)
+    def search(self, aggregate_id: UUID, terms: Sequence[str],
+               top_k: int) -> tuple[list[dict[str, Any]], int]:
+        return self._read(lambda conn: ledger.search_entries(conn.cursor(), aggregate_id, terms, top_k))
 
     def observation(self, aggregate_id: UUID, observation_id: str) -> dict[str, Any] | None:
         return self._read(lambda conn: ledger.observation(conn.cursor(), aggregate_id, observation_id))

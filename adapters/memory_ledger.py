@@ -3,17 +3,17 @@
 ``InMemoryLedgerStore`` answers the ``LedgerStore`` port by replaying the
 ``Conversation`` aggregate from the in-memory log (the reference semantics of
 :mod:`memfabric.projections.ledger`, without tables): live entries by position,
-lexical matches on the same word terms, observations, the conversations of a prefix.
+search by the same stemmed terms and IDF-weighted coverage, observations, the conversations of a prefix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
 from memfabric.domain.ledger import Conversation, Entry
-from memfabric.projections.ledger import terms
+from memfabric.domain.search_terms import coverage, search_terms, term_weights, word_terms as terms
 
 
 def _row(e: Entry) -> dict[str, Any]:
@@ -57,11 +57,19 @@ class InMemoryLedgerStore:
     def position(self, aggregate_id: UUID, entry_id: str) -> int | None:
         return next((e.position for e in self._live(aggregate_id) if e.entry_id == entry_id), None)
 
-    def search(self, aggregate_id: UUID, words: Sequence[str]) -> Iterator[list[dict[str, Any]]]:
-        wanted = set(words)
-        rows = [_row(e) for e in reversed(self._live(aggregate_id)) if wanted & set(terms(e.text))]
-        if rows:
-            yield rows
+    def search(self, aggregate_id: UUID, terms: Sequence[str],
+               top_k: int) -> tuple[list[dict[str, Any]], int]:
+        conv = self.load(aggregate_id)
+        if conv is None or not terms:
+            return [], 0
+        wanted = set(terms)
+        held = [(e, set(search_terms(e.text))) for e in conv.live_entries()]
+        held = [(e, have) for e, have in held if wanted & have]
+        df = {t: sum(1 for _, have in held if t in have) for t in terms}
+        weights = term_weights(terms, df, conv.last_position - conv.first_position + 1)
+        scored = sorted(((coverage(terms, have, weights), e) for e, have in held),
+                        key=lambda s: (-s[0], -s[1].position))
+        return [{**_row(e), "score": score} for score, e in scored[:top_k]], len(held)
 
     def observation(self, aggregate_id: UUID, observation_id: str) -> dict[str, Any] | None:
         conv = self.load(aggregate_id)

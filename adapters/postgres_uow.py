@@ -36,12 +36,12 @@ from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from eventsourcing.persistence import IntegrityError
 
 from memfabric.domain.link_terms import TermPostings
-from memfabric.domain.errors import ConflictError, FabricError
+from memfabric.domain.errors import ConflictError, FabricError, LockTimeoutError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index, note_scope, tables, working_value
-from memfabric.projections.engine import ProjectionEngine, advisory_key
+from memfabric.projections.engine import ProjectionEngine, bounded_locks, lock_timed_out
 import psycopg
 from psycopg import Connection, Cursor, Rollback, sql
 
@@ -82,11 +82,11 @@ class PostgresUnitOfWork:
             stack.enter_context(conn.pipeline())
             stack.enter_context(conn.transaction())
             projections = self._engine.inline(all_projections=self._inline_all)
-            keys = [advisory_key("scope:" + key) for key in sorted({s.key for s in self._scopes})]
+            keys = sorted(self._engine.lock_key("scope:" + key) for key in {s.key for s in self._scopes})
             conn.execute(sql.SQL("SELECT {}").format(sql.SQL(", ").join(
-                [*self._engine.shared_locks(projections),
-                 *(sql.SQL("pg_advisory_xact_lock(%s)") for _ in keys), sql.SQL("1")])),
-                [*self._engine.shared_keys(projections), *keys], prepare=True)
+                [sql.SQL("set_config('lock_timeout', %s, true)"), *self._engine.shared_locks(projections),
+                 *(sql.SQL("pg_advisory_xact_lock(%s)") for _ in keys)])),
+                [self._engine.timeout_setting(), *self._engine.shared_keys(projections), *keys], prepare=True)
         except BaseException as exc:
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -104,7 +104,11 @@ class PostgresUnitOfWork:
             # with a rollback and is swallowed by it.
             stack.__exit__(Rollback, Rollback(), None)
             return
-        stack.__exit__(exc_type, exc, tb)
+        with bounded_locks("write"):  # a lock wait that ran out: LockTimeoutError
+            if lock_timed_out(exc):
+                stack.__exit__(exc_type, exc, tb)
+                raise LockTimeoutError(f"write: a lock wait ran out ({exc}); nothing was written") from exc
+            stack.__exit__(exc_type, exc, tb)
         if exc_type is None and self._keys is not None:
             self._keys.committed()
 

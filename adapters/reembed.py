@@ -58,7 +58,6 @@ from memfabric.domain.ports import Embedder
 from memfabric.domain.scope import Scope
 from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection
-from memfabric.projections.engine import advisory_key
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.rebuild import ProjectionAdmin, RebuildReport, Reporter
 from memfabric.projections.recall_index import RecallIndexProjection
@@ -251,8 +250,7 @@ class Reembedder:
 
     def first_pass(self) -> None:
         """Every note of the note-scope index, in aggregate order."""
-        with self.fabric.store.connection() as conn, conn.cursor() as cur:
-            self.position = self._head(cur)
+        self.position = self.fabric.engine.safe_head()  # ids below are final (tenants append concurrently)
         advance = self.reporter.task(f"reembed → {self.target}", self._count(), "notes")
         after: UUID | None = None
         while refs := self._page(after):
@@ -263,8 +261,7 @@ class Reembedder:
 
     def catch_up_pass(self) -> None:
         """The notes written or folded since the previous pass."""
-        with self.fabric.store.connection() as conn, conn.cursor() as cur:
-            upto = self._head(cur)
+        upto = self.fabric.engine.safe_head()
         refs = self._changed(self.position, upto)
         for start in range(0, len(refs), self.batch):
             self._process(refs[start:start + self.batch])
@@ -306,7 +303,7 @@ class Reembedder:
         cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT)))
         try:
             for p in self.fabric.engine.projections:  # writers hold these shared from their first statement
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (self.fabric.engine.lock_key(p.name),))
             for table in (tables.CONSOLIDATION_INDEX, tables.RECALL_INDEX):
                 cur.execute(sql.SQL("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE").format(t=sql.Identifier(table)))
             cur.execute(sql.SQL("LOCK TABLE {t} IN EXCLUSIVE MODE").format(t=sql.Identifier(tables.EVENTS)))

@@ -11,7 +11,7 @@ every call.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Protocol, TypeVar, cast
@@ -27,6 +27,7 @@ from memfabric.domain.ledger import (
     conversation_uuid,
 )
 from memfabric.domain.scope import Scope
+from memfabric.domain.search_terms import search_terms
 
 T = TypeVar("T")
 
@@ -170,7 +171,12 @@ class LedgerStore(Protocol):
 
     def position(self, aggregate_id: UUID, entry_id: str) -> int | None: ...
 
-    def search(self, aggregate_id: UUID, words: Sequence[str]) -> Iterator[list[dict[str, Any]]]: ...
+    def search(self, aggregate_id: UUID, terms: Sequence[str],
+               top_k: int) -> tuple[list[dict[str, Any]], int]:
+        """The ``top_k`` live entries of highest IDF-weighted coverage of the search
+        ``terms`` (:mod:`memfabric.domain.search_terms`; ties: newer first), each row
+        with its ``score``, and the number of entries holding any of the terms."""
+        ...
 
     def observation(self, aggregate_id: UUID, observation_id: str) -> dict[str, Any] | None: ...
 
@@ -219,11 +225,6 @@ def render(entries: Sequence[LedgerEntry], detail: Detail) -> str:
             text = text[: SUMMARY_CHARS - 1] + "…"
         lines.append(f"[{e.timestamp:%Y-%m-%d %H:%M}] {e.role}: {text}")
     return "\n".join(lines)
-
-
-def query_terms(text: str) -> list[str]:
-    from memfabric.projections.ledger import terms  # noqa: PLC0415 - one tokeniser
-    return terms(text)
 
 
 class Ledger:
@@ -406,26 +407,17 @@ class Ledger:
         args = SearchInput(query=query, limit=limit, direction=direction, detail=detail, top_k=top_k)
         if signal is not None and not callable(getattr(signal, "is_set", None)):
             raise NotSupportedError("signal: expected an object with is_set()")
-        words = query_terms(args.query)
-        scored: list[tuple[float, int, dict[str, Any]]] = []
-        scanned = 0
-        for batch in store.search(aggregate_id, words):
-            if signal is not None and signal.is_set():
-                raise LedgerAbortedError("search_conversation aborted by its signal")
-            for row in batch:
-                scanned += 1
-                have = set(query_terms(row["text"]))
-                share = sum(1 for w in words if w in have) / len(words)
-                if share > 0:
-                    scored.append((share, int(row["position"]), row))
-        scored.sort(key=lambda s: (-s[0], -s[1]))
+        words = search_terms(args.query)
+        if signal is not None and signal.is_set():
+            raise LedgerAbortedError("search_conversation aborted by its signal")
+        rows, scanned = store.search(aggregate_id, words, args.top_k) if words else ([], 0)
         hits = []
-        for share, pos, row in scored[: args.top_k]:
+        for row in rows:
             if signal is not None and signal.is_set():
                 raise LedgerAbortedError("search_conversation aborted by its signal")
-            page = self._page_at(aggregate_id, store, row["entry_id"], pos, args.limit,
+            page = self._page_at(aggregate_id, store, row["entry_id"], int(row["position"]), args.limit,
                                  args.direction, args.detail)
-            hits.append(SearchHit(row["entry_id"], round(share, 6), row["at"], page))
+            hits.append(SearchHit(row["entry_id"], round(float(row["score"]), 6), row["at"], page))
         return SearchResult(tuple(hits), scanned, tuple(words))
 
 

@@ -19,6 +19,7 @@ from memfabric.domain.ledger import conversation_uuid
 from memfabric.domain.policy import count_tokens
 from memfabric.domain.ports import Candidate
 from memfabric.domain.results import MemoryNote
+from memfabric.domain.search_terms import word_terms
 from memfabric.domain.scope import Scope
 
 _ID: TypeAdapter[str] = TypeAdapter(Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{12}$")])
@@ -50,8 +51,7 @@ def candidates(store: Any, scope: Scope, query: str, *, as_of: datetime, limit: 
     fabric requires consent (observations carry none: fail closed)."""
     if store is None or scope.thread_id is None or require_consent:
         return []
-    from memfabric.projections.ledger import terms  # noqa: PLC0415 - one tokeniser
-    words = terms(query)
+    words = word_terms(query)
     rows = [r for r in store.search_observations([conversation_uuid(scope)], words, limit)
             if r["created_at"] <= as_of]
     out = []

@@ -88,6 +88,12 @@ class SettingsError(FabricError, ValueError):
     """A setting or option is invalid (an embedder size, a server option, an audit anchor)."""
 
 
+class LockTimeoutError(FabricError, TimeoutError):
+    """A lock wait ran out (``lock_timeout`` of ``open_fabric``, default 30 s): another
+    writer, an admin command or an outside session held a lock this call needed for
+    that long. Nothing was written; retry, or find the holder in ``pg_locks``."""
+
+
 class ProjectionError(FabricError):
     """A projection stopped on an event; names the notification id, topic and cause."""
 

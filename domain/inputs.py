@@ -276,8 +276,14 @@ class AppendBlockInput(BlockRef):
 class Scoring(_Input):
     """Re-ranking weights for recall (see ``memfabric.domain.policy.score``).
 
-    ``recency_weight`` (default 0.1) and ``importance_weight`` (default 0.1) are
+    ``recency_weight`` (default 0.01) and ``importance_weight`` (default 0.01) are
     non-negative; ``half_life`` (default 30 days) is the age at which recency is 0.5.
+    Both bonuses are in [0, 1] times their weight, so their sum is the **bonus margin**
+    ``recency_weight + importance_weight`` (default 0.02, see
+    :func:`memfabric.domain.policy.score`): a note whose relevance is higher by more
+    than it always ranks above, whatever the two notes' ages and importances (issue 29;
+    0.1 each before, which let importance 0.9 lift "project kiwi9 budget" above "Alice moved
+    from Paris to Berlin" for "where does Alice live?", a relevance gap of 0.033).
 
     Hybrid relevance (``mode="hybrid"``): ``fusion`` is ``convex`` (default: the
     weighted sum ``w·max(0, cos) + (1-w)·lexical``, see
@@ -286,8 +292,8 @@ class Scoring(_Input):
     embedder's ``vector_weight`` (0.2 for the hash embedder, 0.5 for a semantic model).
     """
 
-    recency_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
-    importance_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
+    recency_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.01
+    importance_weight: Annotated[float, Field(ge=0.0, le=10.0)] = 0.01
     half_life: timedelta = timedelta(days=30)
     vector_weight: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     fusion: Literal["convex", "rrf"] = "convex"

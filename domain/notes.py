@@ -517,8 +517,9 @@ class Notes:
         detail: str = "summary", top_k: int = 5, signal: Any = None,
     ) -> Any:
         """Lexical search of this thread's conversation: ``SearchResult`` with ``hits``
-        (``entry_id``, ``score`` = share of query terms the entry contains, ``timestamp``,
-        ``page``) and ``scanned``; no embedder. ``limit`` 1-100 and ``top_k`` 1-100 else
+        (``entry_id``, ``score`` = the entry's IDF-weighted coverage of the query's stemmed
+        terms, stop words ignored, in [0, 1] (:mod:`memfabric.domain.search_terms`),
+        ``timestamp``, ``page``), ``scanned`` and ``terms``; no embedder. ``limit`` 1-100 and ``top_k`` 1-100 else
         ``ValidationError``; a set ``signal`` aborts (``LedgerAbortedError``)."""
         return self.conversation().search(query, limit=limit, direction=direction,
                                           detail=detail, top_k=top_k, signal=signal)

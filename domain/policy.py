@@ -102,7 +102,9 @@ def score(
     """Final recall score: ``relevance + w_r·recency + w_i·importance``.
 
     The additive form follows Park et al. (2023), which sums relevance, recency and
-    importance; all terms are in [0, 1].
+    importance; all terms are in [0, 1], so the bonuses of two notes differ by at most the
+    *bonus margin* ``w_r + w_i`` (default weights: 0.02): a note whose relevance is higher
+    by more than it always scores higher.
     """
     return (
         relevance

@@ -10,6 +10,11 @@ For each candidate (see ``memfabric.domain.ports.Candidate``)::
     score     = relevance + recency_weight · 0.5^(age / half_life) + importance_weight · importance
                                                              (additive, Park et al., UIST 2023)
 
+Bonus margin (issue 29): recency and importance are in [0, 1], so a note whose relevance
+is higher than another's by more than ``recency_weight + importance_weight`` (default
+0.01 + 0.01 = 0.02) always ranks above it; the bonuses only order notes of near-equal
+relevance.
+
 Relevance floor: a candidate whose *evidence* is below ``min_relevance`` (default
 0.05, see :data:`memfabric.domain.inputs.DEFAULT_MIN_RELEVANCE`) is dropped before the
 cut, so ``top_k`` is never padded with notes that share nothing with the query

@@ -19,7 +19,7 @@ from memfabric.domain.subject_text import (
     fold_accents, has_digit, holder_of, looks_like_place, looks_like_value, make_key, norm_attr, proper_name,
     union_by_first_letter,
 )
-from memfabric.domain.subject_verbs import rule_holder_verb
+from memfabric.domain.subject_verbs import MODAL as _MODAL, rule_holder_verb
 
 
 Rule = Callable[[str, Context], SubjectKey | None]
@@ -148,6 +148,115 @@ def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
     return make_key(ent, WILDCARD, val, "from_to", single=True, previous=prev)
 
 
+_POSSESSED = r"(?P<np>(?:my|our|her|his|their|its|the) [a-z][\w -]{0,40}?)"
+_UPDATE_VERB = (r"(?P<verb>switched|changed|updated|set|reset|swapped|upgraded|downgraded|renamed|rebooked|"
+                r"rescheduled|moved|pushed|postponed|bumped|raised|lowered|cut|reduced|increased|decreased|"
+                r"converted|migrated|transferred|shifted|replaced)")
+_UPDATE = re.compile(
+    r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*" + _UPDATE_VERB + " " + _POSSESSED
+    + r" (?:(?:back|over|up|down) )?(?:to|with) (?P<val>.+)$",
+    re.IGNORECASE,
+)
+_SWITCHED_TO_AS = re.compile(
+    r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*(?:switched|moved|changed|migrated|upgraded|"
+    r"downgraded|went) (?:over |back )?to (?P<val>.+?) (?:as|for) (?P<np>(?:my|our|her|his|their) .{1,60})$",
+    re.IGNORECASE,
+)
+_USES_AS = re.compile(
+    r"^(?P<subj>.+?) (?:(?:now|currently|still|also|mostly|mainly|just) )*(?:use|uses|am using|is using|"
+    r"are using) (?P<val>.+?) (?:as|for) (?P<np>(?:my|our|her|his|their) .{1,60})$",
+    re.IGNORECASE,
+)
+_MOTION_VERBS = {"moved", "pushed", "shifted", "transferred", "migrated"}
+_UPDATE_TRIGGER = re.compile(r"\b(?:" + union_by_first_letter([
+    "switched", "changed", "updated", "set", "reset", "swapped", "upgraded", "downgraded", "renamed", "rebooked",
+    "rescheduled", "moved", "pushed", "postponed", "bumped", "raised", "lowered", "cut", "reduced", "increased",
+    "decreased", "converted", "migrated", "transferred", "shifted", "replaced", "went", "use", "uses",
+    "using"]) + r")\b", re.IGNORECASE)
+
+
+def _possessed_slot(np: str, subj: str, ctx: Context) -> tuple[str, str] | None:
+    """(entity, attribute) of the thing an update names: "my editor" (the speaker), "her
+    editor" (the subject: "Alice switched her editor"), "the budget" (the implicit entity)."""
+    np = clean_value(np)
+    first, _, thing = np.partition(" ")
+    if first.lower() in {"her", "his", "their", "its"}:
+        owner = holder_of(subj, ctx)
+        return (owner, norm_attr(thing)) if owner and thing else None
+    return attribute_np(np, ctx)
+
+
+def _update_slot_key(subj: str, np: str, val: str, ctx: Context, verb: str = "") -> SubjectKey | None:
+    """The key of "<subj> <update verb> <np> to <val>": a modal or hedged head ("I might
+    change my …", "I am thinking of …") or a value that is no value (a pronoun) gives none; a verb of motion
+    with a place value moves the thing (sub-attribute ``location``, as the copular rule)."""
+    if _MODAL.search(subj):
+        return None
+    slot = _possessed_slot(np, subj, ctx)
+    value = clean_value(val)
+    if slot is None or not slot[1] or not looks_like_value(value):
+        return None
+    entity, attribute = slot
+    if verb.lower() in _MOTION_VERBS and looks_like_place(value) and not attribute.endswith(_PLACE_ATTRS):
+        attribute = f"{attribute}/location"
+    return make_key(entity, attribute, value, "update_verb")
+
+
+def _rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
+    """A new value of a named slot stated with an update verb, without the old value:
+    "I switched my editor to Emacs", "Alice changed her number to 555-0199", "We raised
+    the budget to 50k", "I replaced my laptop with a ThinkPad", "I switched to Emacs as my
+    editor"; and "<holder> uses X as/for <poss> <thing>" ("I use Vim as my editor"), the
+    same slot stated without a change."""
+    has_to, has_as = " to " in s, " as " in s or " for " in s
+    if not (has_to or has_as or " with " in s) or not _UPDATE_TRIGGER.search(s):
+        return None
+    m = _UPDATE.match(s) if has_to or " with " in s else None
+    if m and (m.group("verb").lower() == "replaced") == (" with " in s[m.end("np"):m.start("val")]):
+        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, m.group("verb"))
+    m = ((_SWITCHED_TO_AS.match(s) if has_to else None) or _USES_AS.match(s)) if has_as else None
+    if m:
+        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
+    return None
+
+
+_STATE = re.compile(
+    r"^(?P<subj>.+?) (?:am|is|are) (?P<neg>no longer |not )?(?P<val>.+)$",
+    re.IGNORECASE,
+)
+_STATE_PHRASE = re.compile(r"^(?:a|an|the|in|on|at|off|out of) \S", re.IGNORECASE)
+"""A state of several words is a noun phrase ("a member of the chess club") or a
+prepositional one ("on a diet", "in the hospital"); one word ("vegetarian") always is."""
+_NOT_A_STATE = re.compile(r"^(?:\w+ing|a bit|sure|glad|sorry|afraid|here|there|back|able|about|going)\b",
+                          re.IGNORECASE)
+
+
+def _rule_state(s: str, ctx: Context) -> SubjectKey | None:
+    """A copular state of a holder: "I am vegetarian" / "I am no longer vegetarian" ("not
+    … anymore", "not"). The state is part of the key (``self|state:vegetarian``), so only
+    its negation supersedes it, and two states never do; a progressive, a feeling of the
+    moment, an opinion ("I am working", "I am not sure", "is great") or an adjective with
+    its complement ("proud of Alice") gives no key."""
+    if " am " not in s and " is " not in s and " are " not in s:
+        return None
+    m = _STATE.match(s)
+    if not m or m.group("subj").count(" ") > 3:  # a holder is a short noun phrase
+        return None
+    ent = holder_of(m.group("subj"), ctx)
+    if ent is None:
+        return None
+    neg = m.group("neg")
+    val = clean_value(m.group("val"))
+    if not val or _NOT_A_STATE.match(val) or _NOT_A_SLOT_VALUE.match(val) or not looks_like_value(val):
+        return None
+    if " " in val and not _STATE_PHRASE.match(val):
+        return None  # "proud of Alice", "pumped to start": a feeling or a clause, not a state
+    stem = _sentiment_object_stem(val, max_words=6)
+    if stem is None or has_digit(stem):
+        return None
+    return make_key(ent, f"state:{stem}", val, "state", polarity=not neg, single=True)
+
+
 _POS = r"(?:love|loves|loved|like|likes|enjoy|enjoys|adore|adores|am into|is into|are into|am a (?:big |huge )?fan of|is a (?:big |huge )?fan of|really like|really love)"
 _NEGS = (r"(?:hate|hates|dislike|dislikes|can not stand|cannot stand|could not stand|detest|detests|"
          r"am not a fan of|is not a fan of|(?:do|does|did) not (?:really )?(?:like|love|enjoy)|no longer (?:like|likes|love|loves|enjoy|enjoys)|"
@@ -184,15 +293,15 @@ def _rule_sentiment(s: str, ctx: Context) -> SubjectKey | None:
                       rule="sentiment", polarity=True, single_valued=True)
 
 
-def _sentiment_object_stem(obj: str) -> str | None:
-    """The stemmed object of a feeling ("the beach" → "beach"), at most four words;
+def _sentiment_object_stem(obj: str, max_words: int = 4) -> str | None:
+    """The stemmed object of a feeling ("the beach" → "beach"), at most ``max_words`` words;
     ``None`` when it starts with a pronoun or a stop word ("that …", "how …", "being …")."""
     words = WORD_RE.findall(fold_accents(obj).lower())
     if words and words[0] == "to" and len(words) > 1:
         words = words[1:]
     while words and words[0] in {"the", "a", "an"}:
         words = words[1:]
-    if not words or words[0] in _OBJ_STOP or words[0] in PRONOUNS or len(words) > 4:
+    if not words or words[0] in _OBJ_STOP or words[0] in PRONOUNS or len(words) > max_words:
         return None
     return " ".join(STEM.stemWord(w) for w in words)
 
@@ -405,9 +514,11 @@ RULES: tuple[Rule, ...] = (
     _rule_inverted_role,
     _rule_from_to,
     _rule_sentiment,
+    _rule_update_verb,
     rule_holder_verb,
     _rule_status,
     _rule_placed,
     _rule_age,
     _rule_copular,
+    _rule_state,
 )

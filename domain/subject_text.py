@@ -272,12 +272,38 @@ def adjective_like(v: str) -> bool:
 
 
 def clean_value(obj: str) -> str:
-    """The value phrase: cut at the first clause boundary / time adverbial."""
+    """The value phrase: cut at the first clause boundary / time adverbial, except an
+    "and" that adds a short noun phrase to the value ("metric units and Celsius", see
+    :func:`added_noun_phrase`): that is part of the value."""
     obj = obj.strip()
     m = _TRAIL_CUT.search(obj)
-    if m and m.start() > 0:
+    if m and m.start() > 0 and not (m.group(0).strip().lower() == "and" and added_noun_phrase(obj[m.end():])):
         obj = obj[: m.start()]
     return obj.strip(" .!,;:'\"")
+
+
+_CLAUSE_WORDS = {
+    "at", "in", "on", "for", "to", "with", "from", "of", "by", "about", "into", "as", "then", "also", "now",
+    "so", "still", "just", "really", "very", "not", "never", "no", "is", "are", "was", "were", "am", "be",
+    "been", "has", "have", "had", "do", "does", "did", "will", "would", "can", "could", "should", "love",
+    "loves", "like", "likes", "hate", "hates", "want", "wants", "need", "needs", "got", "get", "gets",
+}
+
+
+def added_noun_phrase(tail: str) -> bool:
+    """True when ``tail`` (what follows a value's "and", to the end of the sentence) is a
+    short noun phrase added to the value ("Celsius", "gluten-free meals"): 1-4 words, none a
+    pronoun, a preposition, an adverb or a verb that would start a clause ("and I love it",
+    "and works at Siemens", "and then left"), and no clause boundary of its own."""
+    words = [w.lower() for w in WORD_RE.findall(tail)]
+    if not words or len(words) > 4 or _TRAIL_CUT.search(" " + tail.strip()):
+        return False
+    return not any(w in PRONOUNS or w in _CLAUSE_WORDS or w.endswith("ly") for w in words)
+
+
+def first_conjunct(value: str) -> str:
+    """The value before an added noun phrase ("metric units and Celsius" → "metric units")."""
+    return re.split(r"\s+(?:and|plus)\s+", value, maxsplit=1, flags=re.IGNORECASE)[0]
 
 
 def looks_like_value(v: str) -> bool:

@@ -14,8 +14,8 @@ import re
 
 from memfabric.domain.subject_key import SubjectKey
 from memfabric.domain.subject_text import (
-    ADVERBS, PRONOUNS, STEM, Context, clean_value, holder_of, looks_like_value, make_key, norm_value,
-    union_by_first_letter,
+    ADVERBS, PRONOUNS, STEM, Context, clean_value, first_conjunct, holder_of, looks_like_value, make_key,
+    norm_value, union_by_first_letter,
 )
 
 # (verb regex, attribute, single-valued, polarity)
@@ -68,8 +68,9 @@ _PEEL = {"has", "have", "had", "is", "am", "are", "was", "now", "currently", "st
          "finally", "officially", "already", "actually", "also", "really", "happily", "then", "again",
          "eventually", "soon", "even", "longer", "no", "not", "never", "does", "do", "did"}
 _NEG_WORDS = {"not", "never", "no"}
-_MODAL = re.compile(r"\b(?:will|would|could|should|might|may|going to|want to|wants to|plans? to|hopes? to|"
+MODAL = re.compile(r"\b(?:will|would|could|should|might|may|going to|want to|wants to|plans? to|hopes? to|"
                     r"used to|if|wish|thinking of|considering|about to|trying to|tries to)\b", re.IGNORECASE)
+"""Words of a plan, a wish or a past habit before a relation verb: no key."""
 
 
 def _peel(head: str) -> tuple[str, bool]:
@@ -129,7 +130,7 @@ def _affirmed_holder_verb(s: str, m: re.Match[str], attr: str, single: bool, pol
     """The first relation verb found (``m``) after a subject: peel adverbs/negation off the
     subject, trim the object to the value, and key it under ``attr``."""
     subj, negated = _peel(s[: m.start()])
-    if _MODAL.search(s[: m.start()]):
+    if MODAL.search(s[: m.start()]):
         return None
     ent = holder_of(subj, ctx)
     if ent is None:
@@ -140,7 +141,7 @@ def _affirmed_holder_verb(s: str, m: re.Match[str], attr: str, single: bool, pol
         val = groups["obj3"]
     val = _trim_holder_value(attr, val, m)
     if attr == "preference":
-        head = norm_value(val).split()
+        head = norm_value(first_conjunct(val)).split()
         if not head or head[0] in PRONOUNS or head[0] in {"to", "not"}:
             return None
         attr = f"preference:{STEM.stemWord(head[-1])}"

@@ -43,10 +43,20 @@ Rules (``SubjectKey.rule``), tried in this order
                     is employed by / joined … as (employer), works as / was promoted to /
                     serves as (role), plays|races|drives for / signed with (team), drives a
                     (car), studies at / attends (school), is married to / is dating
-                    (partner), prefers X (preference, keyed by X's head noun), uses X as
-                    (tool for a purpose).  Negation ("no longer works at", "does not live
+                    (partner), prefers X (preference, keyed by X's head noun), uses X
+                    (multi-valued; "uses X as my <thing>" is ``update_verb``).  Negation ("no longer works at", "does not live
                     in … anymore", "quit her job at", "left her job at") gives
                     ``polarity=False``.
+``update_verb``     a new value of a named slot stated with an update verb and without
+                    the old value (issue 29): "I switched my editor to Emacs", "Alice
+                    changed her number to …", "We raised the budget to 50k", "I replaced
+                    my laptop with a ThinkPad", "I switched to Emacs as my editor"; and
+                    "I use Vim as my editor" / "… for my notes" (the slot stated without a
+                    change). The thing is read like an attribute noun phrase ("my X" →
+                    the speaker, "her X" → the subject, "the X" → the implicit entity),
+                    so it meets the copular "My editor is Vim". A verb of motion with a
+                    place value ("moved my car to the garage") keys ``…/location``; plans
+                    and hedges ("might change my …", past-only forms) give no key.
 ``sentiment``       love / like / enjoy / adore / am a fan of  vs  hate / dislike / can't
                     stand / do not like / no longer like: the key is
                     ``entity|feeling:<object stem>``, the value ``+``/``-``; "I love X" →
@@ -62,6 +72,19 @@ Rules (``SubjectKey.rule``), tried in this order
                     "Ticket 4411 is open" → ticket 4411|status.
 ``age``             "Alice is 34" / "Alice just turned 35" → alice|age.
 ``label_value``     "Home city: Munich", "Alice's phone: 555-0100", "Ticket 4411: resolved".
+``state``           a holder + am/is/are + a state: "I am vegetarian", "I am no longer
+                    vegetarian", "Sara is not in the hospital anymore" (issue 29). The
+                    state is part of the key (``self|state:vegetarian``): only its
+                    negation (or a reaffirmation) supersedes, two states never do. One
+                    word, or a noun / prepositional phrase ("a member of the chess club",
+                    "on a diet"); feelings with a complement ("proud of Alice"),
+                    progressives and opinions give no key.
+
+Added values (issue 29): a value ends at the first clause boundary, except an "and" that
+adds a short noun phrase ("User prefers metric units and Celsius": value "metric units and
+celsius", the key from the first conjunct). Such a value is *another* value of the slot, so
+it supersedes "metric units"; a refinement ("tesla" → "tesla model 3") is the same value,
+and a plain repeat folds (the same tokens, before any key is looked at).
 
 Normalisation: entities and attributes are lower-cased, accent-folded, articles and
 "current/new/present" dropped, attribute words stemmed (Snowball) and mapped to a small
@@ -81,7 +104,7 @@ Deliberately left alone (no key → insert)
   for people, "X is at Y", bare "joined X" (club or company?), "left X" (city or job?);
 * future and plans ("is moving to", "will join", "plans to"), past-only states ("used
   to live in", "lived in", "was the CEO"), conditionals and questions;
-* "switched to X" / "now uses X" without a named attribute or a previous value;
+* "switched to X" / "now uses X" without a named slot ("as my editor", "my editor") or a previous value;
 * non-English text, and notes longer than 600 characters;
 * multi-clause sentences where the verb is buried after a subordinate clause.
 
@@ -238,14 +261,21 @@ def _sup(rule: str, new: SubjectKey, old: SubjectKey, *, key: str | None = None)
     )
 
 
+_ADDING = {"and", "plus"}
+
+
 def _value_matches(a: str, b: str) -> bool:
-    """Equal normalised values, or one is a leading word-prefix of the other
-    ("tesla" ~ "tesla model 3")."""
+    """Equal normalised values, or one is a leading word-prefix of the other that refines
+    it ("tesla" ~ "tesla model 3"). A value that keeps the other and adds to it with
+    "and"/"plus" ("metric units and celsius" after "metric units") is another value: the
+    slot changed (issue 29)."""
     if a == b:
         return True
     wa, wb = a.split(), b.split()
     n = min(len(wa), len(wb))
-    shorter = wa if len(wa) <= len(wb) else wb
+    shorter, longer = (wa, wb) if len(wa) <= len(wb) else (wb, wa)
+    if 0 < n < len(longer) and longer[n] in _ADDING:
+        return False
     return n > 0 and wa[:n] == wb[:n] and not any(ch.isdigit() for ch in " ".join(shorter))
 
 

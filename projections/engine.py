@@ -48,7 +48,7 @@ from eventsourcing.postgres import PostgresTrackingRecorder
 import psycopg
 from psycopg import Cursor, sql
 
-from memfabric.domain.errors import ProjectionError
+from memfabric.domain.errors import LockTimeoutError, ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection, accepted
@@ -73,9 +73,38 @@ TENANT_SEPARATOR = "|"
 """Between the application name and the tenant id in a per-tenant tracking row."""
 
 
-def tenant_lock_key(tenant: str) -> int:
-    """The advisory-lock key that orders tenant ``tenant``'s appends."""
-    return advisory_key("tenant:" + tenant)
+def keyed_advisory_key(secret: bytes, name: str) -> int:
+    """The advisory-lock key of ``name`` keyed by the fabric secret (BLAKE2b with
+    ``key=secret``): a session that cannot read the secret cannot predict it, so it
+    cannot take a writer's lock to stall it (issue 28, defect 7)."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8, key=secret[:64]).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+LOCK_TIMEOUT = 30.0
+"""Default seconds any memfabric lock wait may last (``open_fabric(lock_timeout=...)``)."""
+
+
+@contextmanager
+def bounded_locks(name: str) -> Iterator[None]:
+    """Turn PostgreSQL's ``lock_not_available`` (a ``lock_timeout`` ran out), raised
+    directly or wrapped by eventsourcing, into ``LockTimeoutError`` naming ``name``."""
+    try:
+        yield
+    except Exception as exc:
+        if lock_timed_out(exc):
+            raise LockTimeoutError(f"{name}: a lock wait ran out ({exc}); nothing was written by this call") from exc
+        raise
+
+
+def lock_timed_out(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is ``lock_not_available``."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, psycopg.errors.LockNotAvailable):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 SAFE_HEAD_TIMEOUT = 60.0
@@ -102,6 +131,11 @@ class ProjectionEngine:
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
         self._positions_sql: dict[tuple[str, ...], bytes] = {}
         self._tracking_sql: dict[tuple[str, ...], bytes] = {}
+        self.lock_secret: bytes | None = None
+        """The fabric secret that keys every runtime advisory lock (:meth:`lock_key`);
+        ``None`` until the fabric has read it (then plain BLAKE2b keys)."""
+        self.lock_timeout = LOCK_TIMEOUT
+        """Seconds a lock wait may last in a writer, a catch-up or a rebuild."""
         self.inline_all = True
         """Whether writers apply every projection (``inline_projections``); else the
         projections that are not write-side are deferred to a runner."""
@@ -121,6 +155,17 @@ class ProjectionEngine:
             with self.datastore.transaction(commit=True) as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
                 p.create(cur)
+
+    def lock_key(self, name: str) -> int:
+        """The advisory-lock key of ``name`` (a projection, ``scope:<key>``,
+        ``tenant:<id>``, ``rebuild:<projection>``): keyed by :attr:`lock_secret`."""
+        if self.lock_secret is None:
+            return advisory_key(name)
+        return keyed_advisory_key(self.lock_secret, name)
+
+    def timeout_setting(self) -> str:
+        """:attr:`lock_timeout` as a ``lock_timeout`` value (milliseconds)."""
+        return f"{max(1, int(self.lock_timeout * 1000))}ms"
 
     def tenant_row(self, tenant: str) -> str:
         """The tracking ``application_name`` of tenant ``tenant``'s row."""
@@ -274,17 +319,16 @@ class ProjectionEngine:
         the switch's table locks can then never close a cycle with a writer."""
         return [sql.SQL("pg_advisory_xact_lock_shared(%s)") for _ in projections]
 
-    @staticmethod
-    def shared_keys(projections: Sequence[NoteProjection]) -> list[int]:
+    def shared_keys(self, projections: Sequence[NoteProjection]) -> list[int]:
         """The keys of :meth:`shared_locks`."""
-        return [advisory_key(p.name) for p in projections]
+        return [self.lock_key(p.name) for p in projections]
 
     def lock_statement(self, tenant: str) -> tuple[bytes, list[int]]:
         """The statement a writer runs before it draws notification ids: the tenant's
         exclusive lock (held to COMMIT: the tenant's ids commit in order) and
         ``pg_current_xact_id()`` (the writer has a transaction id before it draws any
         id: :meth:`safe_head` relies on it)."""
-        return (b"SELECT pg_advisory_xact_lock(%s), pg_current_xact_id()", [tenant_lock_key(tenant)])
+        return (b"SELECT pg_advisory_xact_lock(%s), pg_current_xact_id()", [self.lock_key("tenant:" + tenant)])
 
     def apply_inline(self, cur: Cursor[Any], notes: Iterable[Any], ids: Sequence[int],
                      projections: Sequence[NoteProjection], tenant: str,
@@ -430,7 +474,7 @@ class ProjectionEngine:
         (best effort: the stop is reported either way)."""
         try:
             with self._transaction() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+                self.lock_exclusive(cur, p)
                 pos = self.floor(p.name, cur)
                 if upto > pos:
                     new = self._apply_range(cur, p, pos, upto)
@@ -452,8 +496,8 @@ class ProjectionEngine:
             try:
                 while True:
                     upto = None if self.applied_inline(p) else self.safe_head()
-                    with self._transaction() as cur:
-                        cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+                    with bounded_locks(f"catch-up of {p.name}"), self._transaction() as cur:
+                        self.lock_exclusive(cur, p)
                         floor = self.floor(p.name, cur)
                         pos = self.applied_prefix(p.name, cur)
                         if upto is not None:
@@ -472,6 +516,12 @@ class ProjectionEngine:
         if failed is not None:
             raise failed
         return out
+
+    def lock_exclusive(self, cur: Cursor[Any], p: NoteProjection) -> None:
+        """Take ``p``'s advisory lock exclusively in ``cur``'s transaction, waiting at
+        most :attr:`lock_timeout` (then ``lock_not_available``)."""
+        cur.execute("SELECT set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
+                    (self.timeout_setting(), self.lock_key(p.name)))
 
     def applied_inline(self, p: NoteProjection) -> bool:
         """Whether writers apply ``p`` in their transactions (then the visible head is

@@ -5,7 +5,9 @@ A pure function of ``Conversation`` aggregate states (``memfabric.domain.ledger`
 - ``mf_ledger_threads``: one row per conversation (scope ids, first and last entry
   position, erasures);
 - ``mf_ledger_entries``: one row per entry since the last erasure (position, role, text,
-  time, parent, branch, retracted) with a ``simple`` tsvector for lexical search;
+  time, parent, branch, retracted) and its search terms (``terms``, stems of
+  :func:`memfabric.domain.search_terms.search_terms`, GIN-indexed) for
+  ``search_conversation``;
 - ``mf_ledger_observations``: one row per observation (the episodes ``recall`` ranks).
 
 An erased conversation keeps its thread row (counts only) and no text at all. Write
@@ -15,14 +17,14 @@ after a write. Tracking table ``mf_ledger_tracking``.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
 from psycopg import Cursor, sql
 
 from memfabric.domain.ledger import Conversation, Entry
+from memfabric.domain.search_terms import search_terms
 from memfabric.projections.base import copy_rows
 
 NAME = "ledger"
@@ -34,18 +36,10 @@ THREAD_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "firs
                   "last_position", "erasures", "live")
 _THREAD_TYPES = ("uuid", "text", "text", "text", "int8", "int8", "int4", "bool")
 ENTRY_COLUMNS = ("aggregate_id", "position", "entry_id", "role", "text", "at", "parent_id",
-                 "branch", "retracted")
-_ENTRY_TYPES = ("uuid", "int8", "text", "text", "text", "timestamptz", "text", "text", "bool")
+                 "branch", "retracted", "terms")
+_ENTRY_TYPES = ("uuid", "int8", "text", "text", "text", "timestamptz", "text", "text", "bool", "text[]")
 OBS_COLUMNS = ("aggregate_id", "observation_id", "text", "source_entry_ids", "created_at")
 _OBS_TYPES = ("uuid", "text", "text", "text[]", "timestamptz")
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def terms(text: str) -> list[str]:
-    """Lower-case word terms of ``text`` (unique, in order)."""
-    return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))
-
 
 def thread_row(c: Conversation) -> tuple[Any, ...]:
     """``live``: something is left to erase (a write head only ever adds entries)."""
@@ -56,7 +50,7 @@ def thread_row(c: Conversation) -> tuple[Any, ...]:
 
 def entry_row(aggregate_id: UUID, e: Entry) -> tuple[Any, ...]:
     return (aggregate_id, e.position, e.entry_id, e.role, e.text, e.timestamp, e.parent_id,
-            e.branch, e.retracted)
+            e.branch, e.retracted, search_terms(e.text))
 
 
 def observation_rows(c: Conversation) -> list[tuple[Any, ...]]:
@@ -78,6 +72,7 @@ class LedgerProjection:
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         s = table_suffix
+        migrate_entries(cur, ENTRIES + s)
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
             " resource_id text NOT NULL, thread_id text NOT NULL, first_position bigint NOT NULL,"
@@ -87,8 +82,7 @@ class LedgerProjection:
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid NOT NULL, position bigint NOT NULL,"
             " entry_id text NOT NULL, role text NOT NULL, text text NOT NULL,"
             " at timestamptz NOT NULL, parent_id text, branch text, retracted boolean NOT NULL,"
-            " tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED,"
-            " PRIMARY KEY (aggregate_id, position))"
+            " terms text[] NOT NULL, PRIMARY KEY (aggregate_id, position))"
         ).format(t=sql.Identifier(ENTRIES + s)))
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid NOT NULL, observation_id text NOT NULL,"
@@ -100,12 +94,11 @@ class LedgerProjection:
             self.create_indexes(cur)
 
     def create_indexes(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
-        for table, cols in ((THREADS, "(tenant_id, resource_id, thread_id)"),
-                            (ENTRIES, "(aggregate_id, entry_id)"),
-                            (ENTRIES, "USING gin (tsv)"),
-                            (OBSERVATIONS, "USING gin (tsv)")):
+        for table, cols, suffix in ((THREADS, "(tenant_id, resource_id, thread_id)", "ids"),
+                                    (ENTRIES, "(aggregate_id, entry_id)", "ids"),
+                                    (ENTRIES, "USING gin (terms)", "terms"),
+                                    (OBSERVATIONS, "USING gin (tsv)", "gin")):
             t = table + table_suffix
-            suffix = "gin" if "gin" in cols else "ids"
             cur.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} " + cols).format(
                 i=sql.Identifier(f"{t}_{suffix}"), t=sql.Identifier(t)))
 
@@ -144,9 +137,10 @@ def apply_one(cur: Cursor[Any], c: Conversation) -> None:
         cols = list(zip(*(entry_row(c.id, e) for e in new), strict=True))
         cur.execute(
             f"INSERT INTO {ENTRIES} ({', '.join(ENTRY_COLUMNS)})"  # noqa: S608
-            " SELECT * FROM unnest(%s::uuid[], %s::int8[], %s::text[], %s::text[], %s::text[],"
-            " %s::timestamptz[], %s::text[], %s::text[], %s::bool[]) ON CONFLICT DO NOTHING",
-            [list(col) for col in cols],
+            " SELECT a, p, i, r, x, t, pa, b, re, string_to_array(te, ' ') FROM unnest(%s::uuid[],"
+            " %s::int8[], %s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],"
+            " %s::bool[], %s::text[]) AS u(a, p, i, r, x, t, pa, b, re, te) ON CONFLICT DO NOTHING",
+            [*(list(col) for col in cols[:-1]), [" ".join(t) for t in cols[-1]]],
         )
     retracted = list(dict.fromkeys(c.retracted_ids))
     if retracted:
@@ -214,26 +208,76 @@ def entry_position(cur: Cursor[Any], aggregate_id: UUID, entry_id: str) -> int |
     return None if row is None else int(_get(row, "position"))
 
 
+def migrate_entries(cur: Cursor[Any], table: str = ENTRIES) -> bool:
+    """Bring an entries table made before issue 29 (a ``simple`` tsvector ``tsv``, no
+    ``terms``) up to date: add ``terms``, fill it from ``text`` (1,000 rows per round trip;
+    :func:`search_terms` is Python), then drop ``tsv`` (its GIN index goes with it;
+    ``create_indexes`` makes the one on ``terms``). Returns whether anything changed."""
+    row = cur.execute(
+        "SELECT to_regclass(%s) IS NOT NULL AS table_exists, EXISTS (SELECT 1 FROM"
+        " information_schema.columns WHERE table_schema = current_schema() AND table_name = %s"
+        " AND column_name = 'terms') AS has_column", (table, table)).fetchone()
+    if row is None:
+        return False
+    table_exists, has_column = row.values() if isinstance(row, dict) else row
+    if not table_exists or has_column:
+        return False
+    t = sql.Identifier(table)
+    cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN terms text[] NOT NULL DEFAULT '{{}}'").format(t=t))
+    rows = cur.execute(sql.SQL("SELECT aggregate_id, position, text FROM {t}").format(t=t)).fetchall()
+    for start in range(0, len(rows), 1000):
+        chunk = [(_get(r, "aggregate_id"), _get(r, "position", 1), " ".join(search_terms(_get(r, "text", 2))))
+                 for r in rows[start:start + 1000]]
+        ids, positions, joined = (list(c) for c in zip(*chunk, strict=True))
+        cur.execute(sql.SQL(
+            "UPDATE {t} e SET terms = string_to_array(u.te, ' ') FROM unnest(%s::uuid[], %s::int8[], %s::text[])"
+            " AS u(a, p, te) WHERE e.aggregate_id = u.a AND e.position = u.p").format(t=t),
+            (ids, positions, joined))
+    cur.execute(sql.SQL("ALTER TABLE {t} ALTER COLUMN terms DROP DEFAULT").format(t=t))
+    cur.execute(sql.SQL("ALTER TABLE {t} DROP COLUMN IF EXISTS tsv").format(t=t))
+    return True
+
+
 def _tsquery(words: Sequence[str]) -> str:
     return " | ".join("'" + w.replace("'", "") + "'" for w in words)
 
 
-def search_entries(cur: Cursor[Any], aggregate_id: UUID, words: Sequence[str], *,
-                   batch: int = 2000) -> Iterator[list[dict[str, Any]]]:
-    """Batches of live entries containing at least one of ``words`` (most recent first).
+_SEARCH_SQL = (
+    f"WITH q AS (SELECT unnest(%(q)s::text[]) AS t),"  # noqa: S608
+    f" m AS MATERIALIZED (SELECT position, terms FROM {ENTRIES}"
+    " WHERE terms && %(q)s::text[] AND aggregate_id = %(a)s AND NOT retracted),"
+    f" n AS (SELECT coalesce(max(last_position - first_position + 1), 0) AS n FROM {THREADS}"
+    " WHERE aggregate_id = %(a)s),"
+    " w AS (SELECT q.t, ln(1 + (greatest(n.n, d.d) - d.d + 0.5) / (d.d + 0.5)) AS w FROM q"
+    " CROSS JOIN n CROSS JOIN LATERAL (SELECT count(*) AS d FROM m WHERE q.t = ANY(m.terms)) d),"
+    " s AS (SELECT m.position, (SELECT sum(w.w) FROM w WHERE w.t = ANY(m.terms))"
+    " / nullif((SELECT sum(w) FROM w), 0) AS score FROM m ORDER BY score DESC, m.position DESC"
+    " LIMIT %(k)s)"
+    " SELECT e.position, e.entry_id, e.role, e.text, e.at, e.parent_id, e.branch, s.score,"
+    f" (SELECT count(*) FROM m) AS scanned FROM s JOIN {ENTRIES} e"
+    " ON e.aggregate_id = %(a)s AND e.position = s.position ORDER BY s.score DESC, s.position DESC"
+)
 
-    The match runs on the GIN index first (a materialised CTE, so the planner never
-    walks the thread's position index filtering every row); the caller checks its
-    abort signal between batches."""
-    if not words:
-        return
-    cur.execute(
-        f"WITH m AS MATERIALIZED (SELECT position, entry_id, role, text, at, parent_id, branch"  # noqa: S608
-        f" FROM {ENTRIES} WHERE tsv @@ to_tsquery('simple', %s) AND aggregate_id = %s"
-        " AND NOT retracted) SELECT * FROM m ORDER BY position DESC",
-        (_tsquery(words), aggregate_id), prepare=True)
-    while rows := cur.fetchmany(batch):
-        yield [dict(r) for r in rows]
+
+def search_entries(cur: Cursor[Any], aggregate_id: UUID, terms: Sequence[str],
+                   top_k: int) -> tuple[list[dict[str, Any]], int]:
+    """The ``top_k`` live entries of highest IDF-weighted coverage of the query
+    ``terms`` (search terms, see :mod:`memfabric.domain.search_terms`; ties: the newer
+    first), each row with its ``score``, and how many entries hold any of the terms.
+
+    One statement: the entries holding a term come from the GIN index on ``terms``
+    (a materialised CTE), ``df`` is counted among them and ``N`` is the thread's
+    position range (retracted entries included, an upper bound)."""
+    if not terms:
+        return [], 0
+    rows = cur.execute(_SEARCH_SQL, {"q": list(terms), "a": aggregate_id, "k": top_k},
+                       prepare=True).fetchall()
+    found = [dict(r) for r in rows]
+    scanned = int(found[0]["scanned"]) if found else 0
+    for r in found:
+        r["score"] = float(r["score"])
+        del r["scanned"]
+    return found, scanned
 
 
 def search_observations(cur: Cursor[Any], aggregate_ids: Sequence[UUID], words: Sequence[str],

@@ -45,7 +45,7 @@ from memfabric.adapters.crypto import BatchKeys
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections.base import NoteProjection, accepted
-from memfabric.projections.engine import ProjectionEngine, advisory_key
+from memfabric.projections.engine import ProjectionEngine, bounded_locks
 
 BG_SUFFIX = "_bg"
 """Suffix of the tables a blue-green rebuild fills before the switch."""
@@ -61,17 +61,30 @@ SwitchCheck = Callable[[Cursor[Any]], bool]
 
 
 @contextmanager
-def _rebuild_locks(conn: Connection[Any], selected: Sequence[Any]) -> Iterator[None]:
-    """Hold the session advisory lock ``rebuild:<name>`` of every selected projection
-    (in order; released in reverse) so two rebuilds of one projection never overlap."""
-    keys = [advisory_key("rebuild:" + p.name) for p in selected]
-    for key in keys:
-        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+def _session_locks(conn: Connection[Any], engine: ProjectionEngine, names: Sequence[str]) -> Iterator[None]:
+    """Hold the session advisory locks of ``names`` (engine keys, in order; released in
+    reverse), each wait bounded by the engine's ``lock_timeout``
+    (``LockTimeoutError``)."""
+    keys = [engine.lock_key(name) for name in names]
+    taken: list[int] = []
     try:
+        with bounded_locks("rebuild"):
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (engine.timeout_setting(),))
+            for key in keys:
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+                taken.append(key)
+            conn.execute("SELECT set_config('lock_timeout', '0', false)")
         yield
     finally:
-        for key in reversed(keys):
+        for key in reversed(taken):
             conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _rebuild_locks(conn: Connection[Any], engine: ProjectionEngine, selected: Sequence[Any],
+                   ) -> AbstractContextManager[None]:
+    """Hold the session advisory lock ``rebuild:<name>`` of every selected projection
+    so two rebuilds of one projection never overlap."""
+    return _session_locks(conn, engine, ["rebuild:" + p.name for p in selected])
 
 
 # --------------------------------------------------------------------- progress
@@ -237,7 +250,7 @@ SWITCH_ATTEMPTS = 50
 """Switch attempts of a plain blue-green rebuild before it gives up (``FabricError``)."""
 
 
-def _switch_locks(cur: Cursor[Any], selected: Sequence[NoteProjection]) -> bool:
+def _switch_locks(cur: Cursor[Any], engine: ProjectionEngine, selected: Sequence[NoteProjection]) -> bool:
     """In a switch's transaction: every selected projection's advisory lock
     (exclusive; writers hold them shared from the first statement of their unit of
     work, before any read, to COMMIT), then an ACCESS EXCLUSIVE lock on each of their
@@ -253,7 +266,7 @@ def _switch_locks(cur: Cursor[Any], selected: Sequence[NoteProjection]) -> bool:
     cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT)))
     try:  # writers take the projection locks (shared) first, before any read: so does the switch
         for p in selected:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(p.name),))
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (engine.lock_key(p.name),))
         lock_tables(selected)
     except psycopg.errors.LockNotAvailable:
         return False
@@ -440,7 +453,7 @@ class ProjectionAdmin:
         selected = self.select(names)
         reporter = reporter or _Quiet()
         started = time.perf_counter()
-        with self.connect() as conn, _rebuild_locks(conn, selected):
+        with self.connect() as conn, _rebuild_locks(conn, self.engine, selected):
             if blue_green:
                 report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
                                           between=lambda: time.sleep(0.05), attempts=SWITCH_ATTEMPTS)
@@ -486,10 +499,7 @@ class ProjectionAdmin:
         self, conn: Connection[Any], selected: list[NoteProjection], batch: int, reporter: Reporter,
         maintenance_work_mem: str | None,
     ) -> tuple[int, int, dict[str, int], int, float, float]:
-        locks = [advisory_key(p.name) for p in selected]
-        for key in locks:  # engine order, like writers: no deadlock
-            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-        try:
+        with _session_locks(conn, self.engine, [p.name for p in selected]):  # engine order, like writers
             safe = self._safe_bound(selected)
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -505,9 +515,6 @@ class ProjectionAdmin:
                 for p in selected:
                     self.engine.set_position(cur, p.name, upto)
                     self.engine.clear_error(cur, p.name)
-        finally:
-            for key in reversed(locks):
-                conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
         return events, notes, rows, upto, load_s, index_s
 
     def _blue_green(
@@ -563,7 +570,7 @@ class ProjectionAdmin:
         with conn.transaction() as tx, conn.cursor() as cur:
             if before_switch is not None and not before_switch(cur):
                 raise psycopg.Rollback(tx)
-            if not _switch_locks(cur, selected):
+            if not _switch_locks(cur, self.engine, selected):
                 raise psycopg.Rollback(tx)
             position = upto
             for p in selected:
@@ -611,7 +618,7 @@ class ProjectionAdmin:
         selected = list(projections)
         reporter = reporter or _Quiet()
         started = time.perf_counter()
-        with self.connect() as conn, _rebuild_locks(conn, selected):
+        with self.connect() as conn, _rebuild_locks(conn, self.engine, selected):
             report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
                                       before_switch, between, attempts)
         return RebuildReport(

@@ -19,6 +19,14 @@ embedded PostgreSQL:
 * ``linker, no expansion``: the same fabric recalled with ``expand_links=False``
   (isolates the effect of the expansion from the write path).
 
+**Cross-validation** (issue 29): the dev conversations are split in two halves (by
+order); on each half the rule of :func:`choose` picks one setting of :data:`GRID`
+(every category at least the unlinked run's, then the largest multi-hop frac@10, ties:
+fewer edges) and the other half reports it, off vs linker: both folds are printed.
+**Latency on the same notes**: each conversation is stored twice in one fabric, once
+with the linker attached and once without, and the two recalls of each question run
+back to back (p50 / p95 and the p50 ratio; goal ≤ 1.3×).
+
 Reports frac@10 / any@10 / frac@25 per LoCoMo category (the goal: multi-hop,
 category 1, frac@10 +10% relative with the linker, no other category lower), link
 count per note, ingestion time per turn (write-latency cost, batched), single
@@ -86,6 +94,7 @@ def run(convs: Sequence[locomo.Conversation], *, linker: dict[str, Any] | None, 
                     hits = list(res.hits)[: locomo.TOP_K]
                     rankings[expand][(conv.sample_id, qi)] = [frozenset(common.source_ids(h)) for h in hits]
     return {
+        "rankings": rankings,
         "scores": {e: locomo.json_view(locomo.score_run(convs, rankings[e])) for e in expand_modes},
         "ingest_ms_per_turn": 1000 * ingest_s / max(turns, 1),
         "links_per_note": edges_total / max(notes_total, 1),
@@ -122,6 +131,94 @@ def write_latency(conv: locomo.Conversation, *, workers: bool, dsn: str | None, 
             "n": len(times)}
 
 
+GRID = tuple({"top_k": k, "adjacent": a} for k in (4, 8) for a in (0.0, 0.5))
+"""The linker settings cross-validation chooses among (``by="terms"``): ``top_k`` 4 or 8
+edges per note, with or without the ``follows`` edge (``adjacent`` 0.5)."""
+
+
+def choose(off: dict[str, Any], runs: dict[str, dict[str, Any]]) -> str | None:
+    """The stated rule: among the settings whose every LoCoMo category (1-5, frac@10) is
+    at least the unlinked run's on the choosing half, the one of largest multi-hop frac@10;
+    ties: the fewer edges (the earlier in :data:`GRID`). ``None`` (no linker) when none
+    qualifies. ``off`` / ``runs[name]``: category → metrics on the choosing half."""
+    ok = [name for name, sc in runs.items()
+          if all(sc.get(c, {}).get("frac@10", 0.0) >= off[c]["frac@10"] - 1e-9 for c in off if c in locomo.CATEGORIES)]
+    if not ok:
+        return None
+    return max(ok, key=lambda name: (runs[name]["1"]["frac@10"], -list(runs).index(name)))
+
+
+def cross_validate(convs: Sequence[locomo.Conversation], args: argparse.Namespace, embedder: str,
+                   data_dir: str, off: dict[str, Any]) -> list[dict[str, Any]]:
+    """Two folds over the dev conversations (first half / second half by order): the
+    setting :func:`choose` picks on one half is reported on the other, off vs linker."""
+    runs = {}
+    for setting in GRID:
+        linker = {"enabled": True, "by": args.by, **setting}
+        runs[f"top_k={setting['top_k']} adjacent={setting['adjacent']}"] = run(
+            convs, linker=linker, dsn=args.dsn, data_dir=data_dir, embedder=embedder, expand_modes=(True,),
+            link_weight=args.link_weight)["rankings"][True]
+    half = max(1, len(convs) // 2)
+    folds = []
+    for choose_on, report_on in ((convs[:half], convs[half:]), (convs[half:], convs[:half])):
+        score = lambda part, ranking: locomo.json_view(locomo.score_run(part, ranking))  # noqa: E731
+        picked = choose(score(choose_on, off), {n: score(choose_on, r) for n, r in runs.items()})
+        folds.append({"chosen_on": [c.sample_id for c in choose_on], "reported_on": [c.sample_id for c in report_on],
+                      "setting": picked, "off": score(report_on, off),
+                      "linker": score(report_on, runs[picked]) if picked else score(report_on, off)})
+    return folds
+
+
+def print_folds(folds: list[dict[str, Any]], embedder: str) -> None:
+    for i, f in enumerate(folds, start=1):
+        rows = []
+        for cat in (*locomo.CATEGORIES, locomo.POOLED):
+            b, a = f["off"].get(cat), f["linker"].get(cat)
+            if not b:
+                continue
+            rel = (a["frac@10"] / b["frac@10"] - 1) if b["frac@10"] else None
+            rows.append([f"{cat} {locomo.CATEGORY_NAMES[cat]}", b["n"] if "n" in b else "-", b["frac@10"],
+                         a["frac@10"], "-" if rel is None else f"{100 * rel:+.1f}%"])
+        common.print_table(f"fold {i} ({embedder}): setting chosen on {', '.join(f['chosen_on'])}:"
+                           f" {f['setting'] or 'no linker'}; frac@10 on {', '.join(f['reported_on'])}",
+                           ["category", "n", "off", "linker", "rel"], rows)
+
+
+def same_notes_latency(convs: Sequence[locomo.Conversation], args: argparse.Namespace, embedder: str,
+                       data_dir: str, linker: dict[str, Any]) -> dict[str, float]:
+    """Recall p50 / p95 (ms) on each conversation's notes stored twice in one fabric:
+    once with the linker attached (links; recall expands) and once without a session
+    (the same notes, no links); the two recalls of a question run back to back,
+    alternating which goes first."""
+    from memfabric.adapters import open_fabric
+
+    kwargs: dict[str, Any] = {"dsn": args.dsn, "embedder": common.make_embedder(embedder), "linker": linker}
+    if args.dsn is None:
+        kwargs["data_dir"] = data_dir
+    lat: dict[str, list[float]] = {"links": [], "plain": []}
+    with open_fabric(**kwargs) as fabric:
+        tenant = common.new_tenant("links-lat")
+        for conv in convs:
+            linked = fabric.scope(tenant, resource_id=f"{conv.sample_id}-links")
+            plain = fabric.scope(tenant, resource_id=f"{conv.sample_id}-plain")
+            att = linked.attach(_Session())
+            locomo.ingest(linked, conv)
+            att.detach()
+            locomo.ingest(plain, conv)
+            for qi, q in enumerate(conv.questions):
+                order = (("links", linked), ("plain", plain)) if qi % 2 == 0 else (("plain", plain), ("links", linked))
+                for name, notes in order:
+                    t0 = time.perf_counter()
+                    notes.recall(q.question, top_k=locomo.TOP_K)
+                    lat[name].append(time.perf_counter() - t0)
+    q = {k: sorted(v) for k, v in lat.items()}
+    out = {f"{k}_p50_ms": 1000 * statistics.median(v) for k, v in q.items()}
+    out |= {f"{k}_p95_ms": 1000 * v[int(0.95 * (len(v) - 1))] for k, v in q.items()}
+    out["ratio_p50"] = out["links_p50_ms"] / out["plain_p50_ms"]
+    out["n"] = len(q["links"])
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=common.default_data_path("locomo-dev", "locomo-dev.json"))
@@ -138,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--link-weight", type=float, default=None, help="Scoring.link_weight (default the library's)")
     p.add_argument("--no-single", action="store_true", help="skip the single-write latency runs")
+    p.add_argument("--no-cv", action="store_true", help="skip the two-fold cross-validation of the setting")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     stats = locomo.EvidenceStats()
@@ -165,6 +263,9 @@ def one_embedder(convs: Sequence[locomo.Conversation], args: argparse.Namespace,
         single = {} if args.no_single else {
             name: write_latency(convs[0], workers=flag, dsn=args.dsn, data_dir=data_dir, embedder=embedder,
                                 linker=linker) for name, flag in (("off", False), ("workers", True))}
+        folds = [] if args.no_cv or len(convs) < 2 else cross_validate(
+            convs, args, embedder, data_dir, off["rankings"][True])
+        same = same_notes_latency(convs, args, embedder, data_dir, linker)
     rows = []
     for cat in (*locomo.CATEGORIES, locomo.POOLED):
         b = off["scores"][True].get(cat, {})
@@ -186,7 +287,13 @@ def one_embedder(convs: Sequence[locomo.Conversation], args: argparse.Namespace,
         print(f"single remember after 200 notes, p50 ms: off {single['off']['p50_ms']:.2f},"
               f" linker+evolution attached {single['workers']['p50_ms']:.2f}"
               f" (mean {single['off']['mean_ms']:.2f} / {single['workers']['mean_ms']:.2f})")
-    return {"off": off, "linker": on, "single_remember": single}
+    print(f"recall on the same notes with vs without links (one fabric, interleaved, n={same['n']}):"
+          f" p50 {same['links_p50_ms']:.2f} vs {same['plain_p50_ms']:.2f} ms ({same['ratio_p50']:.2f}x, goal <= 1.3x),"
+          f" p95 {same['links_p95_ms']:.2f} vs {same['plain_p95_ms']:.2f} ms")
+    print_folds(folds, embedder)
+    for part in (off, on):
+        part.pop("rankings")
+    return {"off": off, "linker": on, "single_remember": single, "folds": folds, "same_notes_latency": same}
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def test_hybrid_explain_is_the_documented_convex_sum(fabric: Fabric) -> None:
         assert e.similarity is not None and e.lexical is not None
         expected = w * max(0.0, e.similarity) + (1 - w) * e.lexical
         assert e.relevance == pytest.approx(expected, abs=1e-5)
-        assert e.score == pytest.approx(e.relevance + 0.1 * e.recency + 0.1 * e.importance, abs=1e-5)
+        assert e.score == pytest.approx(e.relevance + 0.01 * e.recency + 0.01 * e.importance, abs=1e-5)
     # the note with no query term is still a (vector) candidate, with lexical 0
     lunch = next(e for e in res.explain if e.id == ids["other"])
     assert lunch.lexical == 0.0 and lunch.lexical_rank is None and lunch.vector_rank is not None

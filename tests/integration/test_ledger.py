@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import threading
 from datetime import datetime, timedelta, timezone
 
@@ -123,7 +125,11 @@ def test_search_conversation(fabric: Fabric) -> None:
     b = ledger.append("user", "Also the ferry back")
     res = notes.search_conversation("ferry Zanzibar", top_k=5, limit=2)
     assert [h.entry_id for h in res.hits] == [a.id, b.id]
-    assert res.hits[0].score == 1.0 and res.hits[1].score == 0.5
+    # IDF-weighted coverage (N = 3): "ferry" is in 2 entries, "zanzibar" in 1
+    ferry, zanzibar = math.log(1 + 1.5 / 2.5), math.log(1 + 2.5 / 1.5)
+    assert res.hits[0].score == 1.0
+    assert res.hits[1].score == pytest.approx(ferry / (ferry + zanzibar), abs=1e-6)
+    assert res.terms == ("ferri", "zanzibar")
     assert res.scanned == 2 and res.hits[0].page.entries[-1].id == a.id
     assert notes.search_conversation("nothing matches").hits == ()
     ev = threading.Event()
@@ -134,6 +140,18 @@ def test_search_conversation(fabric: Fabric) -> None:
     assert [h.entry_id for h in notes.search_conversation("ferry").hits] == [a.id]
     other = fabric.scope("acme", "u1", "t2")
     assert other.search_conversation("ferry").hits == ()
+
+
+def test_search_conversation_stems_and_ignores_stop_words(fabric: Fabric) -> None:
+    """Issue 29: "flights" missed "flight", "leave" missed "leaves", and the stop words of
+    "when does my flight leave" made the right turn score 0.4."""
+    notes = fabric.scope("acme", "u1", "stems")
+    ledger = notes.conversation()
+    right = ledger.append("user", "Our flights to Lisbon: the first one leaves at 9")
+    ledger.append("assistant", "When does my train arrive? I will check and see")
+    res = notes.search_conversation("when does my flight leave", top_k=2)
+    assert [h.entry_id for h in res.hits] == [right.id] and res.hits[0].score == 1.0
+    assert res.terms == ("flight", "leav") and res.scanned == 1
 
 
 def test_erase_scope_shreds_conversation_raw_dump(fabric: Fabric) -> None:
@@ -327,3 +345,24 @@ def test_a_session_carrying_the_ledger_attaches(fabric: Fabric) -> None:
     assert [e.text for e in session.entries()] == ["hello there", "hi, how can I help"]
     with notes.attach(session) as att:
         assert att.session.id == "agent-7"
+
+
+def test_entries_table_of_an_older_release_is_migrated_on_open(fabric: Fabric) -> None:
+    """Issue 29: an entries table with the ``simple`` tsvector and no ``terms`` gets its
+    terms filled from the text when a fabric opens on it, and search finds stems."""
+    import psycopg
+
+    from memfabric.adapters import open_fabric
+
+    notes = fabric.scope("acme", "u1", "old-release")
+    entry = notes.conversation().append("user", "The flights leave from gate 12")
+    with psycopg.connect(fabric.dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE mf_ledger_entries DROP COLUMN terms")
+        conn.execute("ALTER TABLE mf_ledger_entries ADD COLUMN tsv tsvector"
+                     " GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED")
+    with open_fabric(fabric.dsn) as again:
+        res = again.scope("acme", "u1", "old-release").search_conversation("flight leaving")
+        assert [h.entry_id for h in res.hits] == [entry.id] and res.hits[0].score == 1.0
+    columns = {r[0] for r in fetch(fabric.dsn, "SELECT column_name FROM information_schema.columns"
+                                               " WHERE table_name = 'mf_ledger_entries'")}
+    assert "terms" in columns and "tsv" not in columns

@@ -182,7 +182,8 @@ def test_recall_order_matches_release_0_1_0(old_fabric: Fabric, doc: dict[str, A
         res = handle(old_fabric, doc, query["scope"]).recall(
             query["query"], kinds=query["kinds"], as_of=times[query["as_of"]],
             min_relevance=0,  # 0.1.0 had no relevance floor
-            expand_links=False)  # nor links in the ranking (issue 15: linked hits gain a link term)
+            expand_links=False,  # nor links in the ranking (issue 15: linked hits gain a link term)
+            scoring={"recency_weight": 0.1, "importance_weight": 0.1})  # 0.1.0's bonus weights (issue 29: 0.01)
         assert [hit.id for hit in res.hits] == query["ids"], query
 
 

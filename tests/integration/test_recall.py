@@ -247,3 +247,19 @@ def test_without_runner_a_write_times_out_but_is_durable(dsn: str) -> None:
             fab.scope("acme").remember(kind="fact", content="nobody projects this")
     with open_fabric(dsn) as fab:  # opening catches up: the write was durable
         assert fab.scope("acme").recall("nobody projects this").hits[0].content == "nobody projects this"
+
+
+def test_importance_never_bridges_a_relevance_gap(fabric: Fabric) -> None:
+    """Issue 29: importance 0.9 lifted "Alice note 9: project kiwi9 budget" above "Alice moved
+    from Paris to Berlin" for "where does Alice live?" (1.025 vs 1.018 with weights 0.1)."""
+    notes = fabric.scope("acme", "alice-rank")
+    berlin = notes.remember(kind="fact", content="Alice moved from Paris to Berlin")
+    for i in range(10):
+        notes.remember(kind="fact", content=f"Alice note {i}: project kiwi{i} budget is {i}00 EUR",
+                       importance=i / 10)
+    res = notes.recall("where does Alice live?")
+    order = [h.content for h in res.hits]
+    ex = {e.id: e for e in res.explain}
+    kiwi9 = next(h for h in res.hits if "kiwi9" in h.content)
+    assert ex[berlin.id].relevance - ex[kiwi9.id].relevance > 0.02  # the documented bonus margin
+    assert order.index("Alice moved from Paris to Berlin") < order.index(kiwi9.content)

@@ -63,10 +63,11 @@ def test_negation_supersedes_and_never_empties(fabric: Fabric) -> None:
 
 
 def test_same_preference_value_is_no_change(fabric: Fabric) -> None:
-    # the ``prefers`` rule: "metric units and Celsius" keeps value "metric units"
+    # the ``prefers`` rule: a restatement with the same value is no change (a value that
+    # adds to it, "metric units and Celsius", is: issue 29, below)
     notes = fabric.scope("acme")
     notes.remember(kind="fact", content="User prefers metric units")
-    b = notes.remember(kind="fact", content="User prefers metric units and Celsius")
+    b = notes.remember(kind="fact", content="The user prefers metric units")
     assert b.outcome == "inserted"
 
 
@@ -137,3 +138,22 @@ def test_demo_supersession_still_works(dsn: str) -> None:
     # step 13, the conversation ledger: a search hit among the entries, an episode, a promotion
     assert summary["conversation"] == {"entries": 3, "hit": True, "promoted": "procedure",
                                        "episode": "Staging maintenance is booked for Saturday 06:00 UTC"}
+
+
+def test_issue_29_seed_example_and_phrasing_families(fabric: Fabric) -> None:
+    """Through the real write path: a value that keeps the old one and adds to it
+    supersedes, a plain repeat folds; "I use X as my <thing>" → "I switched my <thing> to Y"
+    and "I am <state>" → "I am no longer <state>" supersede."""
+    notes = fabric.scope("acme", "seed29")
+    units = notes.remember(kind="fact", content="User prefers metric units")
+    assert notes.remember(kind="fact", content="User prefers metric units").outcome == "folded"
+    both = notes.remember(kind="fact", content="User prefers metric units and Celsius")
+    assert both.outcome == "superseding" and both.supersedes == units.id
+    editor = notes.remember(kind="fact", content="I use Vim as my editor")
+    emacs = notes.remember(kind="fact", content="I switched my editor to Emacs")
+    assert emacs.outcome == "superseding" and emacs.supersedes == editor.id
+    veg = notes.remember(kind="fact", content="I am vegetarian")
+    no_veg = notes.remember(kind="fact", content="I am no longer vegetarian")
+    assert no_veg.outcome == "superseding" and no_veg.supersedes == veg.id
+    assert live(notes, "units editor vegetarian") == {
+        "User prefers metric units and Celsius", "I switched my editor to Emacs", "I am no longer vegetarian"}

@@ -183,3 +183,24 @@ def test_blue_green_rebuilds_while_writers_run_never_deadlock(dsn: str) -> None:
                 t.join(30)
         assert not errors, errors[:3]
         assert all(r.ok for r in admin.verify())
+
+
+def test_audit_checkpoints_never_cover_an_id_still_in_flight(dsn: str) -> None:
+    from memfabric.adapters.audit import verify_chain
+
+    with open_fabric(dsn) as fabric:
+        a, b = fabric.scope("tenant-a", "u", "t"), fabric.scope("tenant-b", "u", "t")
+        b.remember(kind="fact", content="Bravo first fact about plums")
+        with held_commit("tenant-a") as (reached, release):
+            writer, got = _start(lambda: a.remember(kind="fact", content="Alpha committed late"))
+            assert reached.wait(30)
+            b.remember(kind="fact", content="Bravo second fact about figs")
+            audit, report = _start(lambda: verify_chain(fabric, every=1))
+            time.sleep(0.5)
+            release.set()
+            writer.join(30)
+            audit.join(60)
+        assert not isinstance(report[0], BaseException), report
+        assert report[0].ok, report[0]
+        again = verify_chain(fabric, every=1)
+        assert again.ok and not again.inserted and not again.gaps, again

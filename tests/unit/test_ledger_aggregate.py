@@ -11,7 +11,7 @@ from memfabric.domain.conversation import AppendInput, SearchInput, render, Ledg
 from memfabric.domain.ledger import Conversation, LedgerError, NoLedgerError, conversation_uuid
 from memfabric.domain.note import PROTECTED_FIELDS
 from memfabric.domain.scope import Scope
-from memfabric.projections.ledger import terms
+from memfabric.domain.search_terms import coverage, search_terms, term_weights, word_terms as terms
 
 AT = datetime(2024, 5, 1, tzinfo=timezone.utc)
 SCOPE = Scope(tenant_id="acme", resource_id="u1", thread_id="t1")
@@ -72,5 +72,19 @@ def test_inputs_and_rendering() -> None:
     with pytest.raises(ValidationError):
         SearchInput(query="x", top_k=101)
     assert terms("Ferry, ferry to ZANZIBAR!") == ["ferry", "to", "zanzibar"]
+
+
+def test_search_terms_stem_and_drop_stop_words() -> None:
+    """Issue 29: "flights" meets "flight", "leave" meets "leaves", and stop words do not
+    count towards the coverage ("when does my flight leave" scored 0.4 on the right turn)."""
+    assert search_terms("When does my flight leave?") == ["flight", "leav"]
+    assert set(search_terms("Our flights leaves at 9, gate B12")) >= {"flight", "leav", "9", "b12"}
+    assert search_terms("what is it") == []
+    q = search_terms("when does my flight leave")
+    w = term_weights(q, {"flight": 1, "leav": 1}, 100)
+    assert coverage(q, set(search_terms("The flight leaves at 9")), w) == 1.0
+    rare = term_weights(["ferri", "zanzibar"], {"ferri": 50, "zanzibar": 1}, 100)
+    assert coverage(["ferri", "zanzibar"], {"zanzibar"}, rare) > 0.8 > 0.2 > coverage(
+        ["ferri", "zanzibar"], {"ferri"}, rare)
     text = render([LedgerEntry("aaaaaaaaaaaa", 1, "user", "y" * 300, AT)], "summary")
     assert text.startswith("[2024-05-01 00:00] user: ") and len(text) < 240

@@ -117,3 +117,26 @@ def test_hits_are_views_of_fields() -> None:
     hit = out.hits[0]
     assert hit.outcome == "recalled" and hit.content == "content x" and hit.scope.tenant_id == "acme"
     assert hit.scope.resource_id is None and out.explain[0].id == "x"
+
+
+def test_bonus_margin_holds_for_any_ages_and_importances() -> None:
+    """Default weights: relevance higher by more than w_r + w_i (0.02) always ranks first,
+    whatever the ages and importances; within the margin the bonuses decide."""
+    scoring = Scoring()
+    margin = scoring.recency_weight + scoring.importance_weight
+    assert margin == pytest.approx(0.02)
+    strong = cand("strong", sim=0.5 + margin + 1e-6, importance=0.0, ingested=AS_OF - timedelta(days=3000))
+    weak = cand("weak", sim=0.5, importance=1.0, ingested=AS_OF)
+    assert ids(rank([weak, strong], how("vector", scoring=scoring))) == ["strong", "weak"]
+    close = cand("close", sim=0.5 + margin / 4, importance=0.0)
+    assert ids(rank([weak, close], how("vector", scoring=scoring))) == ["weak", "close"]
+
+
+def test_alice_importance_does_not_lift_a_less_relevant_note() -> None:
+    """The candidates of issue 29's case (hash embedder, w = 0.2, both match "alice" alone):
+    importance 0.9 no longer outranks a relevance higher by 0.033."""
+    berlin = cand("berlin", sim=0.338502, lex=1.0, importance=0.5)
+    kiwi9 = cand("kiwi9", sim=0.175454, lex=1.0, importance=0.9)
+    out = rank([kiwi9, berlin], how(scoring=Scoring(), w=0.2))
+    assert ids(out) == ["berlin", "kiwi9"]
+    assert out.explain[0].relevance - out.explain[1].relevance == pytest.approx(0.0326, abs=1e-4)
