@@ -15,10 +15,10 @@ runs on the unit of work's own primary connection).
   older than this fabric's last write.
 - **Health.** A replica that cannot be reached, or whose lag exceeds ``max_lag``
   seconds, is skipped for ``backoff`` seconds (default 2.0) and then tried again. Lag is
-  measured against samples of the primary's WAL position taken at most every
-  ``check_every`` seconds: the lag of a replica is how long ago the primary was at a
-  position the replica has not replayed yet (0 when it has replayed all the primary
-  had at the last sample). A read that fails on a replica (connection lost, or
+  measured against samples of the primary's WAL position (one after each of this
+  fabric's writes, one per health check, at most every ``check_every`` seconds): the
+  lag of a replica is how long ago the primary was at a position the replica has not
+  replayed yet (0 when it has replayed all the primary had at the last sample). A read that fails on a replica (connection lost, or
   cancelled by a recovery conflict) is run again on the primary: a replica going down
   never fails a read.
 - **Where.** :meth:`ReplicaRouter.last_served_by` names the server of this thread's
@@ -129,6 +129,7 @@ class ReplicaRouter:
             lsn = self._primary_lsn(conn)
         with self._lock:
             self.written = max(self.written, lsn)
+            self._samples.append((time.monotonic(), lsn))
 
     @staticmethod
     def _primary_lsn(conn: Connection[Any]) -> int:

@@ -212,7 +212,7 @@ def test_a_lagging_replica_is_skipped(dsn: str, replica: str) -> None:
     ``replica_max_wait`` then the primary serves it (never a state older than the
     write); once its lag passes ``replica_max_lag`` the replica is skipped without
     waiting; after resume and the back-off it serves again."""
-    with open_fabric(dsn, replicas=[replica], replica_max_wait=0.1, replica_max_lag=0.5) as fabric, \
+    with open_fabric(dsn, replicas=[replica], replica_max_wait=1.0, replica_max_lag=0.5) as fabric, \
             psycopg.connect(replica, autocommit=True) as rconn:
         router = fabric.store.router
         assert router is not None
@@ -225,12 +225,13 @@ def test_a_lagging_replica_is_skipped(dsn: str, replica: str) -> None:
             note = notes.remember(kind="fact", content="second note during the pause")
             res = notes.recall("second", mode="lexical")
             assert res.served_by == PRIMARY and [h.id for h in res.hits] == [note.id]
-            time.sleep(0.7)  # lag > max_lag now
+            time.sleep(0.2)  # with the 1 s wait above: lag > max_lag now
             notes.remember(kind="fact", content="third note during the pause")
             started = time.monotonic()
             res = notes.recall("third", mode="lexical")
             assert res.served_by == PRIMARY and len(res.hits) == 1
-            assert time.monotonic() - started < 0.1  # skipped: no wait for the replica
+            assert time.monotonic() - started < 0.6  # skipped: no 1 s wait for the replica
+            assert router.replicas[0].skip_until > time.monotonic() - 0.6
             status = fabric.topology()["replicas"][0]
             assert status["state"] == "skipped" and status["lag_s"] > 0.5 and "lagging" in status["error"]
         finally:

@@ -100,3 +100,12 @@ def test_lag_is_the_age_of_the_oldest_unreplayed_primary_position() -> None:
     assert r._lag(300, 13.0) == 0.0  # noqa: SLF001
     assert r._lag(150, 13.0) == pytest.approx(2.0)  # noqa: SLF001
     assert r._lag(50, 13.0) == pytest.approx(3.0)  # noqa: SLF001
+
+
+def test_each_write_is_a_lag_sample() -> None:
+    """A replica that has not replayed a write is lagging since that write, whether or
+    not a health check sampled the primary in between."""
+    r = router(Conn("replica", "0/5"))
+    r.note_write()  # primary at 0/10
+    assert r._lag(lsn_int("0/5"), time.monotonic() + 1.0) == pytest.approx(1.0, abs=0.05)  # noqa: SLF001
+    assert r._lag(lsn_int("0/10"), time.monotonic() + 1.0) == 0.0  # noqa: SLF001
