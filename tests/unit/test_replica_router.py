@@ -109,3 +109,24 @@ def test_each_write_is_a_lag_sample() -> None:
     r.note_write()  # primary at 0/10
     assert r._lag(lsn_int("0/5"), time.monotonic() + 1.0) == pytest.approx(1.0, abs=0.05)  # noqa: SLF001
     assert r._lag(lsn_int("0/10"), time.monotonic() + 1.0) == 0.0  # noqa: SLF001
+
+
+def test_replica_create_refuses_a_non_empty_directory(tmp_path: Any) -> None:
+    from memfabric.adapters import standby
+    from memfabric.domain.errors import FabricError
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "keep.txt").write_text("mine")
+    with pytest.raises(FabricError, match="not empty"):
+        standby.create_standby(tmp_path / "r", 55999, "host=/nonexistent dbname=x")
+    assert (tmp_path / "r" / "keep.txt").read_text() == "mine"
+
+
+def test_replica_create_needs_exactly_one_primary(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from memfabric.adapters.cli import app
+
+    res = CliRunner().invoke(app, ["replica", "create", "--data-dir", str(tmp_path / "r"), "--port", "55999"])
+    assert res.exit_code == 2 and "exactly one of --primary-data-dir and --primary-dsn" in res.output
+    assert not (tmp_path / "r").exists()
