@@ -11,6 +11,7 @@ from memfabric.adapters.aio import AsyncFabric, AsyncNotes, open_fabric_async
 from memfabric.adapters.bootstrap import Fabric, open_fabric
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.memory import MemoryFabric, open_memory_fabric
+from memfabric.adapters.status import fabric_status
 from memfabric.adapters.tools import MemoryTools, ToolDefinition, UnknownToolError, tool_error
 from memfabric.domain.attach import Attachment, AttachSettings, NotAttachedError, SessionError
 from memfabric.domain.consolidation import Consolidation
@@ -32,6 +33,8 @@ from memfabric.domain.errors import (
     ProjectionError,
     ProjectionLagError,
     ReadOnlyError,
+    RetentionError,
+    RetentionFloorError,
     ScopeError,
     SettingsError,
     SupersessionError,
@@ -51,16 +54,20 @@ from memfabric.domain.results import (
     Lineage,
     Link,
     MemoryNote,
+    NoteCounts,
     Outcome,
     PathForgetResult,
     RecallResult,
     RepointResult,
 )
 from memfabric.domain.links import EvolutionSettings, LinkError, LinkerSettings, LinkScopeError
+from memfabric.domain.retention import RetentionConfig
 from memfabric.domain.scope import Scope
+from memfabric.domain.sweep import SweepResult
 from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, LedgerSession, Page, SearchHit, SearchResult
 from memfabric.domain.ledger import LedgerAbortedError, LedgerError, NoLedgerError
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
+from memfabric.projections.rebuild import ProjectionAdmin
 
 __all__ = [
     "AsyncFabric", "AsyncNotes", "NamespaceError", "NotHeldError", "NotePage", "open_fabric_async",
@@ -78,4 +85,8 @@ __all__ = [
     # issue 14: the conversation ledger
     "EntriesPage", "Ledger", "LedgerAbortedError", "LedgerEntry", "LedgerSession", "LedgerError", "NoLedgerError",
     "Page", "SearchHit", "SearchResult",
+    # issue 30: retention
+    "RetentionConfig", "RetentionError", "RetentionFloorError", "SweepResult",
+    # issue 27: administration
+    "NoteCounts", "ProjectionAdmin", "fabric_status",
 ]

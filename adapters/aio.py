@@ -124,6 +124,10 @@ class AsyncNotes:
         result: MemoryNote = await self._run(self.notes.release_hold, id, **args)
         return result
 
+    async def set_retention(self, id: str, retention: str, **args: Any) -> MemoryNote:  # noqa: A002
+        result: MemoryNote = await self._run(self.notes.set_retention, id, retention, **args)
+        return result
+
     async def link(self, from_id: str, to_id: str, **args: Any) -> MemoryNote:
         result: MemoryNote = await self._run(self.notes.link, from_id, to_id, **args)
         return result

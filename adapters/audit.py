@@ -486,10 +486,12 @@ def _first_col(row: Any) -> Any:
 
 
 def create_chain_table(datastore: Any) -> None:
-    """Create ``mf_audit_chain`` (idempotent)."""
+    """Create ``mf_audit_chain`` (idempotent), with the log's owner and readers (issue 27)."""
+    from memfabric.adapters.roles import share_new_tables  # noqa: PLC0415
     with datastore.transaction(commit=True) as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
         cur.execute(CHAIN_DDL)
+        share_new_tables(cur)
 
 
 def _parse_anchor(anchor: str | None) -> tuple[int, bytes] | None:

@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import json
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Sequence
 from types import TracebackType
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
+from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env, safe_dsn
+from memfabric.adapters.retention_pg import PostgresRetentionStore
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -26,21 +30,26 @@ from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_set
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Embedder
 from memfabric.domain.results import EraseResult
+from memfabric.domain.retention import RetentionConfig
+from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
-from memfabric.projections import tables
+from memfabric.projections import quarantine, tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
 from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
+from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
 
 if TYPE_CHECKING:
     from memfabric.adapters.reembed import ReembedReport
+
+_log = logging.getLogger(__name__)
 
 
 def _ensure_extension(dsn: str) -> None:
@@ -55,6 +64,39 @@ def _ensure_extension(dsn: str) -> None:
                 "the pgvector extension is missing and could not be created "
                 f"(ask an administrator to run CREATE EXTENSION vector): {exc}"
             ) from exc
+
+
+def read_only_reason(conn: psycopg.Connection[Any]) -> str | None:
+    """Why the connecting role can only read this fabric, or ``None`` when it may write
+    (or the log does not exist yet: the first open creates it). Issue 27: checked on
+    every writable open, so an auditor's ``open_fabric(dsn)`` reads instead of failing
+    on DDL. Today's rule: a writer needs ``INSERT`` on the event log and ``CREATE`` on
+    its schema or ownership of the log (the open runs idempotent DDL)."""
+    row = conn.execute(
+        "SELECT current_user, has_table_privilege(c.oid, 'INSERT'),"
+        " pg_has_role(c.relowner, 'USAGE') OR has_schema_privilege(c.relnamespace, 'CREATE')"
+        " FROM pg_class c WHERE c.oid = to_regclass(%s)", (tables.EVENTS,)).fetchone()
+    if row is None:
+        return None
+    user, insert, ddl = row
+    if not insert:
+        return f"role {user!r} may not INSERT into {tables.EVENTS} (docs/roles.md)"
+    if not ddl:
+        return f"role {user!r} neither owns {tables.EVENTS} nor may CREATE in its schema (docs/roles.md)"
+    return None
+
+
+def keep_grants(conn: psycopg.Connection[Any]) -> list[str]:
+    """Issue 27, on every writable open: a memfabric table with no grant while the log
+    has some (created after the roles' grants, e.g. by a newer version) gets the log's
+    owner and ``SELECT`` grants (:func:`memfabric.adapters.roles.share_new_tables`).
+    Returns the tables shared; a role that may not change them shares nothing."""
+    from memfabric.adapters.roles import share_new_tables  # noqa: PLC0415
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            return share_new_tables(cur)
+    except psycopg.errors.InsufficientPrivilege:
+        return []
 
 
 def _require_extension(dsn: str) -> None:
@@ -88,6 +130,7 @@ def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool =
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
         "CREATE_TABLE": "no" if read_only else "yes",
         "MEMFABRIC_READ_ONLY": "yes" if read_only else "no",
+        CONNINFO_ENV: dsn,  # the pool connects with the whole DSN (adapters/conninfo.py)
     }
 
 
@@ -123,7 +166,10 @@ class Fabric:
         self._embedded = embedded
         self._closed = False
         self.read_only = False
-        """``open_fabric(read_only=True)``: every write raises ``ReadOnlyError``."""
+        """``open_fabric(read_only=True)``, or a role that may not write the log: every
+        write raises ``ReadOnlyError``."""
+        self.read_only_reason: str | None = None
+        """Why a plain open fell back to read-only (the role's missing privilege), else ``None``."""
 
     def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
@@ -132,6 +178,7 @@ class Fabric:
     def erase_scope(
         self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,
         hold: bool = False, *, requested_by: str = "operator", batch_size: int = 100,
+        approval: str | None = None,
     ) -> EraseResult:
         """Tombstone every un-forgotten note of a scope prefix and return exact counts.
 
@@ -147,14 +194,18 @@ class Fabric:
         Other tenants, resources and threads are never touched. Projections are caught
         up first, so the erasure also covers notes a separate runner has not projected yet.
 
+        Issue 30: regulated notes before their floor are kept (``floor_kept``) unless
+        ``approval`` names the legal erasure's approval reference (recorded in each
+        tombstone).
+
         Returns :class:`~memfabric.domain.results.EraseResult`. Raises
         ``pydantic.ValidationError`` (naming the field) for a bad id, ``hold``,
-        ``requested_by`` or ``batch_size``; nothing is written then.
+        ``requested_by``, ``batch_size`` or ``approval``; nothing is written then.
         """
         self._writable("erase_scope")
         args = EraseScopeInput(
             tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
-            requested_by=requested_by, batch_size=batch_size,
+            requested_by=requested_by, batch_size=batch_size, approval=approval,
         )
         self.engine.catch_up()
         result = self.service.erase_scope(args)
@@ -170,6 +221,23 @@ class Fabric:
         threads (``Erased`` tombstone, key destroyed). Returns how many were erased."""
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
         return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
+
+    def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,
+              dry_run: bool = False, batch_size: int = BATCH_SIZE,
+              progress: Progress | None = None) -> SweepResult:
+        """Issue 30: apply the retention rules at ``now`` (timezone-aware; default: now,
+        UTC) to the notes of ``tenant`` (``None``: every tenant), at most ``limit`` due
+        notes this call; batched (``batch_size`` per unit of work, no lock across
+        batches), resumable (a killed sweep continues at the next call with the same
+        ``now``), idempotent (a completed sweep called again with its ``now`` changes
+        nothing). ``progress(n)`` is called after each batch. Returns
+        :class:`~memfabric.domain.sweep.SweepResult` with exact counts per class and
+        outcome; see ``docs/retention.md``. Projections are caught up first."""
+        if not dry_run:
+            self._writable("sweep")
+            self.engine.catch_up()
+        return self.service.sweep(now, tenant=tenant, limit=limit, dry_run=dry_run,
+                                  batch_size=batch_size, progress=progress)
 
     def reembed(self, embedder: Embedder | str, *, batch: int = 256, reporter: Any = None,
                 attempts: int = 20) -> ReembedReport:
@@ -229,7 +297,8 @@ class Fabric:
 
     def _writable(self, what: str) -> None:
         if self.read_only:
-            raise ReadOnlyError(f"{what}: this fabric is open read-only (open_fabric(read_only=True))")
+            why = self.read_only_reason or "open_fabric(read_only=True)"
+            raise ReadOnlyError(f"{what}: this fabric is open read-only ({why})")
 
     def close(self) -> None:
         if self._closed:
@@ -273,13 +342,16 @@ def open_fabric(
     passive: StrictBool = False,
     read_only: StrictBool = False,
     lock_timeout: Annotated[float, Field(gt=0, le=3600)] = LOCK_TIMEOUT,
+    retention: RetentionConfig | dict[str, Any] | None = None,
     replicas: Sequence[Annotated[str, StringConstraints(min_length=1)]] | None = None,
     replica_max_wait: Annotated[float, Field(ge=0, le=30)] = 0.2,
     replica_max_lag: Annotated[float, Field(gt=0, le=3600)] = 5.0,
 ) -> Fabric:
     """Open a fabric.
 
-    - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector; default
+    - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector (every parameter,
+      ``application_name``, ``options``, ``sslmode`` ..., is used by every connection,
+      the event-log pool included: :mod:`memfabric.adapters.conninfo`); default
       ``$MEMFABRIC_DSN``; with neither, the embedded PostgreSQL 18 in ``data_dir``
       (default ``$MEMFABRIC_HOME/pg`` or the user data dir) is started or joined.
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
@@ -321,7 +393,19 @@ def open_fabric(
       ``SELECT`` (docs/roles.md): no DDL, no extension creation, no catch-up, no embedder
       record, no secret read or created; every write (``remember``, ``forget``,
       ``erase_scope``, ``catch_up`` ...) raises ``ReadOnlyError`` and nothing is written.
-      Projections are read as they are (possibly behind the log head).
+      Projections are read as they are (possibly behind the log head). A role that may
+      not write the log (no ``INSERT`` on ``memfabric_events``, see
+      :func:`read_only_reason`) is opened read-only without asking, with one warning
+      line on the ``memfabric.adapters.bootstrap`` logger (``fabric.read_only_reason``
+      says why); reads never need DDL.
+
+    - ``retention`` (issue 30, :mod:`memfabric.domain.retention`): the class windows,
+      e.g. ``{"operational": "90d", "regulated": {"floor": "7y", "ceiling": "10y"},
+      "tenants": {"acme": {"ephemeral": "2h"}}}``; recorded in the database
+      (``mf_fabric_retention``, replacing the recorded settings) so every process's
+      sweep and floor check use the same values. Omitted: the recorded settings (or the
+      defaults: ephemeral 1d, operational 90d, durable and regulated never). Ignored
+      with ``read_only``.
     - ``replicas`` (issue 25): DSNs of streaming standbys of ``dsn`` (default
       ``$MEMFABRIC_REPLICA_DSNS``, comma-separated). Recall, list, count, get, history,
       lineage and the conversation ledger's reads go to a replica that has replayed this
@@ -337,6 +421,7 @@ def open_fabric(
     """
     # settings first: a bad one raises before any server, table or record is made
     workers = worker_settings(linker, evolution, passive)
+    retention_config = None if retention is None else RetentionConfig.of(retention)
     consolidation = Consolidation.of(consolidate)
     limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     dsn, embedded = resolve_dsn(dsn, data_dir)
@@ -344,6 +429,10 @@ def open_fabric(
         # One opener at a time creates tables: eventsourcing's and the projections' DDL
         # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail).
         with psycopg.connect(dsn, autocommit=True) as ddl_lock:
+            reason = None if read_only else read_only_reason(ddl_lock)
+            if reason is not None:  # issue 27: an auditor's plain open reads instead of failing on DDL
+                read_only = True
+                _log.warning("memfabric: opened read-only: %s", reason)
             if not read_only:
                 with bounded_locks("open_fabric (another process holds the open lock)"):
                     ddl_lock.execute("SELECT set_config('lock_timeout', %s, false), pg_advisory_lock(%s)",
@@ -365,8 +454,8 @@ def open_fabric(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
-                 LinkGraphProjection(), LedgerProjection()],
-                cursor_loader(log),
+                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection()],
+                quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
             engine.inline_all = inline_projections
@@ -378,15 +467,18 @@ def open_fabric(
                 if recorded is None:
                     _record_embedder(dsn, embedder)
                 engine.create()
+                with log.datastore.transaction(commit=True) as cur:
+                    quarantine.create(cur)
                 engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
                 engine.lock_timeout = lock_timeout
                 backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
+                keep_grants(ddl_lock)
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner
 
             def unit_of_work(scopes: Sequence[Scope]) -> PostgresUnitOfWork:
                 if read_only:
-                    raise ReadOnlyError("this fabric is open read-only (open_fabric(read_only=True)): "
+                    raise ReadOnlyError(f"this fabric is open read-only ({reason or 'open_fabric(read_only=True)'}): "
                                         "nothing is written")
                 if store.router is None:
                     return PostgresUnitOfWork(log, engine, store.vectors, store.secret, scopes,
@@ -404,10 +496,14 @@ def open_fabric(
             )
             service.configure_workers(**workers)
             service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
+            service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
+            if retention_config is not None and not read_only:
+                service.retention_store.record(retention_config)
             if catch_up and not read_only:
                 engine.catch_up()
             fabric = Fabric(service, log, store, engine, dsn, embedded)
             fabric.read_only = read_only
+            fabric.read_only_reason = reason
             service.adopt_embedder = fabric.adopt_recorded_embedder
             return fabric
     except BaseException:

@@ -13,9 +13,12 @@ Times given without a timezone (``--as-of 2026-01-01``, ``2026-01-01T12:00``) me
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
@@ -137,8 +140,31 @@ def make_embedder(name: str | None) -> Any:
         raise FabricError(f"embedder: {' '.join(str(exc).split())}") from None
 
 
+def env_read_only() -> bool:
+    """``$MEMFABRIC_READ_ONLY`` is 1, yes or true: every command opens read-only."""
+    return os.environ.get("MEMFABRIC_READ_ONLY", "").lower() in ("1", "yes", "true")
+
+
+@contextmanager
+def quiet_fallback() -> Iterator[None]:
+    """Silence ``open_fabric``'s read-only fallback warning: a command reports a role
+    that may only read itself (a write is one ``error:`` line naming the privilege)."""
+    logger = logging.getLogger("memfabric.adapters.bootstrap")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _open(dsn: str | None, data_dir: str | None, embedder: str | None = None, **kwargs: Any) -> Fabric:
-    return open_fabric(dsn, data_dir=data_dir, embedder=make_embedder(embedder), **kwargs)
+    """``open_fabric`` for a command: read-only under ``$MEMFABRIC_READ_ONLY`` or for a
+    role that may not write the log (issue 27: an auditor's ``recall`` works)."""
+    if env_read_only():
+        kwargs["read_only"] = True
+    with quiet_fallback():
+        return open_fabric(dsn, data_dir=data_dir, embedder=make_embedder(embedder), **kwargs)
 
 
 def parse_time(value: str | None, field: str = "as_of") -> datetime | None:
@@ -258,22 +284,45 @@ def recall(
             require_database(data_dir)
         with _open(dsn, data_dir, embedder, replicas=replica or None) as fabric:
             res = fabric.scope(tenant, resource, thread).recall(query, **options)
+            hint = None
             if not res.hits:  # an unknown tenant says so (as `log` does), exit 2
                 from memfabric.adapters.cli_admin import require_tenant
 
                 require_tenant(fabric, tenant)
+                hint = recall_hint(fabric, tenant, resource)
     except HANDLED as exc:
         fail(exc, as_json=as_json)
     if as_json:
         out = {
             "hits": [{k: v for k, v in asdict(h).items() if k != "scope"} | {"scope": h.scope.key} for h in res.hits],
             "explain": [asdict(e) for e in res.explain],
-        }
+        } | ({"hint": hint} if hint else {})
         print(json.dumps(jsonable(out)))
     elif res.hits:
         console.print(recall_table(res))
     else:
-        console.print("no matching notes")
+        console.print("no matching notes" + (f"\nhint: {hint}" if hint else ""))
+
+
+def recall_hint(fabric: Fabric, tenant: str, resource: str | None) -> str | None:
+    """Why a tenant-level recall (no ``--resource``) found nothing although the tenant
+    has notes: they belong to resources, which a tenant-level scope does not see (unless
+    shared tenant-wide). Names up to three of them and how to ask; ``None`` otherwise."""
+    if resource is not None:
+        return None
+    from memfabric.projections import tables
+
+    with psycopg.connect(fabric.dsn) as conn:
+        rows = conn.execute(
+            f"SELECT resource_id, count(*) FROM {tables.NOTE_SCOPE} WHERE tenant_id = %s AND resource_id <> ''"  # noqa: S608
+            " AND NOT held GROUP BY resource_id ORDER BY count(*) DESC, resource_id", (tenant,)).fetchall()
+    if not rows:
+        return None
+    named = ", ".join(f"{r} ({n})" for r, n in rows[:3]) + (", ..." if len(rows) > 3 else "")
+    return (f"tenant {tenant!r} has no tenant-level notes that match; its notes belong to {len(rows)} "
+            f"resource(s): {named}. A tenant-level scope sees only notes shared tenant-wide: "
+            f"pass --resource ID (and --thread ID) to recall as that resource, or 'memfabric list --tenant "
+            f"{tenant} --content' to browse the whole tenant")
 
 
 def _when(ts: datetime) -> str:
@@ -398,6 +447,7 @@ def demo(
     embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the summary, as JSON.")] = False,
 ) -> None:
     """Walk through the main job: remember, fold, supersede, recall, forget, working memory.
 
@@ -406,10 +456,15 @@ or to the --dsn database. Recall is shown with its scores, a token budget, as of
 tenants; lineage shows the supersession chain."""
     from memfabric.adapters.demo import run_demo
 
+    import io
+
     try:
-        run_demo(console, dsn=dsn, data_dir=data_dir, embedder=make_embedder(embedder))
+        out = Console(file=io.StringIO(), width=100) if as_json else console
+        summary = run_demo(out, dsn=dsn, data_dir=data_dir, embedder=make_embedder(embedder))
     except HANDLED as exc:
-        fail(exc)
+        fail(exc, as_json=as_json)
+    if as_json:
+        print(json.dumps(jsonable(summary)))
 
 
 def _register_optional() -> None:
@@ -430,6 +485,10 @@ _register_replica(app)
 from memfabric.adapters.cli_mcp import register as _register_mcp  # noqa: E402 - imports mcp lazily
 
 _register_mcp(app)
+
+from memfabric.adapters.cli_console import register as _register_console  # noqa: E402 - imports starlette lazily
+
+_register_console(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -6,11 +6,16 @@
 - ``log``: decoded events in log order (``--note``, ``--tenant``, ``--since``, ``--follow``, ``--json``)
 - ``export --out FILE.jsonl``: the whole log or one tenant, streaming
 - ``audit verify | checkpoint``: the tamper-evidence chain
-- ``roles sql``: the SQL of the owner/admin, writer and read-only auditor roles (docs/roles.md)
-- ``get | history | forget | hold | list | erase-scope``: one note's state and events,
-  tombstones and legal hold, a scope's notes, erasure of a scope prefix. A note can be
+- ``roles sql``: the SQL of the owner/admin, writer and read-only auditor roles (docs/roles.md);
+  ``roles create KIND NAME``: a password login in one of them, printed as a one-line DSN
+- ``status``: the log, projections, lag, embedder and audit head (``memfabric.adapters.status``)
+- ``get | history | forget | hold | release | list | erase-scope | sweep``: one note's state and
+  events, tombstones, legal hold and its release, a page of a scope's notes (``--cursor``,
+  ``--content``, total), erasure of a scope prefix (counts named live, superseded, held,
+  forgotten). A note can be
   given by id alone when a single scope has a note of that id (found from the log, as
   ``log --note`` does); otherwise ``--tenant`` (and ``--resource``/``--thread``) narrow it.
+  ``sweep`` applies the retention rules (issue 30, ``docs/retention.md``).
 
 With ``--json`` every command prints JSON, and an error is one JSON object on stderr,
 ``{"error": "<message>", "type": "<class>"}``. ``--dsn`` and ``--data-dir`` together are
@@ -24,10 +29,12 @@ without catching projections up (so a projection stopped on an event can still b
 inspected and rebuilt) and with the recall index's existing vector dimension.
 Progress bars go to stderr, and only when it is a terminal.
 
-Read-only commands (``audit verify``, ``log``, ``export``, ``projections status/verify``,
-``get``, ``history``, ``list``, and ``lineage``) open with ``open_fabric(read_only=True)``
-when the role cannot write the log (an auditor with ``SELECT`` only): nothing is
-written, and ``audit verify`` then only verifies unless the role may insert checkpoints.
+Read-only commands (``audit verify``, ``log``, ``export``, ``status``, ``projections
+status/verify``, ``get``, ``history``, ``list``, and ``lineage``) open with
+``open_fabric(read_only=True)`` when the role cannot write the log (an auditor with
+``SELECT`` only): nothing is written, and ``audit verify`` then only verifies unless the
+role may insert checkpoints. A command that writes, run by such a role, is one
+``ReadOnlyError`` line naming the missing privilege (issue 27).
 ``log`` and ``export`` check each row as they read it, mark a failing one
 (``"integrity": "failed"``) and go on, and exit 1 at the end naming its notification id.
 
@@ -40,7 +47,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -70,15 +76,16 @@ from memfabric.adapters.audit import (
     read_log,
     verify_chain,
 )
-from memfabric.adapters.bootstrap import Fabric, open_fabric, recorded_embedder
+from memfabric.adapters.bootstrap import Fabric, open_fabric, read_only_reason, recorded_embedder
 from memfabric.adapters.embedded import resolve_dsn
+from memfabric.adapters.log_versions import check_versions
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.adapters.cli_replica import ReplicaOpt, topology, topology_table
 from memfabric.adapters.replicas import replicas_from_env
-from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionError
+from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionError, ReadOnlyError
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
-from memfabric.projections import tables
+from memfabric.projections import quarantine, tables
 from memfabric.adapters.progress import LineReporter, RichReporter
 from memfabric.projections.rebuild import ProjectionAdmin, VerifyReport
 
@@ -124,7 +131,10 @@ def register(app: typer.Typer) -> None:
     app.command("forget")(forget_command)
     app.command("hold")(hold_command)
     app.command("list")(list_command)
+    app.command("release")(release_command)
+    app.command("status")(status_top_command)
     app.command("erase-scope")(erase_scope_command)
+    app.command("sweep")(sweep_command)
     app.command("reembed")(reembed_command)
 
 
@@ -174,13 +184,21 @@ def can_write(dsn: str) -> bool:
     ``memfabric_events``); ``True`` before the log exists (the first open creates it).
     ``$MEMFABRIC_READ_ONLY=1`` answers ``False``: read-only commands then open read-only
     whatever the role may do."""
-    if os.environ.get("MEMFABRIC_READ_ONLY", "").lower() in ("1", "yes", "true"):
+    from memfabric.adapters.cli import env_read_only
+
+    if env_read_only():
         return False
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT to_regclass(%s) IS NULL OR has_table_privilege(%s, 'INSERT')",
-            (EVENTS_TABLE, EVENTS_TABLE)).fetchone()
-    return bool(row and row[0])
+        return read_only_reason(conn) is None
+
+
+def require_writable(fabric: Fabric) -> None:
+    """``ReadOnlyError`` naming the role's missing privilege when a command that writes
+    got a fabric that fell back to read-only (issue 27: one line, not a raw
+    ``permission denied``)."""
+    if fabric.read_only:
+        why = fabric.read_only_reason or "$MEMFABRIC_READ_ONLY is set"
+        raise ReadOnlyError(f"this command writes, and {why}: run it as the owner/admin role")
 
 
 @contextmanager
@@ -194,7 +212,11 @@ def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
         recorded = recorded_embedder(dsn)
         stand_in: Any = (RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded
                          else HashEmbedder(_index_dim(dsn) or 384))
-        read_only = read and not can_write(dsn)
+        read_only = not can_write(dsn)
+        if read_only and not read:
+            with psycopg.connect(dsn) as conn:
+                why = read_only_reason(conn) or "$MEMFABRIC_READ_ONLY is set"
+            raise ReadOnlyError(f"this command writes, and {why}: run it as the owner/admin role")
         with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False,
                          read_only=read_only) as fabric:
             fabric.service.adopt_embedder = lambda: adopt_stand_in(fabric)  # admin work never embeds
@@ -323,7 +345,8 @@ def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, replica: Rep
     with replicas (``--replica`` or ``$MEMFABRIC_REPLICA_DSNS``), the topology: primary
     and each replica's lag (tables only; ``memfabric replica status --json`` for JSON).
 
-    A projection stopped on an event shows that event's notification id, topic and error."""
+    A projection stopped on an event shows that event's notification id, topic and error; an aggregate \
+quarantined because one of its rows does not authenticate (left out of every projection) is listed."""
     topo: dict[str, Any] | None = None
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
@@ -331,8 +354,10 @@ def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, replica: Rep
             replicas = replicas_from_env(replica or None)
             if replicas and not as_json:
                 topo = topology(fabric.dsn, replicas)
+            with fabric.log.datastore.get_connection() as conn, conn.cursor() as cur:
+                held = quarantine.listing(cur)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps([
             {"name": s.name, "position": s.position, "head": s.head, "lag_events": s.lag_events,
@@ -359,6 +384,9 @@ def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, replica: Rep
             console.print(Text(
                 f"{s.name} stopped at notification {s.error['notification_id']} ({s.error['topic']}):"
                 f" {s.error['error']}", style="red"))
+    for q in held:  # issue 28: left out of every projection, reads fail (run 'memfabric audit verify')
+        console.print(Text(f"quarantined: aggregate {q['aggregate_id']} at notification {q['notification_id']}"
+                           f" ({q['topic']}): {q['reason']}", style="red"))
 
 
 @projections_app.command("rebuild")
@@ -371,6 +399,7 @@ def rebuild_command(
         "--maintenance-work-mem", metavar="SIZE", help="For the index build, e.g. 1GB (default: the server's).")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Replay the log from zero into the projection(s).
 
@@ -385,7 +414,14 @@ live tables keep serving until the switch."""
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json({"projections": report.projections, "blue_green": report.blue_green, "events": report.events,
+                     "notes": report.notes, "rows": report.rows, "position": report.position,
+                     "seconds": round(report.seconds, 3), "load_seconds": round(report.load_seconds, 3),
+                     "index_seconds": round(report.index_seconds, 3),
+                     "events_per_second": round(report.events_per_second, 1)})
+        return
     mode = "blue-green" if report.blue_green else "in place"
     rows = ", ".join(f"{k}={v}" for k, v in report.rows.items())
     console.print(
@@ -418,7 +454,10 @@ interruption: it resumes without duplicate events."""
         dsn_, embedded = resolve_dsn(dsn, data_dir)
         recorded = recorded_embedder(dsn_)
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
-        with open_fabric(dsn_, embedder=stand_in) as fabric, _reporter() as reporter:
+        from memfabric.adapters.cli import quiet_fallback
+
+        with quiet_fallback(), open_fabric(dsn_, embedder=stand_in) as fabric, _reporter() as reporter:
+            require_writable(fabric)
             report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err))
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
@@ -449,7 +488,7 @@ def _verify_json(r: VerifyReport) -> dict[str, Any]:
     return {
         "projection": r.projection, "table": r.table, "position": r.position, "head": r.head,
         "live_rows": r.live_rows, "replayed_rows": r.replayed_rows, "differences": r.differences,
-        "ok": r.ok,
+        "ok": r.ok, "problem": r.problem,
         "first": [{"key": {k: str(v) for k, v in d.key.items()}, "kind": d.kind,
                    "columns": {c: [str(a), str(b)] for c, (a, b) in d.columns.items()}} for d in r.first],
     }
@@ -470,7 +509,8 @@ def verify_command(
 ) -> None:
     """Compare the live projection(s) with a fresh replay of the log.
 
-    The replay goes into scratch tables (rolled back) and is compared row by row. When they differ, it \
+    The replay goes into scratch tables (rolled back) and is compared row by row. When they differ, or a \
+tracked position is past the log head (a changed tracking row), it \
 prints the first differences and exits 1."""
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric, _reporter() as reporter:
@@ -478,16 +518,20 @@ prints the first differences and exits 1."""
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps([_verify_json(r) for r in reports]))
     else:
         for r in reports:
             lag = f" (log head {r.head})" if r.head != r.position else ""
+            if r.problem is not None:
+                console.print(Text(f"BROKEN  {r.projection} {r.table}: {r.problem}", style="red"))
             if r.ok:
                 console.print(Text(
                     f"OK      {r.projection} {r.table}: {r.live_rows} rows identical at position {r.position}{lag}",
                     style="green"))
+                continue
+            if not r.differences:
                 continue
             console.print(Text(
                 f"DIFFER  {r.projection} {r.table}: {r.differences} rows differ at position {r.position}{lag}"
@@ -507,25 +551,81 @@ prints the first differences and exits 1."""
         raise typer.Exit(code=1)
 
 
+class RunLog:
+    """What ``projections run`` prints (issue 27): one line when it has caught up on
+    start, one per catch-up that applied at least ``batch_line`` events (a batch), and
+    one summary per ``interval`` seconds in which events were applied; never a line per
+    event. ``emit(kind, fields)`` prints one line (text or JSON)."""
+
+    def __init__(self, emit: Callable[[str, dict[str, Any]], None], *, interval: float,
+                 batch_line: int = 1000, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.emit, self.interval, self.batch_line = emit, interval, batch_line
+        self.clock = clock or time.monotonic
+        self.last: dict[str, int] | None = None
+        self.started = self.batch_started = self.clock()
+        self.events = self.catch_ups = 0
+
+    def __call__(self, positions: dict[str, int]) -> None:
+        now = self.clock()
+        if self.last is None:
+            self.emit("caught_up", {"positions": dict(positions)})
+        else:
+            applied = max((positions[k] - self.last.get(k, 0) for k in positions), default=0)
+            if applied > 0:
+                self.events += applied
+                self.catch_ups += 1
+                if applied >= self.batch_line:
+                    self.emit("batch", {"events": applied, "seconds": round(now - self.batch_started, 3),
+                                        "positions": dict(positions)})
+            if now - self.started >= self.interval:
+                self.summary(positions, now)
+        self.last, self.batch_started = dict(positions), now
+
+    def summary(self, positions: dict[str, int], now: float | None = None) -> None:
+        """The interval's line (skipped when nothing was applied); starts a new interval."""
+        now = self.clock() if now is None else now
+        if self.events:
+            self.emit("summary", {"seconds": round(now - self.started, 3), "events": self.events,
+                                  "catch_ups": self.catch_ups, "positions": dict(positions)})
+        self.started, self.events, self.catch_ups = now, 0, 0
+
+
+def _run_line(as_json: bool) -> Callable[[str, dict[str, Any]], None]:
+    def emit(kind: str, fields: dict[str, Any]) -> None:
+        if as_json:
+            print(json.dumps({"event": kind, **fields}), flush=True)
+            return
+        where = ", ".join(f"{k}={v}" for k, v in fields["positions"].items())
+        if kind == "caught_up":
+            console.print(f"caught up: {where}")
+        elif kind == "batch":
+            console.print(f"applied {fields['events']} events in {fields['seconds']:.1f}s: {where}")
+        else:
+            console.print(f"last {fields['seconds']:.0f}s: {fields['events']} events in "
+                          f"{fields['catch_ups']} catch-ups: {where}")
+        console.file.flush()
+    return emit
+
+
 @projections_app.command("run")
 def run_command(
     once: Annotated[bool, typer.Option("--once", help="Catch up once and exit.")] = False,
     poll: Annotated[float, typer.Option(
         metavar="SECONDS", help="Seconds between checks without notifications.", min=0.05)] = 5.0,
+    interval: Annotated[float, typer.Option(
+        metavar="SECONDS", help="Seconds between summary lines.", min=0.1)] = 60.0,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Keep projections caught up from this process (LISTEN/NOTIFY).
 
-    For writers opened with inline_projections=False. When a projection fails on an event, it prints the \
+    For writers opened with inline_projections=False. Prints one line once caught up, one per batch of \
+1000 events or more, and a summary per --interval. When a projection fails on an event, it prints the \
 notification id, topic and error and exits 1."""
-    last: dict[str, int] = {}
-
-    def show(positions: dict[str, int]) -> None:
-        nonlocal last
-        if positions != last:
-            console.print("caught up: " + ", ".join(f"{k}={v}" for k, v in positions.items()))
-            last = dict(positions)
+    show = RunLog(_run_line(as_json), interval=interval)
 
     def stop(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: let the cleanup run
@@ -535,14 +635,19 @@ notification id, topic and error and exits 1."""
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with admin_fabric(dsn, data_dir) as fabric:
-            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=poll, on_catch_up=show,
-                                                   adopt=lambda: adopt_stand_in(fabric))
+            ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=min(poll, interval),
+                                                   on_catch_up=show, adopt=lambda: adopt_stand_in(fabric))
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     except KeyboardInterrupt:
-        console.print("stopped")
+        if show.last is not None:
+            show.summary(show.last)
+        if as_json:
+            print(json.dumps({"event": "stopped"}), flush=True)
+        else:
+            console.print("stopped")
         return
     finally:
         for sig, handler in previous.items():
@@ -591,8 +696,9 @@ def log_command(
 
     Erased protected fields read <erased>; embeddings are shown by size only. Each row is checked as it \
 is read: a row that does not decode (its stored bytes were changed) or differs from the audit checkpoint \
-covering it is printed as INTEGRITY FAILED (JSON: "integrity": "failed", "problem") and the listing goes on; \
-the command then exits 1 naming the notification ids. Works with a read-only (auditor) role."""
+covering it, or whose note's previous version is missing (a row deleted), is printed as INTEGRITY FAILED \
+(JSON: "integrity": "failed", "problem") and the listing goes on; the command then exits 1 naming the \
+notification ids. Works with a read-only (auditor) role."""
     _check_filters(note, tenant, as_json)
     failed: list[LogEntry] = []
     last = since
@@ -600,8 +706,9 @@ the command then exits 1 naming the notification ids. Works with a read-only (au
         with admin_fabric(dsn, data_dir, read=True) as fabric:
             if tenant is not None:
                 require_tenant(fabric, tenant)
-            for entry in read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
-                                  idle_exit=idle_exit):
+            entries = read_log(fabric, note=note, tenant=tenant, since=since, follow=follow,
+                               idle_exit=idle_exit)
+            for entry in check_versions(fabric, entries, batch=1 if follow else 500):
                 last = entry.position
                 if entry.integrity == "failed":
                     failed.append(entry)
@@ -627,11 +734,12 @@ def export_command(
         "--embeddings/--no-embeddings", help="Include vectors (base64 float32).")] = True,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON (the file is JSON Lines anyway).")] = False,
 ) -> None:
     """Export the whole log (or one tenant's part) as JSON Lines.
 
     Streaming in constant memory: one decoded event per line, in log order."""
-    _check_filters(None, tenant)
+    _check_filters(None, tenant, as_json)
     failed: list[LogEntry] = []
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
@@ -641,12 +749,15 @@ def export_command(
                 n = export_jsonl(fabric, out, tenant=tenant, embeddings=embeddings,
                                  progress=lambda position: update(completed=position), failed=failed.append)
     except (*HANDLED, OSError) as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     except UNREADABLE as exc:  # not a row's: rows are checked one by one
-        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1)
-    console.print(f"exported {n} events to {out}")
+        _fail(f"the log cannot be read: {_reason(exc)}; run 'memfabric audit verify'", code=1, as_json=as_json)
+    if as_json:
+        _print_json({"events": n, "out": str(out), "failed": [e.position for e in failed]})
+    else:
+        console.print(f"exported {n} events to {out}")
     if failed:
-        _integrity_failed(failed, False)
+        _integrity_failed(failed, as_json)
 
 
 # -------------------------------------------------------------------- audit
@@ -677,7 +788,7 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
                                       progress=lambda k: update(advance=k))
             new, covered = _checkpoint_counts(fabric, report.written)
     except (*HANDLED, ValueError) as exc:
-        _fail(exc)
+        _fail(exc, as_json=as_json)
     if as_json:
         print(json.dumps({
             "ok": report.ok, "head": report.head, "events": report.events, "checkpoints": report.checkpoints,
@@ -758,13 +869,57 @@ def roles_sql_command(
     schema: Annotated[str, typer.Option("--schema", metavar="NAME", help="The schema of memfabric's tables.")] = "public",
     checkpoints: Annotated[bool, typer.Option(
         "--auditor-checkpoints", help="Also let the auditor write audit checkpoints (INSERT on mf_audit_chain).")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the SQL that creates the owner/admin, writer and read-only auditor roles with their exact grants.
 
-    Connects to nothing. Run the output as a superuser (psql -f) after the owner's first open; see docs/roles.md."""
+    Connects to nothing. Run the output as a superuser (psql -f), before or after the owner's first open; see docs/roles.md."""
     from memfabric.adapters.roles import roles_sql
 
-    print(roles_sql(database, schema=schema, checkpoints=checkpoints), end="")
+    text = roles_sql(database, schema=schema, checkpoints=checkpoints)
+    if as_json:
+        _print_json({"database": database, "schema": schema, "sql": text})
+    else:
+        print(text, end="")
+
+
+@roles_app.command("create")
+def roles_create_command(
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="auditor, writer or admin.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The new login role.")],
+    password: Annotated[str | None, typer.Option(
+        "--password", metavar="TEXT", help="Its password (default: a new random one, printed once).")] = None,
+    schema: Annotated[str, typer.Option("--schema", metavar="NAME", help="The schema of memfabric's tables.")] = "public",
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a login role NAME in the memfabric_<KIND> group (created with its grants when missing) and print its DSN.
+
+    Run it as the owner: on the embedded server simply 'memfabric roles create auditor alice'; on another \
+server with --dsn of a superuser. Prints one line, the new role's DSN (password included), for psql and --dsn."""
+    import secrets
+
+    from memfabric.adapters.roles import create_login
+
+    secret = password or secrets.token_urlsafe(18)
+    try:
+        dsn_, embedded = resolve_dsn(dsn, data_dir, read=True)
+        try:
+            with psycopg.connect(dsn_, autocommit=True) as conn:
+                create_login(conn, kind, name, secret, schema=schema)
+                database = str(conn.info.dbname)
+            url = (embedded.dsn_for(name, secret, database) if embedded is not None
+                   else psycopg.conninfo.make_conninfo(dsn_, user=name, password=secret))
+        finally:
+            if embedded is not None:
+                embedded.close()
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json({"kind": kind, "name": name, "database": database, "dsn": url})
+    else:
+        print(url)
 
 
 # ------------------------------------------------------------ note lifecycle
@@ -789,8 +944,13 @@ def notes_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False,
     try:
         recorded = recorded_embedder(dsn)
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
+        from memfabric.adapters.cli import quiet_fallback
+
         read_only = read and not can_write(dsn)
-        with open_fabric(dsn, embedder=stand_in, read_only=read_only, replicas=replicas or None) as fabric:
+        with quiet_fallback(), open_fabric(dsn, embedder=stand_in, read_only=read_only,
+                                                  replicas=replicas or None) as fabric:
+            if not read:
+                require_writable(fabric)
             yield fabric
     finally:
         if embedded is not None:
@@ -886,45 +1046,144 @@ def hold_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: Resourc
     _forget(note_id, tenant, resource, thread, True, requested_by, dsn, data_dir, as_json)
 
 
+def _cursor(ref: Any) -> str:
+    """The opaque ``--cursor`` after note-scope row ``ref``: base64url of
+    ``[resource_id, thread_id, aggregate_id]``."""
+    import base64
+
+    raw = json.dumps([ref.scope.resource_id or "", ref.scope.thread_id or "", str(ref.aggregate_id)])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _after(cursor: str | None, tenant: str) -> Any:
+    """The note-scope row a ``--cursor`` points after (``FabricError`` for a bad one)."""
+    if cursor is None:
+        return None
+    import base64
+    import binascii
+
+    from memfabric.domain.ports import NoteRef
+    from memfabric.domain.scope import Scope
+
+    try:
+        resource, thread, aggregate = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return NoteRef(aggregate_id=uuid.UUID(aggregate), note_id="",
+                       scope=Scope(tenant_id=tenant, resource_id=resource or None, thread_id=thread or None),
+                       held=False)
+    except (ValueError, TypeError, binascii.Error):
+        raise FabricError(f"cursor: {cursor!r} is not a cursor printed by 'memfabric list'") from None
+
+
+def list_notes(fabric: Fabric, tenant: str, resource: str | None, thread: str | None, *, limit: int,
+               cursor: str | None = None, content: bool = False) -> dict[str, Any]:
+    """One page of the un-forgotten notes (live, superseded or held) of a scope prefix:
+    ``{"items": [{"id", "kind", "held", "scope"[, "content"]}], "total", "next_cursor"}``
+    (``total``: every such note of the prefix; ``next_cursor``: pass it back as
+    ``cursor`` for the next page, ``None`` on the last). Keyset-paged by (resource,
+    thread, note); ``FabricError`` for a bad cursor."""
+    page = fabric.store.notes_in_scope(tenant, resource, thread, after=_after(cursor, tenant), limit=limit + 1)
+    more, page = len(page) > limit, page[:limit]
+    with psycopg.connect(fabric.dsn) as conn:
+        kinds: dict[Any, Any] = dict(conn.execute(
+            f"SELECT aggregate_id, kind FROM {tables.NOTE_SCOPE} WHERE aggregate_id = ANY(%s)",  # noqa: S608
+            ([r.aggregate_id for r in page],)).fetchall())
+    items: list[dict[str, Any]] = []
+    for r in page:
+        item = {"id": r.note_id, "kind": kinds.get(r.aggregate_id), "held": r.held, "scope": r.scope.key}
+        if content:
+            note = fabric.scope(r.scope.tenant_id, r.scope.resource_id, r.scope.thread_id).get(r.note_id)
+            item["content"] = note.content if note.content is not None else note.path
+        items.append(item)
+    live, held = fabric.store.count_in_scope(tenant, resource, thread)
+    return {"items": items, "total": live + held, "next_cursor": _cursor(page[-1]) if more and page else None}
+
+
 def list_command(
     tenant: Annotated[str, typer.Option("--tenant", "-t", metavar="ID", help="Tenant id.")],
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
-    limit: Annotated[int, typer.Option(metavar="N", help="Most notes to print.", min=1)] = 100,
+    limit: Annotated[int, typer.Option(metavar="N", help="Most notes to print.", min=1, max=10_000)] = 100,
+    cursor: Annotated[str | None, typer.Option(
+        "--cursor", metavar="CURSOR", help="Start after this cursor (printed by the previous page).")] = None,
+    content: Annotated[bool, typer.Option("--content", help="Also print each note's content.")] = False,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the un-forgotten notes of a scope prefix (every resource/thread unless given): id, kind, held."""
+    """List the un-forgotten notes of a scope prefix (every resource/thread unless given): id, kind, held.
+
+    Prints the total and, when there are more, the --cursor of the next page. JSON: {"items": [...], \
+"total": N, "next_cursor": CURSOR or null}."""
     _check_filters(None, tenant, as_json)
-    out: list[dict[str, Any]] = []
     try:
         with notes_fabric(dsn, data_dir, read=True) as fabric:
             require_tenant(fabric, tenant)
-            after = None
-            while len(out) < limit:
-                page = fabric.store.notes_in_scope(tenant, resource, thread, after=after,
-                                                   limit=min(500, limit - len(out)))
-                if not page:
-                    break
-                with psycopg.connect(fabric.dsn) as conn:
-                    kinds: dict[Any, Any] = dict(conn.execute(
-                        f"SELECT aggregate_id, kind FROM {tables.NOTE_SCOPE} WHERE aggregate_id = ANY(%s)",  # noqa: S608
-                        ([r.aggregate_id for r in page],)).fetchall())
-                out += [{"id": r.note_id, "kind": kinds.get(r.aggregate_id), "held": r.held,
-                         "scope": r.scope.key} for r in page]
-                after = page[-1]
+            out = list_notes(fabric, tenant, resource, thread, limit=limit, cursor=cursor, content=content)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
     if as_json:
         _print_json(out)
         return
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-    for col in ("id", "kind", "held", "scope"):
-        table.add_column(col, no_wrap=True)
-    for row in out:
-        table.add_row(row["id"], str(row["kind"]), "held" if row["held"] else "", row["scope"])
-    console.print(table if out else "no notes")
+    for col in ("id", "kind", "held", "scope", *(("content",) if content else ())):
+        table.add_column(col, no_wrap=col != "content", overflow="fold")
+    for row in out["items"]:
+        table.add_row(row["id"], str(row["kind"]), "held" if row["held"] else "", row["scope"],
+                      *((str(row["content"] or ""),) if content else ()))
+    console.print(table if out["items"] else "no notes")
+    more = f"; next page: --cursor {out['next_cursor']}" if out["next_cursor"] else ""
+    console.print(f"{len(out['items'])} of {out['total']} notes{more}")
+
+
+def release_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
+                    thread: ThreadOpt = None, requested_by: RequestedByOpt = "operator",
+                    dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Lift a note's legal hold: it is recalled and listed again (the hold stays in its history)."""
+    try:
+        with notes_fabric(dsn, data_dir) as fabric:
+            notes = note_scope(fabric, note_id, tenant, resource, thread)
+            note = notes.release_hold(note_id, requested_by=requested_by)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json({"id": note.id, "scope": notes.scope.key, "outcome": note.outcome})
+    else:
+        console.print(f"{note_id} released")
+
+
+def status_top_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
+    """How the fabric is: the log, every projection's position and lag, the embedder and the audit head.
+
+    Reads only (works for a read-only auditor). JSON: the dict of memfabric.adapters.status.fabric_status."""
+    from memfabric.adapters.status import fabric_status
+
+    try:
+        with admin_fabric(dsn, data_dir, read=True) as fabric:
+            out = fabric_status(fabric)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json(out)
+        return
+    db, log, audit, emb = out["database"], out["log"], out["audit"], out["embedder"]
+    where = f"embedded server in {db['embedded']}" if db["embedded"] else "the --dsn server"
+    console.print(f"database {db['name']} as {db['user']} ({where})" + (" read-only" if db["read_only"] else ""))
+    console.print(f"log: {_n(log['events'], 'event')}, head {log['head']}")
+    console.print(f"embedder: {emb.get('id', emb['in_use'])} (dimension {emb.get('dim', '?')})")
+    lag = out["lag"]
+    console.print(f"lag: {lag['events']} events, {_seconds(lag['seconds'] or 0.0)}s")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    for col in ("projection", "position", "lag (events)", "lag (s)", "state"):
+        table.add_column(col)
+    for p in out["projections"]:
+        table.add_row(p["name"], str(p["position"]), str(p["lag_events"]),
+                      "?" if p["lag_seconds"] is None else f"{p['lag_seconds']:.1f}", p["state"])
+    console.print(table)
+    if audit["position"] is None:
+        console.print(f"audit: no checkpoint yet ({_n(audit['events_after'], 'event')} to checkpoint)")
+    else:
+        console.print(f"audit: {_n(audit['checkpoints'], 'checkpoint')}, head {audit['anchor']} at {audit['at']};"
+                      f" {_n(audit['events_after'], 'event')} after it")
 
 
 def erase_scope_command(
@@ -952,5 +1211,69 @@ def erase_scope_command(
     if as_json:
         _print_json(asdict(res))
     else:
-        console.print(f"erased {res.deleted}, held {res.held}, already held {res.already_held}, "
-                      f"remaining {res.remaining}")
+        found = res.found
+        console.print(f"found {found.live} live, {found.superseded} superseded and {found.held} held notes; "
+                      f"forgotten {res.deleted}, put on hold {res.held}; left: {res.remaining} live or superseded, "
+                      f"{res.held + res.already_held} held (a held note is kept until 'memfabric release')")
+
+
+def _sweep_table(res: Any) -> Table:
+    table = Table(box=box.SIMPLE, title=f"sweep at {res.now.isoformat()}")
+    table.add_column("class")
+    for outcome in res.totals:
+        table.add_column(outcome.replace("_", " "), justify="right")
+    for cls, outcomes in res.counts.items():
+        table.add_row(cls, *(str(n) for n in outcomes.values()))
+    table.add_row("total", *(str(n) for n in res.totals.values()), style="bold")
+    return table
+
+
+@contextmanager
+def _sweep_progress(quiet: bool) -> Iterator[Callable[[int], None]]:
+    """A running count of the notes examined, on stderr when it is a terminal."""
+    if quiet or not err.is_terminal:
+        yield lambda n: None
+        return
+    with Progress(TextColumn("[bold]sweep"), TextColumn("{task.completed} notes examined"),
+                  console=err) as progress:
+        task = progress.add_task("sweep", total=None)
+        yield lambda n: progress.update(task, advance=n)
+
+
+def sweep_command(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what a sweep would do; write nothing.")] = False,
+    now: Annotated[str | None, typer.Option(
+        "--now", metavar="ISO", help="Sweep as of this time (ISO 8601 with a zone; default: now).")] = None,
+    tenant: TenantFilterOpt = None,
+    limit: Annotated[int | None, typer.Option(metavar="N", min=1, help="Examine at most N due notes.")] = None,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", metavar="N", min=1, max=10000, help="Notes per transaction.")] = 200,
+    dsn: DsnOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply the retention rules (issue 30, docs/retention.md): expire and forget the notes
+    whose windows closed, print exact counts per class and outcome.
+
+    Batched and resumable: run it again with the same --now after an interruption."""
+    from datetime import datetime  # noqa: PLC0415
+    _check_filters(None, tenant, as_json)
+    try:
+        at = datetime.fromisoformat(now) if now is not None else None
+    except ValueError:
+        _fail(f"now: {now!r} is not an ISO 8601 time", as_json=as_json)
+    if at is not None and at.tzinfo is None:
+        _fail("now: give a time zone (e.g. 2026-01-01T00:00:00+00:00)", as_json=as_json)
+    try:
+        with notes_fabric(dsn, data_dir) as fabric, _sweep_progress(as_json) as advance:
+            res = fabric.sweep(at, tenant=tenant, limit=limit, dry_run=dry_run, batch_size=batch_size,
+                               progress=advance)
+    except HANDLED as exc:
+        _fail(exc, as_json=as_json)
+    if as_json:
+        _print_json(res.as_dict())
+        return
+    console.print(_sweep_table(res))
+    state = "complete" if res.complete else "stopped at --limit (run again with the same --now)"
+    console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed, {res.batches} batches, "
+                  f"{state}{', resumed' if res.resumed else ''}")

@@ -127,6 +127,30 @@ def _links(console: Console, notes: Notes) -> dict[str, Any]:
             "hit_links": [link.id for link in res.hits[0].links] if res.hits else []}
 
 
+def _retention(console: Console, fabric: Any, tenant: str) -> dict[str, Any]:
+    """Step 15 (issue 30): notes of three retention classes, one held, one with a
+    ``valid_to``, then one sweep on a fake clock two days ahead (its own tenant only)."""
+    _section(console, "15. retention: classes, then one sweep two days ahead (a fake clock)",
+             "ephemeral notes are forgotten (tombstone, key destroyed), held ones untouched, "
+             "passed windows expired")
+    notes = fabric.scope(tenant, "user-1")
+    now = datetime.now(timezone.utc)
+    notes.remember(kind="fact", content="The user is in a hurry today", retention="ephemeral")
+    held = notes.remember(kind="fact", content="Draft of the dispute letter", retention="ephemeral")
+    notes.forget(id=held.id, hold=True, requested_by="demo-legal")
+    notes.remember(kind="fact", content="Promo code SPRING is valid until tonight", valid_to=now + timedelta(hours=6))
+    notes.remember(kind="fact", content="The user's company is Acme Corp")
+    later = now + timedelta(days=2)
+    dry = fabric.sweep(later, tenant=tenant, dry_run=True)
+    result = fabric.sweep(later, tenant=tenant)
+    table = _table("class", "expired", "forgotten", "skipped held", "skipped floor")
+    for cls, counts in result.counts.items():
+        table.add_row(cls, *(str(n) for n in counts.values()))
+    console.print(table)
+    console.print(f"dry run first: {dry.totals}; then {result.changed} notes changed in {result.batches} batch(es)")
+    return {"dry": dry.totals, "totals": result.totals, "again": fabric.sweep(later, tenant=tenant).changed}
+
+
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -267,6 +291,7 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         summary["tool_session"] = _tool_session(console, acme)
         summary["conversation"] = _conversation(console, acme)
         summary["links"] = _links(console, fabric.scope("acme", "user-1", f"{thread}-links"))
+        summary["retention"] = _retention(console, fabric, f"retention-{run}")
     console.print()
     console.print("[green]demo finished[/green]")
     return summary

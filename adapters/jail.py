@@ -11,8 +11,11 @@ refused the same way. The root's device and inode are pinned at construction.
 
 Reads are bounded before anything is held (at most ``cap + 1`` bytes are read from a
 file of any size); appends are refused before a byte is written when the file would
-grow past ``max_file_bytes``. Only regular files are read or written (FIFOs and
-devices are refused without blocking).
+grow past ``max_file_bytes``. Only regular files with a single link are read or
+written, checked on the opened descriptor (FIFOs and devices are refused without
+blocking; a file with a hard link elsewhere, which may lie outside the root, is refused,
+issue 28). A path changed while an operation runs (a symlink swapped in, a file removed)
+is a typed error too: ``JailError`` or ``FilePathError``, never a bare ``OSError``.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import heapq
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, TypeVar, cast
 
 from memfabric.domain.errors import CapacityError, FabricError
 from pydantic import Field, TypeAdapter
@@ -115,6 +119,35 @@ class AppendResult:
     size: int
     created: bool
     newline_added: bool
+
+
+_SWAPPED = frozenset({errno.ELOOP, errno.EINVAL, errno.ENOTDIR, errno.EXDEV, errno.EISDIR, errno.EMLINK})
+"""``errno`` values of an operation whose path changed under it (a symlink or another
+directory swapped in between the checks and the use)."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _typed(method: _F) -> _F:
+    """Issue 28, defect 9: an ``OSError`` escaping a jail operation (its path changed
+    while it ran: a symlink swapped in, a file removed) becomes typed:
+    ``FilePathError`` for a file gone (``ENOENT``) or another failure (its strerror),
+    ``JailError`` for :data:`_SWAPPED` errnos. Typed errors pass through."""
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except FabricError:
+            raise
+        except FileNotFoundError:
+            raise FilePathError("path: a file or directory on the way was removed while "
+                                "the operation ran") from None
+        except OSError as exc:
+            if exc.errno in _SWAPPED:
+                raise JailError("path: it changed while the operation ran (a symlink or "
+                                f"directory swapped in?): {exc.strerror}; refused") from None
+            raise FilePathError(f"path: {exc.strerror or exc}") from None
+    return cast(_F, wrapper)
 
 
 def _split(path: str | None, *, allow_root: bool) -> tuple[str, ...]:
@@ -238,6 +271,7 @@ class FileJail:
             return False
 
     # ---------------------------------------------------------------- reads
+    @_typed
     def listdir(self, path: str | None = None, *, limit: int = MAX_VIEW_ENTRIES) -> Listing:
         """List a directory (default the root): at most ``limit`` entries by name,
         with their types and byte sizes; symlinks are listed, never followed.
@@ -271,6 +305,7 @@ class FileJail:
         entries = [DirEntry(name, kind, size) for name, kind, size in names]
         return Listing(self.relpath(parts), entries, total, total > len(entries))
 
+    @_typed
     def read(self, path: str, *, cap: int | None = None) -> ReadResult:
         """Read a regular file, at most ``cap`` bytes (default ``max_file_bytes``):
         never more than ``cap + 1`` bytes are read, whatever the file's size."""
@@ -303,8 +338,7 @@ class FileJail:
         except OSError as exc:
             raise self._refuse(name, dfd, exc) from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise FilePathError(f"path: {name!r} is not a regular file")
+            _check_opened(name, os.fstat(fd))
             if _O_NONBLOCK:
                 fl = fcntl.fcntl(fd, fcntl.F_GETFL)
                 fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~_O_NONBLOCK)
@@ -324,12 +358,14 @@ class FileJail:
         finally:
             os.close(fd)
 
+    @_typed
     def is_dir(self, path: str | None) -> bool:
         """Whether ``path`` is a directory inside the jail (after the checks)."""
         parts = self.parts(path, allow_root=True)
         self.check_real(parts)
         return self._exists_dir(parts)
 
+    @_typed
     def files_under(self, path: str) -> list[str]:
         """Relative paths of the regular files at or below ``path`` (symlinks are
         not followed), sorted."""
@@ -355,6 +391,7 @@ class FileJail:
             return sorted(out)
 
     # --------------------------------------------------------------- writes
+    @_typed
     def append(self, path: str, text: str) -> AppendResult:
         """Append ``text`` to a file (made, with its parent directories, when absent),
         with a newline first when the file has content and ``text`` does not start
@@ -394,6 +431,7 @@ class FileJail:
                 os.close(fd)
         return AppendResult(self.relpath(parts), len(sep) + len(data), new_size, created, bool(sep))
 
+    @_typed
     def write(self, path: str, data: bytes, *, exclusive: bool = False) -> bool:
         """Write a whole file (parents made as needed): with ``exclusive`` only when it
         does not exist yet (``FilePathError``), else atomically replacing it (temp file
@@ -429,6 +467,7 @@ class FileJail:
                 raise
             return st is None
 
+    @_typed
     def remove(self, path: str) -> None:
         """Delete a file, or a directory with everything below it (symlinks inside
         are removed, never followed)."""
@@ -447,6 +486,7 @@ class FileJail:
             else:
                 os.unlink(name, dir_fd=dfd)
 
+    @_typed
     def rename(self, old: str, new: str) -> None:
         """Move a file or directory to a path that does not exist yet (parents made)."""
         src = self.parts(old)
@@ -467,6 +507,17 @@ class FileJail:
             else:
                 raise FilePathError(f"path: {self.relpath(dst)!r} already exists")
             os.rename(src[-1], dst[-1], src_dir_fd=sfd, dst_dir_fd=dfd)
+
+
+def _check_opened(name: str, st: os.stat_result) -> None:
+    """Issue 28, defect 6: what an opened descriptor (``fstat``) must be: a regular file
+    (``FilePathError`` otherwise) with one link (``JailError`` otherwise: a hard link
+    planted in the root may name a file outside it, and nothing on the path shows it)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise FilePathError(f"path: {name!r} is not a regular file")
+    if st.st_nlink > 1:
+        raise JailError(f"path: {name!r} has {st.st_nlink} hard links; a file with more than one "
+                        "link may be a file outside the jail and is refused")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -10,8 +10,11 @@ hand tool names on to model APIs that refuse dots); a call may use either form
 The server has its own session, attached to its one scope for its lifetime and
 detached when it stops; it never serves another scope. Over HTTP it listens on
 ``127.0.0.1`` by default, with DNS-rebinding protection; bound to any other address it
-refuses to start without a bearer token (``--token`` or ``$MEMFABRIC_MCP_TOKEN``), and
-when a token is set every request must carry ``Authorization: Bearer <token>``.
+refuses to start without a bearer token (``$MEMFABRIC_MCP_TOKEN``, ``--token-file`` or
+``--token``), and when a token is set every request must carry ``Authorization: Bearer
+<token>`` (the scheme in any case, RFC 9110). A ``--token`` on the command line is
+readable by every local user (``/proc/PID/cmdline``, ``ps``): prefer the environment
+variable or a file only its owner reads.
 
 Requires the optional extra: ``pip install 'memfabric[mcp]'``.
 """
@@ -133,7 +136,7 @@ def serve(
         raise SettingsError("transport: must be stdio or http")
     token = token or os.environ.get(TOKEN_ENV) or None
     if transport == "http" and not is_loopback(host) and not token:
-        raise SettingsError(f"token: listening on {host} needs --token or ${TOKEN_ENV}")
+        raise SettingsError(f"token: listening on {host} needs ${TOKEN_ENV}, --token-file or --token")
     notes: Notes = fabric.scope(tenant, resource, thread)
     tools = notes.tools(root, max_file_bytes=max_file_bytes)
     with _attached(notes) as session:
@@ -151,15 +154,41 @@ async def _run_stdio(server: Server[Any, Any]) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def read_token_file(path: str | os.PathLike[str]) -> str:
+    """The bearer token stored in the file ``path`` (``--token-file``): its content
+    with surrounding whitespace (a final newline) stripped. ``SettingsError`` when the
+    file cannot be read, is empty, or the token holds whitespace or control characters."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read(4097).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"token-file: cannot read {os.fspath(path)!r}: {exc}") from None
+    if not token or len(token) > 4096 or any(c.isspace() or not c.isprintable() for c in token):
+        raise SettingsError(f"token-file: {os.fspath(path)!r} must hold one token (1-4096 printable "
+                            "characters, no spaces)")
+    return token
+
+
+def bearer_credentials(header: bytes) -> bytes | None:
+    """The credentials of an ``Authorization`` header of the ``Bearer`` scheme, else
+    ``None``. RFC 9110 section 11.1: the scheme name is case-insensitive (``bearer``,
+    ``BEARER``) and one or more spaces separate it from the token."""
+    scheme, sep, rest = header.partition(b" ")
+    if not sep or scheme.lower() != b"bearer":
+        return None
+    return rest.lstrip(b" ")
+
+
 def bearer_guard(app: ASGIApp, token: str | None) -> ASGIApp:
     """ASGI middleware: with a ``token``, answer 401 unless the request carries
-    ``Authorization: Bearer <token>`` (constant-time compare)."""
-    expected = f"Bearer {token}".encode() if token else None
+    ``Authorization: Bearer <token>`` (scheme in any case, constant-time compare of the
+    token)."""
+    expected = token.encode() if token else None
 
     async def guarded(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if expected is not None and scope.get("type") == "http":
-            got = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(got, expected):
+            got = bearer_credentials(dict(scope.get("headers") or []).get(b"authorization", b""))
+            if got is None or not hmac.compare_digest(got, expected):
                 await send({"type": "http.response.start", "status": 401, "headers": [
                     (b"content-type", b"application/json"),
                     (b"www-authenticate", b'Bearer realm="memfabric"')]})

@@ -48,19 +48,21 @@ from uuid import UUID
 
 import numpy as np
 from memfabric.adapters.embedders import HashEmbedder
-from memfabric.domain import link_terms, links, visibility
+from memfabric.domain import link_terms, links, replay, visibility
 from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
 from memfabric.domain.errors import FabricError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.note import ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, Note, note_uuid
 from memfabric.domain.notes import Notes
-from memfabric.domain.ports import Candidate, Embedder, ListQuery, NoteFilter, NoteRef
+from memfabric.domain.ports import Candidate, DueRef, Embedder, ListQuery, NoteFilter, NoteRef
+from memfabric.domain.retention import ERASABLE, RetentionConfig, Windows
+from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.results import EraseResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 from memfabric.domain.working import BlockEntry, WorkingValidator, block_entry
-from memfabric.projections import consolidation_index, link_graph, note_scope, recall_index
+from memfabric.projections import consolidation_index, link_graph, note_scope, recall_index, retention_index
 
 ENGLISH_STOP_WORDS: frozenset[str] = frozenset(["i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now"])
 """English stop words (the Snowball list PostgreSQL's ``english.stop`` also derives from)."""
@@ -117,6 +119,9 @@ class InMemoryEventLog:
         self.recall_rows: dict[UUID, dict[str, Any]] = {}
         self.consolidation_rows: dict[UUID, dict[str, Any]] = {}
         self.scope_rows: dict[UUID, dict[str, Any]] = {}
+        self.retention_rows: dict[UUID, dict[str, Any]] = {}
+        """Issue 30: ``retention_index.row_for`` rows."""
+        self.retention_config: RetentionConfig = RetentionConfig()
         self.blocks: dict[UUID, tuple[str, str, BlockEntry]] = {}
         self._scope_locks: dict[str, threading.Lock] = {}
 
@@ -180,7 +185,7 @@ class InMemoryEventLog:
         """The aggregate replayed from its events (``None`` when absent)."""
         note: Any = None
         for event in self.events(aggregate_id):
-            note = event.mutate(note)
+            note = replay.step(event, note)
         return note if isinstance(note, Note) else None
 
     def append(self, events: Sequence[Any], notes: Sequence[Note], doomed: set[UUID]) -> int:
@@ -216,6 +221,7 @@ class InMemoryEventLog:
         _put(self.consolidation_rows, aid, consolidation_index.COLUMNS,
              consolidation_index.row_for(note))
         _put(self.scope_rows, aid, note_scope.COLUMNS, note_scope.row_for(note))
+        _put(self.retention_rows, aid, retention_index.COLUMNS, retention_index.row_for(note))
         edges = [dict(zip(link_graph.COLUMNS, row, strict=True)) for row in link_graph.rows_for(note)]
         if edges:
             self.link_rows[aid] = edges
@@ -421,7 +427,7 @@ class InMemoryUnitOfWork:
             return held
         found: Any = None
         for event in self._log.events(aggregate_id):
-            found = event.mutate(found)
+            found = replay.step(event, found)
         return found
 
     def load_ledger_head(self, aggregate_id: UUID, scope: Scope) -> Any:
@@ -731,6 +737,49 @@ def _lexical_scores(rows: Sequence[dict[str, Any]], terms: Sequence[str]) -> dic
     return {aid: float(sum(idf[t] for t in ts)) for aid, ts in matched.items()}
 
 
+class InMemoryRetentionStore:
+    """``RetentionStore`` on the in-memory log: ``retention_index.select_due`` in Python."""
+
+    def __init__(self, log: InMemoryEventLog) -> None:
+        self.log = log
+
+    def config(self, *, cached: bool = False) -> RetentionConfig:
+        return self.log.retention_config
+
+    def classes(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, str]:
+        with self.log.lock:
+            rows = self.log.retention_rows
+            return {a: str(rows[a]["retention"]) for a in aggregate_ids if a in rows}
+
+    def record(self, config: RetentionConfig) -> None:
+        self.log.retention_config = config
+
+    def tenants(self, *, after: str | None) -> list[str]:
+        with self.log.lock:
+            found = {r["tenant_id"] for r in self.log.retention_rows.values()}
+        return sorted(t for t in found if after is None or t > after)
+
+    def due(self, tenant_id: str, windows: Windows, now: datetime, *, after: UUID | None,
+            limit: int) -> list[DueRef]:
+        with self.log.lock:
+            rows = [dict(r) for r in self.log.retention_rows.values()
+                    if r["tenant_id"] == tenant_id and (after is None or r["aggregate_id"] > after)
+                    and _due(r, windows, now)]
+        rows.sort(key=lambda r: r["aggregate_id"])
+        return [DueRef(aggregate_id=r["aggregate_id"], scope=_home(r), note_id=r["note_id"],
+                       visibility=r["visibility"]) for r in rows[:limit]]
+
+
+def _due(row: dict[str, Any], windows: Windows, now: datetime) -> bool:
+    """``retention_index.due_sql`` in Python."""
+    if (not row["expired"] and not row["superseded"] and row["valid_to"] is not None
+            and row["valid_to"] <= now):
+        return True
+    span = windows.window(row["retention"])
+    return (span is not None and row["written_at"] <= now - span
+            and (row["retention"] in ERASABLE or not row["expired"]))
+
+
 class MemoryFabric:
     """An in-memory fabric: the same service as ``Fabric``, on in-memory ports.
 
@@ -751,12 +800,13 @@ class MemoryFabric:
     def erase_scope(
         self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,
         hold: bool = False, *, requested_by: str = "operator", batch_size: int = 100,
+        approval: str | None = None,
     ) -> EraseResult:
         """Tombstone (or hold) every un-forgotten note of a scope prefix (see
         ``Fabric.erase_scope``); ``pydantic.ValidationError`` for bad arguments."""
         args = EraseScopeInput(
             tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id, hold=hold,
-            requested_by=requested_by, batch_size=batch_size,
+            requested_by=requested_by, batch_size=batch_size, approval=approval,
         )
         result = self.service.erase_scope(args)
         if args.hold:
@@ -766,10 +816,18 @@ class MemoryFabric:
                                 args.requested_by)  # issue 14
         return dataclasses.replace(result, conversations=n)
 
+    def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,
+              dry_run: bool = False, batch_size: int = BATCH_SIZE,
+              progress: Progress | None = None) -> SweepResult:
+        """Apply the retention rules at ``now`` (see ``Fabric.sweep``)."""
+        return self.service.sweep(now, tenant=tenant, limit=limit, dry_run=dry_run,
+                                  batch_size=batch_size, progress=progress)
+
     def catch_up(self) -> dict[str, int]:
         """Projections are always at the log head: their positions."""
         return {"recall_index": self.log.position, "working_value": self.log.position,
-                "note_scope": self.log.position, "consolidation": self.log.position}
+                "note_scope": self.log.position, "consolidation": self.log.position,
+                "retention": self.log.position}
 
     def close(self) -> None:
         """Nothing to release."""
@@ -792,11 +850,14 @@ def open_memory_fabric(
     linker: Any = None,
     evolution: Any = None,
     passive: bool = False,
+    retention: RetentionConfig | dict[str, Any] | None = None,
 ) -> MemoryFabric:
     """An in-memory fabric with ``open_fabric``'s settings (no ``dsn``, no projections
     runner: projections always update with the write). Raises
-    ``pydantic.ValidationError`` for bad ``consolidate`` / ``limits`` settings."""
+    ``pydantic.ValidationError`` for bad ``consolidate`` / ``limits`` / ``retention``
+    settings."""
     consolidation = Consolidation.of(consolidate)
+    retention_config = RetentionConfig.of(retention)
     limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
     log = InMemoryEventLog()
     store = InMemoryNoteStore(log)
@@ -812,4 +873,6 @@ def open_memory_fabric(
     service.configure_workers(**links.worker_settings(linker, evolution, passive))
     from memfabric.adapters.memory_ledger import InMemoryLedgerStore  # noqa: PLC0415
     service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
+    service.retention_store = InMemoryRetentionStore(log)  # issue 30
+    service.retention_store.record(retention_config)
     return MemoryFabric(service, log, store)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
+from memfabric.domain import replay
 from memfabric.domain.ledger import Conversation, Entry
 from memfabric.domain.search_terms import coverage, search_terms, term_weights, word_terms as terms
 
@@ -30,7 +31,7 @@ class InMemoryLedgerStore:
     def load(self, aggregate_id: UUID) -> Conversation | None:
         conv: Any = None
         for event in self.log.events(aggregate_id):
-            conv = event.mutate(conv)
+            conv = replay.step(event, conv)
         return conv if isinstance(conv, Conversation) else None
 
     def _live(self, aggregate_id: UUID) -> list[Entry]:

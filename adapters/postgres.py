@@ -36,7 +36,9 @@ from eventsourcing.persistence import StoredEvent, Transcoder
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.replicas import PRIMARY, ReplicaRouter
+from memfabric.adapters.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
+from memfabric.domain import replay
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
@@ -207,6 +209,7 @@ class PostgresFactory(_EventsourcingPostgresFactory):
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
+        use_whole_dsn(self.datastore, self.env.get(CONNINFO_ENV))  # issue 28: every DSN parameter
         self.keys = KeyStore(self.datastore)
 
     def mapper(self, transcoder: Transcoder | None = None, mapper_class: Any = None) -> SealingMapper:  # type: ignore[override]
@@ -299,7 +302,7 @@ def select_notes(
     found: dict[UUID, Any] = {}
     for oid, version, topic, state in rows:
         event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-        found[oid] = event.mutate(found.get(oid))
+        found[oid] = replay.step(event, found.get(oid))  # issue 28: a missing version is typed
     return [found[i] for i in ids if i in found]
 
 

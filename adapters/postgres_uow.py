@@ -218,41 +218,64 @@ class PostgresUnitOfWork:
         self.keys.doomed.add(aggregate.id)
 
     def tenant(self) -> str:
-        """The one tenant this unit of work writes (its scopes' and aggregates')."""
-        tenants = {s.tenant_id for s in self._scopes}
-        tenants |= {a.scope.tenant_id for a in [*self._aggregates.values(), *self._others.values()]}
+        """The tenant this unit of work writes (``FabricError`` when it writes several)."""
+        tenants = {_tenant_of(a) for a in [*self._aggregates.values(), *self._others.values()]}
+        tenants |= {s.tenant_id for s in self._scopes}
         if len(tenants) != 1:
-            raise FabricError(f"a unit of work writes exactly one tenant, not {sorted(tenants)}")
+            raise FabricError(f"this unit of work writes {sorted(tenants)}, not one tenant")
         return next(iter(tenants))
 
     def commit(self) -> None:
-        """Lock, seal, append and project everything added (see the module doc)."""
+        """Lock, seal, append and project everything added (see the module doc). Each
+        event is appended in its aggregate's tenant (:func:`_tenant_of`); a unit of work
+        that writes several (a fabric-wide sweep record beside a tenant's notes) takes
+        their locks in sorted order and records each tenant's positions."""
         conn = self.conn
-        notes: list[Any] = [*self._aggregates.values(), *self._others.values()]
         if not self._events:
             self._committed = True
             return
-        tenant = self.tenant()
+        aggregates: dict[UUID, Any] = {**self._others, **self._aggregates}
+        event_tenants = [_tenant_of(aggregates[e.originator_id]) for e in self._events]
+        tenants = sorted(set(event_tenants))
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
-        with dimension_guard(), conn.cursor() as cur, conn.cursor() as pos:
-            # one round trip for lock, keys, append and the tenant's positions (pipeline mode)
-            query, params = self._engine.lock_statement(tenant)
+        with dimension_guard(), conn.cursor() as cur:
+            # one round trip for lock, keys, append and the tenants' positions (pipeline mode)
+            query, params = self._engine.lock_statement(tenants)
             cur.execute(query, params, prepare=True)
             self.keys.flush(cur)
             self.keys.destroy(cur)
             try:
-                appended = self._log.note_recorder.send_insert(cur, stored, [tenant] * len(stored),
+                appended = self._log.note_recorder.send_insert(cur, stored, event_tenants,
                                                                notify=not self._inline_all)
-                self._engine.send_positions(pos, projections, tenant)
+                readers = []
+                for tenant in tenants:
+                    pos = conn.cursor()
+                    self._engine.send_positions(pos, projections, tenant)
+                    readers.append(pos)
                 ids = appended()
             except (IntegrityError, psycopg.errors.UniqueViolation) as exc:  # a version taken meanwhile
                 raise ConflictError(f"a concurrent write appended to the same note first ({exc}); retry") from exc
-            self._engine.apply_inline(cur, notes, ids, projections, tenant,
-                                      positions=self._engine.read_positions(pos))
+            for tenant, pos in zip(tenants, readers, strict=True):
+                self._engine.apply_inline(
+                    cur, [a for a in aggregates.values() if _tenant_of(a) == tenant],
+                    [i for i, t in zip(ids, event_tenants, strict=True) if t == tenant],
+                    projections, tenant, positions=self._engine.read_positions(pos))
+                pos.close()
         self._position = max(ids, default=0)
         self._committed = True
+
+
+def _tenant_of(aggregate: Any) -> str:
+    """The tenant an aggregate's events are appended in: its scope's, else its
+    ``tenant_id`` (a sweep record of one tenant), else ``""`` (a fabric-wide aggregate,
+    e.g. a sweep of every tenant)."""
+    scope = getattr(aggregate, "scope", None)
+    if isinstance(scope, Scope):
+        return scope.tenant_id
+    tenant = getattr(aggregate, "tenant_id", None)
+    return tenant if isinstance(tenant, str) else ""
 
 
 def cursor_loader(log: NoteLog) -> Callable[[Cursor[Any], Sequence[UUID]], list[Note]]:

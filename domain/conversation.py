@@ -10,16 +10,16 @@ every call.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Protocol, TypeVar, cast
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from memfabric.domain.errors import NotSupportedError
+from memfabric.domain.inputs import reject_nul
 from memfabric.domain.ledger import (
     Conversation,
     LedgerAbortedError,
@@ -48,6 +48,14 @@ def _aware(value: datetime | None) -> datetime | None:
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """Issue 28, defect 9: a NUL character (which PostgreSQL text cannot store) in
+        any string field is a ``ValidationError`` naming the field, before anything is
+        written (it was eventsourcing's ``DataError`` from the ledger projection)."""
+        return reject_nul(value)
 
 
 class AppendInput(_Input):
@@ -208,7 +216,11 @@ class LedgerUnitOfWork(Protocol):
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex[:12]
+    """A fresh 12-hex id (never of a block id's form: an observation's id may become an
+    episode note's)."""
+    from memfabric.domain.inputs import fresh_id  # noqa: PLC0415
+
+    return fresh_id()
 
 
 def _entry(row: dict[str, Any]) -> LedgerEntry:

@@ -39,6 +39,20 @@ class NotHeldError(FabricError):
     """``release_hold`` named a note that is not under legal hold."""
 
 
+class RetentionError(FabricError):
+    """Issue 30: a retention change is not allowed (a note with the regulated label
+    moved into a longer class without an approval reference)."""
+
+
+class RetentionFloorError(RetentionError):
+    """Issue 30: a regulated note cannot be erased before its floor (``floor``: when it
+    ends, UTC) unless the legal erasure names an approval reference."""
+
+    def __init__(self, message: str, floor: object = None) -> None:
+        super().__init__(message)
+        self.floor = floor
+
+
 class NamespaceError(FabricError, ValueError):
     """A store namespace does not map onto a scope (see ``docs/langgraph.md``)."""
 
@@ -66,7 +80,9 @@ class ProjectionLagError(FabricError, TimeoutError):
 
 
 class EventIntegrityError(FabricError):
-    """A stored event failed authenticated decryption: its bytes were changed."""
+    """A stored event failed authenticated decryption (its bytes were changed), or a
+    note's events miss a version (a row was deleted; the message names the note and the
+    missing version)."""
 
 
 class ReadOnlyError(FabricError):

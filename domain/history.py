@@ -8,9 +8,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memfabric.domain import visibility
+from memfabric.domain import replay, visibility
 from memfabric.domain.errors import NoteNotFoundError, ScopeError
-from memfabric.domain.note import ERASED, Note, note_uuid
+from memfabric.domain.note import ERASED, Note, note_uuid, replaced_decision
 from memfabric.domain.results import HistoryEntry, Lineage, MemoryNote, note_view
 from memfabric.domain.scope import Scope
 
@@ -116,31 +116,63 @@ def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
 
 def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry]:
     """Every event of the note visible from ``scope`` (:func:`locate`) in version order
-    (``NoteNotFoundError`` when absent)."""
+    (``NoteNotFoundError`` when absent; ``EventIntegrityError`` naming the note and the
+    version when one is missing from the middle of its events)."""
     home, _ = locate(svc, scope, note_id)
     events = list(svc.store.stored_events(note_uuid(home, note_id)))
     if not events:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
+    replay.check_versions(f"note {note_id!r} of scope {home}", (e.originator_version for e in events))
     entries = [_entry(event) for event in events]
     if home == scope:
         return entries
     seen = target_visible(svc, scope, home)
-    return [_hide_links(e, seen) for e in entries]
+    return [_hide_ids(e, seen, home) for e in entries]
 
 
-def _hide_links(entry: HistoryEntry, seen: Callable[[str], bool]) -> HistoryEntry:
-    """``entry`` without the ``links`` items (``{"id": ...}``) whose target ``seen``
-    refuses, and without a ``supersedes`` id (and the decision's) it refuses."""
+_ID_CAUSES = ("supersession:", "evolution:", "withdraw:")
+"""Causes that name another note: ``supersession:<id>``, ``evolution:<id>:v<n>``,
+``withdraw:<id>`` (the id of the successor / the contributing note)."""
+
+
+def _hide_ids(entry: HistoryEntry, seen: Callable[[str], bool], home: Scope) -> HistoryEntry:
+    """``entry`` (of a note of ``home``) with every note id ``seen`` refuses taken out
+    (issue 28, defect 5): ``links`` items (``{"id": ...}``), ``note_ids``
+    (``Contributed``), ``link_ids`` (``Forgotten``), ``supersedes`` /
+    ``superseded_by`` / ``successor_id`` (then ``None``), the decision's ``note_id``
+    (with its ``old_value``), the id in ``cause`` (kept as its prefix, e.g.
+    ``supersession``) and ``source`` (the aggregate id of a contributing note:
+    ``None`` unless it is the note the cause names and that one is seen)."""
     fields = dict(entry.fields)
     links = fields.get("links")
     if isinstance(links, list) and links:
         fields["links"] = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
-    replaced = fields.get("supersedes")
-    if isinstance(replaced, str) and replaced and not seen(replaced):
-        fields["supersedes"] = None
-        if isinstance(fields.get("decision"), dict):
-            fields["decision"] = _unnamed(fields["decision"], replaced)
-    return entry if fields == entry.fields else dataclasses.replace(entry, fields=fields)
+    for name in ("note_ids", "link_ids"):
+        ids = fields.get(name)
+        if isinstance(ids, list) and ids:
+            fields[name] = [i for i in ids if seen(str(i))]
+    for name in ("supersedes", "superseded_by", "successor_id"):
+        other = fields.get(name)
+        if isinstance(other, str) and other and not seen(other):
+            fields[name] = None
+    decision = fields.get("decision")
+    if isinstance(decision, dict) and isinstance(decision.get("note_id"), str) and not seen(decision["note_id"]):
+        fields["decision"] = _unnamed(decision, decision["note_id"])
+    named = _cause_note(fields.get("cause"))
+    if named is not None and not seen(named):
+        fields["cause"] = str(fields["cause"]).split(":", 1)[0]
+    if isinstance(fields.get("source"), str) and fields["source"]:
+        if named is None or not seen(named) or str(note_uuid(home, named)) != fields["source"]:
+            fields["source"] = None
+    return entry if fields == entry.fields else dataclasses.replace(
+        entry, fields=fields, cause=str(fields.get("cause", entry.cause)))
+
+
+def _cause_note(cause: Any) -> str | None:
+    """The note id a cause of :data:`_ID_CAUSES` names, else ``None``."""
+    if not isinstance(cause, str) or not cause.startswith(_ID_CAUSES):
+        return None
+    return cause.split(":")[1] or None
 
 
 def _entry(event: Any) -> HistoryEntry:
@@ -148,6 +180,8 @@ def _entry(event: Any) -> HistoryEntry:
     erased = tuple(fields.pop("_erased", ()))
     for name in erased:
         fields[name] = ERASED
+    if type(event).__name__ == "Superseded" and isinstance(fields.get("decision"), dict):
+        fields["decision"] = replaced_decision(fields["decision"])  # events before issue 28
     return HistoryEntry(version=event.originator_version, type=type(event).__name__,
                         timestamp=event.timestamp, cause=str(fields.get("cause", "caller")),
                         fields=fields, erased=erased)

@@ -7,7 +7,9 @@ aliases (``validFrom``, ``sourceEntryIds`` ...). Read models (what calls return)
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
@@ -28,12 +30,36 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from memfabric.domain.retention import RetentionClass
 from memfabric.domain.scope import ScopeId
 
 Kind = Literal["fact", "procedure", "file", "working", "episode"]
 RECALLABLE_KINDS: tuple[str, ...] = ("fact", "procedure", "file")
 RecallMode = Literal["hybrid", "vector", "lexical"]
 NOTE_ID_RE = re.compile(r"^[0-9a-f]{12}$")
+
+
+def block_id_mark(prefix: str) -> str:
+    """The 4 hex digits that end a working block's note id after its 8-hex ``prefix``
+    (issue 27): BLAKE2b of the prefix, so whether an id is a block's is a property of
+    the id alone (:func:`is_block_id`)."""
+    return hashlib.blake2b(b"mf-block-id#" + prefix.encode(), digest_size=2).hexdigest()
+
+
+def is_block_id(note_id: str) -> bool:
+    """Whether ``note_id`` has the form of a working block's derived id (1 in 65,536
+    12-hex ids does). No explicit id of another kind may take one (the input is
+    refused), and generated ids never do (:func:`fresh_id`), so a label's block id is
+    never taken by a fact."""
+    return len(note_id) == 12 and block_id_mark(note_id[:8]) == note_id[8:]
+
+
+def fresh_id() -> str:
+    """A random 12-hex id (``uuid4``) that is not of a block id's form."""
+    while True:
+        candidate = uuid.uuid4().hex[:12]
+        if not is_block_id(candidate):
+            return candidate
 BLOCK_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 NoteId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{12}$")]
@@ -162,6 +188,11 @@ class RememberInput(_Input):
       supersede by subject equality instead of by similarity.
     - ``importance``: in [0, 1] (default 0.5 when omitted).
     - ``consent``: :class:`Consent`.
+    - ``retention``: ``ephemeral | operational | durable | regulated`` (issue 30;
+      default: the kind's, :func:`memfabric.domain.retention.default_class`); a fold
+      naming another class moves the note there (a ``RetentionChanged`` event, under
+      the rules of ``Notes.set_retention``: ``RetentionError`` for a regulated note into
+      a longer class), one that names none keeps the note's class.
     """
 
     kind: Kind
@@ -181,6 +212,7 @@ class RememberInput(_Input):
     subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     importance: Unit | None = None
     consent: Consent | None = None
+    retention: RetentionClass | None = None
 
     @field_validator("content", "context")
     @classmethod
@@ -211,6 +243,9 @@ class RememberInput(_Input):
                 raise ValueError(f"{extra[0]}: not allowed for kind 'working'")
         elif self.block is not None:
             raise ValueError(f"block: only allowed for kind 'working', not {self.kind!r}")
+        elif self.id is not None and is_block_id(self.id):
+            raise ValueError(f"id: {self.id} has the form reserved for working-memory block ids "
+                             "(1 in 65,536 ids has it); choose another id")
         if self.content is None and self.kind != "file":
             raise ValueError("content: required")
         if self.valid_from and self.valid_to and self.valid_to <= self.valid_from:
@@ -410,6 +445,9 @@ class EraseScopeInput(_Args):
     hold: StrictBool = False
     requested_by: Requester = "operator"
     batch_size: Annotated[int, Field(ge=1, le=1000)] = 100
+    approval: Requester | None = None
+    """Issue 30: a legal erasure's approval reference (erases regulated notes before
+    their floor; recorded in the tombstones)."""
 
 
 class ForgetArgs(_Args):
@@ -420,12 +458,23 @@ class ForgetArgs(_Args):
     block: BlockLabel | None = None
     hold: StrictBool = False
     requested_by: Requester | None = None
+    approval: Requester | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ForgetArgs:
         if (self.id is None) == (self.block is None):
             raise ValueError("id: give exactly one of id= or block=")
         return self
+
+
+class RetentionArgs(_Args):
+    """Arguments of ``Notes.set_retention``: ``id`` (12 hex), ``retention`` (a class),
+    ``approval`` and ``requested_by`` (1-200 characters or ``None``)."""
+
+    id: NoteId
+    retention: RetentionClass
+    approval: Requester | None = None
+    requested_by: Requester | None = None
 
 
 class NoteRefArgs(_Args):

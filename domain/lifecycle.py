@@ -10,18 +10,20 @@ is a ``Forgotten`` event with reason ``legal_hold``: content kept, never recalle
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from memfabric.domain import links, working
+from memfabric.domain import links, retention, working
 from memfabric.domain.history import history, locate, lock_scopes
-from memfabric.domain.errors import EventIntegrityError, FabricError, NoteNotFoundError
+from memfabric.domain.errors import EventIntegrityError, FabricError, NoteNotFoundError, RetentionFloorError
 from memfabric.domain.inputs import EraseScopeInput
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.ports import UnitOfWork
 from memfabric.domain.results import (
     EraseResult,
+    NoteCounts,
     ForgetResult,
     MemoryNote,
     PathForgetResult,
@@ -44,6 +46,29 @@ class _Tally:
     deleted: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     already_held: list[str] = field(default_factory=list)
+    floor: dict[str, datetime] = field(default_factory=dict)
+    """Issue 30: regulated notes kept because their floor has not passed (id: its end)."""
+
+
+Guard = Callable[[Note], "datetime | None"]
+"""Issue 30: the end of a note's regulated floor when it forbids erasing it now, else ``None``."""
+
+
+def floor_guard(svc: MemoryService, approval: str | None) -> Guard | None:
+    """The guard of an erasure: none with an ``approval`` reference (a legal erasure),
+    else the recorded retention settings' floor at the service clock (read only when a
+    note carries the regulated label)."""
+    if approval is not None or svc.retention_store is None:
+        return None
+    store = svc.retention_store
+    cache: dict[str, retention.RetentionConfig] = {}
+
+    def guard(note: Note) -> datetime | None:
+        if not retention.regulated_label(note):
+            return None
+        config = cache.get("c") or cache.setdefault("c", store.config())
+        return retention.under_floor(note, config.for_tenant(note.tenant_id), svc.clock())
+    return guard
 
 
 KEY_FAULT = "key_fault"
@@ -76,10 +101,13 @@ def load_for_erasure(uow: UnitOfWork, aggregate_ids: Sequence[UUID],
 
 
 def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_by: str,
-              cause: str, unreadable: bool = False) -> _Tally:
+              cause: str, unreadable: bool = False, guard: Guard | None = None,
+              approval: str | None = None) -> _Tally:
     """Give every live note of ``notes`` its ``Forgotten`` tombstone (reason
     ``legal_hold`` with ``hold``) in ``uow``, shredding the keys of the tombstoned (not
-    held) ones. Forgotten notes are skipped; held notes stay as they are."""
+    held) ones. Forgotten notes are skipped; held notes stay as they are; with a
+    ``guard`` (issue 30) a note it names a floor for is kept (``tally.floor``);
+    ``approval`` is recorded in the tombstones."""
     tally = _Tally()
     in_flight = {note.id: note for note in notes}
     for note in notes:
@@ -88,11 +116,15 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
         if note.held:
             tally.already_held.append(note.note_id)
             continue
+        until = guard(note) if guard is not None and not hold else None
+        if until is not None:
+            tally.floor[note.note_id] = until
+            continue
         if not hold:
             links.withdraw_contributions(uow, note, in_flight)
         digest = uow.content_hmac(note.content) if note.content is not None and not unreadable else None
         note.forget(content_hmac=digest, reason="legal_hold" if hold else "forgotten",
-                    requested_by=requested_by, cause=cause)
+                    requested_by=requested_by, cause=cause, approval=None if hold else approval)
         uow.add(note)
         if not hold:
             uow.shred(note)
@@ -101,13 +133,17 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
 
 
 def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
-           block: str | None = None) -> ForgetResult:
+           block: str | None = None, approval: str | None = None) -> ForgetResult:
     """Tombstone (or hold) one note visible from ``scope`` (issue 16: resolved by
     :func:`memfabric.domain.history.locate`; a block: of exactly ``scope``). Absent or
     already forgotten: ``deleted=0, held=False``; held: ``deleted=0, held=True``, left
-    unchanged."""
+    unchanged. Issue 30: a note with the regulated label before its floor raises
+    ``RetentionFloorError`` naming the floor (nothing written) unless ``approval``
+    names the legal erasure's approval reference (recorded in the tombstone)."""
     home, vis = (scope, LEGACY_VISIBILITY) if block is not None else locate(svc, scope, note_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        if block is not None:  # issue 27: a block written before its id got its mark keeps its id
+            note_id = working.erasure_block_id(uow, home, block)
         readable, unreadable, failed = load_for_erasure(uow, [note_uuid(home, note_id)])
         if failed:
             raise EventIntegrityError(f"note {note_id!r} of scope {home}: its events cannot be decoded,"
@@ -119,7 +155,14 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
         if note is None:
             return ForgetResult(id=note_id if block is None else None, block=block, deleted=0, held=False)
         tally = tombstone(uow, [note], hold=hold, requested_by=requested_by,
-                          cause=KEY_FAULT if unreadable else "caller", unreadable=bool(unreadable))
+                          cause=KEY_FAULT if unreadable else "caller", unreadable=bool(unreadable),
+                          guard=floor_guard(svc, approval), approval=approval)
+        if tally.floor:
+            until = tally.floor[note.note_id]
+            raise RetentionFloorError(
+                f"note {note_id} is regulated: it cannot be erased before its floor ends at "
+                f"{until.isoformat()} unless the erasure names an approval reference (approval=...)",
+                floor=until)
         uow.commit()
     svc.store.await_position(uow.position)
     return ForgetResult(id=note_id if block is None else None, block=block,
@@ -144,19 +187,45 @@ def release_hold(svc: MemoryService, scope: Scope, note_id: str, *, requested_by
     return note_view(note, "released")
 
 
+def set_retention(svc: MemoryService, scope: Scope, note_id: str, target: str, *, requested_by: str,
+                  approval: str | None = None) -> MemoryNote:
+    """Issue 30: move note ``note_id`` (any one visible from ``scope``) to retention
+    class ``target``: one ``RetentionChanged`` event (none when it already has that
+    class). Raises ``NoteNotFoundError`` (absent), ``NoteForgottenError``
+    (tombstoned), ``RetentionError`` (a note with the regulated label into a longer
+    class without ``approval``, recorded in the event when given)."""
+    home, vis = locate(svc, scope, note_id)
+    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+        note = uow.load(home, note_id)
+        if note is None:
+            raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
+        note.change_retention(retention=target, requested_by=requested_by, approval=approval)
+        uow.add(note)
+        uow.commit()
+    svc.store.await_position(uow.position)
+    return note_view(note, "retained")
+
+
 def forget_block(svc: MemoryService, scope: Scope, label: str, *, hold: bool,
-                 requested_by: str) -> ForgetResult:
-    """Tombstone (or hold) working block ``label`` of ``scope``."""
+                 requested_by: str, approval: str | None = None) -> ForgetResult:
+    """Tombstone (or hold) working block ``label`` of ``scope`` (floor as in :func:`forget`)."""
     return forget(svc, scope, working.block_note_id(scope, label), hold=hold,
-                  requested_by=requested_by, block=label)
+                  requested_by=requested_by, block=label, approval=approval)
 
 
 def delete_path(svc: MemoryService, scope: Scope, path: str, *, hold: bool,
                 requested_by: str) -> PathForgetResult:
-    """Tombstone (or hold) every ``file`` note of ``scope`` recorded against ``path``."""
+    """Tombstone (or hold) every ``file`` note of ``scope`` recorded against ``path``
+    (``RetentionFloorError``, nothing written, when one is regulated before its floor)."""
     with svc.unit_of_work([scope]) as uow:
         notes = _by_path(uow, scope, path)
-        tally = tombstone(uow, notes, hold=hold, requested_by=requested_by, cause="delete_path")
+        tally = tombstone(uow, notes, hold=hold, requested_by=requested_by, cause="delete_path",
+                          guard=floor_guard(svc, None))
+        if tally.floor:
+            nid, until = next(iter(tally.floor.items()))
+            raise RetentionFloorError(f"note {nid} on {path!r} is regulated: it cannot be erased before "
+                                      f"its floor ends at {until.isoformat()} (forget it with approval=...)",
+                                      floor=until)
         uow.commit()
     svc.store.await_position(uow.position)
     return PathForgetResult(path=path, deleted=tuple(tally.deleted),
@@ -187,9 +256,13 @@ def _by_path(uow: UnitOfWork, scope: Scope, path: str) -> list[Note]:
 def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
     """Tombstone (or hold) every un-forgotten note of a scope prefix, ``batch_size``
     notes per unit of work (each holding the write locks of the scopes it touches and
-    of their consolidation groups, ``visibility.write_locks``)."""
+    of their consolidation groups, ``visibility.write_locks``). Issue 30: regulated
+    notes before their floor are kept (``floor_kept``, and in ``remaining``) unless
+    ``args.approval`` names a legal erasure's approval reference."""
     t, r, th = args.tenant_id, args.resource_id, args.thread_id
-    deleted = held = already_held = batches = 0
+    deleted = held = already_held = batches = floor_kept = 0
+    guard = None if args.hold else floor_guard(svc, args.approval)
+    states = {"live": 0, "superseded": 0, "held": 0}
     unread: list[str] = []
     failed: list[str] = []
     after = None
@@ -204,10 +277,12 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         locks = {lock for ref in targets for lock in write_locks(ref.scope, "tenant")}
         with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
             notes, bad, lost = load_for_erasure(uow, [ref.aggregate_id for ref in targets])
+            for note in (*notes, *bad):
+                states[_state(note)] += 1
             tally = tombstone(uow, notes, hold=args.hold, requested_by=args.requested_by,
-                              cause="erase_scope")
+                              cause="erase_scope", guard=guard, approval=args.approval)
             bad_tally = tombstone(uow, bad, hold=args.hold, requested_by=args.requested_by,
-                                  cause=KEY_FAULT, unreadable=True)
+                                  cause=KEY_FAULT, unreadable=True, guard=guard, approval=args.approval)
             uow.commit()
         names = {ref.aggregate_id: ref.note_id for ref in targets}
         unread += bad_tally.deleted + bad_tally.held
@@ -216,13 +291,23 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
             getattr(tally, attr).extend(getattr(bad_tally, attr))
         svc.store.await_position(uow.position)
         batches += 1
+        floor_kept += len(tally.floor) + len(bad_tally.floor)
         deleted += len(tally.deleted)
         held += len(tally.held)
         already_held += len(tally.already_held)  # held by someone else meanwhile
     remaining, _ = svc.store.count_in_scope(t, r, th)
+    found = NoteCounts(live=states["live"], superseded=states["superseded"], held=already_held, forgotten=deleted)
     return EraseResult(tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
                        already_held=already_held, remaining=remaining, batches=batches,
-                       unreadable=tuple(unread), failed=tuple(failed))
+                       unreadable=tuple(unread), failed=tuple(failed), floor_kept=floor_kept,
+                       found=found)
+
+
+def _state(note: Note) -> str:
+    """``held``, ``superseded`` or ``live``: an un-forgotten note's state (NoteCounts)."""
+    if note.held:
+        return "held"
+    return "superseded" if note.superseded_by else "live"
 
 
 def verify_content(svc: MemoryService, scope: Scope, note_id: str, text: str) -> bool:

@@ -18,7 +18,8 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate
 
-from memfabric.domain.errors import NoteForgottenError, NotHeldError
+from memfabric.domain import retention as rules
+from memfabric.domain.errors import NoteForgottenError, NotHeldError, RetentionError
 from memfabric.domain.scope import Scope
 
 _NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
@@ -41,6 +42,21 @@ sealed one (a plain marker names them), are listed as erased, so ``history`` sho
 
 ERASED = "<erased>"
 """What a protected field reads as once its note's key has been destroyed."""
+
+SUCCESSOR_VALUES: frozenset[str] = frozenset({"new_value"})
+"""Keys of a supersession decision that hold a value read from the *successor* (issue 28,
+defect 4): a replaced note's ``Superseded`` event never stores them (they live in the
+successor's own ``decision``, under the successor's key), so forgetting the successor
+leaves none of its values readable through the replaced note."""
+
+
+def replaced_decision(decision: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``decision`` as a replaced note's ``Superseded`` event keeps it: without the
+    :data:`SUCCESSOR_VALUES` keys (``None`` stays ``None``). Also applied when reading
+    events written before this rule."""
+    if not decision or not SUCCESSOR_VALUES & decision.keys():
+        return decision
+    return {k: v for k, v in decision.items() if k not in SUCCESSOR_VALUES}
 
 
 def note_uuid(scope: Scope, note_id: str) -> UUID:
@@ -167,6 +183,9 @@ class Note(Aggregate):
         promoted_from: dict[str, Any] | None = None
         """Issue 14: ``{reflection_id, scope_id}`` when the note was promoted from a
         reflection of the conversation ledger (absent in older logs: ``None``)."""
+        retention: str | None = None
+        """Issue 30: the retention class (absent in older logs: ``None``, read as the
+        kind's default, :func:`memfabric.domain.retention.class_of`)."""
 
     class Folded(Aggregate.Event):
         """The same note was written again: annotations unioned, new content wins, the
@@ -214,6 +233,7 @@ class Note(Aggregate):
                 note.valid_to = max(note.valid_to, self.valid_to)
             note.fold_count += 1
             note.updated_at = self.timestamp
+            note.written_at = self.timestamp
 
     class Reembedded(Aggregate.Event):
         """Issue 19: the note's content embedded by another embedder (an embedder
@@ -242,7 +262,7 @@ class Note(Aggregate):
 
         def apply(self, note: Note) -> None:
             note.superseded_by = self.successor_id
-            note.supersession = self.decision
+            note.supersession = replaced_decision(self.decision)
             if note.valid_to is None or self.valid_to < note.valid_to:
                 note.valid_to = self.valid_to
             note.updated_at = self.timestamp
@@ -353,6 +373,8 @@ class Note(Aggregate):
             note.forgotten_at = None
             note.block_version += 1
             note.updated_at = self.timestamp
+            note.written_at = self.timestamp
+            note.expired_at = None  # a rewritten block is current again
 
     class BlockAppended(Aggregate.Event):
         """Text was appended to a ``working`` block."""
@@ -366,6 +388,8 @@ class Note(Aggregate):
             note.token_count = self.token_count
             note.block_version += 1
             note.updated_at = self.timestamp
+            note.written_at = self.timestamp
+            note.expired_at = None
 
     class Forgotten(Aggregate.Event):
         """The tombstone: content erased (or kept under legal hold), lineage kept.
@@ -388,6 +412,9 @@ class Note(Aggregate):
         reason: str
         requested_by: str
         cause: str
+        approval: str | None = None
+        """Issue 30: the approval reference of a legal erasure before a regulated floor
+        (absent in older logs)."""
 
         def apply(self, note: Note) -> None:
             note.updated_at = self.timestamp
@@ -416,6 +443,41 @@ class Note(Aggregate):
 
         def apply(self, note: Note) -> None:
             note.held = False
+            note.updated_at = self.timestamp
+
+    class RetentionChanged(Aggregate.Event):
+        """Issue 30: the note moved to retention class ``retention`` from ``previous``;
+        ``approval``: the approval reference that allowed a regulated note into a longer
+        class (``None`` otherwise)."""
+
+        retention: str
+        previous: str
+        requested_by: str
+        cause: str
+        approval: str | None = None
+
+        def apply(self, note: Note) -> None:
+            note.retention = self.retention
+            if self.retention == "regulated":
+                note.regulated = True
+            note.updated_at = self.timestamp
+
+    class Expired(Aggregate.Event):
+        """Issue 30: a sweep at ``at`` expired the note: ``reason`` ``interval`` (its
+        ``valid_to`` passed) or ``retention`` (its class window closed). From ``at`` on
+        it is no longer current (its window closes there: not recalled, never a fold,
+        supersession or expansion candidate, no working-value entry) but stays
+        readable in ``get``, history, lineage and ``as_of`` reads before ``at``."""
+
+        reason: str
+        at: datetime
+        retention: str
+        cause: str = "sweep"
+
+        def apply(self, note: Note) -> None:
+            note.expired_at = self.at
+            if note.kind != "working" and (note.valid_to is None or self.at < note.valid_to):
+                note.valid_to = self.at
             note.updated_at = self.timestamp
 
     def __init__(  # noqa: PLR0913 - the Remembered event's fields
@@ -449,6 +511,7 @@ class Note(Aggregate):
         inferred_subject: dict[str, Any] | None = None,
         decision: dict[str, Any] | None = None,
         promoted_from: dict[str, Any] | None = None,
+        retention: str | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.resource_id = resource_id
@@ -489,11 +552,18 @@ class Note(Aggregate):
         self.contributed_to: list[str] = []
         self.vectors: dict[str, bytes] = {}
         self.promoted_from = promoted_from
+        self.retention = retention
+        self.regulated = retention == "regulated"
+        self.written_at: datetime | None = None
+        self.expired_at: datetime | None = None
 
     # ----------------------------------------------------------------- commands
     @classmethod
     def remember(cls, *, scope: Scope, **fields: Any) -> Note:
-        """Create a note; ``fields`` are the ``Remembered`` event's fields."""
+        """Create a note; ``fields`` are the ``Remembered`` event's fields (``retention``
+        omitted or ``None``: the kind's default class, recorded)."""
+        if fields.get("retention") is None:
+            fields["retention"] = rules.default_class(fields["kind"], fields.get("promoted_from") is not None)
         return cls._create(
             cls.Remembered,
             id=note_uuid(scope, fields["note_id"]),
@@ -531,7 +601,7 @@ class Note(Aggregate):
         self._check_live()
         self.trigger_event(
             self.Superseded, successor_id=successor_id, valid_to=valid_to, cause=cause,
-            decision=decision,
+            decision=replaced_decision(decision),
         )
 
     def link(self, links: list[dict[str, Any]], cause: str = "caller") -> None:
@@ -580,7 +650,8 @@ class Note(Aggregate):
         self.trigger_event(self.BlockAppended, text=text, token_count=token_count, cause=cause)
 
     def forget(
-        self, *, content_hmac: str | None, reason: str, requested_by: str, cause: str = "caller"
+        self, *, content_hmac: str | None, reason: str, requested_by: str, cause: str = "caller",
+        approval: str | None = None,
     ) -> None:
         self._check_live()
         self.trigger_event(
@@ -598,6 +669,7 @@ class Note(Aggregate):
             reason=reason,
             requested_by=requested_by,
             cause=cause,
+            approval=approval,
         )
 
     def reembed(self, *, embedding: bytes, embedder_id: str, dim: int, cause: str = "reembed") -> None:
@@ -606,6 +678,31 @@ class Note(Aggregate):
         self._check_live()
         self.trigger_event(self.Reembedded, embedding=embedding, embedder_id=embedder_id,
                            dim=dim, cause=cause)
+
+    def change_retention(self, *, retention: str, requested_by: str, approval: str | None = None,
+                         cause: str = "caller") -> None:
+        """Move the note to class ``retention`` (``RetentionChanged``). A note with the
+        regulated label moving into a longer class (``retention.RANK``) needs
+        ``approval`` (else ``RetentionError``); ``NoteForgottenError`` for a forgotten
+        note. The same class again changes nothing."""
+        self._check_live()
+        previous = rules.class_of(self)
+        if retention == previous:
+            return
+        longer = rules.RANK[retention] > rules.RANK[previous]
+        if longer and rules.regulated_label(self) and not approval:
+            raise RetentionError(
+                f"retention: note {self.note_id} carries the regulated label; moving it from "
+                f"{previous!r} to the longer class {retention!r} needs an approval reference (approval=...)")
+        self.trigger_event(self.RetentionChanged, retention=retention, previous=previous,
+                           requested_by=requested_by, cause=cause,
+                           approval=approval if longer and rules.regulated_label(self) else None)
+
+    def expire(self, *, reason: str, at: datetime, cause: str = "sweep") -> None:
+        """Record that the note expired at ``at`` (``Expired``); ``NoteForgottenError``
+        for a forgotten note."""
+        self._check_live()
+        self.trigger_event(self.Expired, reason=reason, at=at, retention=rules.class_of(self), cause=cause)
 
     def release_hold(self, *, requested_by: str, cause: str = "caller") -> None:
         """Lift the legal hold (``NoteForgottenError`` for a forgotten note,

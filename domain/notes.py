@@ -26,6 +26,7 @@ from memfabric.domain.inputs import (
     RecallInput,
     RecallMode,
     ReleaseHoldArgs,
+    RetentionArgs,
     RememberInput,
     RepointArgs,
     Scoring,
@@ -125,6 +126,7 @@ class Notes:
         consent: Consent | Mapping[str, Any] | None = None,
         consolidate: bool | Mapping[str, Any] | Consolidation | None = None,
         reflection_id: str | None = None,
+        retention: str | None = None,
     ) -> MemoryNote:
         """Write one note and return it (``MemoryNote.outcome``: ``inserted``, ``folded`` or
         ``superseding``; for a working block ``inserted`` or ``replaced``).
@@ -161,7 +163,7 @@ class Notes:
             "subject": subject, "t_ref": t_ref, "valid_from": valid_from, "valid_to": valid_to,
             "keywords": keywords, "tags": tags, "source_entry_ids": source_entry_ids,
             "context": context, "links": links, "supersedes": supersedes,
-            "importance": importance, "consent": consent,
+            "importance": importance, "consent": consent, "retention": retention,
         }
         if reflection_id is not None:  # issue 14: promotion (memfabric.domain.promotion)
             from memfabric.domain.promotion import promote  # noqa: PLC0415
@@ -375,7 +377,7 @@ class Notes:
     # ----------------------------------------------------------------- forget
     def forget(
         self, *, id: str | None = None, block: str | None = None, hold: bool = False,  # noqa: A002
-        requested_by: str | None = None,
+        requested_by: str | None = None, approval: str | None = None,
     ) -> ForgetResult:
         """Tombstone a note (``id=``) or a working block (``block=``), exactly one.
 
@@ -394,16 +396,39 @@ class Notes:
         ``requested_by`` (default: this handle's actor) and cause. A held note cannot
         be forgotten (``deleted=0, held=True``); forgetting twice is a no-op.
 
+        Issue 30: a note with the regulated label is not erased before its floor
+        (``RetentionFloorError`` naming the floor's end; nothing written) unless
+        ``approval`` names the legal erasure's approval reference (1-200 characters,
+        recorded in the tombstone). Holding is always allowed.
+
         Raises ``pydantic.ValidationError`` when both or neither of ``id``/``block``
         are given, for a malformed id or label, a non-bool ``hold`` or a
         ``requested_by`` outside 1-200 characters; nothing is written then.
         """
-        args = ForgetArgs(id=id, block=block, hold=hold, requested_by=requested_by)
+        args = ForgetArgs(id=id, block=block, hold=hold, requested_by=requested_by, approval=approval)
         who = args.requested_by or self.actor
         if args.id is not None:
-            return self._service.forget(self.scope, args.id, hold=args.hold, requested_by=who)
+            return self._service.forget(self.scope, args.id, hold=args.hold, requested_by=who,
+                                        approval=args.approval)
         assert args.block is not None
-        return self._service.forget_block(self.scope, args.block, hold=args.hold, requested_by=who)
+        return self._service.forget_block(self.scope, args.block, hold=args.hold, requested_by=who,
+                                          approval=args.approval)
+
+    def set_retention(self, id: str, retention: str, *, approval: str | None = None,  # noqa: A002
+                      requested_by: str | None = None) -> MemoryNote:
+        """Issue 30: move note ``id`` to retention class ``retention`` (``ephemeral |
+        operational | durable | regulated``) with one ``RetentionChanged`` event (none
+        when it already has it); returns the note (``outcome="retained"``). A note
+        carrying the regulated label (regulated now or before) moved into a longer class
+        (ephemeral < operational < regulated < durable) needs ``approval``, an approval
+        reference recorded in the event (``RetentionError`` otherwise). Raises
+        ``pydantic.ValidationError`` for a bad id, class or reference,
+        ``NoteNotFoundError``, ``NoteForgottenError``; nothing is written then."""
+        args = RetentionArgs.model_validate({"id": id, "retention": retention, "approval": approval,
+                                             "requested_by": requested_by})
+        return self._service.set_retention(self.scope, args.id, args.retention,
+                                           requested_by=args.requested_by or self.actor,
+                                           approval=args.approval)
 
     def verify_content(self, id: str, text: str) -> bool:  # noqa: A002
         """Whether ``text`` matches the tombstone hash (HMAC-SHA256 under the fabric
@@ -482,7 +507,11 @@ class Notes:
         subject: str | None = None, valid_at: datetime | None = None,
         include_superseded: bool = False,
     ) -> int:
-        """How many notes :meth:`list` would return over all its pages (same filters)."""
+        """How many notes :meth:`list` would return over all its pages (same filters):
+        the *live* notes visible from this scope; superseded ones only with
+        ``include_superseded=True``; held and forgotten notes never (issue 27: see
+        :class:`~memfabric.domain.results.NoteCounts`; ``erase_scope`` reports each
+        state by name in ``EraseResult.found``)."""
         args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
         return self._service.count_notes(self.scope, args)
 

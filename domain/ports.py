@@ -24,6 +24,7 @@ import numpy as np
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.note import Note
+from memfabric.domain.retention import RetentionConfig, Windows
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 
@@ -107,6 +108,45 @@ class NoteRef:
     scope: Scope
     note_id: str
     held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DueRef:
+    """Issue 30: a note a sweep may have to act on, as the retention index lists it (no
+    content): aggregate id, home scope, id and visibility (for the batch's write locks)."""
+
+    aggregate_id: UUID
+    scope: Scope
+    note_id: str
+    visibility: str
+
+
+class RetentionStore(Protocol):
+    """Issue 30: the retention settings every process shares and the retention index."""
+
+    def config(self, *, cached: bool = False) -> RetentionConfig:
+        """The recorded :class:`~memfabric.domain.retention.RetentionConfig` (the
+        defaults when none was recorded); ``cached``: a copy read at most
+        ``CONFIG_TTL`` seconds ago will do (recall's half-lives; decisions read fresh)."""
+        ...
+
+    def classes(self, aggregate_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """The retention class of each un-forgotten note among ``aggregate_ids``."""
+        ...
+
+    def record(self, config: RetentionConfig) -> None:
+        """Record ``config`` for every process (replacing the recorded one)."""
+        ...
+
+    def tenants(self, *, after: str | None) -> list[str]:
+        """Tenants with un-forgotten notes, sorted, after ``after``."""
+        ...
+
+    def due(self, tenant_id: str, windows: Windows, now: datetime, *, after: UUID | None,
+            limit: int) -> list[DueRef]:
+        """Up to ``limit`` notes of ``tenant_id`` that may be due at ``now`` (a superset
+        of :func:`memfabric.domain.retention.decide`), by aggregate id after ``after``."""
+        ...
 
 
 class UnitOfWork(Protocol):

@@ -75,6 +75,7 @@ def promote(svc: Any, scope: Scope, *, kind: str, reflection_id: Any, content: A
             embedding=vector_bytes(embedding), embedder_id=svc.embedder.id, dim=svc.embedder.dim,
             token_count=policy.count_tokens(text), cause="promotion",
             promoted_from={"reflection_id": args.reflection_id, "scope_id": scope_id},
+            retention=item.retention,
         )
         uow.add(note)
         uow.commit()

@@ -52,9 +52,9 @@ without one). Without expansion no hit has a link term.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from memfabric.domain import policy
@@ -77,6 +77,9 @@ class Ranking:
     budget: int | None
     expand: int = 0
     min_relevance: float = 0.0
+    half_life_of: Mapping[UUID, timedelta] = field(default_factory=dict)
+    """Issue 30: the recency half-life of candidates whose retention class has one
+    configured (``Windows.half_life``); the others use ``scoring.half_life``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +143,7 @@ def _score(cand: Candidate, how: Ranking, best_lex: float,
         evidence = policy.convex_relevance(cand.similarity, lexical, how.vector_weight)
     f = cand.fields
     reference = f["t_ref"] or f["valid_from"] or f["ingested_at"]
-    rec = policy.recency(reference, how.as_of, how.scoring.half_life)
+    rec = policy.recency(reference, how.as_of, how.half_life_of.get(cand.aggregate_id, how.scoring.half_life))
     total = policy.score(relevance, rec, float(f["importance"]),
                          recency_weight=how.scoring.recency_weight,
                          importance_weight=how.scoring.importance_weight)

@@ -12,7 +12,6 @@ One write (a single note or a ``remember_many`` batch) runs in one unit of work:
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memfabric.domain import consolidation, history, links, policy, visibility, working
+from memfabric.domain import consolidation, history, links, policy, retention, visibility, working
 from memfabric.domain.consolidation import LocalIndex, Neighbour, NeighbourQuery
 from memfabric.domain.errors import (
     NoteExistsError,
@@ -29,7 +28,7 @@ from memfabric.domain.errors import (
     NotSupportedError,
     SupersessionError,
 )
-from memfabric.domain.inputs import RememberInput
+from memfabric.domain.inputs import RememberInput, fresh_id
 from memfabric.domain.note import Note
 from memfabric.domain.ports import UnitOfWork
 from memfabric.domain.results import MemoryNote, Outcome, note_view
@@ -40,8 +39,8 @@ if TYPE_CHECKING:
 
 
 def new_note_id() -> str:
-    """A fresh 12-hex note id (random, from ``uuid4``)."""
-    return uuid.uuid4().hex[:12]
+    """A fresh 12-hex note id (random, from ``uuid4``; never of a block id's form)."""
+    return fresh_id()
 
 
 def vector_bytes(vector: np.ndarray) -> bytes:
@@ -296,6 +295,10 @@ class _Writer:
             raise NoteNotFoundError(f"supersedes: no note {item.supersedes!r} in scope {self.scope}") from None
         if not old.live:
             raise NoteForgottenError(f"supersedes: note {item.supersedes!r} is forgotten or held")
+        expired = retention.expired_at(old)
+        if expired is not None:
+            raise SupersessionError(f"supersedes: note {old.note_id!r} expired at {expired.isoformat()};"
+                                    " an expired note is never superseded")
         if old.superseded_by is not None:
             raise SupersessionError(
                 f"supersedes: note {old.note_id!r} was already superseded by "
@@ -318,6 +321,8 @@ class _Writer:
             t_ref=item.t_ref, valid_from=item.valid_from, valid_to=item.valid_to, cause="fold",
             decision=why,
         )
+        if item.retention is not None:  # issue 30: a repeat naming another class changes it
+            old.change_retention(retention=item.retention, requested_by="caller", cause="fold")
         self._track(old, p)
         return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why))
 
@@ -340,6 +345,7 @@ class _Writer:
             embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
             dim=self.svc.embedder.dim, token_count=policy.count_tokens(p.text), cause="caller",
             inferred_subject=consolidation.key_to_dict(p.query.inferred), decision=_stored_decision(why),
+            retention=item.retention,
         )
         if outcome == "precede" and neighbour is not None:
             _close_before(note, neighbour)

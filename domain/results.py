@@ -11,18 +11,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from memfabric.domain import retention
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 
 Outcome = Literal[
     "inserted", "folded", "superseding", "preceding", "replaced", "appended", "recalled", "read",
-    "linked", "unlinked", "listed", "released",
+    "linked", "unlinked", "listed", "released", "retained",
 ]
 """What a call did to or with a note: ``remember`` gives ``inserted``, ``folded``,
 ``superseding`` or ``preceding`` (working blocks ``inserted``, ``replaced`` or
 ``appended``); ``recall`` gives ``recalled``; ``get`` gives ``read``; ``link``/``unlink`` give
 ``linked``/``unlinked`` (the source note); ``list`` gives ``listed``; ``release_hold`` gives
-``released``."""
+``released``; ``set_retention`` gives ``retained``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +98,20 @@ class MemoryNote:
     held: bool = False
     outcome: Outcome = "inserted"
     forgotten_at: datetime | None = None
+    retention: str = "durable"
+    """Issue 30: the retention class (:mod:`memfabric.domain.retention`)."""
+    expired_at: datetime | None = None
+    """Issue 30: when a sweep expired the note (``None``: not expired)."""
     decision: dict[str, Any] | None = None
     """Why this write folded or superseded (``basis``: ``exact_repeat``, ``path``,
     ``explicit_subject``, ``inferred_subject`` with ``subject_key``/``old_value``/
     ``new_value``/``decision_rule``/``extraction_rules``, or ``caller_supersedes``);
     ``None`` for a plain insert."""
+    promoted_from: dict[str, Any] | None = None
+    """Issue 14/27: ``{reflection_id, scope_id}`` of the ledger reflection a promoted
+    note came from (``remember(..., reflection_id=R)``, ``get``, ``history`` readers),
+    ``None`` for any other note. Recall hits and ``list`` items (read from the recall
+    index) leave it ``None``; ``get(id)`` has it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,15 +220,31 @@ class Lineage:
 
 
 @dataclass(frozen=True, slots=True)
+class NoteCounts:
+    """Notes by state (issue 27), so that every count says what it counts: ``live``
+    (neither superseded, held nor forgotten: what ``Notes.count()`` counts),
+    ``superseded`` (replaced by a successor; ``count(include_superseded=True)`` adds
+    them), ``held`` (under legal hold: kept, never recalled or listed) and
+    ``forgotten`` (tombstoned)."""
+
+    live: int = 0
+    superseded: int = 0
+    held: int = 0
+    forgotten: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class EraseResult:
     """Exact counts of one ``erase_scope`` call over the scope prefix
     ``(tenant_id, resource_id, thread_id)`` (``None`` = every resource / thread).
 
     ``deleted``: notes tombstoned and crypto-shredded by this call; ``held``: notes this
     call put under legal hold (``hold=True``); ``already_held``: notes found under an
-    earlier hold and left as they are (content kept); ``remaining``: un-forgotten notes
-    neither held nor erased after the call (0 unless notes were written into the scope
-    while it was erased: run it again); ``batches``: write transactions used.
+    earlier hold and left as they are (content kept; they are still in the prefix after
+    the call); ``remaining``: un-forgotten notes, live or superseded, neither held nor
+    erased after the call (0 unless notes were written into the scope while it was
+    erased: run it again; held notes are not counted here but in ``found.held`` and
+    ``held``); ``batches``: write transactions used.
     ``unreadable``: ids of notes (counted in ``deleted``/``held``) whose content could
     not be decrypted (key fault or changed bytes): tombstoned without a content hash,
     with cause ``key_fault``, their keys destroyed; ``failed``: ids of notes that could
@@ -236,6 +262,15 @@ class EraseResult:
     failed: tuple[str, ...] = ()
     conversations: int = 0
     """Issue 14: conversation ledgers of the prefix's threads erased (crypto-shredded)."""
+    floor_kept: int = 0
+    """Issue 30: regulated notes kept because their floor has not passed (no approval
+    reference given); counted in ``remaining``."""
+    found: NoteCounts = field(default_factory=NoteCounts)
+    """Issue 27: the un-forgotten notes the call found in the prefix, by state: ``live``
+    and ``superseded`` (both erased, or held with ``hold=True``: ``deleted + held ==
+    found.live + found.superseded`` unless some ``failed``), ``held`` (under an earlier
+    hold: ``already_held``, kept) and ``forgotten`` (tombstoned by this call:
+    ``deleted``). ``Notes.count()`` counts only the live ones."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,5 +328,8 @@ def note_view(note: Note, outcome: Outcome = "inserted", *,
         held=note.held,
         outcome=outcome,
         forgotten_at=note.forgotten_at,
+        retention=retention.class_of(note),
+        expired_at=retention.expired_at(note),
         decision=decision if decision is not None else getattr(note, "decision", None),
+        promoted_from=getattr(note, "promoted_from", None),
     )

@@ -13,7 +13,7 @@ Each command lives in a module of its own: :mod:`~memfabric.domain.remember`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import dataclasses
@@ -22,6 +22,7 @@ import numpy as np
 
 from memfabric.domain.group_commit import GroupCommit
 from memfabric.domain import browse, history, lifecycle, links, policy, ranking, remember, working
+from memfabric.domain import sweep as sweeping
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
 from memfabric.domain.links import EvolutionSettings, LinkerSettings
@@ -35,7 +36,15 @@ from memfabric.domain.inputs import (
     RememberInput,
     Scoring,
 )
-from memfabric.domain.ports import Embedder, ListQuery, NoteFilter, NoteStore, UnitOfWork, UnitOfWorkFactory
+from memfabric.domain.ports import (
+    Embedder,
+    ListQuery,
+    NoteFilter,
+    NoteStore,
+    RetentionStore,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
 from memfabric.domain.results import (
     EraseResult,
     ForgetResult,
@@ -127,6 +136,11 @@ class MemoryService:
         self.group_commit: GroupCommit[RememberInput, MemoryNote] | None = GroupCommit()
         """Issue 24: concurrent small writes to one scope share a transaction
         (:mod:`memfabric.domain.group_commit`); ``None`` writes each alone."""
+        self.retention_store: RetentionStore | None = None
+        """Issue 30: the shared retention settings and index (set by the composition root)."""
+        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+        """Issue 30: "now" of retention decisions (the floor check, a sweep without
+        ``now``); tests inject a fake clock."""
 
     def configure_workers(self, *, linker: LinkerSettings, evolution: EvolutionSettings,
                           passive: bool) -> None:
@@ -188,13 +202,30 @@ class MemoryService:
         self.store.await_position(uow.position)
         return view
 
-    def forget(self, scope: Scope, note_id: str, *, hold: bool, requested_by: str) -> ForgetResult:
+    def forget(self, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
+               approval: str | None = None) -> ForgetResult:
         """Tombstone (or hold) one note (see :func:`memfabric.domain.lifecycle.forget`)."""
-        return lifecycle.forget(self, scope, note_id, hold=hold, requested_by=requested_by)
+        return lifecycle.forget(self, scope, note_id, hold=hold, requested_by=requested_by,
+                                approval=approval)
 
-    def forget_block(self, scope: Scope, label: str, *, hold: bool, requested_by: str) -> ForgetResult:
+    def forget_block(self, scope: Scope, label: str, *, hold: bool, requested_by: str,
+                     approval: str | None = None) -> ForgetResult:
         """Tombstone (or hold) a working block."""
-        return lifecycle.forget_block(self, scope, label, hold=hold, requested_by=requested_by)
+        return lifecycle.forget_block(self, scope, label, hold=hold, requested_by=requested_by,
+                                      approval=approval)
+
+    def set_retention(self, scope: Scope, note_id: str, retention: str, *, requested_by: str,
+                      approval: str | None = None) -> MemoryNote:
+        """Move a note to another retention class (see :func:`memfabric.domain.lifecycle.set_retention`)."""
+        return lifecycle.set_retention(self, scope, note_id, retention, requested_by=requested_by,
+                                       approval=approval)
+
+    def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,
+              dry_run: bool = False, batch_size: int = sweeping.BATCH_SIZE,
+              progress: sweeping.Progress | None = None) -> sweeping.SweepResult:
+        """Apply the retention rules at ``now`` (see :func:`memfabric.domain.sweep.sweep`)."""
+        return sweeping.sweep(self, now, tenant=tenant, limit=limit, dry_run=dry_run,
+                              batch_size=batch_size, progress=progress)
 
     def delete_path(self, scope: Scope, path: str, *, hold: bool, requested_by: str) -> PathForgetResult:
         """Tombstone (or hold) the ``file`` notes of a path."""
@@ -249,11 +280,25 @@ class MemoryService:
         how = ranking.Ranking(mode=query.mode, as_of=as_of, scoring=scoring, vector_weight=weight,
                               top_k=query.top_k, budget=query.budget,
                               expand=query.top_k if query.expand_links else 0,
-                              min_relevance=query.min_relevance)
+                              min_relevance=query.min_relevance,
+                              half_life_of=self._half_lives(scope, scoring, candidates))
         result = ranking.rank(candidates, how)
         if any(h.supersedes and h.scope != scope for h in result.hits):
             result = dataclasses.replace(result, hits=history.hide_predecessors(self, scope, list(result.hits)))
         return dataclasses.replace(result, served_by=served)
+
+    def _half_lives(self, scope: Scope, scoring: Scoring,
+                    candidates: Sequence[Any]) -> dict[Any, timedelta]:
+        """Issue 30: the recency half-life of each candidate whose retention class has one
+        configured for ``scope``'s tenant (none when the query names its own
+        ``half_life``, or nothing is configured: then no lookup is made)."""
+        if self.retention_store is None or "half_life" in scoring.model_fields_set or not candidates:
+            return {}
+        per_class = self.retention_store.config(cached=True).for_tenant(scope.tenant_id).half_life
+        if not per_class:
+            return {}
+        classes = self.retention_store.classes([c.aggregate_id for c in candidates])
+        return {aid: per_class[cls] for aid, cls in classes.items() if cls in per_class}
 
     def list_query(self, scope: Scope, args: ListInput) -> ListQuery:
         """The store query of ``Notes.list`` / ``Notes.count`` arguments."""

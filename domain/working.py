@@ -28,10 +28,12 @@ from memfabric.domain import policy
 from memfabric.domain.errors import (
     CapacityError,
     ConflictError,
+    EventIntegrityError,
     NoteExistsError,
     NoteForgottenError,
     ValidatorRejectedError,
 )
+from memfabric.domain.inputs import block_id_mark
 from memfabric.domain.note import Note
 from memfabric.domain.results import MemoryNote, Outcome, note_view
 from memfabric.domain.scope import Scope
@@ -57,9 +59,46 @@ WorkingValidator = type[BaseModel] | Callable[[dict[str, Any]], Any]
 
 
 def block_note_id(scope: Scope, label: str) -> str:
-    """The 12-hex note id of block ``label`` in ``scope`` (BLAKE2b of both), so a label
-    names one note per scope and the same label in two scopes is two notes."""
+    """The 12-hex note id of block ``label`` in ``scope``: 8 hex of BLAKE2b of both and
+    the 4-hex mark of :func:`~memfabric.domain.inputs.is_block_id` (issue 27), so a
+    label names one note per scope, the same label in two scopes is two notes, and no
+    explicit id of another kind can take it."""
+    prefix = hashlib.blake2b(f"block#{scope.key}#{label}".encode(), digest_size=4).hexdigest()
+    return prefix + block_id_mark(prefix)
+
+
+def legacy_block_note_id(scope: Scope, label: str) -> str:
+    """The id blocks written before issue 27 have (12 hex of BLAKE2b): still found."""
     return hashlib.blake2b(f"block#{scope.key}#{label}".encode(), digest_size=6).hexdigest()
+
+
+def find_block(uow: UnitOfWork, scope: Scope, label: str) -> tuple[str, Note | None]:
+    """``(note id, note)`` of block ``label`` in ``scope``: the block at its derived id,
+    else an older block at its legacy id (a working note of that label), else
+    ``(derived id, None)``. A note of another kind at the legacy id is never the block
+    (it does not make the label unusable)."""
+    derived = block_note_id(scope, label)
+    note = uow.load(scope, derived)
+    if note is not None:
+        return derived, note
+    legacy = uow.load(scope, legacy_block_note_id(scope, label))
+    if legacy is not None and legacy.kind == "working" and legacy.block == label:
+        return legacy.note_id, legacy
+    return derived, None
+
+
+def erasure_block_id(uow: UnitOfWork, scope: Scope, label: str) -> str:
+    """The id ``forget(block=label)`` tombstones: the derived id when it exists or no
+    note is at the legacy id; else the legacy id when that note is this label's
+    working block, or cannot be decoded (a key fault: it is tombstoned blind)."""
+    derived, legacy = block_note_id(scope, label), legacy_block_note_id(scope, label)
+    if uow.exists(scope, derived) or not uow.exists(scope, legacy):
+        return derived
+    try:
+        note = uow.load(scope, legacy)
+    except EventIntegrityError:
+        return legacy
+    return legacy if note is not None and note.kind == "working" and note.block == label else derived
 
 
 def check_block_note(note: Note | None, label: str) -> None:
@@ -74,8 +113,9 @@ def check_block_note(note: Note | None, label: str) -> None:
 
 def block_entry(note: Note) -> BlockEntry | None:
     """The working-value entry of a working note, or ``None`` when it has none
-    (not a working note, forgotten, held or empty)."""
-    if note.kind != "working" or not note.live or note.content is None or note.block is None:
+    (not a working note, forgotten, held, expired (issue 30) or empty)."""
+    if (note.kind != "working" or not note.live or note.content is None or note.block is None
+            or getattr(note, "expired_at", None) is not None):
         return None
     changed = note.updated_at or note.created_on
     return BlockEntry(
@@ -137,7 +177,7 @@ class BlockWriter:
         ``limits.max_entry_text_chars`` (``CapacityError``), it is held
         (``NoteForgottenError``) or the host validator rejects it
         (``ValidatorRejectedError``)."""
-        note = self.uow.load(self.scope, block_note_id(self.scope, label))
+        _, note = find_block(self.uow, self.scope, label)
         check_block_note(note, label)
         if note is not None and note.held:
             raise NoteForgottenError(f"block: block {label!r} is under legal hold and cannot be written")

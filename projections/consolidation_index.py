@@ -74,10 +74,11 @@ CHUNK = 500
 
 def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[Any, ...] | None:
     """The row of a note, or ``None`` when it can no longer be a consolidation
-    candidate (not a consolidating kind, forgotten, held, superseded, no vector).
+    candidate (not a consolidating kind, forgotten, held, superseded, expired, no vector).
     ``embedder_id``: whose vector the row carries (see ``recall_index.row_for``)."""
     if (note.kind not in KINDS or not note.live or note.superseded_by is not None
-            or note.content is None or note.embedding is None):
+            or note.content is None or note.embedding is None
+            or getattr(note, "expired_at", None) is not None):  # issue 30: never folds or supersedes
         return None
     embedding = base.embedding_for(note, embedder_id, dim)
     if embedding is None:

@@ -323,12 +323,14 @@ class ProjectionEngine:
         """The keys of :meth:`shared_locks`."""
         return [self.lock_key(p.name) for p in projections]
 
-    def lock_statement(self, tenant: str) -> tuple[bytes, list[int]]:
-        """The statement a writer runs before it draws notification ids: the tenant's
-        exclusive lock (held to COMMIT: the tenant's ids commit in order) and
-        ``pg_current_xact_id()`` (the writer has a transaction id before it draws any
-        id: :meth:`safe_head` relies on it)."""
-        return (b"SELECT pg_advisory_xact_lock(%s), pg_current_xact_id()", [self.lock_key("tenant:" + tenant)])
+    def lock_statement(self, tenants: Sequence[str]) -> tuple[bytes, list[int]]:
+        """The statement a writer runs before it draws notification ids: each tenant's
+        exclusive lock, in the given (sorted) order (held to COMMIT: a tenant's ids
+        commit in order) and ``pg_current_xact_id()`` (the writer has a transaction id
+        before it draws any id: :meth:`safe_head` relies on it)."""
+        locks = ", ".join("pg_advisory_xact_lock(%s)" for _ in tenants)
+        return (f"SELECT {locks}, pg_current_xact_id()".encode(),
+                [self.lock_key("tenant:" + t) for t in tenants])
 
     def apply_inline(self, cur: Cursor[Any], notes: Iterable[Any], ids: Sequence[int],
                      projections: Sequence[NoteProjection], tenant: str,

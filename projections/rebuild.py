@@ -17,8 +17,9 @@ position is set to the replayed head, all in one transaction per rebuild.
 - Blue-green (``blue_green=True``): the replay fills ``<table>_bg`` tables while
   writers and readers keep using the live ones; then, in one short transaction holding
   the advisory lock, the live tables are dropped, the new ones renamed (with their
-  indexes, so the next blue-green works), the events written meanwhile applied, and
-  the position recorded. Readers switch atomically at that commit.
+  indexes, so the next blue-green works) with the owner and every grant of the table
+  they replace, the events written meanwhile applied, and the position recorded.
+  Readers switch atomically at that commit.
 - Verify (:meth:`ProjectionAdmin.verify`): replays into scratch ``<table>_vf`` tables
   inside a transaction that is rolled back, at the live projection's own tracked
   position, and compares the two row by row (``md5`` of each row's text, matched on
@@ -29,8 +30,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -42,8 +44,11 @@ from psycopg import Connection, Cursor, sql
 from psycopg.rows import tuple_row
 
 from memfabric.adapters.crypto import BatchKeys
+from memfabric.domain import replay
+from memfabric.adapters.roles import copy_privileges
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
+from memfabric.projections import quarantine
 from memfabric.projections.base import NoteProjection, accepted
 from memfabric.projections.engine import ProjectionEngine, bounded_locks
 
@@ -152,7 +157,9 @@ class RowDifference:
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
     """Verify outcome of one table of one projection at ``position``: row counts of the
-    live table and of the replay, the number of differing rows and the first ones."""
+    live table and of the replay, the number of differing rows and the first ones.
+    ``problem``: ``None``, or why the tracked position itself is wrong (issue 28: a
+    position past the log head, :func:`tracking_problem`); ``ok`` only when neither."""
 
     projection: str
     table: str
@@ -162,10 +169,27 @@ class VerifyReport:
     replayed_rows: int
     differences: int
     first: list[RowDifference]
+    problem: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.differences == 0
+        return self.differences == 0 and self.problem is None
+
+
+def tracking_problem(cur: Cursor[Any], table: str, name: str, head: int) -> str | None:
+    """Why projection ``name``'s tracking (table ``table``: its floor row and its
+    per-tenant rows) cannot be right against the log whose last notification id is
+    ``head``, else ``None``: a row past the head (moved ahead in SQL) makes the replay
+    and the live table agree while later writes of the projection fail (their positions
+    are not above it)."""
+    row = cur.execute(
+        sql.SQL("SELECT application_name, notification_id FROM {t} WHERE notification_id > %s"
+                " ORDER BY notification_id DESC LIMIT 1").format(t=sql.Identifier(table)), (head,)).fetchone()
+    if row is None:
+        return None
+    app, position = (row["application_name"], row["notification_id"]) if isinstance(row, dict) else row
+    return (f"tracked position {position} (row {app!r}) is past the log head {head}: the tracking of "
+            f"{name} was changed; writes fail until it is rebuilt (memfabric projections rebuild)")
 
 
 # ------------------------------------------------------------------------ replay
@@ -179,6 +203,8 @@ def replay_notes(
     label: str = "replay",
     advance: Callable[[int], None] | None = None,
     cut: Cut | None = None,
+    skip: Collection[UUID] = (),
+    skipped: set[UUID] | None = None,
 ) -> Iterator[list[Note]]:
     """Final ``Note`` states of every aggregate with events at positions ``<= upto``
     (with ``cut``: the events each tenant's tracking row covers, see :class:`Cut`).
@@ -190,7 +216,10 @@ def replay_notes(
     the same snapshot. ``advance(n)`` is called with the number of events per batch.
 
     Raises ``ProjectionError(label, notification_id, topic, error)`` on the first event
-    that cannot be decoded or applied.
+    that cannot be decoded or applied, unless its aggregate is in ``skip`` (the
+    quarantine, :mod:`memfabric.projections.quarantine`) and the error is one of
+    :data:`~memfabric.projections.quarantine.UNTRUSTED`: that aggregate is then left out
+    (and added to ``skipped``).
     """
     keys = BatchKeys()
     local = mapper.bound(keys)
@@ -207,6 +236,7 @@ def replay_notes(
         )
         current: Any = None
         current_id: UUID | None = None
+        dropped: UUID | None = None
         while rows := cur.fetchmany(batch):
             keys.load(conn, list({r[1] for r in rows}))
             done: list[Note] = []
@@ -215,9 +245,17 @@ def replay_notes(
                     if current is not None:
                         done.append(current)
                     current, current_id = None, oid
+                if oid == dropped:
+                    continue
                 try:
                     event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-                    current = event.mutate(current)
+                    current = replay.step(event, current)
+                except quarantine.UNTRUSTED as exc:
+                    if oid not in skip:  # name the event, never skip it unless quarantined
+                        raise ProjectionError(label, nid, topic, repr(exc)) from exc
+                    current, dropped = None, oid
+                    if skipped is not None:
+                        skipped.add(oid)
                 except Exception as exc:  # name the event, never skip it
                     raise ProjectionError(label, nid, topic, repr(exc)) from exc
             if advance is not None:
@@ -474,13 +512,16 @@ class ProjectionAdmin:
         advance = reporter.task(label, total)
         rows = {p.name: 0 for p in selected}
         notes = 0
+        held, skipped = quarantine.ids(cur), set[UUID]()
         for done in replay_notes(
             conn, self.engine.events_table, self.mapper, upto, batch=batch,
-            label=",".join(p.name for p in selected), advance=advance, cut=cut,
+            label=",".join(p.name for p in selected), advance=advance, cut=cut, skip=held, skipped=skipped,
         ):
             notes += len(done)
             for p in selected:
                 rows[p.name] += p.copy(cur, accepted(p, done), table_suffix=suffix)
+        if suffix != VERIFY_SUFFIX and len(selected) == len(self.engine.projections):
+            quarantine.release(cur, held - skipped)  # a full rebuild releases what loads again
         return total, notes, rows
 
     def _build_indexes(
@@ -576,6 +617,7 @@ class ProjectionAdmin:
             for p in selected:
                 for table in p.tables:
                     new = table + BG_SUFFIX
+                    copy_privileges(cur, table, new)  # every role keeps its grants (issue 27)
                     cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table)))
                     cur.execute(sql.SQL("ALTER TABLE {a} RENAME TO {b}").format(
                         a=sql.Identifier(new), b=sql.Identifier(table)))
@@ -677,7 +719,9 @@ class ProjectionAdmin:
                 self._load(conn, cur, group, position, VERIFY_SUFFIX, batch, reporter, f"replay to {position}", cut)
                 for p in group:
                     for table in p.tables:
-                        out.append(self._compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show))
+                        report = self._compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show)
+                        problem = tracking_problem(cur, self.engine.trackers[p.name].tracking_table_name, p.name, head)
+                        out.append(dataclasses.replace(report, problem=problem))
         return out
 
     def _compare(

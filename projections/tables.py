@@ -23,14 +23,23 @@ first open; later opens without an embedder use it, a different one is refused."
 PROJECTION_ERRORS = "mf_projection_errors"
 """Where a projection that stopped on an event is recorded."""
 
+QUARANTINE = "mf_quarantine"
+"""Aggregates whose events do not authenticate or decode, left out of the projections
+(issue 28): :mod:`memfabric.projections.quarantine`."""
+
 AUDIT_CHAIN = "mf_audit_chain"
 """Checkpoints of the SHA-256 tamper-evidence chain over the log."""
+
+FABRIC_RETENTION = "mf_fabric_retention"
+"""Issue 30: the fabric's retention windows (``RetentionConfig``), read at every sweep
+and regulated-floor check so every process decides with the same values."""
 
 RECALL_INDEX = "mf_recall_index"
 CONSOLIDATION_INDEX = "mf_consolidation"
 NOTE_SCOPE = "mf_note_scope"
 WORKING_VALUE = "mf_working_value"
 LINK_GRAPH = "mf_link_graph"
+RETENTION = "mf_retention"
 
 
 def tracking(projection: str) -> str:

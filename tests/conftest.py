@@ -3,6 +3,10 @@ fresh database per test (cloned from a template that has the ``vector`` extensio
 
 Set ``MEMFABRIC_TEST_DSN`` to run the suite against another server instead (the user
 needs CREATEDB; the template needs ``CREATE EXTENSION vector`` rights once).
+
+The embedded server asks every role but its owner (``postgres``) for a password (issue
+27, ``memfabric.adapters.embedded.secure_hba``): a test that creates a login role gives
+it one and puts it in the DSN.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_lineage_table_at_80_columns(dsn: str, width: object) -> None:
 
 def test_help_texts_show_flags_without_types(dsn: str) -> None:
     for args in ((), ("remember",), ("recall",), ("lineage",), ("demo",), ("log",), ("export",),
-                 ("projections",), ("projections", "rebuild"), ("audit",), ("audit", "verify")):
+                 ("projections",), ("projections", "rebuild"), ("audit",), ("audit", "verify"), ("console",)):
         res = runner.invoke(cli.app, [*args, "--help"])
         assert res.exit_code == 0, args  # type: ignore[attr-defined]
         assert "<bool>" not in res.output, args  # type: ignore[attr-defined]

@@ -33,12 +33,12 @@ def test_get_history_hold_forget_by_id_alone(fabric: Fabric, dsn: str) -> None:
     assert got["id"] == a.id and got["content"] == "User prefers metric units" and got["scope"] == "acme/user-1/t1"
     hist = ok_json(dsn, "history", a.id)
     assert [h["type"] for h in hist] == ["Remembered"]
-    listed = ok_json(dsn, "list", "--tenant", "acme")
+    listed = ok_json(dsn, "list", "--tenant", "acme")["items"]
     assert {(r["id"], r["kind"], r["held"]) for r in listed} == {(a.id, "fact", False), (b.id, "fact", False)}
     assert ok_json(dsn, "hold", b.id) == {"id": b.id, "scope": "acme/user-2/", "deleted": 0, "held": True}
     assert ok_json(dsn, "forget", a.id)["deleted"] == 1
-    assert [r["id"] for r in ok_json(dsn, "list", "-t", "acme")] == [b.id]
-    assert [r["held"] for r in ok_json(dsn, "list", "-t", "acme", "-r", "user-2")] == [True]
+    assert [r["id"] for r in ok_json(dsn, "list", "-t", "acme")["items"]] == [b.id]
+    assert [r["held"] for r in ok_json(dsn, "list", "-t", "acme", "-r", "user-2")["items"]] == [True]
     hist = ok_json(dsn, "history", a.id)
     assert [h["type"] for h in hist] == ["Remembered", "Forgotten"]
     assert hist[0]["fields"]["content"] == "<erased>" and "path" not in hist[0]["erased"]
@@ -127,7 +127,7 @@ def test_erase_scope_counts(fabric: Fabric, dsn: str) -> None:
     fabric.scope("acme", "u2").remember(kind="fact", content="kept")
     out = ok_json(dsn, "erase-scope", "-t", "acme", "-r", "u1")
     assert (out["deleted"], out["remaining"]) == (3, 0)
-    assert [r["scope"] for r in ok_json(dsn, "list", "-t", "acme")] == ["acme/u2/"]
+    assert [r["scope"] for r in ok_json(dsn, "list", "-t", "acme")["items"]] == ["acme/u2/"]
 
 
 def test_explicit_data_dir_wins_over_env_dsn_and_dsn_with_data_dir_is_an_error(
@@ -160,3 +160,28 @@ def test_read_commands_never_create_a_database_in_a_mistyped_data_dir(command: t
     err = json.loads(res.stderr.strip())
     assert err["type"] == "FabricError" and str(typo) in err["error"] and "no database" in err["error"]
     assert not (tmp_path / "no").exists()
+
+
+def test_sweep_dry_run_then_sweep_json_and_table(dsn: str) -> None:
+    from datetime import datetime, timedelta, timezone  # noqa: PLC0415
+    from memfabric.adapters import open_fabric  # noqa: PLC0415
+    with open_fabric(dsn, retention={"ephemeral": "1h"}) as fabric:
+        notes = fabric.scope("acme", "u1")
+        gone = notes.remember(kind="fact", content="a note that will not last", retention="ephemeral")
+        notes.remember(kind="fact", content="a note that stays")
+    now = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
+    dry = ok_json(dsn, "sweep", "--dry-run", "--now", now)
+    assert dry["dry_run"] and dry["counts"]["ephemeral"]["forgotten"] == 1 and dry["changed"] == 0
+    assert not ok_json(dsn, "get", gone.id)["forgotten"]
+    out = ok_json(dsn, "sweep", "--now", now)
+    assert out["totals"] == {"expired": 0, "forgotten": 1, "skipped_held": 0, "skipped_floor": 0}
+    assert out["complete"] and out["changed"] == 1 and ok_json(dsn, "get", gone.id)["forgotten"]
+    table = run(dsn, "sweep", "--now", now)
+    assert table.exit_code == 0 and "ephemeral" in table.stdout and "0 notes changed" in table.stdout
+    bad = run(dsn, "sweep", "--now", "2026-01-01T00:00:00")
+    assert bad.exit_code == 2 and "time zone" in bad.stderr
+    log = run(dsn, "log", "--json")  # the sweep's progress events decode like any other
+    assert log.exit_code == 0, log.stderr
+    assert "Sweep.BatchSwept" in log.stdout and "Note.Expired" in log.stdout
+    audit = run(dsn, "audit", "verify")
+    assert audit.exit_code == 0, audit.stdout + audit.stderr

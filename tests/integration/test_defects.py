@@ -11,9 +11,10 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from memfabric.adapters import Fabric, cli, open_fabric
-from memfabric.domain.errors import EventIntegrityError, FabricError, NoteExistsError
+from memfabric.domain.errors import EventIntegrityError
 from memfabric.domain.note import note_uuid
-from memfabric.domain.working import block_note_id
+from memfabric.domain.inputs import is_block_id
+from memfabric.domain.working import block_note_id, legacy_block_note_id
 from tests.conftest import event_count
 
 LOW = datetime(1, 1, 1, 5, tzinfo=timezone(timedelta(hours=14)))
@@ -70,28 +71,37 @@ def test_defect_6_top_k_1000_on_hnsw(fabric: Fabric) -> None:
 
 # ------------------------------------------------------------------- defect 8
 def test_defect_8_block_operations_never_reach_a_fact(fabric: Fabric) -> None:
+    """A fact at a block label's pre-issue-27 id (the only id a fact could take) never
+    becomes the block, and the label stays usable (issue 27 leftover)."""
     notes = fabric.scope("acme")
     scope = notes.scope
-    fid = block_note_id(scope, "notes")
+    fid = legacy_block_note_id(scope, "notes")
     fact = notes.remember(kind="fact", id=fid, content="a fact")
     assert fact.id == fid and fact.kind == "fact"
-    with pytest.raises(NoteExistsError):
-        notes.append_block("notes", "line 2")
-    with pytest.raises(NoteExistsError):
-        notes.remember(kind="working", block="notes", content="replace")
-    with pytest.raises(NoteExistsError):
-        notes.forget(block="notes")
+    block = notes.append_block("notes", "line 1")
+    assert block.id == block_note_id(scope, "notes") != fid and block.kind == "working"
+    assert notes.remember(kind="working", block="notes", content="replace").outcome == "replaced"
+    assert notes.forget(block="notes").deleted == 1
     got = notes.get(fid)
     assert got.kind == "fact" and got.content == "a fact" and not got.forgotten
 
 
-def test_defect_8_fact_id_taken_by_a_block(fabric: Fabric) -> None:
+def test_block_ids_cannot_be_taken_by_an_explicit_id(fabric: Fabric, dsn: str) -> None:
+    """Issue 27 leftover: a fact written with a block's derived id is refused (nothing
+    written), before or after the block exists; generated ids never have that form."""
     notes = fabric.scope("acme")
     scope = notes.scope
-    notes.remember(kind="working", block="todo", content="buy milk")
-    with pytest.raises(NoteExistsError):
+    before = event_count(dsn)
+    for label in ("todo", "notes"):
+        with pytest.raises(ValidationError, match="reserved for working-memory block ids"):
+            notes.remember(kind="fact", id=block_note_id(scope, label), content="a fact")
+    assert event_count(dsn) == before
+    assert notes.append_block("todo", "buy milk").id == block_note_id(scope, "todo")
+    with pytest.raises(ValidationError, match="reserved"):
         notes.remember(kind="fact", id=block_note_id(scope, "todo"), content="a fact")
     assert notes.working_value()["_fabric"]["blocks"]["todo"]["content"] == "buy milk"
+    assert all(is_block_id(block_note_id(scope, f"label-{i}")) for i in range(100))
+    assert not any(is_block_id(notes.remember(kind="fact", content=f"fact {i}").id) for i in range(20))
 
 
 # ------------------------------------------------------------------- defect 9

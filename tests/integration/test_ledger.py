@@ -296,9 +296,12 @@ def test_promotion_from_a_closed_work_scope(fabric: Fabric) -> None:
     assert (n.kind, n.content, n.tags) == ("procedure", "Clear the build cache before every deploy", ("ops",))
     assert notes.lineage(n.id).promoted_from == {"reflection_id": rid, "scope_id": sid}
     assert notes.get(n.id).content == n.content
+    # issue 27: the note callers get back says where it came from
+    assert n.promoted_from == notes.get(n.id).promoted_from == {"reflection_id": rid, "scope_id": sid}
     assert [h.id for h in notes.recall("build cache deploy", kinds=["procedure"]).hits] == [n.id]
     plain = notes.remember(kind="fact", content="User prefers metric units")
     assert notes.lineage(plain.id).promoted_from is None
+    assert plain.promoted_from is None and notes.get(plain.id).promoted_from is None
 
 
 def test_appends_use_the_write_head_and_replay_identically(fabric: Fabric) -> None:

@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.cli import app
 from memfabric.domain.errors import NoteNotFoundError
-from memfabric.projections.engine import advisory_key
 from tests.conftest import event_count, fetch, race_processes
 
 
@@ -208,7 +207,7 @@ def test_writes_in_other_scopes_do_not_wait(fabric: Fabric, dsn: str) -> None:
     scope_a = fabric.scope("acme", "u1", "t1")
     scope_b = fabric.scope("acme", "u2", "t1")
     with psycopg.connect(dsn) as holder:
-        holder.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("scope:" + scope_a.scope.key),))
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (fabric.engine.lock_key("scope:" + scope_a.scope.key),))  # type: ignore[attr-defined]
         t = time.perf_counter()
         scope_b.remember(kind="fact", content="B is not blocked")
         assert time.perf_counter() - t < 2.0

@@ -1,0 +1,312 @@
+"""The retention sweep (issue 30): ``fabric.sweep(now)`` applies the retention rules of
+:mod:`memfabric.domain.retention` to every note due at ``now``.
+
+How it runs:
+
+- the notes that may be due are paged from the retention index
+  (``RetentionStore.due``), tenant by tenant in ``aggregate_id`` order, ``batch_size``
+  at a time;
+- each batch is one unit of work holding the write locks of the scopes it touches (and
+  of their consolidation groups, as ``erase_scope`` takes them), nothing held across
+  batches; in it the notes are replayed and :func:`~memfabric.domain.retention.decide`
+  decides each one again (so a write that landed meanwhile is honoured): ``Expired``
+  events, ``Forgotten`` tombstones with cause ``retention`` (keys destroyed, as by
+  ``forget``), nothing for held and floor-kept notes;
+- the sweep's progress (cursor and counts so far) is an event of a ``Sweep`` aggregate
+  (id: the tenant filter and ``now``) committed in the batch's own transaction, so a
+  sweep killed at any point resumes at the next call with the same ``now`` where its
+  last committed batch stopped, and its totals are exact; once complete, a call with
+  the same ``now`` returns the recorded totals and changes nothing. A sweep that finds
+  nothing due writes nothing at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import NAMESPACE_URL, UUID, uuid5
+
+from eventsourcing.domain import Aggregate
+
+from memfabric.domain import retention as rules
+from memfabric.domain.errors import SettingsError
+from memfabric.domain.lifecycle import KEY_FAULT, load_for_erasure, tombstone
+from memfabric.domain.note import Note
+from memfabric.domain.ports import DueRef, UnitOfWork
+from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import write_locks
+
+if TYPE_CHECKING:
+    from memfabric.domain.service import MemoryService
+
+_SWEEP_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/sweep")
+
+REQUESTED_BY = "retention-sweep"
+"""``requested_by`` of the tombstones a sweep writes (their cause is ``retention``)."""
+
+BATCH_SIZE = 200
+"""Default notes per batch (one unit of work each)."""
+
+
+def sweep_uuid(tenant_id: str | None, now: datetime) -> UUID:
+    """Aggregate id of the sweep of ``tenant_id`` (``None``: every tenant) at ``now``."""
+    return uuid5(_SWEEP_NAMESPACE, f"{tenant_id or '*'}#{now.isoformat()}")
+
+
+class Sweep(Aggregate):
+    """The progress of one sweep: ``cursor`` (tenant, last aggregate id done), exact
+    ``counts`` ``{class: {outcome: n}}``, ``batches``, ``complete``."""
+
+    class Started(Aggregate.Created):
+        """A sweep of ``tenant_id`` (``None``: all) at ``now`` began."""
+
+        tenant_id: str | None
+        now: datetime
+
+    class BatchSwept(Aggregate.Event):
+        """One batch committed: its counts and the cursor after it."""
+
+        cursor_tenant: str
+        cursor_id: str | None
+        counts: dict[str, dict[str, int]]
+
+        def apply(self, sweep: Sweep) -> None:
+            sweep.cursor = (self.cursor_tenant, self.cursor_id)
+            for cls, outcomes in self.counts.items():
+                for outcome, n in outcomes.items():
+                    sweep.counts[cls][outcome] += n
+            sweep.batches += 1
+
+    class Completed(Aggregate.Event):
+        """Every due note was seen."""
+
+        def apply(self, sweep: Sweep) -> None:
+            sweep.complete = True
+
+    def __init__(self, *, tenant_id: str | None, now: datetime) -> None:
+        self.tenant_id = tenant_id
+        self.now = now
+        self.cursor: tuple[str, str | None] | None = None
+        self.counts = rules.empty_counts()
+        self.batches = 0
+        self.complete = False
+
+    @classmethod
+    def start(cls, tenant_id: str | None, now: datetime) -> Sweep:
+        return cls._create(cls.Started, id=sweep_uuid(tenant_id, now), tenant_id=tenant_id, now=now)
+
+    def record_batch(self, cursor_tenant: str, cursor_id: UUID | None,
+                     counts: dict[str, dict[str, int]]) -> None:
+        self.trigger_event(self.BatchSwept, cursor_tenant=cursor_tenant,
+                           cursor_id=None if cursor_id is None else str(cursor_id), counts=counts)
+
+    def finish(self) -> None:
+        self.trigger_event(self.Completed)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What a sweep did, exactly. ``counts``: ``{class: {outcome: n}}`` for every class
+    and outcome (:data:`memfabric.domain.retention.OUTCOMES`) over the whole sweep at
+    ``now`` (earlier, interrupted calls with the same ``now`` included); ``totals``: per
+    outcome; ``changed``: notes this call expired or forgot; ``batches``: units of work
+    of the whole sweep; ``complete``: every due note was seen (``False``: ``limit``
+    stopped it, call again with the same ``now``); ``resumed``: an earlier call with
+    this ``now`` had committed batches; ``dry_run``: nothing was written (the counts
+    are what a sweep would do now); ``failed``: ids of notes whose events could not be
+    decoded (untouched)."""
+
+    now: datetime
+    tenant_id: str | None
+    counts: dict[str, dict[str, int]]
+    changed: int
+    batches: int
+    complete: bool
+    resumed: bool
+    dry_run: bool
+    failed: tuple[str, ...] = ()
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (``now`` in ISO 8601)."""
+        out = dataclasses.asdict(self)
+        out["now"] = self.now.isoformat()
+        out["failed"] = list(self.failed)
+        return out
+
+
+Progress = Callable[[int], None]
+"""Called with the number of notes each batch examined."""
+
+
+def _totals(counts: dict[str, dict[str, int]]) -> dict[str, int]:
+    return {o: sum(counts[c][o] for c in rules.CLASSES) for o in rules.OUTCOMES}
+
+
+@dataclass
+class _Run:
+    svc: MemoryService
+    now: datetime
+    tenant_id: str | None
+    dry_run: bool
+    batch_size: int
+    progress: Progress | None
+    config: rules.RetentionConfig
+    record: Sweep | None = None
+    counts: dict[str, dict[str, int]] = field(default_factory=rules.empty_counts)
+    changed: int = 0
+    batches: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+def sweep(svc: MemoryService, now: datetime | None = None, *, tenant: str | None = None,
+          limit: int | None = None, dry_run: bool = False, batch_size: int = BATCH_SIZE,
+          progress: Progress | None = None) -> SweepResult:
+    """Apply the retention rules at ``now`` (default: the service clock, UTC) to the
+    notes of ``tenant`` (``None``: every tenant), examining at most ``limit`` due notes
+    in this call (``None``: all), ``batch_size`` (1-10000) per unit of work. See the
+    module doc; returns :class:`SweepResult`. Raises ``SettingsError`` for a naive
+    ``now``, a ``limit`` below 1 or a bad ``batch_size``, ``pydantic.ValidationError``
+    for a malformed tenant id; nothing is written then."""
+    if tenant is not None:
+        Scope(tenant_id=tenant)  # the tenant id rules (ValidationError)
+    now = svc.clock() if now is None else now
+    if now.tzinfo is None:
+        raise SettingsError("now: give a timezone-aware datetime")
+    if limit is not None and limit < 1:
+        raise SettingsError("limit: must be at least 1")
+    if not 1 <= batch_size <= 10000:
+        raise SettingsError("batch_size: must be between 1 and 10000")
+    store = svc.retention_store
+    if store is None:
+        raise SettingsError("this fabric has no retention store")
+    run = _Run(svc, now, tenant, dry_run, batch_size, progress, store.config())
+    if not dry_run:
+        run.record = _load_record(svc, tenant, now)
+        if run.record is not None and run.record.complete:
+            return _result(run, complete=True)
+    cursor = run.record.cursor if run.record is not None else None
+    complete = _walk(run, cursor, limit)
+    if complete and not dry_run and run.record is not None:
+        _finish(run)  # a sweep that found nothing due writes nothing
+    return _result(run, complete=complete)
+
+
+def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -> bool:
+    """Page and process the due notes from ``cursor``; ``True`` when all were seen,
+    ``False`` when ``limit`` notes were examined first."""
+    store = run.svc.retention_store
+    assert store is not None
+    budget = limit
+    start = cursor[0] if cursor else None
+    after = UUID(cursor[1]) if cursor and cursor[1] else None
+    if run.tenant_id is not None:
+        pending = [run.tenant_id]
+    else:
+        pending = ([start] if start is not None else []) + store.tenants(after=start)
+    for tenant_id in pending:
+        windows = run.config.for_tenant(tenant_id)
+        while True:
+            size = run.batch_size if budget is None else min(run.batch_size, budget)
+            if size == 0:
+                return False
+            refs = store.due(tenant_id, windows, run.now, after=after, limit=size)
+            if not refs:
+                break
+            _batch(run, tenant_id, windows, refs)
+            after = refs[-1].aggregate_id
+            if budget is not None:
+                budget -= len(refs)
+            if len(refs) < size:
+                break
+        after = None
+    return True
+
+
+def _batch(run: _Run, tenant_id: str, windows: rules.Windows, refs: list[DueRef]) -> None:
+    """Decide and apply one batch in one unit of work (read-only for a dry run)."""
+    counts = rules.empty_counts()
+    locks = [] if run.dry_run else sorted(
+        {lock for ref in refs for lock in write_locks(ref.scope, "tenant")}, key=lambda s: s.key)
+    with run.svc.unit_of_work(locks) as uow:
+        readable, unreadable, lost = load_for_erasure(uow, [ref.aggregate_id for ref in refs])
+        names = {ref.aggregate_id: ref.note_id for ref in refs}
+        run.failed += [names[a] for a in lost]
+        changed = _apply(uow, readable, windows, run.now, counts, unreadable=False)
+        changed += _apply(uow, unreadable, windows, run.now, counts, unreadable=True)
+        if not run.dry_run:
+            record = run.record or Sweep.start(run.tenant_id, run.now)
+            record.record_batch(tenant_id, refs[-1].aggregate_id, counts)
+            _add_record(uow, record)
+            uow.commit()
+            run.record = record
+    if not run.dry_run:
+        run.svc.store.await_position(uow.position)
+        run.changed += changed
+    for cls, outcomes in counts.items():
+        for outcome, n in outcomes.items():
+            run.counts[cls][outcome] += n
+    run.batches += 1
+    if run.progress is not None:
+        run.progress(len(refs))
+
+
+def _apply(uow: UnitOfWork, notes: list[Note], windows: rules.Windows, now: datetime,
+           counts: dict[str, dict[str, int]], *, unreadable: bool) -> int:
+    """Expire and forget what is due among ``notes`` (counted in ``counts``); returns
+    how many were changed."""
+    doomed: list[Note] = []
+    changed = 0
+    for note in notes:
+        outcome = rules.decide(note, windows, now)
+        if outcome is None:
+            continue
+        counts[rules.class_of(note)][outcome] += 1
+        if outcome not in ("expired", "forgotten"):
+            continue
+        changed += 1
+        if rules.expired_at(note) is None:
+            reason = "retention" if rules.window_closed(note, windows, now) else "interval"
+            note.expire(reason=reason, at=now)
+        if outcome == "forgotten":
+            doomed.append(note)
+        else:
+            uow.add(note)
+    if doomed:
+        tombstone(uow, doomed, hold=False, requested_by=REQUESTED_BY,
+                  cause=KEY_FAULT if unreadable else "retention", unreadable=unreadable)
+    return changed
+
+
+def _load_record(svc: MemoryService, tenant_id: str | None, now: datetime) -> Sweep | None:
+    with svc.unit_of_work([]) as uow:
+        found = uow.load_aggregate(sweep_uuid(tenant_id, now))  # type: ignore[attr-defined]
+    return found if isinstance(found, Sweep) else None
+
+
+def _add_record(uow: UnitOfWork, record: Sweep) -> None:
+    uow.add_aggregate(record)  # type: ignore[attr-defined]
+
+
+def _finish(run: _Run) -> None:
+    """Record that the sweep is complete."""
+    with run.svc.unit_of_work([]) as uow:
+        record = run.record
+        assert record is not None
+        record.finish()
+        _add_record(uow, record)
+        uow.commit()
+    run.record = record
+
+
+def _result(run: _Run, *, complete: bool) -> SweepResult:
+    record = run.record
+    counts = record.counts if record is not None and not run.dry_run else run.counts
+    batches = record.batches if record is not None and not run.dry_run else run.batches
+    resumed = record is not None and record.batches > run.batches
+    return SweepResult(now=run.now, tenant_id=run.tenant_id, counts=counts, changed=run.changed,
+                       batches=batches, complete=complete, resumed=resumed, dry_run=run.dry_run,
+                       failed=tuple(run.failed), totals=_totals(counts))

@@ -1,0 +1,105 @@
+"""Measure the retention sweep (issue 30): N notes (default 100,000) in one tenant, a
+fraction of them due (default 10%, ``ephemeral`` with a 1 h window), swept at a fake
+``now`` one day later; meanwhile a writer process of *another* tenant remembers notes
+one by one and records each write's latency.
+
+Prints the load time, the sweep's wall time, due notes forgotten per second, notes
+covered per second (N / wall time: the sweep pages only the due ones through the
+retention index), batches, and the other tenant's writes: count, p50, p99 and the
+worst single write (goal: <= 1 s).
+
+Run (from the repository root)::
+
+    python scripts/bench_sweep.py                      # 100k notes, 10% due
+    python scripts/bench_sweep.py --notes 20000 --due 0.1 --batch-size 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from memfabric.adapters import open_fabric
+from memfabric.adapters.embedded import EmbeddedPostgres
+
+CHUNK = 1000
+
+
+def load(dsn: str, n: int, due: float) -> float:
+    """Write ``n`` notes (every ``1/due``-th ephemeral) in chunks; returns seconds."""
+    every = max(1, round(1 / due))
+    t0 = time.monotonic()
+    with open_fabric(dsn, retention={"ephemeral": "1h"}) as fabric:
+        notes = fabric.scope("bulk", "user")
+        for start in range(0, n, CHUNK):
+            items: list[dict[str, Any]] = [
+                {"kind": "fact", "content": f"bulk note {i} about item {i * 7919 % 10007}",
+                 **({"retention": "ephemeral"} if i % every == 0 else {})}
+                for i in range(start, min(n, start + CHUNK))]
+            notes.remember_many(items, consolidate=False, chunk_size=CHUNK)
+    return time.monotonic() - t0
+
+
+def writer(dsn: str, started: Any, stop: Any, out: Any) -> None:
+    """Another tenant's writer: one remember at a time until ``stop`` is set."""
+    lat: list[float] = []
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("other", "user")
+        started.set()
+        i = 0
+        while not stop.is_set():
+            t0 = time.monotonic()
+            notes.remember(kind="fact", content=f"other tenant note {i} on topic {i * 31 % 97}",
+                           consolidate=False)
+            lat.append(time.monotonic() - t0)
+            i += 1
+    out.put(lat)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--notes", type=int, default=100_000)
+    p.add_argument("--due", type=float, default=0.1)
+    p.add_argument("--batch-size", type=int, default=200)
+    args = p.parse_args()
+    tmp = tempfile.mkdtemp(prefix="mf-sweep-")
+    os.chmod(tmp, 0o755)
+    server = EmbeddedPostgres(os.path.join(tmp, "pg"))
+    try:
+        load_s = load(server.dsn, args.notes, args.due)
+        print(f"loaded {args.notes} notes in {load_s:.1f} s ({args.notes / load_s:.0f} notes/s)", flush=True)
+        started, stop, q = mp.Event(), mp.Event(), mp.Queue()
+        proc = mp.Process(target=writer, args=(server.dsn, started, stop, q))
+        proc.start()
+        started.wait(60)
+        time.sleep(1.0)  # a few writes before the sweep starts
+        with open_fabric(server.dsn) as fabric:
+            now = datetime.now(timezone.utc) + timedelta(days=1)
+            t0 = time.monotonic()
+            result = fabric.sweep(now, tenant="bulk", batch_size=args.batch_size)
+            wall = time.monotonic() - t0
+        stop.set()
+        lat = sorted(q.get(timeout=120))
+        proc.join()
+    finally:
+        server.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    forgotten = result.totals["forgotten"]
+    p99 = lat[int(0.99 * (len(lat) - 1))] if lat else 0.0
+    print(f"sweep: {wall:.2f} s, {forgotten} due notes forgotten ({forgotten / wall:.0f} due notes/s), "
+          f"{args.notes / wall:.0f} notes covered/s, {result.batches} batches of {args.batch_size}, "
+          f"complete={result.complete}")
+    print(f"other tenant's writer: {len(lat)} writes, p50={statistics.median(lat) * 1000:.1f} ms "
+          f"p99={p99 * 1000:.1f} ms worst={lat[-1] * 1000:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""Issue 30 on PostgreSQL: a sweep killed with SIGKILL resumes with exact totals; the
+projections rebuild identical after a sweep; a raw dump of every table after a
+retention erasure holds none of the erased content."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+
+from memfabric.adapters import Fabric, open_fabric
+from memfabric.domain.note import note_uuid
+from memfabric.projections.rebuild import ProjectionAdmin
+from tests.conftest import fetch
+from tests.integration.test_privacy import dump_every_table
+
+RETENTION = {"ephemeral": "1h", "durable": "30d"}
+
+_CHILD = textwrap.dedent("""
+    import sys, time
+    from datetime import datetime
+    from memfabric.adapters import open_fabric
+    fabric = open_fabric(sys.argv[1], catch_up=False)
+    def progress(n):
+        print("batch", n, flush=True)
+        time.sleep(0.5)
+    fabric.sweep(datetime.fromisoformat(sys.argv[2]), batch_size=5, progress=progress)
+    print("done", flush=True)
+""")
+
+
+def test_a_sweep_killed_mid_way_resumes_with_exact_totals(dsn: str) -> None:
+    now = datetime.now(timezone.utc) + timedelta(days=1)
+    with open_fabric(dsn, retention=RETENTION) as fabric:
+        notes = fabric.scope("acme", "u1")
+        doomed = notes.remember_many([{"kind": "fact", "content": f"fleeting note {i} about tide {i * 7}",
+                                       "retention": "ephemeral"} for i in range(40)])
+        held = notes.remember_many([{"kind": "fact", "content": f"held memo {i} on case {i * 3}",
+                                     "retention": "ephemeral"} for i in range(4)])
+        for h in held:
+            notes.forget(id=h.id, hold=True)
+        kept = notes.remember(kind="fact", content="a durable fact about the sea")
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, dsn, now.isoformat()],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for _ in range(3):
+            line = proc.stdout.readline()
+            assert line.startswith("batch"), (line, proc.stderr.read() if proc.poll() is not None else "")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    tombs = fetch(dsn, "SELECT count(*) FROM memfabric_events WHERE topic LIKE %s", ("%Note.Forgotten",))
+    done_before = int(tombs[0][0]) - 4  # minus the holds
+    assert 0 < done_before < 40, "the kill should land mid-sweep"
+
+    with open_fabric(dsn) as fabric:
+        result = fabric.sweep(now, batch_size=5)
+        notes = fabric.scope("acme", "u1")
+        assert result.complete and result.resumed
+        assert result.counts["ephemeral"] == {"expired": 0, "forgotten": 40, "skipped_held": 4,
+                                              "skipped_floor": 0}
+        assert result.changed == 40 - done_before
+        assert all(notes.get(n.id).forgotten for n in doomed)
+        assert all(notes.get(h.id).held for h in held) and not notes.get(kept.id).forgotten
+        tombs = fetch(dsn, "SELECT count(*) FROM memfabric_events WHERE topic LIKE %s", ("%Note.Forgotten",))
+        assert int(tombs[0][0]) == 44  # every doomed note tombstoned exactly once (plus 4 holds)
+        again = fabric.sweep(now, batch_size=5)
+        assert again.changed == 0 and again.counts == result.counts
+
+
+def test_projections_rebuild_identical_after_a_sweep(fabric: Fabric) -> None:
+    notes = fabric.scope("acme", "u1")
+    notes.remember(kind="fact", content="a passing note on sailing", retention="ephemeral")
+    notes.remember(kind="fact", content="the harbour closes at dusk", valid_to=datetime.now(timezone.utc)
+                   + timedelta(hours=1))
+    notes.remember(kind="working", block="todo", content="check the ropes")
+    reg = notes.remember(kind="fact", content="crew contract of frank", retention="regulated")
+    notes.set_retention(reg.id, "ephemeral")
+    fabric.sweep(datetime.now(timezone.utc) + timedelta(days=2))
+    admin = ProjectionAdmin.for_fabric(fabric)
+    reports = admin.verify()
+    assert any(r.table == "mf_retention" for r in reports)
+    assert all(r.ok for r in reports), [r for r in reports if not r.ok]
+    rows = fetch(fabric.dsn, "SELECT note_id, retention, regulated, expired FROM mf_retention ORDER BY 1")
+    admin.rebuild()
+    assert fetch(fabric.dsn, "SELECT note_id, retention, regulated, expired FROM mf_retention ORDER BY 1") == rows
+    assert all(r.ok for r in admin.verify())
+
+
+def test_raw_dump_after_a_retention_erasure_holds_none_of_the_content(dsn: str) -> None:
+    secret = "Ephemeral Zanzibarquokka met Glorbwidget at pier 9"
+    with open_fabric(dsn, retention=RETENTION) as fabric:
+        notes = fabric.scope("clinic", "p1")
+        n = notes.remember(kind="fact", content=secret, context="Snarfleblatt context",
+                           keywords=["Wibbleton"], retention="ephemeral")
+        block = notes.remember(kind="working", block="scratch", content="Frobnicator draft")
+        fabric.service.set_retention(notes.scope, block.id, "ephemeral", requested_by="t")
+        blob, _ = dump_every_table(dsn)
+        assert b"Zanzibarquokka" in blob  # positive control: the recall index holds it
+        result = fabric.sweep(datetime.now(timezone.utc) + timedelta(days=1))
+        assert result.counts["ephemeral"]["forgotten"] == 2
+        blob, _ = dump_every_table(dsn)
+        for needle in (b"Zanzibarquokka", b"Glorbwidget", b"Snarfleblatt", b"Wibbleton", b"Frobnicator"):
+            assert needle not in blob and needle.lower() not in blob.lower()
+        assert not fetch(dsn, "SELECT 1 FROM mf_note_keys WHERE originator_id = %s",
+                         (note_uuid(notes.scope, n.id),))
+        assert [h.type for h in notes.history(n.id)] == ["Remembered", "Expired", "Forgotten"]
+
+
+def test_the_demo_shows_one_sweep(dsn: str) -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from memfabric.adapters.demo import run_demo  # noqa: PLC0415
+    summary = run_demo(Console(quiet=True), dsn=dsn)["retention"]
+    expected = {"expired": 1, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0}
+    assert summary == {"dry": expected, "totals": expected, "again": 0}
