@@ -22,7 +22,8 @@ from __future__ import annotations
 from memfabric.projections import tables
 from memfabric.projections.ledger import ENTRIES, OBSERVATIONS, THREADS
 
-PROJECTIONS = ("recall_index", "working_value", "note_scope", "consolidation", "link_graph", "ledger")
+PROJECTIONS = ("recall_index", "working_value", "note_scope", "consolidation", "link_graph", "ledger",
+               "retention")
 """The projections whose tracking tables exist (``ProjectionEngine`` names)."""
 
 DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -33,6 +34,7 @@ DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
     tables.WORKING_VALUE: ("tenant_id", ("tenant_id", "aggregate_id")),
     tables.LINK_GRAPH: ("tenant_id", ("tenant_id", "from_aggregate_id", "to_aggregate_id", "relation")),
     THREADS: ("tenant_id", ("tenant_id", "aggregate_id")),
+    tables.RETENTION: ("tenant_id", ("tenant_id", "aggregate_id")),
 }
 """Table → (distribution column, primary key rebuilt to lead with it)."""
 
@@ -46,6 +48,7 @@ COORDINATOR: dict[str, str] = {
     tables.FABRIC_EMBEDDER: "one row: the embedder record every open checks",
     tables.AUDIT_CHAIN: "the tamper-evidence chain over the whole log (global notification order)",
     tables.PROJECTION_ERRORS: "one row per stopped projection (operator state)",
+    tables.FABRIC_RETENTION: "one row: the retention windows every process's sweep uses",
 }
 """Tables that stay local tables on the coordinator: table → why."""
 
@@ -55,6 +58,8 @@ GAPS: dict[str, str] = {
     ENTRIES: "ledger entries: add tenant_id from the conversation's scope, primary key "
              "(tenant_id, aggregate_id, position)",
     OBSERVATIONS: "ledger observations: add tenant_id, primary key (tenant_id, aggregate_id, observation_id)",
+    tables.QUARANTINE: "untrusted aggregates (issue 28): add tenant_id (from the event row's tenant column), "
+                       "primary key (tenant_id, aggregate_id)",
     **{tables.tracking(p): "eventsourcing's tracking table keeps the tenant inside application_name "
                            "('<app>|<tenant>'): a tenant column (or one tracking table per tenant shard) is needed"
        for p in PROJECTIONS},

@@ -13,13 +13,15 @@ from memfabric.adapters.audit import CHAIN_DDL
 from memfabric.adapters.bootstrap import EMBEDDER_DDL
 from memfabric.adapters.crypto import KEYS_DDL
 from memfabric.adapters.postgres import SECRETS_DDL, SECRETS_FORMAT_DDL, add_tenant_column
-from memfabric.projections import tables
+from memfabric.adapters.retention_pg import RETENTION_DDL
+from memfabric.projections import quarantine, tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import ERRORS_DDL
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
+from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
 
 EVENTS_COLUMNS = {"originator_id", "originator_version", "topic", "state", "notification_id"}
@@ -51,9 +53,11 @@ def created_columns() -> dict[str, set[str]]:
     """Every table memfabric's DDL creates → its columns (``ALTER ... ADD COLUMN`` included)."""
     cur = Recorder()
     for projection in (RecallIndexProjection(384, "hash-384"), WorkingValueProjection(), NoteScopeProjection(),
-                       ConsolidationIndexProjection(384, "hash-384"), LinkGraphProjection(), LedgerProjection()):
+                       ConsolidationIndexProjection(384, "hash-384"), LinkGraphProjection(), LedgerProjection(),
+                       RetentionIndexProjection()):
         projection.create(cur)  # type: ignore[arg-type]
-    for ddl in (KEYS_DDL, SECRETS_DDL, SECRETS_FORMAT_DDL, EMBEDDER_DDL, ERRORS_DDL, CHAIN_DDL):
+    for ddl in (KEYS_DDL, SECRETS_DDL, SECRETS_FORMAT_DDL, EMBEDDER_DDL, ERRORS_DDL, CHAIN_DDL, RETENTION_DDL,
+                quarantine.DDL):
         cur.execute(ddl)
     add_tenant_column(cur, tables.EVENTS)  # type: ignore[arg-type]
     found: dict[str, set[str]] = {tables.EVENTS: set(EVENTS_COLUMNS)}

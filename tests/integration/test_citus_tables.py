@@ -1,0 +1,33 @@
+"""Issue 25: the Citus layout (``adapters/citus.py``) places every table a real fabric
+has, with the columns the server reports (catches a table the unit test's DDL list
+does not know about)."""
+
+from __future__ import annotations
+
+import psycopg
+
+from memfabric.adapters import citus, open_fabric
+from memfabric.adapters.audit import CHAIN_DDL
+from memfabric.adapters.retention_pg import RETENTION_DDL
+
+
+def test_the_layout_places_every_table_of_a_real_fabric(dsn: str) -> None:
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("acme", "u1", "t1")
+        notes.remember(kind="fact", content="a fact")
+        notes.remember(kind="working", block="plan", content="a plan")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(CHAIN_DDL)  # made by the first audit checkpoint
+        conn.execute(RETENTION_DDL)  # made when retention settings are first recorded
+        rows = conn.execute(
+            "SELECT c.relname, array_agg(a.attname::text) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = current_schema()"
+            " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+            " WHERE c.relkind IN ('r', 'p') GROUP BY c.relname").fetchall()
+    columns = {name: set(cols) for name, cols in rows}
+    placed = {*citus.DISTRIBUTED, *citus.COORDINATOR, *citus.GAPS}
+    assert set(columns) == placed
+    for table, (column, key) in citus.DISTRIBUTED.items():
+        assert column in columns[table] and set(key) <= columns[table], table
+    lacking = {t for t, c in columns.items() if not c & {"tenant", "tenant_id"}}
+    assert lacking == set(citus.GAPS) | set(citus.COORDINATOR)
