@@ -33,8 +33,10 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
 from anthropic.types.beta import (
@@ -65,6 +67,24 @@ def _size(n: int) -> str:
     return f"{n / (1024 * 1024):.1f}M"
 
 
+_Command = TypeVar("_Command")
+
+
+def _guarded(method: Callable[[FabricMemoryTool, _Command], str]) -> Callable[[FabricMemoryTool, _Command], str]:
+    """Issue 26: a command checks that the session is attached before anything else,
+    whether the SDK's runner calls it through ``execute`` or a host calls it directly;
+    a refusal or a memfabric error becomes the SDK's ``ToolError`` (``is_error``)."""
+    @functools.wraps(method)
+    def run(self: FabricMemoryTool, command: _Command) -> str:
+        try:
+            self.tools.require_attached(self.session)
+            return method(self, command)
+        except (FabricError, ValidationError) as exc:
+            err = tool_error(exc)["error"]
+            raise ToolError(f"Error: {err['message']} ({err['type']})") from exc
+    return run
+
+
 class FabricMemoryTool(BetaAbstractMemoryTool):
     """The memory tool for one scope: ``notes`` (its handle), ``root`` (the directory
     that plays ``/memories``), ``session`` (must be attached to the scope)."""
@@ -88,13 +108,8 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         return path[len(MEMORY_PREFIX):].lstrip("/")
 
     def execute(self, command: Any) -> Any:
-        """Check the gate, then run the command; memfabric errors become ``ToolError``."""
-        try:
-            self.tools.require_attached(self.session)
-            return super().execute(command)
-        except (FabricError, ValidationError) as exc:
-            err = tool_error(exc)["error"]
-            raise ToolError(f"Error: {err['message']} ({err['type']})") from exc
+        """Run the command (each command method checks the gate itself)."""
+        return super().execute(command)
 
     def _text(self, rel: str) -> str:
         res = self.jail.read(rel)
@@ -107,6 +122,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         self.tools.refresh_note(self.jail.relpath(self.jail.parts(rel)))
 
     # ------------------------------------------------------------ commands
+    @_guarded
     def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
         rel = self._rel(command.path)
         if self.jail.is_dir(rel):
@@ -127,11 +143,13 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         numbered = [f"{str(i + start).rjust(_WIDTH)}\t{line}" for i, line in enumerate(lines)]
         return f"Here's the content of {command.path} with line numbers:\n" + "\n".join(numbered)
 
+    @_guarded
     def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
         rel = self._rel(command.path)
         self._put(rel, command.file_text, exclusive=True)
         return f"File created successfully at: {command.path}"
 
+    @_guarded
     def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
         rel = self._rel(command.path)
         content = self._text(rel)
@@ -145,6 +163,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         self._put(rel, content.replace(command.old_str, command.new_str, 1))
         return "The memory file has been edited."
 
+    @_guarded
     def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
         rel = self._rel(command.path)
         lines = self._text(rel).split("\n")
@@ -157,6 +176,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         self._put(rel, "\n".join(lines) + "\n")
         return f"The file {command.path} has been edited."
 
+    @_guarded
     def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
         rel = self._rel(command.path)
         if not self.jail.parts(rel, allow_root=True):
@@ -167,6 +187,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
             self.notes.delete_path(path)
         return f"Successfully deleted {command.path}"
 
+    @_guarded
     def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         old, new = self._rel(command.old_path), self._rel(command.new_path)
         if not self.jail.parts(old, allow_root=True):

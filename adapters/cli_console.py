@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on (default loopback).")] = "127.0.0.1",
         port: Annotated[int, typer.Option(metavar="N", help="Port.")] = 8765,
         read_only: Annotated[bool, typer.Option(
-            "--read-only", help="Open the database read-only and offer no action (as an auditor role is served anyway).")] = False,
+            "--read-only/--actions", help="Read-only (the default): open the database read-only and offer no "
+            "action. --actions: offer rebuild and verify on the projections page when the role may write.")] = True,
         token: Annotated[Optional[str], typer.Option(  # noqa: UP045 - typer needs Optional
             metavar="TOKEN", help="Access token (default $MEMFABRIC_CONSOLE_TOKEN); required off loopback.")] = None,
         dsn: DsnOpt = None,
@@ -29,8 +30,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve a web console: scopes and their notes, a note's lineage, the log with its integrity, projections.
 
-        Open http://127.0.0.1:8765/ in a browser. It never writes a note; without --read-only (and with a role \
-that may write the log) the projections page offers rebuild and verify."""
+        Open http://127.0.0.1:8765/ in a browser. Read-only by default (it never writes a note); with \
+--actions (and a role that may write the log) the projections page offers rebuild and verify."""
         try:
             from memfabric.adapters.console import ConsoleSettings, check_settings, serve
         except ImportError:

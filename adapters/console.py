@@ -74,7 +74,7 @@ from memfabric.domain.errors import (
     ProjectionError,
     SettingsError,
 )
-from memfabric.domain.inputs import NOTE_ID_RE
+from memfabric.domain.inputs import NOTE_ID_RE, Scoring
 from memfabric.domain.results import Explain, HistoryEntry
 from memfabric.domain.scope import Scope
 from memfabric.projections.rebuild import ProjectionAdmin
@@ -332,9 +332,11 @@ def _chain_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def _bars(e: Explain, top: float) -> list[tuple[str, float, float]]:
     """The parts of an explain row's score as ``(name, value, share of the best score)``:
-    relevance, recency and importance (default weights 0.1 each), link."""
-    parts = [("relevance", e.relevance), ("recency", 0.1 * e.recency), ("importance", 0.1 * e.importance),
-             ("link", e.link_score)]
+    relevance, recency and importance (times the default weights of
+    :class:`~memfabric.domain.inputs.Scoring`, which the console's recall uses), link."""
+    weights = Scoring()
+    parts = [("relevance", e.relevance), ("recency", weights.recency_weight * e.recency),
+             ("importance", weights.importance_weight * e.importance), ("link", e.link_score)]
     scale = top if top > 0 else 1.0
     return [(name, value, max(0.0, value) / scale) for name, value in parts]
 
@@ -405,8 +407,10 @@ def _field(value: Any, n: int = 80) -> str:
 
 
 def _part(share: float, width: int = 240) -> int:
-    """A bar's width in pixels for ``share`` of the best score."""
-    return round(max(0.0, min(1.0, share)) * width)
+    """A bar's width in pixels for ``share`` of the best score (a positive share is at
+    least one pixel wide, so every part that counts is seen)."""
+    share = max(0.0, min(1.0, share))
+    return max(1, round(share * width)) if share > 0 else 0
 
 
 def _errors(exc: BaseException) -> list[str]:

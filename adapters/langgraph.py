@@ -3,15 +3,24 @@
 ``MemfabricStore(fabric)`` maps a namespace of 1-3 labels onto a scope
 ``(tenant, resource?, thread?)`` and an item onto ``fact`` notes of that scope:
 
-- note id of the first version: blake2b (6 bytes, 12 hex) of ``[namespace, key, 0]``;
-  a put of an existing key writes a new note (generation ``n``: the same hash of
-  ``[namespace, key, n]``) that supersedes the previous one, so every version is in
-  the log; all versions share the subject ``lg:`` + blake2b(namespace, key).
+- version ``n`` of an item is the note whose id is blake2b (6 bytes, 12 hex) of
+  ``[namespace, key, n]``; a put writes version ``n + 1`` superseding the live version
+  ``n`` (or the next free version when the key has none), so every version is in the
+  log and all share the subject ``lg:`` + blake2b(namespace, key).
+- concurrency (issue 26): a put writes on the recall index's view of the live version;
+  the write's unit of work checks, under the scope's lock, that the version is free and
+  the one it supersedes is still current (a compare-and-set), and a put that loses the
+  race to another writer of the key reads the live version from the log and retries:
+  the last write to commit wins and a key has at most one live version.
 - content: the value as JSON (sorted keys) — what search matches; context: JSON
-  ``{"key", "created_at", "gen"}``; tags: ``lg:item`` and ``FIELD=JSON`` for every
-  top-level scalar field (so equality filters run in the recall / listing SQL).
+  ``{"key", "created_at", "gen"}``; both sealed with the note's key.
+- tags: ``lg:item``; per top-level scalar field a keyed hash ``lg:f:`` + 32 hex of
+  HMAC-SHA256 (fabric secret) of ``[field, value]`` (issue 28: never the value itself),
+  so equality filters run in the recall / listing SQL; ``lg:noindex`` for
+  ``index=False``; ``lg:wide`` when a value has more scalar fields than tags allow.
 - delete: every version tombstoned with crypto-shredding.
-- ``ttl`` (minutes): the note's ``valid_to``; expired items are neither got nor found.
+- ``ttl`` (minutes, finite, > 0): the note's ``valid_to``; expired items are neither
+  got, listed nor found.
 Writes bypass consolidation (items never fold or supersede across keys).
 """
 
@@ -20,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -35,18 +46,43 @@ from langgraph.store.base import (
     SearchItem,
     SearchOp,
 )
-from langgraph.store.memory import _compare_values, _does_match
+from langgraph.store.memory import _does_match
 
-from memfabric.domain.errors import NamespaceError, NoteExistsError
+from memfabric.domain.errors import (
+    ConflictError,
+    NamespaceError,
+    NoteExistsError,
+    NoteForgottenError,
+    NoteNotFoundError,
+    StoreValueError,
+    SupersessionError,
+)
 from memfabric.domain.inputs import RecallInput
+from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import SCOPE_ID_RE, Scope
 
 ITEM_TAG = "lg:item"
 """Tag every store note carries."""
+NOINDEX_TAG = "lg:noindex"
+"""Tag of an item put with ``index=False``: never returned by a query search."""
+WIDE_TAG = "lg:wide"
+"""Tag of an item with more scalar fields than :data:`MAX_FIELD_TAGS`: filters on a
+prefix holding one run in Python only."""
+FIELD_TAG_PREFIX = "lg:f:"
+MAX_FIELD_TAGS = 60
+"""Field hashes one item carries at most (a note has at most 64 tags)."""
+MAX_DEPTH = 64
+"""Deepest nesting of lists and objects a value may have."""
+MAX_TTL_MINUTES = 100 * 366 * 24 * 60
+"""Largest ``ttl``: about 100 years, in minutes."""
+MAX_RECALL = 1000
+"""Most recall candidates a query search asks one scope for (``RecallInput.top_k``)."""
 
 _KINDS: tuple[Literal["fact"]] = ("fact",)
-_MAX_GEN = 100_000
+_ATTEMPTS = 200
+_RACES = (NoteExistsError, SupersessionError, NoteForgottenError, NoteNotFoundError, ConflictError)
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 
 
 def _hash(parts: Any, size: int) -> str:
@@ -64,13 +100,18 @@ def subject_for(namespace: tuple[str, ...], key: str) -> str:
     return "lg:" + _hash([list(namespace), key], 16)
 
 
+def _check_labels(namespace: tuple[str, ...]) -> None:
+    for label in namespace:
+        if not isinstance(label, str) or not SCOPE_ID_RE.fullmatch(label):
+            raise NamespaceError(f"namespace label {label!r}: 1-128 characters of [A-Za-z0-9._:@-]")
+
+
 def scope_of(namespace: tuple[str, ...]) -> Scope:
-    """The scope of a namespace of 1-3 scope ids (``NamespaceError`` otherwise)."""
+    """The scope of a namespace of 1-3 scope ids (``NamespaceError`` otherwise; a label
+    must match the scope id pattern in full, so a trailing newline is refused)."""
     if not 1 <= len(namespace) <= 3:
         raise NamespaceError(f"namespace {namespace!r}: 1 to 3 labels (tenant, resource, thread)")
-    for label in namespace:
-        if not isinstance(label, str) or not SCOPE_ID_RE.match(label):
-            raise NamespaceError(f"namespace label {label!r}: 1-128 characters of [A-Za-z0-9._:@-]")
+    _check_labels(namespace)
     rest: list[str | None] = [*namespace[1:], None, None]
     return Scope(tenant_id=namespace[0], resource_id=rest[0], thread_id=rest[1])
 
@@ -79,23 +120,167 @@ def namespace_of(scope: Scope) -> tuple[str, ...]:
     return tuple(p for p in (scope.tenant_id, scope.resource_id, scope.thread_id) if p is not None)
 
 
-def value_tags(value: Any) -> list[str]:
-    """``FIELD=JSON`` tags of the top-level scalar fields (at most 63, each ≤ 512 chars)."""
-    out: list[str] = []
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(v, str | int | float | bool) or v is None:
-                tag = f"{k}={json.dumps(v, ensure_ascii=False)}"
-                if len(tag) <= 512 and tag.strip() and "\x00" not in tag and len(out) < 63:
-                    out.append(tag)
-    return out
+# ------------------------------------------------------------------ values
+def _depth_ok(value: Any) -> bool:
+    """Whether ``value`` nests lists / objects at most :data:`MAX_DEPTH` deep (iterative,
+    so a deep value cannot exhaust the interpreter stack)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list | tuple):
+            if depth >= MAX_DEPTH:
+                return False
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return True
 
 
-def filter_tags(filt: dict[str, Any] | None) -> list[str]:
-    """The tags an equality filter implies (operator filters are applied in Python)."""
-    if not filt:
-        return []
-    return [t for t in value_tags({k: v for k, v in filt.items() if not isinstance(v, dict)})]
+def value_json(value: Any) -> tuple[dict[str, Any], str]:
+    """``(value as a dict, its JSON text with sorted keys)``. Raises ``StoreValueError``
+    for a value that is not a mapping with string keys, nests deeper than
+    :data:`MAX_DEPTH` or holds something JSON cannot represent."""
+    if not hasattr(value, "items"):
+        raise StoreValueError(f"value: a mapping (dict), not {type(value).__name__}")
+    out = dict(value)
+    if not all(isinstance(k, str) for k in out):
+        raise StoreValueError("value: top-level keys must be strings")
+    if not _depth_ok(out):
+        raise StoreValueError(f"value: nested more than {MAX_DEPTH} levels deep")
+    try:
+        text = json.dumps(out, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreValueError(f"value: not representable as JSON ({exc})") from None
+    return out, text
+
+
+def checked_ttl(ttl: Any) -> float | None:
+    """``ttl`` in minutes: ``None`` or a finite number in (0, :data:`MAX_TTL_MINUTES`]
+    (``StoreValueError`` otherwise, e.g. -5, ``inf``, ``nan``, ``1e12``)."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        raise StoreValueError(f"ttl: minutes as a number, not {type(ttl).__name__}")
+    minutes = float(ttl)
+    if not math.isfinite(minutes) or not 0 < minutes <= MAX_TTL_MINUTES:
+        raise StoreValueError(f"ttl: {ttl!r} minutes: a finite number above 0 and at most {MAX_TTL_MINUTES}")
+    return minutes
+
+
+def _scalar_key(value: Any) -> Any:
+    """The form a scalar is hashed in, so values Python compares equal hash alike
+    (``True == 1 == 1.0``); ``None`` for a value no equality can match (NaN) or that is
+    not a scalar."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return int(value) if value.is_integer() else value
+    if isinstance(value, str | int):
+        return value
+    return None
+
+
+def _field_tags(hmac: Callable[[str], str], value: dict[str, Any]) -> list[str]:
+    """The keyed field hashes of ``value`` (top-level scalars, sorted by name), or
+    ``[WIDE_TAG]`` when there are more than :data:`MAX_FIELD_TAGS`."""
+    tags = [t for t in (field_tag(hmac, k, v) for k, v in sorted(value.items())) if t is not None]
+    return [WIDE_TAG] if len(tags) > MAX_FIELD_TAGS else tags
+
+
+def field_tag(hmac: Callable[[str], str], name: str, value: Any) -> str | None:
+    """``lg:f:`` + the first 32 hex of the fabric's HMAC-SHA256 of ``[name, value]``
+    (``None`` for a value that has no hash, :func:`_scalar_key`)."""
+    norm = _scalar_key(value)
+    if norm is None:
+        return None
+    return FIELD_TAG_PREFIX + hmac(json.dumps(["lg-field", name, norm], ensure_ascii=False))[:32]
+
+
+# ----------------------------------------------------------------- filters
+def _compare(value: Any, op: str, wanted: Any) -> bool:
+    """LangGraph's operator semantics; a value that cannot be compared does not match
+    (instead of failing the whole search)."""
+    if op == "$eq":
+        return bool(value == wanted)
+    if op == "$ne":
+        return bool(value != wanted)
+    try:
+        a, b = float(value), float(wanted)
+    except (TypeError, ValueError):
+        return False
+    return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+    """``langgraph.store.memory._compare_values`` with :func:`_compare` for operators."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return all(_compare(value, op, arg) for op, arg in wanted.items())
+        return isinstance(value, dict) and all(_matches(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (isinstance(value, list | tuple) and len(value) == len(wanted)
+                and all(_matches(a, b) for a, b in zip(value, wanted, strict=True)))
+    return bool(value == wanted)
+
+
+def _check_operators(wanted: Any, where: str) -> None:
+    if isinstance(wanted, dict):
+        for k, v in wanted.items():
+            if isinstance(k, str) and k.startswith("$") and k not in _OPERATORS:
+                raise StoreValueError(f"filter {where}: unsupported operator {k!r} (one of {sorted(_OPERATORS)})")
+            _check_operators(v, f"{where}.{k}")
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFilter:
+    """A search ``filter`` in two parts: ``tags``, the field hashes every matching item
+    carries (from top-level equalities and ``$eq``, run in SQL), and :meth:`admits`,
+    the whole filter (operators, nested objects) on the decoded value."""
+
+    spec: dict[str, Any]
+    tags: tuple[str, ...]
+
+    @classmethod
+    def of(cls, spec: dict[str, Any] | None, hmac: Callable[[str], str]) -> ItemFilter:
+        """Raises ``StoreValueError`` for an operator LangGraph does not define."""
+        spec = dict(spec or {})
+        _check_operators(spec, "")
+        tags: list[str] = []
+        for name, wanted in spec.items():
+            eq = wanted.get("$eq") if isinstance(wanted, dict) and set(wanted) == {"$eq"} else wanted
+            tag = field_tag(hmac, name, eq) if not isinstance(eq, dict | list | tuple) else None
+            if tag is not None:
+                tags.append(tag)
+        return cls(spec, tuple(tags))
+
+    def admits(self, value: dict[str, Any]) -> bool:
+        return all(_matches(value.get(k), v) for k, v in self.spec.items())
+
+
+# ------------------------------------------------------------------- items
+def _parsed(content: str | None, context: str | None) -> tuple[str, dict[str, Any], datetime, int] | None:
+    """``(key, value, created_at, gen)`` of a store note, or ``None`` for a note tagged
+    ``lg:item`` that a store did not write (issue 28: skipped, never an error)."""
+    try:
+        meta = json.loads(context or "")
+        value = json.loads(content or "")
+        created = datetime.fromisoformat(meta["created_at"]).astimezone(timezone.utc)
+        key, gen = meta["key"], int(meta["gen"])
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+    if not isinstance(value, dict) or not isinstance(key, str):
+        return None
+    return key, value, created, gen
+
+
+def _generation(cand: Candidate) -> int:
+    parsed = _parsed(cand.fields["content"], cand.fields["context"])
+    return parsed[3] if parsed is not None else -1
+
+
+def _utc(at: datetime) -> datetime:
+    return at.astimezone(timezone.utc)
 
 
 class MemfabricStore(BaseStore):
@@ -128,64 +313,104 @@ class MemfabricStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
 
+    def _hmac(self, text: str) -> str:
+        return str(self.service.store.content_hmac(text))
+
     # ------------------------------------------------------------------ items
     def _current(self, namespace: tuple[str, ...], key: str) -> Candidate | None:
+        """The live, valid version of an item from the recall index (``None``: none);
+        of several (a store written before issue 26 could leave them), the newest."""
         query = ListQuery(scope=scope_of(namespace), kinds=_KINDS,
                           filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key)),
                           valid_at=datetime.now(timezone.utc),
                           require_consent=self.service.require_consent)
-        rows = self.service.store.list_notes(query, after=None, limit=1)
-        return rows[0] if rows else None
+        rows = self.service.store.list_notes(query, after=None, limit=16)
+        return max(rows, key=_generation, default=None)
 
-    def _item(self, cand: Candidate, score: float | None = None, search: bool = False) -> Item:
+    def _item(self, cand: Candidate, cls: type[Item] = Item, **extra: Any) -> Item | None:
         f = cand.fields
-        meta = json.loads(f["context"])
+        parsed = _parsed(f["content"], f["context"])
+        if parsed is None:
+            return None
+        key, value, created, _ = parsed
         ns = namespace_of(Scope(tenant_id=f["tenant_id"], resource_id=f["resource_id"] or None,
                                 thread_id=f["thread_id"] or None))
-        created = datetime.fromisoformat(meta["created_at"])
-        updated = f["ingested_at"]
-        value = json.loads(f["content"])
-        if search:
-            return SearchItem(namespace=ns, key=meta["key"], value=value, created_at=created,
-                              updated_at=updated, score=score)
-        return Item(namespace=ns, key=meta["key"], value=value, created_at=created, updated_at=updated)
+        return cls(namespace=ns, key=key, value=value, created_at=created,
+                   updated_at=_utc(f["ingested_at"]), **extra)
 
     def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
         cand = self._current(namespace, key)
         return None if cand is None else self._item(cand)
 
+    def _head(self, scope: Scope, namespace: tuple[str, ...], key: str, gen: int) -> tuple[int, Note | None]:
+        """From version ``gen`` on, in the log, up to the last version written:
+        ``(n, note)`` when that last version ``n`` is live and current, else ``(n,
+        None)`` for the first version no note has (the key was deleted or never put)."""
+        last: tuple[int, Note] | None = None
+        while (note := self.service.store.load(note_uuid(scope, note_id_for(namespace, key, gen)))) is not None:
+            last = (gen, note)
+            gen += 1
+        if last is not None and last[1].live and last[1].superseded_by is None:
+            return last
+        return gen, None
+
     def _put(self, op: PutOp) -> None:
-        scope = scope_of(op.namespace)
+        """Write the next version of the item (see the module doc): first on the recall
+        index's view of the live version; when another writer moved the key first (or
+        the index is behind), on the log's, read again before every retry."""
         if op.value is None:
             self._delete(op.namespace, op.key)
             return
+        scope = scope_of(op.namespace)
+        value, content = value_json(op.value)
+        ttl = checked_ttl(op.ttl)
+        tags = [ITEM_TAG, *_field_tags(self._hmac, value), *([NOINDEX_TAG] if op.index is False else [])]
         current = self._current(op.namespace, op.key)
+        parsed = _parsed(current.fields["content"], current.fields["context"]) if current is not None else None
+        # (version to write, note it supersedes, created_at) as the index sees the key
+        target: tuple[int, str | None, str | None] = (
+            (parsed[3] + 1, current.note_id, parsed[2].isoformat()) if parsed is not None and current is not None
+            else (0, None, None))
+        for _ in range(_ATTEMPTS):
+            if self._write(scope, op, target, content, tags, ttl):
+                return
+            target = self._target(scope, op.namespace, op.key, target[0] - 1 if target[1] else target[0])
+        raise ConflictError(f"key {op.key!r}: {_ATTEMPTS} concurrent writers won first; retry")
+
+    def _target(self, scope: Scope, namespace: tuple[str, ...], key: str,
+                gen: int) -> tuple[int, str | None, str | None]:
+        """``(version to write, note it supersedes, created_at)`` from the log
+        (:meth:`_head` from version ``gen``)."""
+        gen, head = self._head(scope, namespace, key, max(0, gen))
+        if head is None:
+            return gen, None, None
+        meta = _parsed(head.content, head.context)
+        return gen + 1, head.note_id, meta[2].isoformat() if meta is not None else None
+
+    def _write(self, scope: Scope, op: PutOp, target: tuple[int, str | None, str | None], content: str,
+               tags: list[str], ttl: float | None) -> bool:
+        """Remember version ``target``; ``False`` when another writer of the key
+        committed first (the version was taken, or the one it supersedes changed)."""
+        gen, supersedes, created = target
         now = datetime.now(timezone.utc)
-        meta = json.loads(current.fields["context"]) if current is not None else None
-        created = meta["created_at"] if meta else now.isoformat()
-        gen = int(meta["gen"]) + 1 if meta else 0
-        value = dict(op.value)
         fields: dict[str, Any] = {
-            "kind": "fact", "content": json.dumps(value, sort_keys=True, ensure_ascii=False),
-            "subject": subject_for(op.namespace, op.key), "tags": [ITEM_TAG, *value_tags(value)],
+            "kind": "fact", "content": content, "subject": subject_for(op.namespace, op.key),
+            "tags": tags, "id": note_id_for(op.namespace, op.key, gen),
+            "context": json.dumps({"key": op.key, "created_at": created or now.isoformat(), "gen": gen}),
             # an item belongs to its namespace alone (issue 16's resource default would
-            # show it to sibling namespaces): thread visibility, as before that default
+            # show it to sibling namespaces)
             "consent": {"visibility": "thread"},
         }
-        if current is not None:
-            fields["supersedes"] = current.note_id
-        if op.ttl is not None:
-            fields["valid_to"] = now + timedelta(minutes=float(op.ttl))
-        while gen < _MAX_GEN:
-            fields["id"] = note_id_for(op.namespace, op.key, gen)
-            fields["context"] = json.dumps({"key": op.key, "created_at": created, "gen": gen})
-            item = self.service.validate_remember(fields)
-            try:
-                self.service.remember(scope, item, consolidate=False)
-                return
-            except NoteExistsError:  # a deleted generation: take the next one
-                gen += 1
-        raise NoteExistsError(f"key {op.key!r}: no free generation")
+        if supersedes is not None:
+            fields["supersedes"] = supersedes
+        if ttl is not None:
+            fields["valid_to"] = now + timedelta(minutes=ttl)
+        item = self.service.validate_remember(fields)
+        try:
+            self.service.remember(scope, item, consolidate=False)
+        except _RACES:
+            return False
+        return True
 
     def _delete(self, namespace: tuple[str, ...], key: str) -> None:
         scope = scope_of(namespace)
@@ -196,57 +421,108 @@ class MemfabricStore(BaseStore):
             self.service.forget(scope, cand.note_id, hold=False, requested_by=self.requested_by)
 
     # ----------------------------------------------------------------- search
-    def _matches(self, item: Item, op: SearchOp) -> bool:
-        if item.namespace[: len(op.namespace_prefix)] != tuple(op.namespace_prefix):
-            return False
-        return all(_compare_values(item.value.get(k), v) for k, v in (op.filter or {}).items())
+    def _scopes_under(self, prefix: tuple[str, ...]) -> list[Scope]:
+        """The scopes of the namespaces holding items that start with ``prefix``."""
+        if len(prefix) == 3:
+            return [scope_of(prefix)]
+        found = self.service.store.scopes_with(tenant_id=prefix[0] if prefix else None, tags=[ITEM_TAG])
+        return [s for s in found if namespace_of(s)[: len(prefix)] == prefix]
+
+    def _sql_tags(self, prefix: tuple[str, ...], flt: ItemFilter) -> tuple[str, ...]:
+        """``lg:item`` plus the filter's field hashes, unless an item under ``prefix``
+        is too wide to carry them all (then the filter runs in Python only)."""
+        if not flt.tags:
+            return (ITEM_TAG,)
+        scope = scope_of(prefix) if prefix else None
+        wide = (self.service.store.count_notes(ListQuery(scope=scope, kinds=_KINDS, prefix=True,
+                                                         filters=NoteFilter(tags=(ITEM_TAG, WIDE_TAG))))
+                if scope is not None else
+                len(self.service.store.scopes_with(tenant_id=None, tags=[ITEM_TAG, WIDE_TAG])))
+        return (ITEM_TAG,) if wide else (ITEM_TAG, *flt.tags)
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
-        tags = (ITEM_TAG, *filter_tags(op.filter))
-        want = max(0, op.offset) + max(0, op.limit)
-        found: list[SearchItem] = []
-        if op.query:
-            scope = scope_of(tuple(op.namespace_prefix))
-            recall = RecallInput(query=op.query, kinds=_KINDS, top_k=min(1000, max(1, want)),
-                                 tags=list(tags))
-            res = self.service.recall(scope, recall)
-            for hit, ex in zip(res.hits, res.explain, strict=True):
-                item = self._from_note(hit, ex.score)
-                if item is not None and self._matches(item, op):
-                    found.append(item)
-            return found[op.offset: op.offset + op.limit]
         prefix = tuple(op.namespace_prefix)
+        if len(prefix) > 3:
+            return []
+        _check_labels(prefix)
+        flt = ItemFilter.of(op.filter, self._hmac)
+        want = max(0, op.offset) + max(0, op.limit)
+        if want == 0:
+            return []
+        tags = self._sql_tags(prefix, flt)
+        if op.query:
+            found = self._query_search(prefix, op.query, tags, flt, want)
+        else:
+            found = list(self._listed(prefix, tags, flt, want))
+        return found[max(0, op.offset): want]
+
+    def _query_search(self, prefix: tuple[str, ...], query: str, tags: tuple[str, ...],
+                      flt: ItemFilter, want: int) -> list[SearchItem]:
+        """Recall in every namespace under ``prefix``, merged by score (highest first)."""
+        found: list[SearchItem] = []
+        for scope in self._scopes_under(prefix):
+            found += self._recalled(scope, query, tags, flt, want)
+        found.sort(key=lambda i: -(i.score or 0.0))
+        return found[:want]
+
+    def _recalled(self, scope: Scope, query: str, tags: tuple[str, ...], flt: ItemFilter,
+                  want: int) -> list[SearchItem]:
+        """Up to ``want`` items of exactly ``scope`` a recall of ``query`` finds that pass
+        ``flt``: asking for 4x more candidates until enough pass or recall has no more
+        (at most :data:`MAX_RECALL`)."""
+        top_k = min(MAX_RECALL, max(10, 2 * want))
+        while True:
+            res = self.service.recall(scope, RecallInput(query=query, kinds=_KINDS, top_k=top_k,
+                                                         tags=list(tags), expand_links=False))
+            out: list[SearchItem] = []
+            for hit, ex in zip(res.hits, res.explain, strict=True):
+                if hit.scope != scope or NOINDEX_TAG in hit.tags or ITEM_TAG not in hit.tags:
+                    continue
+                parsed = _parsed(hit.content, hit.context)
+                if parsed is not None and flt.admits(parsed[1]):
+                    key, value, created, _ = parsed
+                    out.append(SearchItem(namespace=namespace_of(scope), key=key, value=value,
+                                          created_at=created, updated_at=_utc(hit.ingested_at),
+                                          score=ex.score))
+            if len(out) >= want or len(res.hits) < top_k or top_k >= MAX_RECALL:
+                return out[:want]
+            top_k = min(MAX_RECALL, top_k * 4)
+
+    def _listed(self, prefix: tuple[str, ...], tags: tuple[str, ...], flt: ItemFilter,
+                want: int) -> Iterator[SearchItem]:
+        """Up to ``want`` valid items under ``prefix`` passing ``flt``, oldest first
+        per tenant (keyset pages of 200)."""
         tenants = ([prefix[0]] if prefix else
                    sorted({s.tenant_id for s in self.service.store.scopes_with(tenant_id=None, tags=[ITEM_TAG])}))
         now = datetime.now(timezone.utc)
+        n = 0
         for tenant in tenants:
             scope = scope_of(prefix) if prefix else Scope(tenant_id=tenant)
             query = ListQuery(scope=scope, kinds=_KINDS, prefix=True, valid_at=now,
                               filters=NoteFilter(tags=tags), require_consent=self.service.require_consent)
             after = None
-            while len(found) < want:
+            while True:
                 rows = self.service.store.list_notes(query, after=after, limit=200)
                 for cand in rows:
-                    listed = self._item(cand, search=True)
-                    if isinstance(listed, SearchItem) and self._matches(listed, op):
-                        found.append(listed)
+                    item = self._item(cand, SearchItem)
+                    if isinstance(item, SearchItem) and flt.admits(item.value):
+                        yield item
+                        n += 1
+                        if n >= want:
+                            return
                 if len(rows) < 200:
                     break
                 after = (rows[-1].fields["ingested_at"], rows[-1].aggregate_id)
-        return found[op.offset: op.offset + op.limit]
-
-    def _from_note(self, note: Any, score: float) -> SearchItem | None:
-        if note.context is None or ITEM_TAG not in note.tags:
-            return None
-        meta = json.loads(note.context)
-        return SearchItem(namespace=namespace_of(note.scope), key=meta["key"],
-                          value=json.loads(note.content), created_at=datetime.fromisoformat(meta["created_at"]),
-                          updated_at=note.ingested_at, score=score)
 
     def _namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        """Namespaces holding at least one valid (unexpired) item."""
+        now = datetime.now(timezone.utc)
         spaces = [namespace_of(s) for s in self.service.store.scopes_with(tenant_id=None, tags=[ITEM_TAG])]
         if op.match_conditions:
             spaces = [ns for ns in spaces if all(_does_match(c, ns) for c in op.match_conditions)]
+        spaces = [ns for ns in spaces if self.service.store.count_notes(ListQuery(
+            scope=scope_of(ns), kinds=_KINDS, valid_at=now, filters=NoteFilter(tags=(ITEM_TAG,)),
+            require_consent=self.service.require_consent))]
         if op.max_depth is not None:
             spaces = sorted({ns[: op.max_depth] for ns in spaces})
         else:

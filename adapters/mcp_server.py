@@ -103,7 +103,7 @@ def build_server(notes: Notes, tools: MemoryTools, session: object) -> Server[An
             result = await anyio.to_thread.run_sync(
                 lambda: tools.call(name, arguments, session=session))
         except (FabricError, ValidationError) as exc:
-            err = tool_error(exc)
+            err = tool_error(exc, arguments)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=json.dumps(err))],
                 structuredContent=err, isError=True)

@@ -393,6 +393,11 @@ class InMemoryUnitOfWork:
         return TermPostings(min(len(rows), link_terms.N_CAP), ids, at,
                             newest[0]["note_id"] if newest and latest else None)
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """Like :meth:`InMemoryNoteStore.resolve` (the committed note-scope rows)."""
+        self._check()
+        return _resolve(self._log, scope, note_id)
+
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         self._check()
         t, r, th = scope.sql()
@@ -448,6 +453,21 @@ class InMemoryUnitOfWork:
             self._position = self._log.append(self._events, list(self._aggregates.values()),
                                               self._doomed)
         self._committed = True
+
+
+def _resolve(log: InMemoryEventLog, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+    """``note_scope.resolve`` in Python: ``(home, visibility)`` of the un-forgotten notes
+    ``note_id`` visible from ``scope``, ``scope``'s own first, at most 3."""
+    with log.lock:
+        rows = [dict(r) for r in log.scope_rows.values() if r["note_id"] == note_id]
+    found = []
+    for r in rows:
+        home = Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
+                     thread_id=r["thread_id"] or None)
+        if visibility.visible(home, visibility.of_consent({"visibility": r["visibility"]}), scope):
+            found.append((home, str(r["visibility"])))
+    found.sort(key=lambda f: (f[0] != scope, f[0].sql()))
+    return found[:3]
 
 
 def _blocks(log: InMemoryEventLog, scope: Scope) -> dict[str, BlockEntry]:
@@ -592,16 +612,7 @@ class InMemoryNoteStore:
 
     def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
         """Like ``note_scope.resolve``: homes of the notes ``note_id`` seen from ``scope``."""
-        with self.log.lock:
-            rows = [dict(r) for r in self.log.scope_rows.values() if r["note_id"] == note_id]
-        found = []
-        for r in rows:
-            home = Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
-                         thread_id=r["thread_id"] or None)
-            if visibility.visible(home, visibility.of_consent({"visibility": r["visibility"]}), scope):
-                found.append((home, str(r["visibility"])))
-        found.sort(key=lambda f: (f[0] != scope, f[0].sql()))
-        return found[:3]
+        return _resolve(self.log, scope, note_id)
 
     def load(self, aggregate_id: UUID) -> Note | None:
         return self.log.replay(aggregate_id)

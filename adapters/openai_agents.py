@@ -5,7 +5,8 @@ ledger of ``notes``' thread scope (``notes.conversation()``):
 
 - ``add_items(items)``: each item stored losslessly as one JSON entry (role: the item's
   ``role``, else its ``type``, else ``item``), all in one transaction;
-- ``get_items(limit=None)``: the items in chronological order (the latest ``limit``);
+- ``get_items(limit=None)``: the items in chronological order (the latest ``limit``,
+  default ``session_settings.limit`` as in ``SQLiteSession``);
 - ``pop_item()``: the latest item, hidden by an ``EntryRetracted`` event (the log keeps it);
 - ``clear_session()``: erases the thread's conversation (``Erased`` tombstone, key
   destroyed: every stored item is crypto-shredded).
@@ -35,15 +36,27 @@ def _role(item: Any) -> str:
     return "item"
 
 
+def _settings(given: Any) -> Any:
+    """The SDK's ``SessionSettings`` of ``given`` (``None``: the default), or ``given``
+    itself when the SDK is not installed."""
+    try:
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings  # noqa: PLC0415
+    except ImportError:  # the extra is not installed: anything with a ``limit``
+        return given
+    return SessionSettings() if given is None else coerce_session_settings(given)
+
+
 class MemfabricSession:
     """An Agents SDK session on the ledger of ``notes``' thread (see the module doc)."""
 
-    session_settings: Any = None
-
-    def __init__(self, session_id: str, notes: Any) -> None:
+    def __init__(self, session_id: str, notes: Any, session_settings: Any = None) -> None:
+        """``session_settings``: the SDK's ``SessionSettings`` (or a dict of its fields;
+        default ``SessionSettings()``): ``limit`` is what ``get_items()`` without a
+        limit returns at most (the latest items), as ``SQLiteSession`` does."""
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
         self.session_id = session_id
+        self.session_settings: Any = _settings(session_settings)
         self.ledger: Ledger = notes.conversation()
         self.ledger.aggregate_id  # noqa: B018 - fail closed now for a scope without thread
 
@@ -69,6 +82,10 @@ class MemfabricSession:
         return list(reversed(out))
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The items in chronological order: the latest ``limit`` (default
+        ``session_settings.limit``; ``None`` there too: all of them)."""
+        if limit is None:
+            limit = getattr(self.session_settings, "limit", None)
         if limit is None:
             return await asyncio.to_thread(self._all)
         if limit <= 0:

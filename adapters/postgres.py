@@ -288,6 +288,12 @@ def select_notes(
     connection: through ``keys`` (a unit of work's vault) or a batch read."""
     if not ids:
         return []
+    # events first, keys second: outside a snapshot, a note committed between the two
+    # statements then has its keys too (keys first read its events without them)
+    rows = cur.connection.cursor(row_factory=tuple_row).execute(
+        sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
+                " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version").format(
+            t=sql.Identifier(tables.EVENTS)), (list(ids),)).fetchall()
     if keys is None:
         batch = BatchKeys()
         batch.load(cur.connection, list(ids))
@@ -295,10 +301,6 @@ def select_notes(
     else:
         keys.preload(list(ids))
         local = mapper.bound(keys)
-    rows = cur.connection.cursor(row_factory=tuple_row).execute(
-        sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
-                " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version").format(
-            t=sql.Identifier(tables.EVENTS)), (list(ids),)).fetchall()
     found: dict[UUID, Any] = {}
     for oid, version, topic, state in rows:
         event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))

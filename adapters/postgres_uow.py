@@ -173,6 +173,10 @@ class PostgresUnitOfWork:
         with self.conn.cursor() as cur:
             return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now, latest=latest)
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        with self.conn.cursor() as cur:
+            return list(note_scope.resolve(cur, scope, note_id))
+
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         with self.conn.cursor() as cur:
             return note_scope.ids_by_path(cur, scope, path)

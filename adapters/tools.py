@@ -37,7 +37,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Any
 
 from memfabric.adapters.jail import (
@@ -51,7 +51,7 @@ from memfabric.adapters.jail import (
 )
 from memfabric.adapters.serialize import jsonable
 from memfabric.domain.attach import NotAttachedError, gate_for
-from memfabric.domain.errors import CapacityError, FabricError
+from memfabric.domain.errors import CapacityError, FabricError, NoteForgottenError, NoteNotFoundError
 from memfabric.domain.inputs import (
     DEFAULT_MAX_ENTRY_TEXT_CHARS,
     BlockLabel,
@@ -95,6 +95,8 @@ __all__ = [
     "decode_text",
     "jsonable",
     "provider_name",
+    "scrub",
+    "strict_schema",
     "tool_error",
 ]
 
@@ -182,9 +184,18 @@ class RecallToolArgs(_ToolArgs):
     @field_validator("as_of", mode="before")
     @classmethod
     def _text_time(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, str | datetime):
-            raise ValueError("must be an ISO 8601 date-time with an offset")
-        return value
+        """An ISO 8601 date-time; without an offset it is read as UTC (models send
+        such dates; the CLI reads them alike)."""
+        if value is None:
+            return None
+        if not isinstance(value, str | datetime):
+            raise ValueError("must be an ISO 8601 date-time")
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError("must be an ISO 8601 date-time") from None
+        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
 class ForgetToolArgs(_ToolArgs):
@@ -260,9 +271,7 @@ def _definitions(max_file_bytes: int) -> list[ToolDefinition]:
             {"type": "object", "properties": {
                 "text": {"type": "string", "minLength": 1, "description": "Text to append."},
                 "block": _BLOCK_SCHEMA, "path": _PATH_SCHEMA},
-             "required": ["text"], "additionalProperties": False,
-             "oneOf": [{"required": ["block"], "not": {"required": ["path"]}},
-                       {"required": ["path"], "not": {"required": ["block"]}}]},
+             "required": ["text"], "additionalProperties": False},
             InsertArgs, False),
         ToolDefinition(
             "memory.recall",
@@ -278,7 +287,8 @@ def _definitions(max_file_bytes: int) -> list[ToolDefinition]:
                 "top_k": {"type": "integer", "minimum": 1, "maximum": 1000,
                           "description": "Most hits to return (default 10)."},
                 "as_of": {"type": "string", "format": "date-time",
-                          "description": "Recall as of this instant (ISO 8601 with offset)."},
+                          "description": "Recall as of this instant (ISO 8601; UTC when "
+                                         "no offset is given)."},
                 "budget": {"type": "integer", "minimum": 1, "maximum": 1000000,
                            "description": "Cap on the hits' summed tokens."}},
              "required": ["query"], "additionalProperties": False},
@@ -293,9 +303,7 @@ def _definitions(max_file_bytes: int) -> list[ToolDefinition]:
                        "description": "Id of the note (12 hex digits)."},
                 "block": _BLOCK_SCHEMA,
                 "hold": {"type": "boolean", "description": "Legal hold instead of erasure."}},
-             "additionalProperties": False,
-             "oneOf": [{"required": ["id"], "not": {"required": ["block"]}},
-                       {"required": ["block"], "not": {"required": ["id"]}}]},
+             "additionalProperties": False},
             ForgetToolArgs, False),
     ]
 
@@ -319,12 +327,15 @@ def _note_json(note: Any) -> dict[str, Any]:
     return data
 
 
-def tool_error(exc: BaseException) -> dict[str, Any]:
+def tool_error(exc: BaseException, arguments: Any = None) -> dict[str, Any]:
     """A JSON tool result for a refused call: ``{"error": {"type", "message"}}``.
 
     For ``pydantic.ValidationError`` the message lists ``field: reason`` without the
-    input; for a ``FabricError`` it is the error's text. Hand it back to the model as
-    the tool result (with the provider's error flag, e.g. Anthropic ``is_error``)."""
+    input; for a ``FabricError`` it is the error's text with every quoted part that
+    comes from ``arguments`` (a string argument, or path parts of one, e.g. a folder
+    of a ``path``) replaced by ``<argument>`` (issue 26: errors never echo a path).
+    Hand it back to the model as the tool result (with the provider's error flag,
+    e.g. Anthropic ``is_error``)."""
     if isinstance(exc, ValidationError):
         parts = []
         for e in exc.errors(include_url=False, include_input=False, include_context=False):
@@ -332,7 +343,45 @@ def tool_error(exc: BaseException) -> dict[str, Any]:
             field = ".".join(str(p) for p in e["loc"])
             parts.append(f"{field}: {msg}" if field else msg)
         return {"error": {"type": "ValidationError", "message": "; ".join(parts)}}
-    return {"error": {"type": type(exc).__name__, "message": " ".join(str(exc).split())}}
+    message = scrub(" ".join(str(exc).split()), arguments)
+    return {"error": {"type": type(exc).__name__, "message": message}}
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _argument_texts(arguments: Any) -> tuple[set[str], set[str]]:
+    """``(whole string arguments, their '/'-separated parts)`` of ``arguments``."""
+    whole: set[str] = set()
+    stack = [arguments]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str) and node:
+            whole.add(node)
+        elif isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    parts = {p for w in whole for p in w.split("/") if p not in ("", ".")}
+    return whole, parts
+
+
+def scrub(message: str, arguments: Any) -> str:
+    """``message`` with each quoted span (``'...'`` or ``"..."``) that names an
+    argument replaced by ``<argument>``: the span is an argument, part of one, or made
+    of path parts of the arguments (a normalised or partial path)."""
+    whole, parts = _argument_texts(arguments)
+    if not whole:
+        return message
+
+    def hide(m: re.Match[str]) -> str:
+        text = m.group(0)[1:-1]
+        pieces = [p for p in text.split("/") if p not in ("", ".")]
+        named = (text in whole or any(text and text in w for w in whole)
+                 or (pieces and all(p in parts for p in pieces)))
+        return "<argument>" if named else m.group(0)
+
+    return _QUOTED.sub(hide, message)
 
 
 # --------------------------------------------------------------------- tools
@@ -367,12 +416,20 @@ class MemoryTools:
         return f"MemoryTools({self.notes.scope.key!r}, root={self.jail.root if self.jail else None!r})"
 
     # ------------------------------------------------------------ rendering
-    def openai(self) -> list[dict[str, Any]]:
+    def openai(self, *, strict: bool = False) -> list[dict[str, Any]]:
         """OpenAI function-calling tools: ``[{"type": "function", "function": {"name",
-        "description", "parameters"}}]`` with provider-safe names."""
-        return [{"type": "function", "function": {
-            "name": d.provider_name, "description": d.description,
-            "parameters": _copy(d.input_schema)}} for d in self.definitions]
+        "description", "parameters"}}]`` with provider-safe names. ``strict=True``:
+        ``"strict": true`` and the parameters in strict mode's subset
+        (:func:`strict_schema`: every property required, optional ones nullable, only
+        the keywords strict mode supports); a ``null`` argument means absent."""
+        out: list[dict[str, Any]] = []
+        for d in self.definitions:
+            fn: dict[str, Any] = {"name": d.provider_name, "description": d.description,
+                                  "parameters": strict_schema(d.input_schema) if strict else _copy(d.input_schema)}
+            if strict:
+                fn["strict"] = True
+            out.append({"type": "function", "function": fn})
+        return out
 
     def anthropic(self) -> list[dict[str, Any]]:
         """Anthropic tool-use tools: ``[{"name", "description", "input_schema"}]`` with
@@ -393,14 +450,16 @@ class MemoryTools:
         """Run tool ``name`` (``memory.view`` or ``memory_view`` ...) with ``arguments``
         for ``session`` and return a JSON-serialisable result.
 
+        A ``null`` argument counts as absent (OpenAI strict mode sends every property).
         Order of checks, each writing nothing when it fails: the tool exists
         (``UnknownToolError``), the session is attached to this scope
         (``NotAttachedError``), the arguments validate (``ValidationError``), then the
         tool's own rules (``JailError``, ``FilePathError``, ``CapacityError``, ...)."""
         d = self.definition(name)
         self.require_attached(session)
-        args = d.args.model_validate(dict(arguments) if isinstance(arguments, Mapping)
-                                     else ({} if arguments is None else arguments))
+        given = ({k: v for k, v in arguments.items() if v is not None} if isinstance(arguments, Mapping)
+                 else ({} if arguments is None else arguments))
+        args = d.args.model_validate(given)
         result: dict[str, Any] = self._handlers[d.name](args)
         return result
 
@@ -411,7 +470,7 @@ class MemoryTools:
         try:
             return self.call(name, arguments, session=session), False
         except (FabricError, ValidationError) as exc:
-            return tool_error(exc), True
+            return tool_error(exc, arguments), True
 
     def require_attached(self, session: object) -> None:
         """``NotAttachedError`` unless ``session`` is attached to this scope."""
@@ -496,14 +555,81 @@ class MemoryTools:
                 "explain": [jsonable(e) for e in res.explain]}
 
     def _forget(self, args: ForgetToolArgs) -> dict[str, Any]:
+        path = self._jailed_file(args.id) if args.id is not None else None
+        if path is not None:
+            return self.forget_file(path, args.id, hold=args.hold)
         res = self.notes.forget(id=args.id, block=args.block, hold=args.hold)
         return dict(jsonable(res))
+
+    def _jailed_file(self, note_id: str) -> str | None:
+        """The jail path of ``note_id`` when it is a live ``file`` note of this scope
+        whose file is in the jail, else ``None``."""
+        if self.jail is None:
+            return None
+        try:
+            note = self.notes.get(note_id)
+        except (NoteNotFoundError, NoteForgottenError):
+            return None
+        if (note.kind != "file" or not note.path or note.forgotten or note.held
+                or note.scope != self.notes.scope):
+            return None
+        try:
+            return note.path if self.jail.files_under(note.path) == [note.path] else None
+        except FabricError:  # gone, or no longer a plain path inside the jail
+            return None
+
+    def forget_file(self, path: str, note_id: str | None, *, hold: bool) -> dict[str, Any]:
+        """Issue 26: forgetting a file note removes its file from the jail, then
+        tombstones (or holds) every ``file`` note of the path (``delete_path``), so no
+        later read or insert brings the text back. ``{id, block, deleted, held, path,
+        file_removed}``."""
+        jail = self._require_jail()
+        jail.remove(path)
+        res = self.notes.delete_path(path, hold=hold)
+        return {"id": note_id, "block": None, "deleted": len(res.deleted), "held": bool(res.held),
+                "path": path, "file_removed": True}
 
     def _history(self, args: NoteRefArgs) -> dict[str, Any]:
         return {"id": args.id, "events": jsonable(self.notes.history(args.id))}
 
     def _lineage(self, args: NoteRefArgs) -> dict[str, Any]:
         return dict(jsonable(self.notes.lineage(args.id)))
+
+
+STRICT_KEYWORDS: dict[str, frozenset[str]] = {
+    "string": frozenset({"type", "description", "enum", "const", "pattern", "format"}),
+    "integer": frozenset({"type", "description", "enum", "const", "minimum", "maximum",
+                          "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
+    "number": frozenset({"type", "description", "enum", "const", "minimum", "maximum",
+                         "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
+    "boolean": frozenset({"type", "description", "const"}),
+    "array": frozenset({"type", "description", "items", "minItems", "maxItems"}),
+    "object": frozenset({"type", "description", "properties", "required", "additionalProperties"}),
+}
+"""Keywords OpenAI's strict mode (Structured Outputs) supports, by JSON type; others
+(``minLength``, ``maxLength``, ``uniqueItems``) are dropped from a strict rendering and
+still checked by the tool's pydantic model."""
+
+
+def strict_schema(schema: dict[str, Any], *, nullable: bool = False) -> dict[str, Any]:
+    """``schema`` (a plain, typed JSON Schema without combinators) in OpenAI strict
+    mode's subset: every object lists all its properties in ``required`` and has
+    ``additionalProperties: false``; a property that was optional gets the type
+    ``[type, "null"]``; only :data:`STRICT_KEYWORDS` are kept. A new dict."""
+    kind = schema["type"]
+    out: dict[str, Any] = {k: jsonable(v) for k, v in schema.items() if k in STRICT_KEYWORDS[kind]}
+    if kind == "object":
+        props: dict[str, Any] = schema.get("properties", {})
+        required = set(schema.get("required", ()))
+        out["properties"] = {name: strict_schema(sub, nullable=name not in required)
+                             for name, sub in props.items()}
+        out["required"] = list(props)
+        out["additionalProperties"] = False
+    elif kind == "array":
+        out["items"] = strict_schema(schema["items"])
+    if nullable:
+        out["type"] = [kind, "null"]
+    return out
 
 
 def _copy(schema: dict[str, Any]) -> dict[str, Any]:

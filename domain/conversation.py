@@ -223,9 +223,15 @@ def new_id() -> str:
     return fresh_id()
 
 
+def _utc(at: datetime) -> datetime:
+    """``at`` in ``timezone.utc`` (issue 26: a driver returns the session's zone, e.g.
+    ``ZoneInfo('Etc/UTC')``; every timestamp memfabric returns uses one tz object)."""
+    return at.astimezone(timezone.utc)
+
+
 def _entry(row: dict[str, Any]) -> LedgerEntry:
     return LedgerEntry(id=row["entry_id"], position=int(row["position"]), role=row["role"],
-                       text=row["text"], timestamp=row["at"], parent_id=row.get("parent_id"),
+                       text=row["text"], timestamp=_utc(row["at"]), parent_id=row.get("parent_id"),
                        branch=row.get("branch"))
 
 
@@ -429,7 +435,7 @@ class Ledger:
                 raise LedgerAbortedError("search_conversation aborted by its signal")
             page = self._page_at(aggregate_id, store, row["entry_id"], int(row["position"]), args.limit,
                                  args.direction, args.detail)
-            hits.append(SearchHit(row["entry_id"], round(float(row["score"]), 6), row["at"], page))
+            hits.append(SearchHit(row["entry_id"], round(float(row["score"]), 6), _utc(row["at"]), page))
         return SearchResult(tuple(hits), scanned, tuple(words))
 
 

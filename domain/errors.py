@@ -61,6 +61,11 @@ class CapacityError(FabricError):
     """A write would exceed a configured limit (for example ``max_entry_text_chars``)."""
 
 
+class StoreValueError(FabricError, ValueError):
+    """A LangGraph store value, ``ttl`` or filter cannot be stored or applied (see
+    ``docs/langgraph.md``): nothing was written."""
+
+
 class ConflictError(FabricError):
     """A concurrent write changed the note first; retry with fresh state."""
 

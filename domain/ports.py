@@ -213,6 +213,12 @@ class UnitOfWork(Protocol):
         linker's ``follows`` edge). One indexed statement."""
         ...
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """Like :meth:`NoteStore.resolve`, in this transaction (issue 26: a write never
+        takes a second connection): ``(home scope, visibility)`` of the un-forgotten
+        notes ``note_id`` visible from ``scope``, ``scope``'s own first, at most 3."""
+        ...
+
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         """Ids of live or held ``file`` notes of exactly ``scope`` recorded against
         ``path``, sorted (selects on ``path``, never on content)."""

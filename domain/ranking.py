@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 from memfabric.domain import policy
@@ -186,6 +186,12 @@ def _explain(s: _Scored) -> Explain:
     )
 
 
+def _utc(at: datetime | None) -> datetime | None:
+    """``at`` in ``timezone.utc`` (issue 26: the driver returns the session's zone;
+    every timestamp memfabric returns uses one tz object)."""
+    return at.astimezone(timezone.utc) if at is not None else None
+
+
 def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote:
     """The read model of a recall-index row (``outcome="recalled"`` unless told)."""
     f = cand.fields
@@ -195,13 +201,13 @@ def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote
         content=f["content"],
         scope=Scope(tenant_id=f["tenant_id"], resource_id=f["resource_id"] or None,
                     thread_id=f["thread_id"] or None),
-        ingested_at=f["ingested_at"],
+        ingested_at=f["ingested_at"].astimezone(timezone.utc),
         token_count=int(f["token_count"]),
         path=f["path"],
         subject=f["subject"],
-        t_ref=f["t_ref"],
-        valid_from=f["valid_from"],
-        valid_to=f["valid_to"],
+        t_ref=_utc(f["t_ref"]),
+        valid_from=_utc(f["valid_from"]),
+        valid_to=_utc(f["valid_to"]),
         tags=tuple(f["tags"] or ()),
         source_entry_ids=tuple(f["source_entry_ids"] or ()),
         supersedes=f["supersedes"],
@@ -213,6 +219,6 @@ def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote
         keywords=tuple(f["keywords"] or ()),
         links=tuple(Link.from_dict(link) for link in f.get("links") or ()),
         fold_count=int(f["fold_count"]),
-        updated_at=f["updated_at"],
+        updated_at=_utc(f["updated_at"]),
         outcome=outcome,
     )

@@ -269,7 +269,7 @@ class _Writer:
             return
         if self.uow.exists(self.scope, item.id):
             raise NoteExistsError(f"id: note {item.id!r} already exists in scope {self.scope}")
-        seen = [home for home, _ in self.svc.store.resolve(self.scope, item.id) if home != self.scope]
+        seen = [home for home, _ in self.uow.resolve(self.scope, item.id) if home != self.scope]
         if seen:
             raise NoteExistsError(f"id: note {item.id!r} already exists in scope {seen[0]},"
                                   f" visible from {self.scope}; choose another id")
@@ -278,7 +278,7 @@ class _Writer:
         for link in item.links:
             target = self.uow.load(self.scope, link.id)
             if target is None:
-                elsewhere = [h for h, _ in self.svc.store.resolve(self.scope, link.id) if h != self.scope]
+                elsewhere = [h for h, _ in self.uow.resolve(self.scope, link.id) if h != self.scope]
                 if elsewhere:
                     raise links.LinkScopeError(
                         f"links: note {link.id!r} lives in scope {elsewhere[0]}, not in {self.scope}:"

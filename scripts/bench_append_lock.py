@@ -1,6 +1,6 @@
-"""Measure the global append lock (issue 17, defect 11): writers of different tenants
-meet at eventsourcing's events-table lock (``LOCK TABLE ... IN EXCLUSIVE MODE``, taken
-by the INSERT and held to COMMIT, projections included). Runs W writer processes
+"""Measure writers of different tenants appending at once (issue 17 defect 11; since
+issue 24 each tenant has its own append lock instead of eventsourcing's events-table
+lock, docs/write-path.md). Runs W writer processes
 (default 8), each on its own scope, for S seconds (default 10) against one embedded
 PostgreSQL, and prints writes/s, p50/p95 latency and errors.
 

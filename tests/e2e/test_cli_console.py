@@ -33,13 +33,15 @@ def test_console_refuses_a_public_address_without_a_token(dsn: str, monkeypatch:
     assert res.stderr.strip() == "error: token: listening on 0.0.0.0 needs --token or $MEMFABRIC_CONSOLE_TOKEN"
 
 
-def test_console_command_serves_pages_until_stopped(dsn: str) -> None:
+@pytest.mark.parametrize("flags", [["--read-only"], []], ids=["read-only", "default"])
+def test_console_command_serves_pages_until_stopped(dsn: str, flags: list[str]) -> None:
+    """Read-only by default (issue 35), as with --read-only."""
     with open_fabric(dsn) as fabric:
         fabric.scope("acme", "u1", "t1").remember(kind="fact", content="User prefers metric units")
     port = free_port()
     proc = subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "memfabric.adapters.cli", "console", "--dsn", dsn, "--port", str(port),
-         "--read-only"], stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+         *flags], stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -129,3 +129,39 @@ def test_memory_tool_jail(fabric: Fabric, tmp_path: Path) -> None:
     assert (outside / "secret.txt").read_text() == "secret"
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert sorted(p.name for p in root.iterdir()) == ["link"]
+
+
+def test_every_command_method_checks_the_gate(fabric: Fabric, dsn: str, tmp_path: Path) -> None:
+    """Issue 26 defect 5: ``tool.create(cmd)`` on a never-attached session wrote the
+    file and its note (only ``call`` / ``execute`` checked)."""
+    from anthropic.types.beta import (
+        BetaMemoryTool20250818CreateCommand,
+        BetaMemoryTool20250818DeleteCommand,
+        BetaMemoryTool20250818InsertCommand,
+        BetaMemoryTool20250818RenameCommand,
+        BetaMemoryTool20250818StrReplaceCommand,
+        BetaMemoryTool20250818ViewCommand,
+    )
+
+    notes = fabric.scope("acme", "u", "t")
+    (tmp_path / "old.md").write_text("Likes coffee\n")
+    tool = FabricMemoryTool(notes, tmp_path, session=S)
+    commands = [
+        (tool.create, BetaMemoryTool20250818CreateCommand(command="create", path="/memories/a.md", file_text="x")),
+        (tool.view, BetaMemoryTool20250818ViewCommand(command="view", path="/memories/old.md")),
+        (tool.str_replace, BetaMemoryTool20250818StrReplaceCommand(
+            command="str_replace", path="/memories/old.md", old_str="coffee", new_str="tea")),
+        (tool.insert, BetaMemoryTool20250818InsertCommand(
+            command="insert", path="/memories/old.md", insert_line=0, insert_text="x")),
+        (tool.rename, BetaMemoryTool20250818RenameCommand(
+            command="rename", old_path="/memories/old.md", new_path="/memories/new.md")),
+        (tool.delete, BetaMemoryTool20250818DeleteCommand(command="delete", path="/memories/old.md")),
+    ]
+    for method, command in commands:
+        with pytest.raises(ToolError, match="NotAttachedError"):
+            method(command)  # type: ignore[operator]
+    assert event_count(dsn) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.md"]
+    assert (tmp_path / "old.md").read_text() == "Likes coffee\n"
+    with notes.attach(S):
+        assert commands[0][0](commands[0][1]) == "File created successfully at: /memories/a.md"  # type: ignore[operator]

@@ -4,6 +4,11 @@ in-memory fabric and PostgreSQL, and a LangMem round trip without network."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import threading
+import time
+from datetime import timezone
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,9 +16,10 @@ import pytest
 
 pytest.importorskip("langgraph.store.base")
 from langgraph.store.base import BaseStore  # noqa: E402
-from memfabric.adapters.langgraph import MemfabricStore  # noqa: E402
+from memfabric.adapters.langgraph import MemfabricStore, note_id_for, subject_for  # noqa: E402
 from memfabric.adapters.memory import open_memory_fabric  # noqa: E402
-from memfabric.domain.errors import NamespaceError  # noqa: E402
+from memfabric.domain.errors import NamespaceError, NoteNotFoundError, StoreValueError  # noqa: E402
+from tests.conftest import race_processes  # noqa: E402
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -78,7 +84,9 @@ def test_rejects_bad_namespace_and_ttl(store: MemfabricStore) -> None:
         store.put(("a", "b", "c", "d"), "k", {"v": 1})
     with pytest.raises(NamespaceError):
         store.put(("bad label!",), "k", {"v": 1})
-    store.put(("t",), "gone", {"v": 1}, ttl=-1.0)  # already expired
+    store.put(("t",), "gone", {"v": 1}, ttl=0.002)  # 120 ms
+    assert store.get(("t",), "gone") is not None
+    time.sleep(0.3)
     assert store.get(("t",), "gone") is None
 
 
@@ -100,3 +108,291 @@ def test_langmem_round_trip(store: MemfabricStore) -> None:
     found = search.invoke({"query": "dog name"}, config=config)
     assert "Biscuit" in str(found)
     assert store.search(("memories", "user-7"))[0].value["content"] == "The user's dog is called Biscuit"
+
+
+# ------------------------------------------------ issue 26 / issue 28 defects
+def _versions(store: MemfabricStore, ns: tuple[str, ...], key: str) -> list[dict[str, Any]]:
+    """The value of every version of an item in the log, by generation (0, 1, ...)."""
+    notes = store.fabric.scope(*ns)
+    out = []
+    for gen in range(1000):
+        try:
+            out.append(json.loads(notes.get(note_id_for(ns, key, gen)).content))
+        except NoteNotFoundError:
+            return out
+    return out
+
+
+def _threads(n: int, work: Any) -> list[BaseException]:
+    barrier, errors = threading.Barrier(n), []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(240)
+    assert not any(t.is_alive() for t in threads)
+    return errors
+
+
+def test_16_threads_putting_one_key_last_writer_wins(store: MemfabricStore) -> None:
+    """Issue 26 defect 1: no error, one live item, every put one version, and the item
+    is the last version committed (it used to raise SupersessionError in 11 of 16)."""
+    ns = ("acme",)
+    store.put(ns, "k", {"v": -1})
+    assert _threads(16, lambda i: store.put(ns, "k", {"v": i})) == []
+    notes = store.fabric.scope("acme")
+    assert notes.count() == 1 and notes.count(include_superseded=True) == 17
+    versions = _versions(store, ns, "k")
+    assert len(versions) == 17 and sorted(v["v"] for v in versions[1:]) == list(range(16))
+    assert store.get(ns, "k").value == versions[-1]  # type: ignore[union-attr]
+    assert [i.value for i in store.search(ns)] == [versions[-1]]
+
+
+def test_threads_putting_a_new_key_make_one_live_item(store: MemfabricStore) -> None:
+    """Issue 26 defect 1: 4 threads putting a new key left 4 live items, and a later
+    sequential put + get read a stale one."""
+    ns = ("acme", "u1")
+    assert _threads(4, lambda i: store.put(ns, "new", {"v": i})) == []
+    assert store.fabric.scope(*ns).count() == 1
+    store.put(ns, "new", {"v": "after"})
+    assert store.get(ns, "new").value == {"v": "after"}  # type: ignore[union-attr]
+    assert len(store.search(ns)) == 1
+
+
+def test_parallel_tool_calls_through_abatch(store: MemfabricStore) -> None:
+    """``abatch`` of several puts of one key from concurrent tasks (LangMem's parallel
+    tool calls): all succeed, one live item."""
+    async def main() -> None:
+        await asyncio.gather(*(store.aput(("acme",), "mem", {"n": i}) for i in range(8)))
+
+    asyncio.run(main())
+    assert store.fabric.scope("acme").count() == 1
+    assert store.get(("acme",), "mem").value == _versions(store, ("acme",), "mem")[-1]  # type: ignore[union-attr]
+
+
+def _put_from_process(dsn: str, barrier: Any, out: Any) -> None:
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn) as fabric:
+        store = MemfabricStore(fabric)
+        barrier.wait()
+        for i in range(5):
+            store.put(("acme",), "shared", {"pid": os.getpid(), "i": i})
+    out.put("ok")
+
+
+def test_processes_putting_one_key(dsn: str) -> None:
+    """Issue 26 defect 1 across processes: 4 spawned processes x 5 puts of one key."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn):
+        pass  # schema created once, before the race
+    assert race_processes(_put_from_process, dsn, n=4) == ["ok"] * 4
+    with open_fabric(dsn) as fabric:
+        store = MemfabricStore(fabric)
+        versions = _versions(store, ("acme",), "shared")
+        assert len(versions) == 20 and fabric.scope("acme").count() == 1
+        assert store.get(("acme",), "shared").value == versions[-1]  # type: ignore[union-attr]
+
+
+def test_a_pool_of_one_connection_serves_store_writers(dsn: str) -> None:
+    """Issue 26 defect 2: the store always passes an id; with ``pool_size=1,
+    max_overflow=0`` 4 writer threads used to wait for a second connection."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn, pool_size=1, max_overflow=0) as fabric:
+        store = MemfabricStore(fabric)
+        started = time.monotonic()
+        errors = _threads(4, lambda t: [store.put(("acme", f"u{t}"), f"k{i % 3}", {"i": i}) for i in range(10)])
+        assert errors == [] and time.monotonic() - started < 60
+        assert sorted(store.list_namespaces()) == [("acme", f"u{t}") for t in range(4)]
+        assert fabric.scope("acme", "u0").count() == 3
+
+
+def test_query_search_with_an_operator_filter_fills_the_page(store: MemfabricStore) -> None:
+    """Issue 26 defect 3: the issue's example returned [] (InMemoryStore: 3 items)."""
+    for i in range(20):
+        store.put(("acme",), f"k{i}", {"text": f"green tea note {i}", "n": i})
+    hits = store.search(("acme",), query="green tea", filter={"n": {"$gte": 15}}, limit=3)
+    assert len(hits) == 3 and all(h.value["n"] >= 15 for h in hits)
+    assert {h.value["n"] for h in store.search(("acme",), query="green tea", filter={"n": {"$gte": 15}},
+                                              limit=10)} == {15, 16, 17, 18, 19}
+    assert [h.value["n"] for h in store.search(("acme",), query="green tea", filter={"n": 7})] == [7]
+    assert [h.value["n"] for h in store.search(("acme",), filter={"n": {"$lt": 2}})] == [0, 1]
+    with pytest.raises(StoreValueError):
+        store.search(("acme",), filter={"n": {"$regex": "x"}})
+
+
+def test_query_search_covers_deeper_namespaces(store: MemfabricStore) -> None:
+    """BaseStore: a search finds items of every namespace under the prefix, with or
+    without a query (a query search used to see the prefix's own scope only)."""
+    store.put(("acme", "u1"), "a", {"text": "likes green tea"})
+    store.put(("acme", "u2", "t9"), "b", {"text": "likes green apples"})
+    store.put(("other",), "c", {"text": "likes green tea"})
+    assert {(i.namespace, i.key) for i in store.search(("acme",), query="green")} == {
+        (("acme", "u1"), "a"), (("acme", "u2", "t9"), "b")}
+    assert {i.key for i in store.search((), query="green tea")} == {"a", "b", "c"}
+
+
+def test_index_false_is_not_found_by_a_query(store: MemfabricStore) -> None:
+    store.put(("acme",), "hidden", {"text": "secret green tea"}, index=False)
+    store.put(("acme",), "shown", {"text": "public green tea"})
+    assert [i.key for i in store.search(("acme",), query="green tea")] == ["shown"]
+    assert store.get(("acme",), "hidden") is not None
+    assert {i.key for i in store.search(("acme",))} == {"hidden", "shown"}
+
+
+@pytest.mark.parametrize("ttl", [-5, 0, float("inf"), float("-inf"), float("nan"), 1e12, "10"])
+def test_bad_ttl_is_a_typed_error_and_writes_nothing(store: MemfabricStore, ttl: Any) -> None:
+    """Issue 28 defect 9: ``DataError`` / ``OverflowError`` / ``ValueError`` before."""
+    with pytest.raises(StoreValueError, match="ttl"):
+        store.put(("acme",), "k", {"v": 1}, ttl=ttl)
+    assert store.get(("acme",), "k") is None and store.fabric.scope("acme").count(include_superseded=True) == 0
+
+
+def test_bad_values_are_typed_errors(store: MemfabricStore) -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5000):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(StoreValueError, match="nested"):  # RecursionError before
+        store.put(("acme",), "deep", deep)
+    with pytest.raises(StoreValueError, match="JSON"):
+        store.put(("acme",), "obj", {"when": object()})
+    assert store.fabric.scope("acme").count(include_superseded=True) == 0
+    store.put(("acme",), "ok", {"x": {"y": [1, 2, {"z": None}]}})  # moderate nesting is fine
+
+
+def test_a_foreign_note_tagged_lg_item_does_not_break_search(store: MemfabricStore) -> None:
+    """Issue 28 defect 9: one non-JSON note tagged ``lg:item`` made every search of
+    the tenant raise ``TypeError``."""
+    store.put(("acme",), "a", {"text": "green tea"})
+    store.fabric.scope("acme").remember(kind="fact", content="green tea, not JSON", tags=["lg:item"])
+    store.fabric.scope("acme").remember(kind="fact", content='{"text": "green tea"}', tags=["lg:item"],
+                                        context="not json either")
+    assert [i.key for i in store.search(("acme",))] == ["a"]
+    assert [i.key for i in store.search(("acme",), query="green tea")] == ["a"]
+    assert store.list_namespaces() == [("acme",)]
+
+
+def test_namespace_label_with_a_trailing_newline(store: MemfabricStore) -> None:
+    """Issue 26 defect 7: ``$`` let ``"u1\\n"`` pass the label check."""
+    with pytest.raises(NamespaceError):
+        store.put(("acme", "u1\n"), "k", {"v": 1})
+    with pytest.raises(NamespaceError):
+        store.search(("acme\n",))
+
+
+def test_list_namespaces_skips_expired_items(store: MemfabricStore) -> None:
+    """Issue 26 defect 7: a namespace whose only item expired was still listed."""
+    store.put(("acme", "brief"), "k", {"v": 1}, ttl=0.002)
+    store.put(("acme", "kept"), "k", {"v": 1})
+    time.sleep(0.3)
+    assert store.list_namespaces() == [("acme", "kept")]
+
+
+def test_timestamps_are_utc_everywhere(store: MemfabricStore) -> None:
+    """Issue 26 defect 7: one tz object (``timezone.utc``) from get and search."""
+    store.put(("acme",), "k", {"text": "green tea"})
+    items = [store.get(("acme",), "k"), *store.search(("acme",)), *store.search(("acme",), query="green tea")]
+    assert len(items) == 3
+    assert {(i.created_at.tzinfo, i.updated_at.tzinfo) for i in items} == {(timezone.utc, timezone.utc)}  # type: ignore[union-attr]
+
+
+def test_field_values_are_never_stored_as_plain_tags(store: MemfabricStore) -> None:
+    """Issue 28 defect 1: a field value used to become a ``FIELD=JSON`` tag in the
+    clear; now only keyed hashes, and equality filters still work."""
+    store.put(("acme", "user-1"), "m1", {"content": "User's HIV status is positive", "n": 3})
+    note = store.fabric.scope("acme", "user-1").get(note_id_for(("acme", "user-1"), "m1"))
+    assert "lg:item" in note.tags and len(note.tags) == 3
+    assert not any("HIV" in t or "=" in t for t in note.tags)
+    assert [i.key for i in store.search(("acme",), filter={"n": 3.0})] == ["m1"]  # 3 == 3.0
+    assert store.search(("acme",), filter={"content": "other"}) == []
+
+
+def test_a_key_left_with_two_live_versions_heals_on_put(store: MemfabricStore) -> None:
+    """A store written before issue 26 could hold several live versions of a key: a
+    put still succeeds, and get returns what it wrote."""
+    ns, key = ("acme",), "legacy"
+    notes = store.fabric.scope(*ns)
+    for gen in (0, 1):
+        notes.remember(kind="fact", content=json.dumps({"v": gen}), id=note_id_for(ns, key, gen),
+                       subject=subject_for(ns, key), tags=["lg:item"], consent={"visibility": "thread"},
+                       context=json.dumps({"key": key, "created_at": "2026-01-01T00:00:00+00:00", "gen": gen}),
+                       consolidate=False)
+    assert store.get(ns, key).value == {"v": 1}  # type: ignore[union-attr]  # the newest of the two
+    store.put(ns, key, {"v": "new"})
+    assert store.get(ns, key).value == {"v": "new"}  # type: ignore[union-attr]
+    assert json.loads(notes.get(note_id_for(ns, key, 2)).content) == {"v": "new"}
+
+
+def _contract_script(store: BaseStore) -> list[Any]:
+    """BaseStore's documented behaviours, observed as plain data (no scores, no order
+    where the contract leaves it open)."""
+    seen: list[Any] = []
+
+    def items(found: list[Any]) -> list[Any]:
+        return sorted((tuple(i.namespace), i.key, json.dumps(i.value, sort_keys=True)) for i in found)
+
+    for i in range(6):
+        store.put(("docs", "u1"), f"d{i}", {"n": i, "tag": "even" if i % 2 == 0 else "odd",
+                                             "meta": {"lang": "en" if i < 3 else "pt"}, "list": [i, i + 1]})
+    store.put(("docs", "u2"), "x", {"n": 100, "tag": "even"})
+    store.put(("docs", "u2", "t1"), "y", {"n": 7, "flag": True})
+    store.put(("other",), "z", {"n": 1})
+    seen.append(items([store.get(("docs", "u1"), "d1")]))
+    seen.append(store.get(("docs", "u1"), "missing"))
+    store.put(("docs", "u1"), "d1", {"n": 11, "tag": "odd"})  # update
+    seen.append(items([store.get(("docs", "u1"), "d1")]))
+    store.delete(("docs", "u1"), "d2")
+    seen.append(store.get(("docs", "u1"), "d2"))
+    for prefix, flt in [(("docs",), None), (("docs",), {"tag": "even"}), (("docs",), {"n": {"$gt": 4}}),
+                        (("docs", "u1"), {"n": {"$gte": 3, "$lt": 5}}), (("docs",), {"tag": {"$ne": "odd"}}),
+                        (("docs", "u1"), {"meta": {"lang": "pt"}}), (("docs", "u1"), {"list": [3, 4]}),
+                        (("docs",), {"flag": True}), (("docs",), {"n": 7.0}), ((), None), (("nope",), None)]:
+        seen.append(items(store.search(prefix, filter=flt, limit=50)))
+    pages = [store.search(("docs",), limit=3, offset=o) for o in (0, 3, 6)]
+    seen.append([len(p) for p in pages])
+    seen.append(items([i for p in pages for i in p]) == items(store.search(("docs",), limit=50)))
+    for kwargs in [{}, {"prefix": ("docs",)}, {"suffix": ("t1",)}, {"max_depth": 1}, {"max_depth": 2},
+                   {"prefix": ("docs", "*")}, {"limit": 2, "offset": 1}]:
+        seen.append(store.list_namespaces(**kwargs))  # type: ignore[arg-type]
+    store.put(("docs", "u1"), "d2", {"n": 2, "again": True})  # a deleted key can be put again
+    seen.append(items([store.get(("docs", "u1"), "d2")]))
+    return seen
+
+
+def test_behaves_like_langgraphs_in_memory_store(store: MemfabricStore) -> None:
+    """A differential run against LangGraph's own ``InMemoryStore`` (the reference of
+    the ``BaseStore`` docs): the same calls observe the same data."""
+    from langgraph.store.memory import InMemoryStore
+
+    reference = _contract_script(InMemoryStore())
+    ours = _contract_script(store)
+    assert ours == reference
+    assert reference[8] and reference[-1]  # the script observes something
+
+
+def test_puts_racing_deletes_of_one_key(store: MemfabricStore) -> None:
+    """Puts and deletes of one key from 8 threads: no error, never two live items, and
+    a final put is what get returns."""
+    ns = ("acme",)
+
+    def work(i: int) -> None:
+        for n in range(4):
+            if (i + n) % 3 == 0:
+                store.delete(ns, "k")
+            else:
+                store.put(ns, "k", {"t": i, "n": n})
+
+    assert _threads(8, work) == []
+    assert store.fabric.scope("acme").count() <= 1
+    store.put(ns, "k", {"final": True})
+    assert store.get(ns, "k").value == {"final": True}  # type: ignore[union-attr]
+    assert store.fabric.scope("acme").count() == 1

@@ -369,3 +369,27 @@ def test_entries_table_of_an_older_release_is_migrated_on_open(fabric: Fabric) -
     columns = {r[0] for r in fetch(fabric.dsn, "SELECT column_name FROM information_schema.columns"
                                                " WHERE table_name = 'mf_ledger_entries'")}
     assert "terms" in columns and "tsv" not in columns
+
+
+def test_ledger_timestamps_are_one_tz_object(fabric: Fabric) -> None:
+    """Issue 26 defect 7: ``append`` returned ``timezone.utc``, search and pages the
+    driver's ``ZoneInfo('Etc/UTC')``."""
+    notes = fabric.scope("acme", "u1", "tz-thread")
+    chat = notes.conversation()
+    made = chat.append("user", "the wombat ate my homework")
+    res = notes.search_conversation("wombat homework")
+    page = chat.entries()
+    stamps = [made.timestamp, *(h.timestamp for h in res.hits), *(e.timestamp for e in page.entries),
+              *(e.timestamp for h in res.hits for e in h.page.entries)]
+    assert len(stamps) >= 4 and {s.tzinfo for s in stamps} == {timezone.utc}
+
+
+def test_note_timestamps_are_one_tz_object(fabric: Fabric) -> None:
+    """Issue 26 defect 7, notes: ``remember`` answered in ``timezone.utc``, recall and
+    listing in the driver's zone."""
+    notes = fabric.scope("acme", "u1")
+    made = notes.remember(kind="fact", content="the wombat prefers carrots", valid_from=T0)
+    hit = notes.recall("wombat carrots").hits[0]
+    listed = notes.list().items[0]
+    stamps = [made.ingested_at, hit.ingested_at, hit.valid_from, listed.ingested_at, listed.valid_from]
+    assert {s.tzinfo for s in stamps if s is not None} == {timezone.utc} and hit.valid_from == T0

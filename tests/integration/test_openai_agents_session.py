@@ -66,3 +66,19 @@ def test_clear_session_crypto_shreds(fabric: Fabric) -> None:
 def test_session_needs_a_thread(fabric: Fabric) -> None:
     with pytest.raises(NoLedgerError):
         MemfabricSession("s-1", fabric.scope("acme", "u1"))
+
+
+def test_session_settings_limit_applies_without_a_limit(fabric: Fabric) -> None:
+    """Issue 26: ``get_items()`` honours ``session_settings.limit`` like ``SQLiteSession``."""
+    from agents.memory import SessionSettings, SQLiteSession
+
+    async def run(session: Any) -> list[Any]:
+        await session.add_items(ITEMS)
+        return [await session.get_items(), await session.get_items(limit=4)]
+
+    settings = SessionSettings(limit=2)
+    ours = asyncio.run(run(MemfabricSession("s-2", fabric.scope("acme", "u1", "t2"), session_settings=settings)))
+    assert ours == asyncio.run(run(SQLiteSession("ref", session_settings=settings)))
+    assert ours[0] == ITEMS[-2:] and ours[1] == ITEMS[-4:]
+    as_dict = MemfabricSession("s-3", fabric.scope("acme", "u1", "t3"), session_settings={"limit": 1})
+    assert isinstance(as_dict.session_settings, SessionSettings) and as_dict.session_settings.limit == 1

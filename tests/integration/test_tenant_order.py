@@ -112,7 +112,8 @@ def test_inline_writers_of_other_tenants_run_while_one_is_open(dsn: str) -> None
         assert {got[0].id, *(n.id for n in late)} <= _recall_ids(dsn)
         admin = ProjectionAdmin.for_fabric(fabric)
         assert all(s.lag_events == 0 for s in admin.status())
-        assert all(r.ok for r in admin.verify())
+        bad = [r for r in admin.verify() if not r.ok]
+        assert not bad, bad
 
 
 def test_a_blue_green_rebuild_keeps_an_event_that_commits_late(dsn: str) -> None:
@@ -131,7 +132,8 @@ def test_a_blue_green_rebuild_keeps_an_event_that_commits_late(dsn: str) -> None
             rebuild.join(60)
         assert not isinstance(report[0], BaseException), report
         assert got[0].id in _recall_ids(dsn)
-        assert all(r.ok for r in admin.verify())
+        bad = [r for r in admin.verify() if not r.ok]
+        assert not bad, bad
 
 
 @pytest.mark.parametrize("inline", [True, False])
@@ -149,7 +151,8 @@ def test_positions_are_per_tenant_and_verify_compares_each_tenants_cut(dsn: str,
             assert {"memfabric|t1", "memfabric|t2", "memfabric|t3"} <= set(rows)
         admin = ProjectionAdmin.for_fabric(fabric)
         assert [s.position for s in admin.status()] == [head] * len(admin.status())
-        assert all(r.ok for r in admin.verify())
+        bad = [r for r in admin.verify() if not r.ok]
+        assert not bad, bad
 
 
 def test_blue_green_rebuilds_while_writers_run_never_deadlock(dsn: str) -> None:
@@ -182,7 +185,8 @@ def test_blue_green_rebuilds_while_writers_run_never_deadlock(dsn: str) -> None:
             for t in threads:
                 t.join(30)
         assert not errors, errors[:3]
-        assert all(r.ok for r in admin.verify())
+        bad = [r for r in admin.verify() if not r.ok]
+        assert not bad, bad
 
 
 def test_audit_checkpoints_never_cover_an_id_still_in_flight(dsn: str) -> None:

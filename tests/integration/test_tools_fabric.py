@@ -204,8 +204,13 @@ def test_recall_and_forget_tools(fabric: Fabric, tmp_path: Path) -> None:
         assert all(h["kind"] != "procedure" for h in res["hits"])
         res = tools.call("memory.recall", {"query": "deploy", "kinds": ["procedure"]}, session=S)
         assert res["hits"][0]["kind"] == "procedure"
+        # issue 26 defect 7: an as_of without an offset is UTC (it was refused)
+        naive = tools.call("memory.recall", {"query": "preferred units", "as_of": "2000-01-01T00:00:00"}, session=S)
+        aware = tools.call("memory.recall", {"query": "preferred units", "as_of": "2000-01-01T00:00:00+00:00"},
+                           session=S)
+        assert naive == aware and naive["hits"]
         with pytest.raises(ValidationError):
-            tools.call("memory.recall", {"query": "x", "as_of": "2026-01-01T00:00:00"}, session=S)
+            tools.call("memory.recall", {"query": "x", "as_of": "last tuesday"}, session=S)
         out = tools.call("memory.forget", {"id": n.id}, session=S)
         assert out == {"id": n.id, "block": None, "deleted": 1, "held": False}
         hits = tools.call("memory.recall", {"query": "preferred units"}, session=S)["hits"]
@@ -230,3 +235,46 @@ def test_attach_refuses_a_session_other_than_the_configured_one(dsn: str) -> Non
             notes.attach(Session("agent-2"))
         with notes.attach(Session("agent-1")) as att:
             assert att.session.id == "agent-1"
+
+
+SSN = "My SSN is 078-05-1120"
+
+
+def test_forgetting_a_file_note_forgets_the_file(fabric: Fabric, tmp_path: Path) -> None:
+    """Issue 26 defect 6: ``memory_forget`` of a file note left the file, so
+    ``memory_read`` still returned it and the next insert re-remembered it."""
+    notes = fabric.scope("acme", "u", "t")
+    tools = notes.tools(tmp_path)
+    with notes.attach(S):
+        first = tools.call("memory_insert", {"text": SSN, "path": "me.md"}, session=S)
+        out = tools.call("memory_forget", {"id": first["note_id"]}, session=S)
+        assert out["deleted"] == 1 and out["file_removed"] is True and out["path"] == "me.md"
+        assert not (tmp_path / "me.md").exists()
+        result, is_error = tools.call_or_error("memory_read", {"path": "me.md"}, session=S)
+        assert is_error and result["error"]["type"] == "FilePathError"
+        again = tools.call("memory_insert", {"text": "likes tea", "path": "me.md"}, session=S)
+        assert again["note_id"] != first["note_id"] and notes.get(again["note_id"]).content == "likes tea"
+        hits = tools.call("memory_recall", {"query": "SSN 078-05-1120", "kinds": ["file"]}, session=S)["hits"]
+        assert all("078-05" not in (h["content"] or "") for h in hits)
+        assert notes.get(first["note_id"]).forgotten
+        # a fact note is forgotten as before (no file involved)
+        fact = notes.remember(kind="fact", content="User prefers metric units")
+        assert tools.call("memory_forget", {"id": fact.id}, session=S) == {
+            "id": fact.id, "block": None, "deleted": 1, "held": False}
+
+
+def test_tool_errors_never_echo_a_path(fabric: Fabric, tmp_path: Path) -> None:
+    """Issue 26 defect 7: the jail's errors named the path (or a folder of it)."""
+    notes = fabric.scope("acme", "u", "t")
+    tools = notes.tools(tmp_path)
+    (tmp_path / "real.md").write_text("x")
+    with notes.attach(S):
+        for name, args in [("memory_read", {"path": "Zanzibar-folder/diagnosis.md"}),
+                           ("memory_view", {"path": "Zanzibar-folder"}),
+                           ("memory_read", {"path": "Zanzibar-folder//diagnosis.md"}),
+                           ("memory_read", {"path": "real.md/Zanzibar.md"}),
+                           ("memory_history", {"id": "0123456789ab"})]:
+            result, is_error = tools.call_or_error(name, args, session=S)
+            assert is_error, name
+            text = json.dumps(result)
+            assert "Zanzibar" not in text and "diagnosis" not in text and "0123456789ab" not in text, text

@@ -121,3 +121,63 @@ def test_runner_mode_four_processes_one_note(dsn: str, runner: None) -> None:
     assert live_fact_notes(dsn) == sorted(ids)
     topics = [str(r[0]).rsplit(".", 1)[-1] for r in fetch(dsn, "SELECT topic FROM memfabric_events")]
     assert topics.count("Remembered") == 1 and topics.count("Folded") == n - 1
+
+
+def test_explicit_ids_and_link_checks_on_a_pool_of_one(dsn: str) -> None:
+    """Issue 26 defect 2: the reads an explicit ``id`` or a link needs (``resolve``) run
+    in the write's unit of work; with ``pool_size=1, max_overflow=0`` they used to wait
+    for a second pooled connection (30 s, then a pool timeout)."""
+    from memfabric.domain.errors import NoteExistsError, NoteNotFoundError
+
+    with open_fabric(dsn, pool_size=1, max_overflow=0) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        first = notes.remember(kind="fact", content="x", id="0123456789ab")
+        assert first.id == "0123456789ab"
+        with pytest.raises(NoteExistsError):
+            notes.remember(kind="fact", content="x again", id="0123456789ab")
+        with pytest.raises(NoteNotFoundError):
+            notes.remember(kind="fact", content="linked to nothing", links=[{"id": "ffffffffffff"}])
+        with pytest.raises(NoteNotFoundError):
+            notes.link(first.id, "ffffffffffff")
+        errors: list[BaseException] = []
+
+        def writer(k: int) -> None:
+            try:
+                for i in range(10):
+                    fab.scope("acme", "u1", "t1").remember(kind="fact", content=f"w{k} n{i}", id=f"{k:06x}{i:06x}")
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == [] and notes.count() == 41
+
+
+def test_a_read_racing_the_commit_of_the_note_it_reads(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay outside a transaction read the keys, then the events: a note committed
+    in between came back as a "key fault" (``EventIntegrityError``) although it was
+    never forgotten (seen by LangGraph store writers in 4 processes). Events are read
+    first now: the racing note is either absent or whole."""
+    from memfabric.adapters import crypto
+    from memfabric.domain.note import note_uuid
+    from memfabric.domain.scope import Scope
+
+    with open_fabric(dsn) as reader, open_fabric(dsn) as writer:
+        target = note_uuid(Scope(tenant_id="acme"), "0123456789ab")
+        original = crypto.BatchKeys.load
+        fired: list[bool] = []
+
+        def load(self: Any, conn: Any, ids: Any) -> Any:
+            out = original(self, conn, ids)
+            if target in ids and not fired:
+                fired.append(True)  # the writer commits between this read and the next
+                writer.scope("acme").remember(kind="fact", content="raced in", id="0123456789ab")
+            return out
+
+        monkeypatch.setattr(crypto.BatchKeys, "load", load)
+        got = reader.service.store.load(target)
+        assert fired and (got is None or got.content == "raced in")
+        assert reader.service.store.load(target).content == "raced in"  # type: ignore[union-attr]

@@ -111,16 +111,22 @@ GOOD: list[tuple[str, dict[str, Any]]] = [
 BAD: list[tuple[str, dict[str, Any]]] = [
     ("memory.view", {"path": 3}), ("memory.view", {"other": 1}),
     ("memory.read", {}), ("memory.read", {"path": ""}),
-    ("memory.insert", {"text": "hi"}), ("memory.insert", {"text": "hi", "block": "b", "path": "p"}),
     ("memory.insert", {"text": "", "block": "persona"}),
     ("memory.insert", {"text": "hi", "block": "Not A Label"}),
     ("memory.recall", {}), ("memory.recall", {"query": "q", "top_k": 0}),
     ("memory.recall", {"query": "q", "kinds": ["working"]}),
     ("memory.recall", {"query": "q", "top_k": "3"}),
     ("memory.recall", {"query": "q", "as_of": 5}),
-    ("memory.forget", {}), ("memory.forget", {"id": "0123456789ab", "block": "b"}),
     ("memory.forget", {"id": "XYZ"}), ("memory.forget", {"block": "b", "hold": "yes"}),
 ]
+
+
+EXACTLY_ONE: list[tuple[str, dict[str, Any]]] = [
+    ("memory.insert", {"text": "hi"}), ("memory.insert", {"text": "hi", "block": "b", "path": "p"}),
+    ("memory.forget", {}), ("memory.forget", {"id": "0123456789ab", "block": "b"}),
+]
+"""Issue 26 defect 4: "exactly one of" is no top-level ``oneOf`` (providers refuse it)
+but a validation rule of the tool: a clear tool error naming both fields."""
 
 
 @pytest.mark.parametrize(("name", "args"), GOOD)
@@ -187,3 +193,72 @@ def test_max_file_bytes_hard_cap(tmp_path: Path) -> None:
         MemoryTools(FakeNotes(), FakeService(), tmp_path, max_file_bytes=2 * 1024 * 1024)  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         MemoryTools(FakeNotes(), FakeService(), None, max_file_bytes=2 * 1024 * 1024)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "args"), EXACTLY_ONE)
+def test_exactly_one_of_is_a_validation_rule(tools: MemoryTools, name: str, args: dict[str, Any]) -> None:
+    with attach(tools._service, "acme/u/t", Session(), provider=lambda c: []):
+        result, is_error = tools.call_or_error(name, args, session=Session())
+    assert is_error and result["error"]["type"] == "ValidationError"
+    assert "exactly one of" in result["error"]["message"]
+    assert tools.notes.calls == []  # type: ignore[attr-defined]
+
+
+def _rendered(tools: MemoryTools) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(where, schema, rules) for every schema every rendering hands a provider."""
+    from tests.unit import provider_rules as r
+
+    out = [(f"anthropic {t['name']}", t["input_schema"], r.ANTHROPIC_INPUT_SCHEMA) for t in tools.anthropic()]
+    out += [(f"openai {t['function']['name']}", t["function"]["parameters"], r.OPENAI_PARAMETERS)
+            for t in tools.openai()]
+    out += [(f"openai strict {t['function']['name']}", t["function"]["parameters"], r.OPENAI_STRICT)
+            for t in tools.openai(strict=True)]
+    out += [(f"mcp {d.provider_name}", d.input_schema, r.MCP_INPUT_SCHEMA)
+            for d in (*tools.definitions, *tools.read_only_definitions)]
+    # an MCP host hands inputSchema on to the model APIs: Anthropic's rules apply too
+    out += [(f"mcp->anthropic {d.provider_name}", d.input_schema, r.ANTHROPIC_INPUT_SCHEMA)
+            for d in (*tools.definitions, *tools.read_only_definitions)]
+    return out
+
+
+def test_every_rendered_schema_meets_the_providers_rules(tools: MemoryTools) -> None:
+    """Issue 26 defect 4: ``memory_insert`` / ``memory_forget`` had a top-level
+    ``oneOf`` (Anthropic refuses it; OpenAI wants a plain object)."""
+    from tests.unit import provider_rules as r
+
+    rendered = _rendered(tools)
+    assert len(rendered) == 5 * 3 + 7 * 2
+    broken = {where: r.violations(schema, rules) for where, schema, rules in rendered
+              if r.violations(schema, rules)}
+    assert broken == {}
+    for t in tools.openai(strict=True):
+        assert t["function"]["strict"] is True and r.TOOL_NAME.match(t["function"]["name"])
+
+
+def test_the_rules_catch_what_providers_refuse() -> None:
+    """The checker is not vacuous: the old shapes fail it."""
+    from tests.unit import provider_rules as r
+
+    one_of = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+              "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    assert r.violations(one_of, r.ANTHROPIC_INPUT_SCHEMA) == ["top level: oneOf is not allowed"]
+    assert r.violations({"type": "array"}, r.OPENAI_PARAMETERS)
+    loose = {"type": "object", "properties": {"a": {"type": "string", "minLength": 1}}}
+    assert len(r.violations(loose, r.OPENAI_STRICT)) == 3  # open, not all required, minLength
+
+
+def test_strict_rendering_is_what_the_agents_sdk_expects(tools: MemoryTools) -> None:
+    """openai-agents' own strict-schema pass leaves the strict rendering unchanged, and
+    a strict call with nulls for the absent fields validates."""
+    import copy
+
+    strict_schema = pytest.importorskip("agents.strict_schema")
+    for t in tools.openai(strict=True):
+        params = t["function"]["parameters"]
+        assert strict_schema.ensure_strict_json_schema(copy.deepcopy(params)) == params
+        jsonschema.Draft202012Validator.check_schema(params)
+    view = next(t for t in tools.openai(strict=True) if t["function"]["name"] == "memory_view")
+    jsonschema.Draft202012Validator(view["function"]["parameters"]).validate({"path": None})
+    with attach(tools._service, "acme/u/t", Session(), provider=lambda c: []):
+        listing = tools.call("memory_view", {"path": None}, session=Session())  # null = absent
+    assert listing["path"] == "" and listing["entries"] == []
