@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
+from types import TracebackType
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,6 +21,7 @@ from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
+from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env, safe_dsn
 from memfabric.adapters.retention_pg import PostgresRetentionStore
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
@@ -130,6 +132,19 @@ def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool =
         "MEMFABRIC_READ_ONLY": "yes" if read_only else "no",
         CONNINFO_ENV: dsn,  # the pool connects with the whole DSN (adapters/conninfo.py)
     }
+
+
+class RoutedUnitOfWork(PostgresUnitOfWork):
+    """A unit of work that, once committed with events, records the primary's WAL
+    position in the fabric's :class:`ReplicaRouter` (read-your-writes on replicas)."""
+
+    router: ReplicaRouter
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        super().__exit__(exc_type, exc, tb)
+        if exc_type is None and self.position > 0:
+            self.router.note_write()
 
 
 class Fabric:
@@ -263,6 +278,18 @@ class Fabric:
         self.use_embedder(embedder, new_projections(embedder))
         return True
 
+    def served_by(self) -> str:
+        """Where this thread's last read was served: ``"primary"`` or
+        ``"replica:<host>:<port>"`` (issue 25)."""
+        return self.store.last_served_by()
+
+    def topology(self) -> dict[str, Any]:
+        """``{"primary": <dsn without password>, "replicas": [...]}``, each replica's
+        name, lag in seconds, replayed LSN and state after a fresh health check
+        (:meth:`ReplicaRouter.status`)."""
+        router = self.store.router
+        return {"primary": safe_dsn(self.dsn), "replicas": [] if router is None else router.status()}
+
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
         self._writable("catch_up")
@@ -278,6 +305,8 @@ class Fabric:
             return
         self._closed = True
         try:
+            if self.store.router is not None:
+                self.store.router.close()
             self.log.close()
         finally:
             if self._embedded is not None:
@@ -314,6 +343,9 @@ def open_fabric(
     read_only: StrictBool = False,
     lock_timeout: Annotated[float, Field(gt=0, le=3600)] = LOCK_TIMEOUT,
     retention: RetentionConfig | dict[str, Any] | None = None,
+    replicas: Sequence[Annotated[str, StringConstraints(min_length=1)]] | None = None,
+    replica_max_wait: Annotated[float, Field(ge=0, le=30)] = 0.2,
+    replica_max_lag: Annotated[float, Field(gt=0, le=3600)] = 5.0,
 ) -> Fabric:
     """Open a fabric.
 
@@ -374,6 +406,15 @@ def open_fabric(
       sweep and floor check use the same values. Omitted: the recorded settings (or the
       defaults: ephemeral 1d, operational 90d, durable and regulated never). Ignored
       with ``read_only``.
+    - ``replicas`` (issue 25): DSNs of streaming standbys of ``dsn`` (default
+      ``$MEMFABRIC_REPLICA_DSNS``, comma-separated). Recall, list, count, get, history,
+      lineage and the conversation ledger's reads go to a replica that has replayed this
+      fabric's last write (waiting up to ``replica_max_wait`` seconds, default 0.2, then
+      the primary serves the read); a replica that is down or lags more than
+      ``replica_max_lag`` seconds (default 5) is skipped and retried after 2 s. Writes
+      and the reads a write decides on stay on the primary. ``Fabric.served_by()``,
+      ``RecallResult.served_by`` and ``NotePage.served_by`` say where a read was served
+      (``adapters/replicas.py``).
 
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
@@ -404,6 +445,11 @@ def open_fabric(
             embedder = _choose_embedder(embedder, recorded)
             log = NoteLog(_env_from_dsn(dsn, pool_size, max_overflow, read_only))
             store = PostgresNoteStore(log)
+            replica_dsns = replicas_from_env(replicas)
+            if replica_dsns:
+                store.router = ReplicaRouter(log.datastore.get_connection, replica_dsns,
+                                             prepare=store.vectors.ensure, max_wait=replica_max_wait,
+                                             max_lag=replica_max_lag)
             engine = ProjectionEngine(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
@@ -434,8 +480,13 @@ def open_fabric(
                 if read_only:
                     raise ReadOnlyError(f"this fabric is open read-only ({reason or 'open_fabric(read_only=True)'}): "
                                         "nothing is written")
-                return PostgresUnitOfWork(log, engine, store.vectors, store.secret, scopes,
-                                          inline_all=inline_projections)
+                if store.router is None:
+                    return PostgresUnitOfWork(log, engine, store.vectors, store.secret, scopes,
+                                              inline_all=inline_projections)
+                uow = RoutedUnitOfWork(log, engine, store.vectors, store.secret, scopes,
+                                       inline_all=inline_projections)
+                uow.router = store.router
+                return uow
 
             service = MemoryService(
                 unit_of_work=unit_of_work, store=store, embedder=embedder,
@@ -444,7 +495,7 @@ def open_fabric(
                 subject_extractor=subjects, session_id=session_id,
             )
             service.configure_workers(**workers)
-            service.ledger_store = PostgresLedgerStore(log)  # issue 14: the conversation ledger
+            service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
             service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
             if retention_config is not None and not read_only:
                 service.retention_store.record(retention_config)

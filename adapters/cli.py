@@ -271,6 +271,7 @@ def recall(
     embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    replica: ReplicaOpt = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print hits and explain rows (with recency and importance) as JSON.")] = False,
 ) -> None:
@@ -281,7 +282,7 @@ def recall(
             options["kinds"] = tuple(kind)
         if not dsn:
             require_database(data_dir)
-        with _open(dsn, data_dir, embedder) as fabric:
+        with _open(dsn, data_dir, embedder, replicas=replica or None) as fabric:
             res = fabric.scope(tenant, resource, thread).recall(query, **options)
             hint = None
             if not res.hits:  # an unknown tenant says so (as `log` does), exit 2
@@ -377,6 +378,7 @@ def lineage(
     thread: ThreadOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
+    replica: ReplicaOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print a note's lineage as a timeline: supersession chain, folds, links, tombstone.
@@ -385,7 +387,7 @@ def lineage(
     from memfabric.adapters.cli_admin import note_scope, notes_fabric
 
     try:
-        with notes_fabric(dsn, data_dir, read=True) as fabric:
+        with notes_fabric(dsn, data_dir, read=True, replicas=replica) as fabric:
             notes = note_scope(fabric, note_id, tenant, resource, thread)
             lin = notes.lineage(note_id)
             history = {nid: notes.history(nid) for nid in [*lin.predecessors, note_id, *lin.successors]}
@@ -475,6 +477,10 @@ def _register_optional() -> None:
 
 
 _register_optional()
+
+from memfabric.adapters.cli_replica import ReplicaOpt, register as _register_replica  # noqa: E402
+
+_register_replica(app)
 
 from memfabric.adapters.cli_mcp import register as _register_mcp  # noqa: E402 - imports mcp lazily
 

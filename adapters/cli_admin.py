@@ -80,6 +80,8 @@ from memfabric.adapters.bootstrap import Fabric, open_fabric, read_only_reason, 
 from memfabric.adapters.embedded import resolve_dsn
 from memfabric.adapters.log_versions import check_versions
 from memfabric.adapters.embedders import HashEmbedder
+from memfabric.adapters.cli_replica import ReplicaOpt, topology, topology_table
+from memfabric.adapters.replicas import replicas_from_env
 from memfabric.domain.errors import FabricError, NoteNotFoundError, ProjectionError, ReadOnlyError
 from memfabric.domain.inputs import NOTE_ID_RE
 from memfabric.domain.scope import SCOPE_ID_RE
@@ -337,14 +339,21 @@ def _seconds(value: float) -> str:
 
 # -------------------------------------------------------------- projections
 @projections_app.command("status")
-def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """Position, log head, lag (events, seconds) and state of each projection.
+def status_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, replica: ReplicaOpt = None,
+                   as_json: JsonOpt = False) -> None:
+    """Position, log head, lag (events, seconds) and state of each projection; then,
+    with replicas (``--replica`` or ``$MEMFABRIC_REPLICA_DSNS``), the topology: primary
+    and each replica's lag (tables only; ``memfabric replica status --json`` for JSON).
 
     A projection stopped on an event shows that event's notification id, topic and error; an aggregate \
 quarantined because one of its rows does not authenticate (left out of every projection) is listed."""
+    topo: dict[str, Any] | None = None
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
             rows = ProjectionAdmin.for_fabric(fabric).status()
+            replicas = replicas_from_env(replica or None)
+            if replicas and not as_json:
+                topo = topology(fabric.dsn, replicas)
             with fabric.log.datastore.get_connection() as conn, conn.cursor() as cur:
                 held = quarantine.listing(cur)
     except HANDLED as exc:
@@ -368,6 +377,8 @@ quarantined because one of its rows does not authenticate (left out of every pro
             state = Text("behind", style="yellow")
         table.add_row(s.name, str(s.position), str(s.head), str(s.lag_events), _seconds(s.lag_seconds), state)
     console.print(table)
+    if topo is not None:
+        console.print(topology_table(topo))
     for s in rows:
         if s.error is not None:
             console.print(Text(
@@ -922,11 +933,13 @@ RequestedByOpt = Annotated[str, typer.Option(
 
 
 @contextmanager
-def notes_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -> Iterator[Fabric]:
+def notes_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False,
+                 replicas: list[str] | None = None) -> Iterator[Fabric]:
     """An open fabric for the lifecycle commands: inline projections, caught up, and a
     stand-in for the recorded embedder (they never embed, so no model is loaded).
     ``read``: a read-only command (get, history, list, lineage), which opens read-only
-    (no catch-up) when the role cannot write the log."""
+    (no catch-up) when the role cannot write the log. ``replicas``: read replicas
+    (``--replica``; default ``$MEMFABRIC_REPLICA_DSNS``)."""
     dsn, embedded = resolve_dsn(dsn, data_dir, read=read)
     try:
         recorded = recorded_embedder(dsn)
@@ -934,7 +947,8 @@ def notes_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
         from memfabric.adapters.cli import quiet_fallback
 
         read_only = read and not can_write(dsn)
-        with quiet_fallback(), open_fabric(dsn, embedder=stand_in, read_only=read_only) as fabric:
+        with quiet_fallback(), open_fabric(dsn, embedder=stand_in, read_only=read_only,
+                                                  replicas=replicas or None) as fabric:
             if not read:
                 require_writable(fabric)
             yield fabric
@@ -957,10 +971,10 @@ def _note_dict(note: Any) -> dict[str, Any]:
 
 def get_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
                 thread: ThreadOpt = None, dsn: DsnOpt = None, data_dir: DataDirOpt = None,
-                as_json: JsonOpt = False) -> None:
+                replica: ReplicaOpt = None, as_json: JsonOpt = False) -> None:
     """Print one note: id, kind, scope, content and state."""
     try:
-        with notes_fabric(dsn, data_dir, read=True) as fabric:
+        with notes_fabric(dsn, data_dir, read=True, replicas=replica) as fabric:
             note = note_scope(fabric, note_id, tenant, resource, thread).get(note_id)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
@@ -977,14 +991,14 @@ def get_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: Resource
 
 def history_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
                     thread: ThreadOpt = None, dsn: DsnOpt = None, data_dir: DataDirOpt = None,
-                    as_json: JsonOpt = False) -> None:
+                    replica: ReplicaOpt = None, as_json: JsonOpt = False) -> None:
     """Print every event of a note in order (erased protected fields read <erased>)."""
     from dataclasses import asdict
 
     from memfabric.adapters.serialize import jsonable
 
     try:
-        with notes_fabric(dsn, data_dir, read=True) as fabric:
+        with notes_fabric(dsn, data_dir, read=True, replicas=replica) as fabric:
             entries = note_scope(fabric, note_id, tenant, resource, thread).history(note_id)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)

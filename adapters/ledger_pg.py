@@ -4,8 +4,8 @@ on the log's pool, and conversation replays."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 from uuid import UUID
 
 from datetime import datetime, timezone
@@ -14,9 +14,12 @@ from eventsourcing.utils import get_topic
 from psycopg import Connection
 
 from memfabric.adapters.postgres import NoteLog, select_notes
+from memfabric.adapters.replicas import ReplicaRouter
 from memfabric.domain.ledger import Conversation
 from memfabric.domain.scope import Scope
 from memfabric.projections import ledger, tables
+
+T = TypeVar("T")
 
 _HEAD_SQL = (
     f"SELECT max(originator_version) AS version,"  # noqa: S608
@@ -63,37 +66,41 @@ def _col(row: Any, name: str, index: int) -> Any:
 class PostgresLedgerStore:
     """``LedgerStore`` on the ledger projection."""
 
-    def __init__(self, log: NoteLog) -> None:
+    def __init__(self, log: NoteLog, router: ReplicaRouter | None = None) -> None:
         self.log = log
+        self.router = router
+        """Issue 25: the reads below (all but :meth:`threads`, which ``erase_scope``
+        decides on) are served by a replica that has replayed this fabric's writes."""
+
+    def _read(self, read: Callable[[Connection[Any]], T]) -> T:
+        if self.router is not None:
+            return self.router.run(read)
+        with self.log.datastore.get_connection() as conn:
+            return read(conn)
 
     def entries(self, aggregate_id: UUID, *, after: int | None, before: int | None,
                 limit: int, descending: bool) -> list[dict[str, Any]]:
-        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-            return ledger.select_entries(cur, aggregate_id, after=after, before=before,
-                                         limit=limit, descending=descending)
+        return self._read(lambda conn: ledger.select_entries(
+            conn.cursor(), aggregate_id, after=after, before=before, limit=limit, descending=descending))
 
     def window(self, aggregate_id: UUID, position: int, limit: int, *,
                backward: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-            return ledger.select_window(cur, aggregate_id, position, limit, backward=backward)
+        return self._read(lambda conn: ledger.select_window(
+            conn.cursor(), aggregate_id, position, limit, backward=backward))
 
     def position(self, aggregate_id: UUID, entry_id: str) -> int | None:
-        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-            return ledger.entry_position(cur, aggregate_id, entry_id)
+        return self._read(lambda conn: ledger.entry_position(conn.cursor(), aggregate_id, entry_id))
 
     def search(self, aggregate_id: UUID, terms: Sequence[str],
                top_k: int) -> tuple[list[dict[str, Any]], int]:
-        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-            return ledger.search_entries(cur, aggregate_id, terms, top_k)
+        return self._read(lambda conn: ledger.search_entries(conn.cursor(), aggregate_id, terms, top_k))
 
     def observation(self, aggregate_id: UUID, observation_id: str) -> dict[str, Any] | None:
-        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-            return ledger.observation(cur, aggregate_id, observation_id)
+        return self._read(lambda conn: ledger.observation(conn.cursor(), aggregate_id, observation_id))
 
     def search_observations(self, aggregate_ids: Sequence[UUID], words: Sequence[str],
                             limit: int) -> list[dict[str, Any]]:
-        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-            return ledger.search_observations(cur, aggregate_ids, words, limit)
+        return self._read(lambda conn: ledger.search_observations(conn.cursor(), aggregate_ids, words, limit))
 
     def threads(self, tenant_id: str, resource_id: str | None,
                 thread_id: str | None) -> list[tuple[UUID, str, str | None, str]]:
@@ -101,7 +108,6 @@ class PostgresLedgerStore:
             return ledger.threads_in_prefix(cur, tenant_id, resource_id, thread_id)
 
     def load(self, aggregate_id: UUID) -> Conversation | None:
-        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-            found = select_notes(cur, self.log.sealing_mapper, [aggregate_id])
+        found = self._read(lambda conn: select_notes(conn.cursor(), self.log.sealing_mapper, [aggregate_id]))
         conv: Any = found[0] if found else None
         return conv if isinstance(conv, Conversation) else None

@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import numpy as np
@@ -35,6 +35,7 @@ from eventsourcing.persistence import DataError as EventsourcingDataError
 from eventsourcing.persistence import StoredEvent, Transcoder
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
+from memfabric.adapters.replicas import PRIMARY, ReplicaRouter
 from memfabric.adapters.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
 from memfabric.domain import replay
@@ -50,6 +51,8 @@ from psycopg import Connection, Cursor, sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 from psycopg.types import TypeInfo
+
+T = TypeVar("T")
 
 SECRETS_DDL = (
     f"CREATE TABLE IF NOT EXISTS {tables.FABRIC_SECRET} ("
@@ -328,6 +331,9 @@ class PostgresNoteStore:
         self._sizes: dict[str, tuple[float, int]] = {}
         self._hnsw_ef: weakref.WeakKeyDictionary[Connection[Any], int] = weakref.WeakKeyDictionary()
         """The ``hnsw.ef_search`` this store set on each pooled connection (session)."""
+        self.router: ReplicaRouter | None = None
+        """Issue 25: set by ``open_fabric(replicas=...)``; recall, list, count, load and
+        history are then served by a replica that has replayed this fabric's writes."""
 
     @contextmanager
     def connection(self) -> Iterator[Connection[Any]]:
@@ -335,6 +341,19 @@ class PostgresNoteStore:
         with self.datastore.get_connection() as conn:
             self.vectors.ensure(conn)
             yield conn
+
+    def routed(self, read: Callable[[Connection[Any]], T]) -> T:
+        """``read(conn)`` on a replica through :attr:`router` (see
+        ``adapters/replicas.py``), else on a pooled primary connection."""
+        if self.router is None:
+            with self.connection() as conn:
+                return read(conn)
+        return self.router.run(read)
+
+    def last_served_by(self) -> str:
+        """Where this thread's last routed read was served: ``"primary"`` or
+        ``"replica:<host>:<port>"``."""
+        return PRIMARY if self.router is None else self.router.last_served_by()
 
     # ------------------------------------------------------------------ recall
     def recall(
@@ -349,14 +368,17 @@ class PostgresNoteStore:
         ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` =
         ``min(1000, max(ef_search, limit))``, set on the pooled connection once
         (:meth:`_hnsw_settings`)."""
-        with dimension_guard(), self.connection() as conn, conn.cursor() as cur:
-            exact = embedding is not None and self._tenant_size(cur, scope.tenant_id) <= self.exact_search_max
-            if embedding is not None and not exact:
-                self._hnsw_settings(conn, min(EF_SEARCH_MAX, max(self.ef_search, limit)))
-            return recall_index.select_candidates(
-                cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
-                limit=limit, require_consent=require_consent, filters=filters,
-                expand=expand, exact=exact)
+        def read(conn: Connection[Any]) -> list[Candidate]:
+            with conn.cursor() as cur:
+                exact = embedding is not None and self._tenant_size(cur, scope.tenant_id) <= self.exact_search_max
+                if embedding is not None and not exact:
+                    self._hnsw_settings(conn, min(EF_SEARCH_MAX, max(self.ef_search, limit)))
+                return recall_index.select_candidates(
+                    cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
+                    limit=limit, require_consent=require_consent, filters=filters,
+                    expand=expand, exact=exact)
+        with dimension_guard():
+            return self.routed(read)
 
     def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
         """:func:`memfabric.projections.recall_index.select_links` (one statement)."""
@@ -384,12 +406,10 @@ class PostgresNoteStore:
         self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int,
     ) -> list[Candidate]:
         """:func:`memfabric.projections.recall_index.select_page` (keyset, one statement)."""
-        with self.connection() as conn, conn.cursor() as cur:
-            return recall_index.select_page(cur, query, after=after, limit=limit)
+        return self.routed(lambda conn: recall_index.select_page(conn.cursor(), query, after=after, limit=limit))
 
     def count_notes(self, query: ListQuery) -> int:
-        with self.connection() as conn, conn.cursor() as cur:
-            return recall_index.count_rows(cur, query)
+        return self.routed(lambda conn: recall_index.count_rows(conn.cursor(), query))
 
     def scopes_with(self, *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
         with self.connection() as conn, conn.cursor() as cur:
@@ -431,14 +451,29 @@ class PostgresNoteStore:
 
     # -------------------------------------------------------------------- log
     def load(self, aggregate_id: UUID) -> Note | None:
-        with self.connection() as conn, conn.cursor() as cur:
-            found = select_notes(cur, self.log.sealing_mapper, [aggregate_id])
+        """The aggregate replayed (routed); a replica that lacks it (written by another
+        process, not replayed yet) is asked again on the primary."""
+        def read(conn: Connection[Any]) -> list[Note]:
+            return select_notes(conn.cursor(), self.log.sealing_mapper, [aggregate_id])
+        found = self.routed(read)
+        if not found and self.router is not None:
+            with self.connection() as conn:
+                found = read(conn)
         return found[0] if found else None
 
     def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:
-        mapper = self.log.sealing_mapper
-        for stored in self.log.note_recorder.select_events(aggregate_id):
-            yield mapper.to_domain_event(stored)
+        """The aggregate's domain events in version order (routed; keys read on the
+        same server)."""
+        def read(conn: Connection[Any]) -> list[Any]:
+            batch = BatchKeys()
+            batch.load(conn, [aggregate_id])
+            mapper = self.log.sealing_mapper.bound(batch)
+            rows = conn.cursor(row_factory=tuple_row).execute(
+                sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
+                        " WHERE originator_id = %s ORDER BY originator_version").format(
+                    t=sql.Identifier(tables.EVENTS)), (aggregate_id,)).fetchall()
+            return [mapper.to_domain_event(StoredEvent(o, v, tp, bytes(st))) for o, v, tp, st in rows]
+        yield from self.routed(read)
 
     def await_position(self, position: int, timeout: float | None = None) -> None:
         """Read-your-writes without inline projections: block until every deferred
@@ -458,6 +493,8 @@ class PostgresNoteStore:
                     f"not reach it in {timeout}s; is `memfabric projections run` running?")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
+        if self.router is not None:
+            self.router.note_write()  # the runner's rows are past the writer's commit
 
     # ---------------------------------------------------------------- secrets
     def secret(self) -> bytes:

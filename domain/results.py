@@ -153,6 +153,9 @@ class RecallResult:
 
     hits: list[MemoryNote] = field(default_factory=list)
     explain: list[Explain] = field(default_factory=list)
+    served_by: str | None = None
+    """Issue 25: the server that answered (``"primary"``, ``"replica:<host>:<port>"``);
+    ``None`` for a store without replicas' routing (the in-memory one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +165,8 @@ class NotePage:
 
     items: list[MemoryNote] = field(default_factory=list)
     next_cursor: str | None = None
+    served_by: str | None = None
+    """Issue 25: like ``RecallResult.served_by``."""
 
 
 @dataclass(frozen=True, slots=True)

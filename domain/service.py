@@ -267,6 +267,7 @@ class MemoryService:
             kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent,
             filters=_filters(query.tags, query.subject, query.min_importance),
             **({"expand": limit} if query.expand_links else {}))
+        served = served_by(self.store)
         if "episode" in query.kinds and query.mode != "vector":  # issue 14: ledger episodes
             from memfabric.domain import episodes  # noqa: PLC0415
             candidates = [*candidates, *episodes.candidates(
@@ -284,7 +285,7 @@ class MemoryService:
         result = ranking.with_links(ranking.rank(candidates, how), scope, self.store.hit_links)
         if any(h.supersedes and h.scope != scope for h in result.hits):
             result = dataclasses.replace(result, hits=history.hide_predecessors(self, scope, list(result.hits)))
-        return result
+        return dataclasses.replace(result, served_by=served)
 
     def _half_lives(self, scope: Scope, scoring: Scoring,
                     candidates: Sequence[Any]) -> dict[Any, timedelta]:
@@ -309,6 +310,7 @@ class MemoryService:
     def list_notes(self, scope: Scope, args: ListInput) -> NotePage:
         """One keyset page of the notes visible from ``scope`` (see ``Notes.list``)."""
         page = browse.page(self.store, self.list_query(scope, args), cursor=args.cursor, limit=args.limit)
+        page = dataclasses.replace(page, served_by=served_by(self.store))
         if any(n.supersedes and n.scope != scope for n in page.items):
             page = dataclasses.replace(page, items=history.hide_predecessors(self, scope, list(page.items)))
         return page
@@ -355,3 +357,10 @@ def _filters(tags: Sequence[str], subject: str | None, min_importance: float | N
     if not tags and subject is None and min_importance is None:
         return None
     return NoteFilter(tags=tuple(tags), subject=subject, min_importance=min_importance)
+
+
+def served_by(store: object) -> str | None:
+    """Where ``store``'s last read on this thread was served (issue 25): its
+    ``last_served_by()`` when it routes reads between servers, else ``None``."""
+    where = getattr(store, "last_served_by", None)
+    return str(where()) if callable(where) else None
