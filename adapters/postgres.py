@@ -381,9 +381,9 @@ class PostgresNoteStore:
             return self.routed(read)
 
     def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
-        """:func:`memfabric.projections.recall_index.select_links` (one statement)."""
-        with self.connection() as conn, conn.cursor() as cur:
-            return recall_index.select_links(cur, scope, aggregate_ids)
+        """:func:`memfabric.projections.recall_index.select_links` (one statement, routed
+        like the recall it follows)."""
+        return self.routed(lambda conn: recall_index.select_links(conn.cursor(), scope, aggregate_ids))
 
     def _hnsw_settings(self, conn: Connection[Any], ef: int) -> None:
         """Session settings of HNSW recall on ``conn`` (autocommit, pooled): iterative
