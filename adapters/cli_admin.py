@@ -270,13 +270,13 @@ def _progress(label: str, total: int) -> Iterator[Callable[..., None]]:
 
 def _check_filters(note: str | None, tenant: str | None, as_json: bool = False) -> None:
     """Exit 2 on a malformed ``--note`` or ``--tenant`` (they would silently match nothing)."""
-    if note is not None and not NOTE_ID_RE.match(note):
+    if note is not None and not NOTE_ID_RE.fullmatch(note):
         try:
             uuid.UUID(note)
         except ValueError:
             _fail(f"note: {note!r} is not a note id (12 lowercase hex digits) or an aggregate UUID",
                   as_json=as_json)
-    if tenant is not None and not SCOPE_ID_RE.match(tenant):
+    if tenant is not None and not SCOPE_ID_RE.fullmatch(tenant):
         _fail(f"tenant: {tenant!r} is not a tenant id (1-128 letters, digits or ._:@- starting with a "
               "letter or digit)", as_json=as_json)
 

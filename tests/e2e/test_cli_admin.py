@@ -153,3 +153,12 @@ def test_counts_are_named_live_superseded_held_forgotten(fabric: Fabric, dsn: st
     assert (out["deleted"], out["already_held"], out["remaining"]) == (3, 1, 0)
     text = cli(dsn, "erase-scope", "-t", "acme", "-r", "u1").stdout
     assert "found 0 live, 0 superseded and 1 held notes" in text and "1 held" in text.split("left:")[1], text
+
+
+def test_a_tenant_or_note_filter_ending_in_a_newline_is_refused(fabric: Fabric, dsn: str) -> None:
+    """Issue 26 defect 7, the CLI's side: ``$`` in a Python regex matches before a final
+    newline, so ``"acme\\n"`` passed the id check and then matched nothing."""
+    note = fabric.scope("acme", "u1").remember(kind="fact", content="User keeps bees on the roof")
+    bad = cli(dsn, "log", "--tenant", "acme\n", code=2)
+    assert "is not a tenant id" in bad.stderr
+    assert "is not a note id" in cli(dsn, "log", "--note", note.id + "\n", code=2).stderr
