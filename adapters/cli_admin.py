@@ -312,7 +312,7 @@ def note_scope(fabric: Fabric, note_id: str, tenant: str | None = None, resource
     ``tenant`` is given with ``resource``/``thread`` or matches exactly one scope, else
     the only scope of the log with a note of that id. ``NoteNotFoundError`` when none
     has it; ``FabricError`` listing the scopes when several do."""
-    if not NOTE_ID_RE.match(note_id):
+    if not NOTE_ID_RE.fullmatch(note_id):
         raise FabricError("id: must be 12 lowercase hex digits")
     if tenant is not None and (resource is not None or thread is not None):
         return fabric.scope(tenant, resource, thread)

@@ -222,7 +222,7 @@ class Console:
     def note(self, request: Request) -> HTMLResponse:
         """``GET /notes/<id>``: content or tombstone, chain, links and timeline."""
         note_id = request.path_params["note_id"]
-        if not NOTE_ID_RE.match(note_id):
+        if not NOTE_ID_RE.fullmatch(note_id):
             raise FabricError("id: must be 12 lowercase hex digits")
         q = request.query_params
         if q.get("tenant"):
