@@ -25,6 +25,7 @@ from psycopg import Cursor, sql
 
 from memfabric.domain.ledger import Conversation, Entry
 from memfabric.domain.search_terms import search_terms
+from memfabric.projections import base
 from memfabric.projections.base import copy_rows
 
 NAME = "ledger"
@@ -213,14 +214,7 @@ def migrate_entries(cur: Cursor[Any], table: str = ENTRIES) -> bool:
     ``terms``) up to date: add ``terms``, fill it from ``text`` (1,000 rows per round trip;
     :func:`search_terms` is Python), then drop ``tsv`` (its GIN index goes with it;
     ``create_indexes`` makes the one on ``terms``). Returns whether anything changed."""
-    row = cur.execute(
-        "SELECT to_regclass(%s) IS NOT NULL AS table_exists, EXISTS (SELECT 1 FROM"
-        " information_schema.columns WHERE table_schema = current_schema() AND table_name = %s"
-        " AND column_name = 'terms') AS has_column", (table, table)).fetchone()
-    if row is None:
-        return False
-    table_exists, has_column = row.values() if isinstance(row, dict) else row
-    if not table_exists or has_column:
+    if not base.has_table(cur, table) or base.has_column(cur, table, "terms"):
         return False
     t = sql.Identifier(table)
     cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN terms text[] NOT NULL DEFAULT '{{}}'").format(t=t))

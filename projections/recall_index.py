@@ -94,14 +94,7 @@ def migrate(cur: Cursor[Any], table: str = TABLE) -> bool:
     from ``context`` and ``keywords`` (as :func:`search_extra` does) and generate
     ``tsv`` from both (the column is dropped and added again: its GIN index goes with it
     and :func:`index_ddl` makes it anew). Returns whether anything changed."""
-    row = cur.execute(
-        "SELECT to_regclass(%s) IS NOT NULL AS table_exists, EXISTS (SELECT 1 FROM"
-        " information_schema.columns WHERE table_schema = current_schema() AND table_name = %s"
-        " AND column_name = 'search_extra') AS has_column", (table, table)).fetchone()
-    if row is None:
-        return False
-    table_exists, has_column = row.values() if isinstance(row, dict) else row
-    if not table_exists or has_column:
+    if not base.has_table(cur, table) or base.has_column(cur, table, "search_extra"):
         return False
     t = sql.Identifier(table)
     cur.execute(sql.SQL("ALTER TABLE {t} ADD COLUMN search_extra text").format(t=t))
