@@ -272,6 +272,20 @@ def _home(row: dict[str, Any]) -> Scope:
                  thread_id=row["thread_id"] or None)
 
 
+def _resolve(log: InMemoryEventLog, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+    """Like ``note_scope.resolve``: homes of the notes ``note_id`` seen from ``scope``."""
+    with log.lock:
+        rows = [dict(r) for r in log.scope_rows.values() if r["note_id"] == note_id]
+    found = []
+    for r in rows:
+        home = Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
+                     thread_id=r["thread_id"] or None)
+        if visibility.visible(home, visibility.of_consent({"visibility": r["visibility"]}), scope):
+            found.append((home, str(r["visibility"])))
+    found.sort(key=lambda f: (f[0] != scope, f[0].sql()))
+    return found[:3]
+
+
 class InMemoryUnitOfWork:
     """One write transaction in memory (the ``UnitOfWork`` port; see the module doc)."""
 
@@ -342,6 +356,10 @@ class InMemoryUnitOfWork:
         self._check()
         aid = note_uuid(scope, note_id)
         return aid in self._aggregates or self._log.has(aid)
+
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        self._check()
+        return _resolve(self._log, scope, note_id)
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
                    now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
@@ -592,16 +610,7 @@ class InMemoryNoteStore:
 
     def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
         """Like ``note_scope.resolve``: homes of the notes ``note_id`` seen from ``scope``."""
-        with self.log.lock:
-            rows = [dict(r) for r in self.log.scope_rows.values() if r["note_id"] == note_id]
-        found = []
-        for r in rows:
-            home = Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
-                         thread_id=r["thread_id"] or None)
-            if visibility.visible(home, visibility.of_consent({"visibility": r["visibility"]}), scope):
-                found.append((home, str(r["visibility"])))
-        found.sort(key=lambda f: (f[0] != scope, f[0].sql()))
-        return found[:3]
+        return _resolve(self.log, scope, note_id)
 
     def load(self, aggregate_id: UUID) -> Note | None:
         return self.log.replay(aggregate_id)

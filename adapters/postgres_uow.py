@@ -162,6 +162,11 @@ class PostgresUnitOfWork:
                 t=sql.Identifier(tables.EVENTS)), (aggregate_id,)).fetchone()
         return row is not None
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """:func:`memfabric.projections.note_scope.resolve` on this transaction's connection."""
+        with self.conn.cursor() as cur:
+            return list(note_scope.resolve(cur, scope, note_id))
+
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
                    now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
         with dimension_guard(), self.conn.cursor() as cur:

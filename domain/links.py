@@ -148,19 +148,19 @@ def _live(uow: UnitOfWork, scope: Scope, note_id: str, what: str) -> Note:
     return note
 
 
-def _target_hidden(svc: MemoryService, scope: Scope, home: Scope, to_id: str) -> bool:
+def _target_hidden(uow: UnitOfWork, scope: Scope, home: Scope, to_id: str) -> bool:
     """Whether the caller at ``scope`` must not see target ``to_id`` of ``home``: a
     caller addressing a note of another scope (one it sees, e.g. a user-level fact)
     links only to targets it sees too, so a thread-only note of ``home`` is not
     probed, linked or unlinked from another thread (it answers as absent)."""
-    return home != scope and all(h != home for h, _ in svc.store.resolve(scope, to_id))
+    return home != scope and all(h != home for h, _ in uow.resolve(scope, to_id))
 
 
-def _missing_target(svc: MemoryService, scope: Scope, home: Scope, from_id: str, to_id: str) -> FabricError:
+def _missing_target(uow: UnitOfWork, scope: Scope, home: Scope, from_id: str, to_id: str) -> FabricError:
     """The error for a target ``to_id`` absent from the source's ``home`` (or hidden
     from ``scope``, :func:`_target_hidden`): ``LinkScopeError`` when ``scope`` sees a
     note of that id in another scope, else ``NoteNotFoundError``."""
-    elsewhere = [h for h, _ in svc.store.resolve(scope, to_id) if h != home]
+    elsewhere = [h for h, _ in uow.resolve(scope, to_id) if h != home]  # in the unit of work
     if elsewhere:
         return LinkScopeError(
             f"to_id: note {to_id!r} lives in scope {elsewhere[0]} and from_id {from_id!r} in"
@@ -176,8 +176,8 @@ def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation
     home, vis = locate(svc, scope, from_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
-        if uow.load(home, to_id) is None or _target_hidden(svc, scope, home, to_id):
-            raise _missing_target(svc, scope, home, from_id, to_id)
+        if uow.load(home, to_id) is None or _target_hidden(uow, scope, home, to_id):
+            raise _missing_target(uow, scope, home, from_id, to_id)
         _live(uow, home, to_id, "to_id")
         source.link([{"id": to_id, "relation": relation, "weight": float(weight)}], cause="caller")
         uow.add(source)
@@ -192,8 +192,8 @@ def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
     home, vis = locate(svc, scope, from_id)
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
-        if uow.load(home, to_id) is None or _target_hidden(svc, scope, home, to_id):
-            raise _missing_target(svc, scope, home, from_id, to_id)
+        if uow.load(home, to_id) is None or _target_hidden(uow, scope, home, to_id):
+            raise _missing_target(uow, scope, home, from_id, to_id)
         if any(lk["id"] == to_id and lk.get("relation", "related") == relation for lk in source.links):
             source.unlink([{"id": to_id, "relation": relation}], cause="caller")
             uow.add(source)

@@ -190,6 +190,12 @@ class UnitOfWork(Protocol):
         """Whether the scope has a note ``note_id`` (in the log or in this unit of work)."""
         ...
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """Like ``NoteStore.resolve`` (the homes of the notes ``note_id`` seen from
+        ``scope``), read inside this unit of work: a write never needs a second
+        connection while it holds its locks."""
+        ...
+
     def neighbours(
         self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
         per_query: int = 3,

@@ -269,7 +269,7 @@ class _Writer:
             return
         if self.uow.exists(self.scope, item.id):
             raise NoteExistsError(f"id: note {item.id!r} already exists in scope {self.scope}")
-        seen = [home for home, _ in self.svc.store.resolve(self.scope, item.id) if home != self.scope]
+        seen = [home for home, _ in self.uow.resolve(self.scope, item.id) if home != self.scope]
         if seen:
             raise NoteExistsError(f"id: note {item.id!r} already exists in scope {seen[0]},"
                                   f" visible from {self.scope}; choose another id")
@@ -278,7 +278,7 @@ class _Writer:
         for link in item.links:
             target = self.uow.load(self.scope, link.id)
             if target is None:
-                elsewhere = [h for h, _ in self.svc.store.resolve(self.scope, link.id) if h != self.scope]
+                elsewhere = [h for h, _ in self.uow.resolve(self.scope, link.id) if h != self.scope]
                 if elsewhere:
                     raise links.LinkScopeError(
                         f"links: note {link.id!r} lives in scope {elsewhere[0]}, not in {self.scope}:"
@@ -324,7 +324,8 @@ class _Writer:
         if item.retention is not None:  # issue 30: a repeat naming another class changes it
             old.change_retention(retention=item.retention, requested_by="caller", cause="fold")
         self._track(old, p)
-        return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why))
+        return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why),
+                             self.uow.resolve)  # on the unit of work's connection
 
     def _insert(self, p: _Prepared, outcome: consolidation.FoldOutcome, old: Note | None,
                 neighbour: Neighbour | None, why: dict[str, Any] | None) -> MemoryNote:
