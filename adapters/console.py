@@ -74,7 +74,7 @@ from memfabric.domain.errors import (
     ProjectionError,
     SettingsError,
 )
-from memfabric.domain.inputs import NOTE_ID_RE
+from memfabric.domain.inputs import NOTE_ID_RE, Scoring
 from memfabric.domain.results import Explain, HistoryEntry
 from memfabric.domain.scope import Scope
 from memfabric.projections.rebuild import ProjectionAdmin
@@ -333,11 +333,16 @@ def _chain_row(row: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
+_DEFAULT = Scoring()
+"""The default weights the console's search uses (``Notes.recall`` without ``scoring``)."""
+
+
 def _bars(e: Explain, top: float) -> list[tuple[str, float, float]]:
     """The parts of an explain row's score as ``(name, value, share of the best score)``:
-    relevance, recency and importance (default weights 0.1 each), link."""
-    parts = [("relevance", e.relevance), ("recency", 0.1 * e.recency), ("importance", 0.1 * e.importance),
-             ("link", e.link_score)]
+    relevance, recency and importance (with the ranking's default weights,
+    :class:`~memfabric.domain.inputs.Scoring`: 0.01 each since issue 29), link."""
+    parts = [("relevance", e.relevance), ("recency", _DEFAULT.recency_weight * e.recency),
+             ("importance", _DEFAULT.importance_weight * e.importance), ("link", e.link_score)]
     scale = top if top > 0 else 1.0
     return [(name, value, max(0.0, value) / scale) for name, value in parts]
 
