@@ -3,14 +3,24 @@ failed before its fix.
 
 2. ``memfabric console --host 0.0.0.0 --token " "`` started, and ``/?token=%20`` then
    let anyone in: a token of spaces (or with a control character) is no token.
+5. ``memfabric status`` on the embedded default said ``(the --dsn server)`` and its JSON
+   ``"embedded": null``: admin commands start the embedded server themselves and open
+   the fabric on its DSN, so the fabric did not know it.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from memfabric.adapters import cli
+from memfabric.adapters.embedded import EmbeddedPostgres
 
 pytest.importorskip("starlette")
 
@@ -29,3 +39,21 @@ def test_console_refuses_a_blank_token_from_the_environment(dsn: str, monkeypatc
     res = CliRunner().invoke(cli.app, ["console", "--host", "0.0.0.0", "--dsn", dsn])  # noqa: S104
     assert res.exit_code == 2
     assert res.stderr.strip() == "error: token: must be printable characters without spaces"
+
+
+def test_status_names_the_embedded_server_it_reads() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="memfabric-test-status-"))
+    os.chmod(tmp, 0o755)
+    pg = EmbeddedPostgres(tmp / "pg")
+    try:
+        runner = CliRunner()
+        made = runner.invoke(cli.app, ["remember", "User lives in Porto", "-t", "acme", "--data-dir", str(pg.pgdata)])
+        assert made.exit_code == 0, made.stderr
+        out = runner.invoke(cli.app, ["status", "--json", "--data-dir", str(pg.pgdata)])
+        assert out.exit_code == 0, out.stderr
+        assert json.loads(out.stdout)["database"]["embedded"] == str(pg.pgdata)
+        text = runner.invoke(cli.app, ["status", "--data-dir", str(pg.pgdata)])
+        assert f"(embedded server in {pg.pgdata})" in text.stdout and "--dsn" not in text.stdout
+    finally:
+        pg.close()
+        shutil.rmtree(tmp, ignore_errors=True)
