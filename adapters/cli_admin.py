@@ -1253,6 +1253,8 @@ def sweep_command(
         _fail("now: give a time zone (e.g. 2026-01-01T00:00:00+00:00)", as_json=as_json)
     try:
         with notes_fabric(dsn, data_dir) as fabric, _sweep_progress(as_json) as advance:
+            if tenant is not None:  # as every command: an unknown --tenant is exit 2, not "0 changed"
+                require_tenant(fabric, tenant)
             res = fabric.sweep(at, tenant=tenant, limit=limit, dry_run=dry_run, batch_size=batch_size,
                                progress=advance)
     except HANDLED as exc:

@@ -6,6 +6,8 @@ failed before its fix.
 5. ``memfabric status`` on the embedded default said ``(the --dsn server)`` and its JSON
    ``"embedded": null``: admin commands start the embedded server themselves and open
    the fabric on its DSN, so the fabric did not know it.
+6. ``memfabric sweep --tenant nosuch`` exited 0 ("0 notes changed"); the README says an
+   unknown ``--tenant`` is exit 2, as ``recall`` and ``erase-scope`` answer.
 """
 
 from __future__ import annotations
@@ -57,3 +59,15 @@ def test_status_names_the_embedded_server_it_reads() -> None:
     finally:
         pg.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("flags", [["--dry-run"], []], ids=["dry-run", "sweep"])
+def test_sweep_of_an_unknown_tenant_is_exit_2(dsn: str, flags: list[str]) -> None:
+    from memfabric.adapters import open_fabric  # noqa: PLC0415
+    with open_fabric(dsn) as fabric:
+        fabric.scope("acme", "u1").remember(kind="fact", content="a note that stays")
+    res = CliRunner().invoke(cli.app, ["sweep", *flags, "--tenant", "acmee", "--dsn", dsn])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == "error: tenant: no tenant 'acmee' in this database"
+    ok = CliRunner().invoke(cli.app, ["sweep", *flags, "--tenant", "acme", "--dsn", dsn])
+    assert ok.exit_code == 0, ok.stderr
