@@ -164,6 +164,9 @@ class Fabric:
         self.engine = engine
         self.dsn = dsn
         self._embedded = embedded
+        self.embedded_server: EmbeddedPostgres | None = embedded
+        """The embedded server this fabric reads (also when a caller started it, as the
+        admin commands do); closed by :meth:`close` only when ``open_fabric`` started it."""
         self._closed = False
         self.read_only = False
         """``open_fabric(read_only=True)``, or a role that may not write the log: every

@@ -220,6 +220,7 @@ def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
         with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False,
                          read_only=read_only) as fabric:
             fabric.service.adopt_embedder = lambda: adopt_stand_in(fabric)  # admin work never embeds
+            fabric.embedded_server = embedded  # started here, not by open_fabric: `status` names it
             yield fabric
     finally:
         if embedded is not None:
@@ -1266,6 +1267,8 @@ def sweep_command(
         _fail("now: give a time zone (e.g. 2026-01-01T00:00:00+00:00)", as_json=as_json)
     try:
         with notes_fabric(dsn, data_dir) as fabric, _sweep_progress(as_json) as advance:
+            if tenant is not None:  # as every command: an unknown --tenant is exit 2, not "0 changed"
+                require_tenant(fabric, tenant)
             res = fabric.sweep(at, tenant=tenant, limit=limit, dry_run=dry_run, batch_size=batch_size,
                                progress=advance)
     except HANDLED as exc:

@@ -108,6 +108,9 @@ def check_settings(settings: ConsoleSettings) -> ConsoleSettings:
     """``settings`` with the token from ``$MEMFABRIC_CONSOLE_TOKEN`` when not given;
     ``SettingsError`` for a non-loopback host without a token or a bad port."""
     token = settings.token or os.environ.get(TOKEN_ENV) or None
+    if token is not None and (not token.isprintable() or any(ch.isspace() for ch in token)):
+        # a token of spaces was accepted and then matched by ``/?token=%20``: no guard at all
+        raise SettingsError("token: must be printable characters without spaces")
     if not is_loopback(settings.host) and not token:
         raise SettingsError(f"token: listening on {settings.host} needs --token or ${TOKEN_ENV}")
     if not 0 < settings.port < 65536:
@@ -328,6 +331,9 @@ def _chain_row(row: dict[str, Any]) -> dict[str, Any]:
         shown["content"] = None
     shown["reason_words"] = None if row.get("forgotten") else read.decision_words(row.get("reason"))
     return shown
+
+
+"""The default weights the console's search uses (``Notes.recall`` without ``scoring``)."""
 
 
 def _bars(e: Explain, top: float) -> list[tuple[str, float, float]]:

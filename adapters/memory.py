@@ -272,6 +272,20 @@ def _home(row: dict[str, Any]) -> Scope:
                  thread_id=row["thread_id"] or None)
 
 
+def _resolve(log: InMemoryEventLog, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+    """Like ``note_scope.resolve``: homes of the notes ``note_id`` seen from ``scope``."""
+    with log.lock:
+        rows = [dict(r) for r in log.scope_rows.values() if r["note_id"] == note_id]
+    found = []
+    for r in rows:
+        home = Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
+                     thread_id=r["thread_id"] or None)
+        if visibility.visible(home, visibility.of_consent({"visibility": r["visibility"]}), scope):
+            found.append((home, str(r["visibility"])))
+    found.sort(key=lambda f: (f[0] != scope, f[0].sql()))
+    return found[:3]
+
+
 class InMemoryUnitOfWork:
     """One write transaction in memory (the ``UnitOfWork`` port; see the module doc)."""
 
@@ -453,21 +467,6 @@ class InMemoryUnitOfWork:
             self._position = self._log.append(self._events, list(self._aggregates.values()),
                                               self._doomed)
         self._committed = True
-
-
-def _resolve(log: InMemoryEventLog, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
-    """``note_scope.resolve`` in Python: ``(home, visibility)`` of the un-forgotten notes
-    ``note_id`` visible from ``scope``, ``scope``'s own first, at most 3."""
-    with log.lock:
-        rows = [dict(r) for r in log.scope_rows.values() if r["note_id"] == note_id]
-    found = []
-    for r in rows:
-        home = Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
-                     thread_id=r["thread_id"] or None)
-        if visibility.visible(home, visibility.of_consent({"visibility": r["visibility"]}), scope):
-            found.append((home, str(r["visibility"])))
-    found.sort(key=lambda f: (f[0] != scope, f[0].sql()))
-    return found[:3]
 
 
 def _blocks(log: InMemoryEventLog, scope: Scope) -> dict[str, BlockEntry]:

@@ -162,6 +162,11 @@ class PostgresUnitOfWork:
                 t=sql.Identifier(tables.EVENTS)), (aggregate_id,)).fetchone()
         return row is not None
 
+    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
+        """:func:`memfabric.projections.note_scope.resolve` on this transaction's connection."""
+        with self.conn.cursor() as cur:
+            return list(note_scope.resolve(cur, scope, note_id))
+
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
                    now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
         with dimension_guard(), self.conn.cursor() as cur:
@@ -172,10 +177,6 @@ class PostgresUnitOfWork:
                       now: datetime, latest: bool = False) -> TermPostings:
         with self.conn.cursor() as cur:
             return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now, latest=latest)
-
-    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
-        with self.conn.cursor() as cur:
-            return list(note_scope.resolve(cur, scope, note_id))
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
         with self.conn.cursor() as cur:
@@ -244,14 +245,15 @@ class PostgresUnitOfWork:
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
-        with dimension_guard(), conn.cursor() as cur:
-            # one round trip for lock, keys, append and the tenants' positions (pipeline mode)
+        with dimension_guard(), conn.cursor() as cur, conn.cursor() as ins:
+            # one round trip for lock, keys, append and the tenants' positions (pipeline mode);
+            # every result that is fetched has a cursor of its own (see ``apply_inline``)
             query, params = self._engine.lock_statement(tenants)
             cur.execute(query, params, prepare=True)
             self.keys.flush(cur)
             self.keys.destroy(cur)
             try:
-                appended = self._log.note_recorder.send_insert(cur, stored, event_tenants,
+                appended = self._log.note_recorder.send_insert(ins, stored, event_tenants,
                                                                notify=not self._inline_all)
                 readers = []
                 for tenant in tenants:

@@ -70,7 +70,7 @@ def fabric_status(fabric: Fabric) -> dict[str, Any]:
         assert row is not None
         head = int(row[2])
         audit = _audit(conn, head)
-    embedded = getattr(fabric, "_embedded", None)
+    embedded = getattr(fabric, "embedded_server", None)
     seconds = [p["lag_seconds"] for p in projections if p["lag_seconds"] is not None]
     return {
         "database": {"name": row[0], "user": row[1], "read_only": fabric.read_only,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memfabric.domain import replay, visibility
@@ -55,7 +55,9 @@ def load(svc: MemoryService, scope: Scope, note_id: str) -> Note:
     return note
 
 
-def target_visible(svc: MemoryService, reader: Scope, home: Scope) -> Callable[[str], bool]:
+def target_visible(svc: MemoryService, reader: Scope, home: Scope,
+                   resolve: Callable[[Scope, str], Sequence[tuple[Scope, Any]]] | None = None,
+                   ) -> Callable[[str], bool]:
     """``seen(to_id)``: whether the link target ``to_id`` of a note of ``home`` is visible
     from ``reader`` (always, from ``home`` itself; else one indexed lookup per target,
     cached per call). Read from another scope, a note's links keep only such targets,
@@ -67,19 +69,20 @@ def target_visible(svc: MemoryService, reader: Scope, home: Scope) -> Callable[[
         if reader == home:
             return True
         if to_id not in known:
-            known[to_id] = any(h == home for h, _ in svc.store.resolve(reader, to_id))
+            known[to_id] = any(h == home for h, _ in (resolve or svc.store.resolve)(reader, to_id))
         return known[to_id]
     return seen
 
 
-def shown(svc: MemoryService, reader: Scope, home: Scope, view: MemoryNote) -> MemoryNote:
+def shown(svc: MemoryService, reader: Scope, home: Scope, view: MemoryNote,
+          resolve: Callable[[Scope, str], Sequence[tuple[Scope, Any]]] | None = None) -> MemoryNote:
     """``view`` (of a note of ``home``) as ``reader`` may see it: its ``links`` as
     :func:`target_visible` allows, and ``supersedes`` (with the decision's ``note_id``)
     only when the note it replaced is visible from ``reader`` too (a user-level fact
     that replaced a thread-only note of its thread does not name it elsewhere)."""
     if home == reader or not (view.links or view.supersedes):
         return view
-    seen = target_visible(svc, reader, home)
+    seen = target_visible(svc, reader, home, resolve)  # a writer passes its unit of work's
     view = dataclasses.replace(view, links=tuple(lk for lk in view.links if seen(lk.id)))
     return unnamed_predecessor(view, seen)
 

@@ -56,17 +56,17 @@ Guard = Callable[[Note], "datetime | None"]
 
 def floor_guard(svc: MemoryService, approval: str | None) -> Guard | None:
     """The guard of an erasure: none with an ``approval`` reference (a legal erasure),
-    else the recorded retention settings' floor at the service clock (read only when a
-    note carries the regulated label)."""
+    else the recorded retention settings' floor at the service clock. The record is read
+    here, so build the guard *before* the unit of work: read inside it, the record took a
+    second pooled connection while the write held its locks (a pool of one waited for
+    itself; a fresh user's finding, ``tests/integration/test_fresh_findings.py``)."""
     if approval is not None or svc.retention_store is None:
         return None
-    store = svc.retention_store
-    cache: dict[str, retention.RetentionConfig] = {}
+    config = svc.retention_store.config()
 
     def guard(note: Note) -> datetime | None:
         if not retention.regulated_label(note):
             return None
-        config = cache.get("c") or cache.setdefault("c", store.config())
         return retention.under_floor(note, config.for_tenant(note.tenant_id), svc.clock())
     return guard
 
@@ -141,6 +141,7 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
     ``RetentionFloorError`` naming the floor (nothing written) unless ``approval``
     names the legal erasure's approval reference (recorded in the tombstone)."""
     home, vis = (scope, LEGACY_VISIBILITY) if block is not None else locate(svc, scope, note_id)
+    guard = floor_guard(svc, approval)  # before the unit of work: it reads the record
     with svc.unit_of_work(lock_scopes(home, vis)) as uow:
         if block is not None:  # issue 27: a block written before its id got its mark keeps its id
             note_id = working.erasure_block_id(uow, home, block)
@@ -156,7 +157,7 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
             return ForgetResult(id=note_id if block is None else None, block=block, deleted=0, held=False)
         tally = tombstone(uow, [note], hold=hold, requested_by=requested_by,
                           cause=KEY_FAULT if unreadable else "caller", unreadable=bool(unreadable),
-                          guard=floor_guard(svc, approval), approval=approval)
+                          guard=guard, approval=approval)
         if tally.floor:
             until = tally.floor[note.note_id]
             raise RetentionFloorError(
@@ -217,10 +218,11 @@ def delete_path(svc: MemoryService, scope: Scope, path: str, *, hold: bool,
                 requested_by: str) -> PathForgetResult:
     """Tombstone (or hold) every ``file`` note of ``scope`` recorded against ``path``
     (``RetentionFloorError``, nothing written, when one is regulated before its floor)."""
+    guard = floor_guard(svc, None)  # before the unit of work: it reads the record
     with svc.unit_of_work([scope]) as uow:
         notes = _by_path(uow, scope, path)
         tally = tombstone(uow, notes, hold=hold, requested_by=requested_by, cause="delete_path",
-                          guard=floor_guard(svc, None))
+                          guard=guard)
         if tally.floor:
             nid, until = next(iter(tally.floor.items()))
             raise RetentionFloorError(f"note {nid} on {path!r} is regulated: it cannot be erased before "

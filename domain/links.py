@@ -160,7 +160,7 @@ def _missing_target(uow: UnitOfWork, scope: Scope, home: Scope, from_id: str, to
     """The error for a target ``to_id`` absent from the source's ``home`` (or hidden
     from ``scope``, :func:`_target_hidden`): ``LinkScopeError`` when ``scope`` sees a
     note of that id in another scope, else ``NoteNotFoundError``."""
-    elsewhere = [h for h, _ in uow.resolve(scope, to_id) if h != home]
+    elsewhere = [h for h, _ in uow.resolve(scope, to_id) if h != home]  # in the unit of work
     if elsewhere:
         return LinkScopeError(
             f"to_id: note {to_id!r} lives in scope {elsewhere[0]} and from_id {from_id!r} in"

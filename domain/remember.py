@@ -324,7 +324,8 @@ class _Writer:
         if item.retention is not None:  # issue 30: a repeat naming another class changes it
             old.change_retention(retention=item.retention, requested_by="caller", cause="fold")
         self._track(old, p)
-        return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why))
+        return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why),
+                             self.uow.resolve)  # on the unit of work's connection
 
     def _insert(self, p: _Prepared, outcome: consolidation.FoldOutcome, old: Note | None,
                 neighbour: Neighbour | None, why: dict[str, Any] | None) -> MemoryNote:

@@ -348,9 +348,15 @@ class ProjectionEngine:
             positions = self._tenant_positions(cur, projections, tenant)
         for p in projections:
             pos = positions[p.name]
-            if pos < first - 1:
-                self._apply_range(cur, p, pos, first - 1, tenant=tenant)
-            p.apply(cur, accepted(p, notes))
+            # Each projection on a cursor of its own: in pipeline mode a statement sent on a
+            # cursor that still waits for the result of an earlier one (the rows another
+            # projection wrote) may get that result when the server has flushed it, and its
+            # fetch then fails ("the last operation didn't produce records (command status:
+            # INSERT 0 1)": a fresh user's reembed after a blue-green rebuild).
+            with cur.connection.cursor() as own:
+                if pos < first - 1:
+                    self._apply_range(own, p, pos, first - 1, tenant=tenant)
+                p.apply(own, accepted(p, notes))
         self._record_all(cur, last, projections, tenant)
 
     def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection],
@@ -436,12 +442,14 @@ class ProjectionEngine:
         returns the last position applied."""
         pos = after
         while True:
-            rows = self._select(cur, pos, upto, limit, tenant)
+            with cur.connection.cursor() as read:  # not behind ``cur``'s rows (see apply_inline)
+                rows = self._select(read, pos, upto, limit, tenant)
             if not rows:
                 return pos
             ids = list(dict.fromkeys(r["originator_id"] for r in rows))
             try:
-                notes = self.load_notes(cur, ids)
+                with cur.connection.cursor() as read:
+                    notes = self.load_notes(read, ids)
                 p.apply(cur, accepted(p, notes))
             except Exception as exc:  # name the event that stopped the projection
                 raise self._locate(p.name, rows, ids, exc) from exc
