@@ -341,17 +341,20 @@ class TransactionKeys:
         ).fetchone()
         return None if row is None else bytes(_first(row, "key", 0))
 
+    FLUSH_SQL = (f"INSERT INTO {KEYS_TABLE} (originator_id, gen, key)"  # noqa: S608
+                 " SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bytea[])"
+                 " ON CONFLICT (originator_id, gen) DO UPDATE SET key = EXCLUDED.key")
+    """The statement of :meth:`flush` (three arrays: :meth:`flush_params`)."""
+
+    def flush_params(self) -> tuple[list[UUID], list[int], list[bytes]]:
+        """The parameters of :data:`FLUSH_SQL`: the keys generated for this unit of work."""
+        rows = list(self.pending.items())
+        return [oid for oid, _ in rows], [gen for _, (gen, _k) in rows], [key for _, (_g, key) in rows]
+
     def flush(self, cur: Cursor[Any]) -> None:
         """Insert the keys generated for this unit of work."""
-        if not self.pending:
-            return
-        rows = [(oid, gen, key) for oid, (gen, key) in self.pending.items()]
-        cur.execute(
-            f"INSERT INTO {KEYS_TABLE} (originator_id, gen, key)"  # noqa: S608
-            " SELECT * FROM unnest(%s::uuid[], %s::int[], %s::bytea[])"
-            " ON CONFLICT (originator_id, gen) DO UPDATE SET key = EXCLUDED.key",
-            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
-        )
+        if self.pending:
+            cur.execute(self.FLUSH_SQL, self.flush_params())
 
     def destroy(self, cur: Cursor[Any]) -> None:
         """Delete every key of the doomed notes (crypto-shredding)."""

@@ -137,14 +137,20 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
             return list
         if notify:
             cur.execute(sql.SQL("NOTIFY {0}").format(sql.Identifier(self.channel_name)))
-        cur.execute(self._insert_sql(), (
-            [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
-            [e.topic for e in stored_events], [e.state for e in stored_events], list(tenants)),
-            prepare=True)
+        cur.execute(self._insert_sql(), self.insert_params(stored_events, tenants), prepare=True)
 
         def fetch() -> list[int]:
             return [int(r["notification_id"] if isinstance(r, dict) else r[0]) for r in cur.fetchall()]
         return fetch
+
+    def insert_params(self, stored_events: Sequence[StoredEvent], tenants: Sequence[str]) -> tuple[list[Any], ...]:
+        """The five arrays of :meth:`_insert_sql`."""
+        return ([e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
+                [e.topic for e in stored_events], [e.state for e in stored_events], list(tenants))
+
+    def insert_sql(self) -> bytes:
+        """The statement of :meth:`send_insert` (``%s``: the five arrays of :meth:`insert_params`)."""
+        return self._insert_sql()
 
     def _insert_sql(self) -> bytes:
         if self._insert_statement is None:

@@ -43,7 +43,7 @@ from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index, note_scope, tables, working_value
 from memfabric.projections.engine import ProjectionEngine, bounded_locks, lock_timed_out
 import psycopg
-from psycopg import Connection, Cursor, Rollback, sql
+from psycopg import Connection, Cursor, sql
 
 
 class PostgresUnitOfWork:
@@ -77,10 +77,14 @@ class PostgresUnitOfWork:
         try:
             conn = stack.enter_context(self._log.datastore.get_connection())
             self._vectors.ensure(conn)
-            # Pipeline mode (issue 24): BEGIN and the scope locks travel with the first
-            # read, the append statements together, the row writes with the COMMIT.
-            stack.enter_context(conn.pipeline())
-            stack.enter_context(conn.transaction())
+            # Pipeline mode (issue 24) with BEGIN and COMMIT sent as statements (the pool's
+            # connections are in autocommit mode): psycopg's ``transaction()`` nests
+            # pipelines and syncs at each level, five round trips for a write that needs
+            # two (everything up to the append's ids; the rows, the tracking and COMMIT).
+            pipeline = conn.pipeline()
+            pipeline.__enter__()
+            stack.callback(self._end_pipeline, conn, pipeline)
+            conn.execute(b"BEGIN")
             projections = self._engine.inline(all_projections=self._inline_all)
             keys = sorted(self._engine.lock_key("scope:" + key) for key in {s.key for s in self._scopes})
             conn.execute(sql.SQL("SELECT {}").format(sql.SQL(", ").join(
@@ -88,28 +92,42 @@ class PostgresUnitOfWork:
                  *(sql.SQL("pg_advisory_xact_lock(%s)") for _ in keys)])),
                 [self._engine.timeout_setting(), *self._engine.shared_keys(projections), *keys], prepare=True)
         except BaseException as exc:
+            self._ending = exc
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
         self._stack, self._conn = stack, conn
         self._keys = TransactionKeys(conn, self._log.keys)
         return self
 
+    _ending: BaseException | None = None
+    """The exception a unit of work ends with (``None``: it commits or rolls back cleanly)."""
+
+    def _end_pipeline(self, conn: Connection[Any], pipeline: Any) -> None:
+        """End the transaction and leave pipeline mode: COMMIT when :meth:`commit` ran
+        and nothing failed, else ROLLBACK. A failure the final sync reports (a
+        statement's error surfaces there in pipeline mode) leaves the session in a
+        failed transaction block: it is rolled back before the error propagates."""
+        failed = self._ending
+        if failed is None:
+            conn.execute(b"COMMIT" if self._committed else b"ROLLBACK")
+        try:
+            pipeline.__exit__(type(failed) if failed else None, failed, None)
+        finally:
+            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
+                conn.rollback()
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         stack, self._stack, self._conn = self._stack, None, None
         if stack is None:
             return
-        if exc_type is None and not self._committed:
-            # Leaving without commit: psycopg's Rollback ends the transaction block
-            # with a rollback and is swallowed by it.
-            stack.__exit__(Rollback, Rollback(), None)
-            return
+        self._ending = exc
         with bounded_locks("write"):  # a lock wait that ran out: LockTimeoutError
             if lock_timed_out(exc):
                 stack.__exit__(exc_type, exc, tb)
                 raise LockTimeoutError(f"write: a lock wait ran out ({exc}); nothing was written") from exc
             stack.__exit__(exc_type, exc, tb)
-        if exc_type is None and self._keys is not None:
+        if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
 
     @property
@@ -245,6 +263,9 @@ class PostgresUnitOfWork:
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
+        if len(tenants) == 1 and self._inline_all:
+            self._commit_one_tenant(stored, tenants[0], aggregates, projections)
+            return
         with dimension_guard(), conn.cursor() as cur, conn.cursor() as ins:
             # one round trip for lock, keys, append and the tenants' positions (pipeline mode);
             # every result that is fetched has a cursor of its own (see ``apply_inline``)
@@ -271,6 +292,63 @@ class PostgresUnitOfWork:
                 pos.close()
         self._position = max(ids, default=0)
         self._committed = True
+
+
+    def _commit_one_tenant(self, stored: Sequence[Any], tenant: str, aggregates: dict[UUID, Any],
+                           projections: Sequence[Any]) -> None:
+        """:meth:`commit` of a unit of work that writes one tenant and projects inline:
+        the tenant's lock, then one statement that inserts the new keys and the events
+        and returns their ids with the tenant's positions (its snapshot is taken after
+        the lock, so it sees every earlier write of the tenant), then the rows and the
+        tracking in one more (``ProjectionEngine.apply_inline``): four statements with
+        the scope locks, where one per table would be eleven."""
+        conn = self.conn
+        with dimension_guard(), conn.cursor() as cur, conn.cursor() as ins:
+            query, params = self._engine.lock_statement([tenant])
+            cur.execute(query, params, prepare=True)
+            self.keys.destroy(cur)
+            statement, args = self._append_statement(stored, tenant, projections)
+            try:
+                ins.execute(statement, args, prepare=True)
+                row = ins.fetchone()
+            except (IntegrityError, psycopg.errors.UniqueViolation) as exc:  # a version taken meanwhile
+                raise ConflictError(f"a concurrent write appended to the same note first ({exc}); retry") from exc
+            assert row is not None
+            ids = [int(i) for i in _column(row, 0)]
+            positions = {p.name: int(v or 0) for p, v in zip(projections, _column(row, 1), strict=True)}
+            self._engine.apply_inline(cur, list(aggregates.values()), ids, projections, tenant,
+                                      positions=positions)
+        self._position = max(ids, default=0)
+        self._committed = True
+
+    def _append_statement(self, stored: Sequence[Any], tenant: str,
+                          projections: Sequence[Any]) -> tuple[bytes, list[Any]]:
+        """``WITH k AS (<new keys>), e AS (<events> RETURNING notification_id) SELECT
+        <ids in order>, <the tenant's positions>`` and its parameters."""
+        recorder = self._log.note_recorder
+        positions, n = self._engine.positions_array(projections)
+        keys = self.keys.pending
+        key = (bool(keys), positions)
+        query = _APPEND_SQL.get(key)
+        if query is None:
+            ctes = ([b"k AS (" + TransactionKeys.FLUSH_SQL.encode() + b")"] if keys else [])
+            ctes.append(b"e AS (" + recorder.insert_sql() + b")")
+            query = _APPEND_SQL[key] = (b"WITH " + b", ".join(ctes)
+                                        + b" SELECT ARRAY(SELECT notification_id FROM e ORDER BY 1) AS ids, "
+                                        + positions + b" AS pos")
+        args: list[Any] = [*(self.keys.flush_params() if keys else ()),
+                           *recorder.insert_params(stored, [tenant] * len(stored)),
+                           *([self._engine.tenant_rows(tenant)] * n)]
+        return query, args
+
+
+_APPEND_SQL: dict[tuple[bool, bytes], bytes] = {}
+"""The append statements of :meth:`PostgresUnitOfWork._append_statement`, by (new keys?, positions)."""
+
+
+def _column(row: Any, i: int) -> Any:
+    """Column ``i`` of a row (a dict row or a tuple)."""
+    return list(row.values())[i] if isinstance(row, dict) else row[i]
 
 
 def _tenant_of(aggregate: Any) -> str:

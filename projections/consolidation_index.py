@@ -330,6 +330,8 @@ class ConsolidationIndexProjection:
     name = NAME
     tables: tuple[str, ...] = (TABLE,)
     write_side = True
+    batch_rows = True
+    """Writes through ``write_rows`` alone (its rows may travel in a ``RowBatch``)."""
 
     def __init__(self, dim: int, embedder_id: str | None = None) -> None:
         self.dim = dim

@@ -51,7 +51,7 @@ from psycopg import Cursor, sql
 from memfabric.domain.errors import LockTimeoutError, ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections import tables
-from memfabric.projections.base import NoteProjection, accepted
+from memfabric.projections.base import BatchCursor, NoteProjection, RowBatch, accepted, batch_rows
 
 LoadNotes = Callable[[Cursor[Any], Sequence[UUID]], list[Note]]
 """Replays aggregates by id in the transaction of the given cursor."""
@@ -97,6 +97,14 @@ def bounded_locks(name: str) -> Iterator[None]:
         raise
 
 
+def _tracking_check(i: int, name: str) -> str:
+    """The check of tracking CTE ``t<i>`` (projection ``name``) in a batched tracking
+    statement: a cast error when the row did not move (see ``_record_all``)."""
+    message = sql.Literal(f"memfabric: failed to record tracking of {name}: ").as_string(None)
+    count = f"(SELECT count(*) FROM t{i})"  # noqa: S608 - a CTE name
+    return f"CASE WHEN {count} = 0 THEN ({message} || {count})::int END"
+
+
 def lock_timed_out(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an exception it was raised from) is ``lock_not_available``."""
     seen = 0
@@ -131,6 +139,8 @@ class ProjectionEngine:
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
         self._positions_sql: dict[tuple[str, ...], bytes] = {}
         self._tracking_sql: dict[tuple[str, ...], bytes] = {}
+        self._batched_sql: dict[tuple[tuple[str, ...], tuple[Any, ...]], bytes] = {}
+        self._positions_array: dict[tuple[str, ...], tuple[bytes, int]] = {}
         self.lock_secret: bytes | None = None
         """The fabric secret that keys every runtime advisory lock (:meth:`lock_key`);
         ``None`` until the fabric has read it (then plain BLAKE2b keys)."""
@@ -346,6 +356,9 @@ class ProjectionEngine:
         first, last = min(ids), max(ids)
         if positions is None:
             positions = self._tenant_positions(cur, projections, tenant)
+        if all(positions[p.name] >= first - 1 for p in projections):
+            self._apply_batched(cur, notes, last, projections, tenant)
+            return
         for p in projections:
             pos = positions[p.name]
             # Each projection on a cursor of its own: in pipeline mode a statement sent on a
@@ -359,8 +372,26 @@ class ProjectionEngine:
                 p.apply(own, accepted(p, notes))
         self._record_all(cur, last, projections, tenant)
 
+    def _apply_batched(self, cur: Cursor[Any], notes: list[Any], last: int,
+                       projections: Sequence[NoteProjection], tenant: str) -> None:
+        """:meth:`apply_inline` without a gap to catch up: the rows of every projection
+        that writes through ``write_rows`` alone travel with the tracking statement as
+        one statement (:class:`~memfabric.projections.base.RowBatch`); the others
+        (links, the ledger, quarantine) are applied first, each on a cursor of its own."""
+        batch = RowBatch()
+        for p in projections:
+            if batch_rows(p):
+                p.apply(BatchCursor(cur.connection, batch), accepted(p, notes))
+            else:
+                with cur.connection.cursor() as own:
+                    p.apply(own, accepted(p, notes))
+        if batch.too_big():
+            batch.run_each(cur)
+            batch = RowBatch()
+        self._record_all(cur, last, projections, tenant, batch)
+
     def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection],
-                    tenant: str) -> None:
+                    tenant: str, batch: RowBatch | None = None) -> None:
         """Record ``position`` as tenant ``tenant``'s row of every projection with
         eventsourcing's tracking statements, composed into one statement (one
         data-modifying CTE per projection) that fails when a row was already past
@@ -370,14 +401,38 @@ class ProjectionEngine:
         at COMMIT and the write rolls back). Raises ``IntegrityError`` when not in
         pipeline mode."""
         names = tuple(p.name for p in projections)
+        if batch is not None and batch.parts:
+            query = self._batched_sql.get((names, tuple(batch.parts)))
+            if query is None:
+                if len(self._batched_sql) > 256:  # the row-count shapes of large batches
+                    self._batched_sql.clear()
+                query = self._batched_sql[(names, tuple(batch.parts))] = self._batched_query(names, batch)
+            with psycopg.RawCursor(cur.connection) as raw:
+                self._run_tracking(raw, query, [self.tenant_row(tenant), position, *batch.params], position)
+            return
         query = self._tracking_sql.get(names)
         if query is None:
             query = self._tracking_sql[names] = self._tracking_query(names)
-        params = {"application_name": self.tenant_row(tenant), "notification_id": position}
+        self._run_tracking(cur, query, {"application_name": self.tenant_row(tenant),
+                                        "notification_id": position}, position)
+
+    @staticmethod
+    def _run_tracking(cur: Cursor[Any], query: bytes, params: Any, position: int) -> None:
         try:
             cur.execute(query, params, prepare=True)
         except psycopg.errors.InvalidTextRepresentation as exc:
             raise IntegrityError(f"failed to record tracking at {position}: {exc}") from exc
+
+    def _batched_query(self, names: Sequence[str], batch: RowBatch) -> bytes:
+        """:meth:`_tracking_query` with ``batch``'s row writes as CTEs before the
+        tracking ones, in ``$n`` placeholders (``$1`` the tenant row, ``$2`` the
+        position)."""
+        trackers = [self.trackers[n].insert_tracking_statement.as_string(None)
+                    .replace("%(application_name)s", "$1").replace("%(notification_id)s", "$2")
+                    for n in names]
+        ctes = [*batch.ctes(first=3), *(f"t{i} AS ({q})" for i, q in enumerate(trackers))]
+        checks = ", ".join(_tracking_check(i, n) for i, n in enumerate(names))
+        return ("WITH " + ", ".join(ctes) + " SELECT " + checks).encode()
 
     def _tracking_query(self, names: Sequence[str]) -> bytes:
         """``WITH t0 AS (<tracking insert 0>), ... SELECT CASE WHEN (SELECT count(*)
@@ -403,6 +458,24 @@ class ProjectionEngine:
     def read_positions(cur: Cursor[Any]) -> dict[str, int]:
         """The result of :meth:`send_positions` on ``cur``."""
         return {row["name"]: int(row["pos"] or 0) for row in cur.fetchall()}
+
+    def positions_array(self, projections: Sequence[NoteProjection]) -> tuple[bytes, int]:
+        """An SQL expression for the tenant's position of each projection, in order, as
+        one ``bigint[]`` (NULL entries: no row), with one ``%s`` (the ``text[]`` of
+        :meth:`tenant_rows`) per projection; and that count. What a writer's append
+        statement returns beside the new ids (:meth:`send_positions` in one array)."""
+        names = tuple(p.name for p in projections)
+        found = self._positions_array.get(names)
+        if found is None:
+            expr = sql.SQL("ARRAY[{}]::bigint[]").format(sql.SQL(", ").join(
+                sql.SQL("(SELECT max(notification_id) FROM {t} WHERE application_name = ANY(%s::text[]))").format(
+                    t=self._tracking(n)) for n in names))
+            found = self._positions_array[names] = (expr.as_bytes(None), len(names))
+        return found
+
+    def tenant_rows(self, tenant: str) -> list[str]:
+        """The tracking rows whose greatest position is tenant ``tenant``'s: the floor's and its own."""
+        return [self.application_name, self.tenant_row(tenant)]
 
     def send_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection], tenant: str) -> None:
         """Send the query of tenant ``tenant``'s positions on ``cur`` (fetched by

@@ -69,6 +69,8 @@ class NoteScopeProjection:
     name = NAME
     tables: tuple[str, ...] = (TABLE,)
     write_side = True
+    batch_rows = True
+    """Writes through ``write_rows`` alone (its rows may travel in a ``RowBatch``)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         cur.execute(

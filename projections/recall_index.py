@@ -244,6 +244,8 @@ class RecallIndexProjection:
     name = NAME
     tables: tuple[str, ...] = (TABLE,)
     write_side = False
+    batch_rows = True
+    """Writes through ``write_rows`` alone (its rows may travel in a ``RowBatch``)."""
 
     def __init__(self, dim: int, embedder_id: str | None = None) -> None:
         self.dim = dim
