@@ -38,6 +38,7 @@ from memfabric.domain.errors import (
     ScopeError,
     SettingsError,
     SupersessionError,
+    TrackingError,
     ValidatorRejectedError,
 )
 from memfabric.domain.inputs import Consent, Kind, Limits, RecallMode, Scoring
@@ -76,7 +77,7 @@ __all__ = [
     "EventIntegrityError", "Explain", "Fabric", "FabricError", "LockTimeoutError", "ForgetResult", "HashEmbedder",
     "HistoryEntry", "Kind", "Limits", "Lineage", "Link", "LinkInput", "MemoryFabric", "MemoryNote",
     "MemoryTools", "NotAttachedError", "NotSupportedError", "NoteExistsError", "NoteForgottenError",
-    "NoteNotFoundError", "Notes", "Outcome", "PathForgetResult", "ProjectionError",
+    "NoteNotFoundError", "Notes", "Outcome", "PathForgetResult", "ProjectionError", "TrackingError",
     "ProjectionLagError", "ReadOnlyError", "RecallMode", "RecallResult", "RepointResult", "RuleSubjectExtractor",
     "Scope", "ScopeError", "Scoring", "SessionError", "SettingsError", "SubjectExtractor",
     "SubjectKey", "SupersessionError", "ToolDefinition", "UnknownToolError",

@@ -36,7 +36,7 @@ from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from eventsourcing.persistence import IntegrityError
 
 from memfabric.domain.link_terms import TermPostings
-from memfabric.domain.errors import ConflictError, FabricError, LockTimeoutError
+from memfabric.domain.errors import ConflictError, FabricError, LockTimeoutError, TrackingError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
@@ -126,7 +126,12 @@ class PostgresUnitOfWork:
             if lock_timed_out(exc):
                 stack.__exit__(exc_type, exc, tb)
                 raise LockTimeoutError(f"write: a lock wait ran out ({exc}); nothing was written") from exc
-            stack.__exit__(exc_type, exc, tb)
+            try:
+                stack.__exit__(exc_type, exc, tb)
+            except Exception as failed:
+                if _tracking_refused(failed):  # the batched tracking check, reported at the Sync
+                    raise TrackingError(f"write: {failed}; nothing was written") from failed
+                raise
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
 
@@ -344,6 +349,17 @@ class PostgresUnitOfWork:
 
 _APPEND_SQL: dict[tuple[bool, bytes], bytes] = {}
 """The append statements of :meth:`PostgresUnitOfWork._append_statement`, by (new keys?, positions)."""
+
+
+def _tracking_refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or one it was raised from) is the tracking statement's refusal
+    (``ProjectionEngine._record_all``: a cast error naming the projection)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if "memfabric: failed to record tracking" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _column(row: Any, i: int) -> Any:

@@ -115,6 +115,12 @@ class LockTimeoutError(FabricError, TimeoutError):
     that long. Nothing was written; retry, or find the holder in ``pg_locks``."""
 
 
+class TrackingError(FabricError):
+    """A projection's tracking row of the writer's tenant was already past the write's
+    events (tracking is exactly-once and never moves back: someone moved it by hand, or
+    a position was recorded out of order). Nothing was written."""
+
+
 class ProjectionError(FabricError):
     """A projection stopped on an event; names the notification id, topic and cause."""
 
