@@ -7,6 +7,8 @@ outcome of lifecycle calls and the history of a note.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -54,9 +56,14 @@ class ConsentInfo:
     purposes: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any] | None) -> ConsentInfo | None:
+    def from_dict(cls, raw: dict[str, Any] | str | None) -> ConsentInfo | None:
+        """The consent of a recall-index row: its ``consent`` as a mapping or as JSON
+        text (what the recall statement returns), ``None`` when it has none."""
         if raw is None:
             return None
+        if isinstance(raw, str):
+            raw = json.loads(raw)
+            assert isinstance(raw, dict)
         return cls(visibility=raw.get("visibility", "thread"), granted=raw.get("granted"),
                    purposes=tuple(raw.get("purposes") or ()))
 
