@@ -176,6 +176,11 @@ class VerifyReport:
         return self.differences == 0 and self.problem is None
 
 
+MIGRATION_ROW = "__migration__"
+"""The row eventsourcing's single-row tracking table is created with (position 1, the
+table layout's version, not an event): never a projection's position."""
+
+
 def tracking_problem(cur: Cursor[Any], table: str, name: str, head: int) -> str | None:
     """Why projection ``name``'s tracking (table ``table``: its floor row and its
     per-tenant rows) cannot be right against the log whose last notification id is
@@ -184,7 +189,8 @@ def tracking_problem(cur: Cursor[Any], table: str, name: str, head: int) -> str 
     are not above it)."""
     row = cur.execute(
         sql.SQL("SELECT application_name, notification_id FROM {t} WHERE notification_id > %s"
-                " ORDER BY notification_id DESC LIMIT 1").format(t=sql.Identifier(table)), (head,)).fetchone()
+                " AND application_name <> %s ORDER BY notification_id DESC LIMIT 1").format(
+            t=sql.Identifier(table)), (head, MIGRATION_ROW)).fetchone()
     if row is None:
         return None
     app, position = (row["application_name"], row["notification_id"]) if isinstance(row, dict) else row

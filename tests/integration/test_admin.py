@@ -146,6 +146,13 @@ def test_blue_green_applies_writes_made_during_the_build(fabric: object, dsn: st
     assert notes.recall("parrot").hits[0].id == wrote[0]
 
 
+def test_verify_passes_on_an_empty_log(fabric: object) -> None:
+    """eventsourcing creates each tracking table with its ``__migration__`` row at 1: not
+    a position past an empty log's head (a writer killed before its first write)."""
+    reports = ProjectionAdmin.for_fabric(fabric).verify()
+    assert reports and all(r.ok for r in reports), [r.problem for r in reports if not r.ok]
+
+
 def test_verify_fails_on_a_corrupted_row(fabric: object, dsn: str) -> None:
     h = make_history(fabric)  # type: ignore[arg-type]
     admin = ProjectionAdmin.for_fabric(fabric)

@@ -75,6 +75,17 @@ def _stream(dsn: str, path: str) -> None:
             i += 1
 
 
+def _await_first_ack(path: str, timeout: float) -> None:
+    """Wait until the writer has acknowledged a write (a line in ``path``), so the kill
+    lands mid-stream rather than during its open."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            if f.readline().strip():
+                return
+        time.sleep(0.05)
+
+
 def kill_writer(dsn: str, tmp: str, runs: int = 1, seconds: float = 1.5) -> dict[str, int]:
     """kill -9 a writer mid-stream; every acknowledged write must be readable and the
     projections and the audit chain must verify."""
@@ -84,7 +95,8 @@ def kill_writer(dsn: str, tmp: str, runs: int = 1, seconds: float = 1.5) -> dict
         open(path, "w").close()
         p = CTX.Process(target=_stream, args=(dsn, path))
         p.start()
-        time.sleep(seconds + 2.0)  # spawn + open takes a moment
+        _await_first_ack(path, timeout=120.0)  # spawn + open take a while on a busy machine
+        time.sleep(seconds)
         assert p.pid is not None
         os.kill(p.pid, signal.SIGKILL)
         p.join()
