@@ -152,7 +152,12 @@ def test_counts_are_named_live_superseded_held_forgotten(fabric: Fabric, dsn: st
     assert out["found"] == {"live": 2, "superseded": 1, "held": 1, "forgotten": 3}, out
     assert (out["deleted"], out["already_held"], out["remaining"]) == (3, 1, 0)
     text = cli(dsn, "erase-scope", "-t", "acme", "-r", "u1").stdout
-    assert "found 0 live, 0 superseded and 1 held notes" in text and "1 held" in text.split("left:")[1], text
+    assert "found 0 live, 0 superseded, 1 held" in text, text
+    assert "left: 0 live, 0 superseded, 1 held, 3 forgotten" in text, text
+    assert out["left"] == {"live": 0, "superseded": 0, "held": 1, "forgotten": 3}, out
+    listed = out_json(dsn, "list", "-t", "acme")
+    assert listed["counts"] == out["left"] and listed["total"] == 1, listed
+    assert "in the prefix: 0 live, 0 superseded, 1 held, 3 forgotten" in cli(dsn, "list", "-t", "acme").stdout
 
 
 def test_a_tenant_or_note_filter_ending_in_a_newline_is_refused(fabric: Fabric, dsn: str) -> None:
