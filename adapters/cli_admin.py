@@ -554,10 +554,12 @@ prints the first differences and exits 1."""
 
 
 class RunLog:
-    """What ``projections run`` prints (issue 27): one line when it has caught up on
-    start, one per catch-up that applied at least ``batch_line`` events (a batch), and
-    one summary per ``interval`` seconds in which events were applied; never a line per
-    event. ``emit(kind, fields)`` prints one line (text or JSON)."""
+    """What ``projections run`` prints (issue 27): one ``progress`` line per full batch
+    of a long catch-up (:meth:`progress`: projection, events, position), one line when
+    it has caught up on start, one per catch-up that applied at least ``batch_line``
+    events (a batch), and one summary per ``interval`` seconds in which events were
+    applied; never a line per event. ``emit(kind, fields)`` prints one line (text or
+    JSON)."""
 
     def __init__(self, emit: Callable[[str, dict[str, Any]], None], *, interval: float,
                  batch_line: int = 1000, clock: Callable[[], float] | None = None) -> None:
@@ -585,6 +587,11 @@ class RunLog:
                 self.summary(positions, now)
         self.last, self.batch_started = dict(positions), now
 
+    def progress(self, name: str, events: int, position: int) -> None:
+        """One committed batch of ``events`` of projection ``name``, now at notification
+        ``position``, with more to apply."""
+        self.emit("progress", {"projection": name, "events": events, "position": position})
+
     def summary(self, positions: dict[str, int], now: float | None = None) -> None:
         """The interval's line (skipped when nothing was applied); starts a new interval."""
         now = self.clock() if now is None else now
@@ -598,6 +605,11 @@ def _run_line(as_json: bool) -> Callable[[str, dict[str, Any]], None]:
     def emit(kind: str, fields: dict[str, Any]) -> None:
         if as_json:
             print(json.dumps({"event": kind, **fields}), flush=True)
+            return
+        if kind == "progress":
+            console.print(f"catching up: {fields['projection']} applied {fields['events']} events, "
+                          f"at {fields['position']}")
+            console.file.flush()
             return
         where = ", ".join(f"{k}={v}" for k, v in fields["positions"].items())
         if kind == "caught_up":
@@ -618,14 +630,17 @@ def run_command(
         metavar="SECONDS", help="Seconds between checks without notifications.", min=0.05)] = 5.0,
     interval: Annotated[float, typer.Option(
         metavar="SECONDS", help="Seconds between summary lines.", min=0.1)] = 60.0,
+    batch: Annotated[int, typer.Option(
+        metavar="N", help="Events per projection transaction (a progress line each).", min=10,
+        max=100_000)] = 2000,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Keep projections caught up from this process (LISTEN/NOTIFY).
 
-    For writers opened with inline_projections=False. Prints one line once caught up, one per batch of \
-1000 events or more, and a summary per --interval. When a projection fails on an event, it prints the \
+    For writers opened with inline_projections=False. Prints a progress line per --batch of a long \
+catch-up, one line once caught up, one per catch-up of 1000 events or more, and a summary per --interval. When a projection fails on an event, it prints the \
 notification id, topic and error and exits 1."""
     show = RunLog(_run_line(as_json), interval=interval)
 
@@ -638,7 +653,8 @@ notification id, topic and error and exits 1."""
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=min(poll, interval),
-                                                   on_catch_up=show, adopt=lambda: adopt_stand_in(fabric))
+                                                   on_catch_up=show, adopt=lambda: adopt_stand_in(fabric),
+                                                   batch=batch, on_batch=show.progress)
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:

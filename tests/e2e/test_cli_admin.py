@@ -131,6 +131,23 @@ def test_the_runner_prints_batches_and_interval_summaries_not_a_line_per_event(d
     assert sum(int(line.split()[2]) for line in summaries) >= 30, lines
 
 
+def test_the_runner_reports_each_batch_of_a_backlog(dsn: str) -> None:
+    """Issue 27 item 6: a backlog is caught up in --batch transactions, each reported."""
+    from memfabric.adapters import open_fabric
+
+    with open_fabric(dsn, inline_projections=False, await_projections=False, consolidate=False) as fabric:
+        fabric.scope("acme", "u1").remember_many(
+            [{"kind": "fact", "content": f"User note {i} about gardening"} for i in range(260)])
+    ran = [json.loads(line) for line in
+           cli(dsn, "projections", "run", "--once", "--batch", "50", "--json").stdout.splitlines()]
+    progress = [r for r in ran if r["event"] == "progress" and r["projection"] == "recall_index"]
+    assert len(progress) >= 5 and all(r["events"] == 50 for r in progress), ran
+    assert [r["position"] for r in progress] == sorted({r["position"] for r in progress}), progress
+    assert ran[-1]["event"] == "caught_up" and ran[-1]["positions"]["recall_index"] > progress[-1]["position"]
+    text = cli(dsn, "projections", "run", "--once").stdout
+    assert "catching up" not in text and text.startswith("caught up"), text  # nothing left: one line
+
+
 def test_projection_admin_imports_from_memfabric_adapters(dsn: str) -> None:
     code = ("from memfabric.adapters import ProjectionAdmin, fabric_status, open_fabric\n"
             f"with open_fabric({dsn!r}) as f:\n"
