@@ -56,7 +56,7 @@ from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.note import ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, Note, note_uuid
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Candidate, DueRef, Embedder, ListQuery, NoteFilter, NoteRef
-from memfabric.domain.retention import ERASABLE, RetentionConfig, Windows
+from memfabric.domain.retention import DECAY_KINDS, ERASABLE, RetentionConfig, Windows
 from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.results import EraseResult, NoteCounts
 from memfabric.domain.scope import Scope
@@ -811,8 +811,15 @@ def _due(row: dict[str, Any], windows: Windows, now: datetime) -> bool:
             and row["valid_to"] <= now):
         return True
     span = windows.window(row["retention"])
-    return (span is not None and row["written_at"] <= now - span
-            and (row["retention"] in ERASABLE or not row["expired"]))
+    if (span is not None and row["written_at"] <= now - span
+            and (row["retention"] in ERASABLE or not row["expired"])):
+        return True
+    decay = windows.decay
+    if decay is None or row["held"] or row["superseded"] or row["expired"] or row["kind"] not in DECAY_KINDS:
+        return False
+    idle = now - decay.after
+    return (row["importance"] > decay.floor and row["written_at"] <= idle
+            and (row["decayed_at"] is None or row["decayed_at"] <= idle))
 
 
 class MemoryFabric:

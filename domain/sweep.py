@@ -11,7 +11,8 @@ How it runs:
   batches; in it the notes are replayed and :func:`~memfabric.domain.retention.decide`
   decides each one again (so a write that landed meanwhile is honoured): ``Expired``
   events, ``Forgotten`` tombstones with cause ``retention`` (keys destroyed, as by
-  ``forget``), nothing for held and floor-kept notes;
+  ``forget``), nothing for held and floor-kept notes; with decay configured
+  (:class:`~memfabric.domain.retention.Decay`), ``ImportanceDecayed`` for idle notes;
 - the sweep's progress (cursor and counts so far) is an event of a ``Sweep`` aggregate
   (id: the tenant filter and ``now``) committed in the batch's own transaction, so a
   sweep killed at any point resumes at the next call with the same ``now`` where its
@@ -263,6 +264,12 @@ def _apply(uow: UnitOfWork, notes: list[Note], windows: rules.Windows, now: date
     for note in notes:
         outcome = rules.decide(note, windows, now)
         if outcome is None:
+            lowered = rules.decide_decay(note, windows, now)
+            if lowered is not None:
+                note.decay_importance(importance=lowered, at=now)
+                uow.add(note)
+                counts[rules.class_of(note)]["decayed"] += 1
+                changed += 1
             continue
         counts[rules.class_of(note)][outcome] += 1
         if outcome not in ("expired", "forgotten"):
