@@ -1299,5 +1299,6 @@ def sweep_command(
         return
     console.print(_sweep_table(res))
     state = "complete" if res.complete else "stopped at --limit (run again with the same --now)"
-    console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed, {res.batches} batches, "
+    ledgers = f", {res.conversations} conversations erased" if res.conversations else ""
+    console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed{ledgers}, {res.batches} batches, "
                   f"{state}{', resumed' if res.resumed else ''}")

@@ -147,6 +147,10 @@ class Windows(_Model):
     regulated: Regulated = Regulated()
     half_life: dict[RetentionClass, timedelta] = Field(default_factory=dict)
     decay: Decay | None = None
+    ledger: RetentionClass = "operational"
+    """The class of the conversation ledgers (issue 30): a thread's conversation is one
+    aggregate with one key, so its entries go together, when this class's window since
+    the conversation's last entry or observation closes (``durable``: never)."""
 
     @field_validator("ephemeral", "operational", "durable", mode="before")
     @classmethod
@@ -187,7 +191,8 @@ class RetentionConfig(_Model):
     ``tenants`` (per-tenant overrides, each a partial ``Windows``). Accepted as
     ``{"operational": "90d", "regulated": {"floor": "7y", "ceiling": "10y"},
     "tenants": {"acme": {"operational": "30d"}}}``. ``decay``: :class:`Decay` settings
-    (``None``, the default: off; a tenant may set its own or ``None``)."""
+    (``None``, the default: off; a tenant may set its own or ``None``); ``ledger``: the
+    class of the conversation ledgers (default ``operational``)."""
 
     ephemeral: Any = "1d"
     operational: Any = "90d"
@@ -195,6 +200,7 @@ class RetentionConfig(_Model):
     regulated: Any = None
     half_life: dict[str, Any] = Field(default_factory=dict)
     decay: Any = None
+    ledger: Any = "operational"
     tenants: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -208,7 +214,7 @@ class RetentionConfig(_Model):
         """The fabric-wide fields as given."""
         return {"ephemeral": self.ephemeral, "operational": self.operational,
                 "durable": self.durable, "regulated": self.regulated or {},
-                "half_life": dict(self.half_life), "decay": self.decay}
+                "half_life": dict(self.half_life), "decay": self.decay, "ledger": self.ledger}
 
     def for_tenant(self, tenant_id: str | None) -> Windows:
         """The windows that apply to ``tenant_id`` (its overrides over the fabric's)."""
@@ -237,6 +243,8 @@ class RetentionConfig(_Model):
                     out[key] = {k: format_duration(parse_duration(v)) for k, v in value.items()}
                 elif key == "decay":
                     out[key] = None if value is None else _decay_json(value)
+                elif key == "ledger":
+                    out[key] = Windows.model_validate({"ledger": value}).ledger
                 else:
                     out[key] = format_duration(parse_duration(value))
             return out
