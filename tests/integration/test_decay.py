@@ -83,7 +83,7 @@ def test_decay_settings_are_validated_and_per_tenant(make: Open) -> None:
             rules.RetentionConfig.of({"decay": bad})
     config = rules.RetentionConfig.of({**DECAY, "tenants": {"beta": {"decay": None}}})
     assert config.for_tenant("beta").decay is None and config.for_tenant("acme").decay is not None
-    assert rules.RetentionConfig.of(config.to_json()) .for_tenant("acme") == config.for_tenant("acme")
+    assert rules.RetentionConfig.of(config.to_json()).for_tenant("acme") == config.for_tenant("acme")
     fabric = make(retention=config.to_json())
     a = fabric.scope("acme", "u1").remember(kind="fact", content="alpha fact", importance=0.8)
     b = fabric.scope("beta", "u1").remember(kind="fact", content="beta fact", importance=0.8)
