@@ -32,6 +32,7 @@ from memfabric.domain.results import (
     HistoryEntry,
     Lineage,
     MemoryNote,
+    NoteCounts,
     NotePage,
     PathForgetResult,
     RecallResult,
@@ -161,6 +162,10 @@ class AsyncNotes:
 
     async def count(self, **filters: Any) -> int:
         result: int = await self._run(self.notes.count, **filters)
+        return result
+
+    async def counts(self) -> NoteCounts:
+        result: NoteCounts = await self._run(self.notes.counts)
         return result
 
     async def repoint(self, from_path: str, to_path: str, **args: Any) -> RepointResult:

@@ -21,6 +21,11 @@ checkpointed part, and every checkpoint that no longer matches its own leaves or
 predecessor; then (when everything matched) it checkpoints the events since the last
 checkpoint. Crypto-shredding deletes keys outside the log, so it never changes a leaf.
 
+After the last checkpoint a gap in notification ids may be a rolled-back write, but a
+tenant's last committed write is also named by its projection tracking rows (written
+in the append's transaction): such a row whose event is gone is reported as removed,
+never checkpointed (:func:`_acknowledged_missing`, issue 28).
+
 The chain proves integrity against anyone who cannot also rewrite ``mf_audit_chain``;
 to be independent of the database, record the printed head digest elsewhere and pass it
 back as ``anchor`` (``POSITION:HEX``).
@@ -474,6 +479,10 @@ class AuditReport:
     not_checkpointed: str | None = None
     """Why no checkpoint was written although asked (a read-only role without
     ``INSERT`` on ``mf_audit_chain``); ``None`` otherwise."""
+    acknowledged_missing: list[tuple[str, int]] = field(default_factory=list)
+    """Issue 28: ``(tenant, notification id)`` of each tenant's last acknowledged write
+    whose event row is gone (:func:`_acknowledged_missing`): a removal, never a
+    rolled-back write; the ids are in ``removed`` too."""
 
     @property
     def ok(self) -> bool:
@@ -549,10 +558,39 @@ def verify_chain(
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 if have_chain:
                     report.unauthenticated = _unauthenticated_tail(conn, fabric.log.sealing_mapper, batch)
+                if hasattr(fabric, "engine"):
+                    report.acknowledged_missing = _acknowledged_missing(conn, fabric.engine)
+                    report.removed.extend(pos for _, pos in report.acknowledged_missing)
                 _verify(conn, report, checkpoint, every, wanted, batch, progress, have_chain, safe)
+                report.removed = sorted(set(report.removed))
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
     return report
+
+
+def _acknowledged_missing(conn: Connection[Any], engine: Any) -> list[tuple[str, int]]:
+    """Issue 28 item 3: a gap after the last checkpoint may be a rolled-back write, but
+    a tenant's projection tracking rows name the last event its writer *committed*
+    (``ProjectionEngine._record_all`` records the commit's last id in the same
+    transaction as the append, so a rollback takes the row back too). A tracking row
+    whose event is no longer in the log (or is another tenant's) therefore means that
+    event was deleted: the log's last row, a note's last event, anything that was a
+    tenant's latest write. Returns ``(tenant, notification id)`` sorted. An earlier
+    event of the tenant deleted in the unchecked tail still reads as a gap."""
+    from memfabric.projections.engine import TENANT_SEPARATOR  # noqa: PLC0415
+    prefix = engine.application_name + TENANT_SEPARATOR
+    found: set[tuple[str, int]] = set()
+    cur = conn.cursor(row_factory=tuple_row)
+    for p in engine.projections:
+        table = sql.Identifier(engine.trackers[p.name].tracking_table_name)
+        rows = cur.execute(sql.SQL(
+            "SELECT substr(t.application_name, %(n)s), t.notification_id FROM {t} t"
+            " WHERE starts_with(t.application_name, %(p)s) AND NOT EXISTS (SELECT 1 FROM {e} e"
+            " WHERE e.notification_id = t.notification_id"
+            " AND (e.tenant IS NULL OR e.tenant = substr(t.application_name, %(n)s)))").format(
+            t=table, e=sql.Identifier(EVENTS_TABLE)), {"n": len(prefix) + 1, "p": prefix}).fetchall()
+        found |= {(str(tenant), int(pos)) for tenant, pos in rows}
+    return sorted(found)
 
 
 def _unauthenticated_tail(conn: Connection[Any], mapper: Any, batch: int) -> list[int]:

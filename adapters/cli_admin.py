@@ -51,6 +51,7 @@ import signal
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -553,10 +554,12 @@ prints the first differences and exits 1."""
 
 
 class RunLog:
-    """What ``projections run`` prints (issue 27): one line when it has caught up on
-    start, one per catch-up that applied at least ``batch_line`` events (a batch), and
-    one summary per ``interval`` seconds in which events were applied; never a line per
-    event. ``emit(kind, fields)`` prints one line (text or JSON)."""
+    """What ``projections run`` prints (issue 27): one ``progress`` line per full batch
+    of a long catch-up (:meth:`progress`: projection, events, position), one line when
+    it has caught up on start, one per catch-up that applied at least ``batch_line``
+    events (a batch), and one summary per ``interval`` seconds in which events were
+    applied; never a line per event. ``emit(kind, fields)`` prints one line (text or
+    JSON)."""
 
     def __init__(self, emit: Callable[[str, dict[str, Any]], None], *, interval: float,
                  batch_line: int = 1000, clock: Callable[[], float] | None = None) -> None:
@@ -584,6 +587,11 @@ class RunLog:
                 self.summary(positions, now)
         self.last, self.batch_started = dict(positions), now
 
+    def progress(self, name: str, events: int, position: int) -> None:
+        """One committed batch of ``events`` of projection ``name``, now at notification
+        ``position``, with more to apply."""
+        self.emit("progress", {"projection": name, "events": events, "position": position})
+
     def summary(self, positions: dict[str, int], now: float | None = None) -> None:
         """The interval's line (skipped when nothing was applied); starts a new interval."""
         now = self.clock() if now is None else now
@@ -597,6 +605,11 @@ def _run_line(as_json: bool) -> Callable[[str, dict[str, Any]], None]:
     def emit(kind: str, fields: dict[str, Any]) -> None:
         if as_json:
             print(json.dumps({"event": kind, **fields}), flush=True)
+            return
+        if kind == "progress":
+            console.print(f"catching up: {fields['projection']} applied {fields['events']} events, "
+                          f"at {fields['position']}")
+            console.file.flush()
             return
         where = ", ".join(f"{k}={v}" for k, v in fields["positions"].items())
         if kind == "caught_up":
@@ -617,14 +630,17 @@ def run_command(
         metavar="SECONDS", help="Seconds between checks without notifications.", min=0.05)] = 5.0,
     interval: Annotated[float, typer.Option(
         metavar="SECONDS", help="Seconds between summary lines.", min=0.1)] = 60.0,
+    batch: Annotated[int, typer.Option(
+        metavar="N", help="Events per projection transaction (a progress line each).", min=10,
+        max=100_000)] = 2000,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Keep projections caught up from this process (LISTEN/NOTIFY).
 
-    For writers opened with inline_projections=False. Prints one line once caught up, one per batch of \
-1000 events or more, and a summary per --interval. When a projection fails on an event, it prints the \
+    For writers opened with inline_projections=False. Prints a progress line per --batch of a long \
+catch-up, one line once caught up, one per catch-up of 1000 events or more, and a summary per --interval. When a projection fails on an event, it prints the \
 notification id, topic and error and exits 1."""
     show = RunLog(_run_line(as_json), interval=interval)
 
@@ -637,7 +653,8 @@ notification id, topic and error and exits 1."""
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             ProjectionAdmin.for_fabric(fabric).run(fabric.dsn, once=once, poll=min(poll, interval),
-                                                   on_catch_up=show, adopt=lambda: adopt_stand_in(fabric))
+                                                   on_catch_up=show, adopt=lambda: adopt_stand_in(fabric),
+                                                   batch=batch, on_batch=show.progress)
     except ProjectionError as exc:
         _stopped(exc)
     except HANDLED as exc:
@@ -965,7 +982,6 @@ def _print_json(value: Any) -> None:
 
 
 def _note_dict(note: Any) -> dict[str, Any]:
-    from dataclasses import asdict
 
     return {k: v for k, v in asdict(note).items() if k != "scope"} | {"scope": note.scope.key}
 
@@ -994,7 +1010,6 @@ def history_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: Reso
                     thread: ThreadOpt = None, dsn: DsnOpt = None, data_dir: DataDirOpt = None,
                     replica: ReplicaOpt = None, as_json: JsonOpt = False) -> None:
     """Print every event of a note in order (erased protected fields read <erased>)."""
-    from dataclasses import asdict
 
     from memfabric.adapters.serialize import jsonable
 
@@ -1078,9 +1093,9 @@ def _after(cursor: str | None, tenant: str) -> Any:
 def list_notes(fabric: Fabric, tenant: str, resource: str | None, thread: str | None, *, limit: int,
                cursor: str | None = None, content: bool = False) -> dict[str, Any]:
     """One page of the un-forgotten notes (live, superseded or held) of a scope prefix:
-    ``{"items": [{"id", "kind", "held", "scope"[, "content"]}], "total", "next_cursor"}``
-    (``total``: every such note of the prefix; ``next_cursor``: pass it back as
-    ``cursor`` for the next page, ``None`` on the last). Keyset-paged by (resource,
+    ``{"items": [{"id", "kind", "held", "scope"[, "content"]}], "total", "counts", "next_cursor"}``
+    (``total``: every such note of the prefix; ``counts``: its ``NoteCounts`` as a
+    dict; ``next_cursor``: pass it back as ``cursor`` for the next page, ``None`` on the last). Keyset-paged by (resource,
     thread, note); ``FabricError`` for a bad cursor."""
     page = fabric.store.notes_in_scope(tenant, resource, thread, after=_after(cursor, tenant), limit=limit + 1)
     more, page = len(page) > limit, page[:limit]
@@ -1095,8 +1110,9 @@ def list_notes(fabric: Fabric, tenant: str, resource: str | None, thread: str | 
             note = fabric.scope(r.scope.tenant_id, r.scope.resource_id, r.scope.thread_id).get(r.note_id)
             item["content"] = note.content if note.content is not None else note.path
         items.append(item)
-    live, held = fabric.store.count_in_scope(tenant, resource, thread)
-    return {"items": items, "total": live + held, "next_cursor": _cursor(page[-1]) if more and page else None}
+    counts = fabric.store.counts_in_scope(tenant, resource, thread)
+    return {"items": items, "total": counts.live + counts.superseded + counts.held,
+            "counts": asdict(counts), "next_cursor": _cursor(page[-1]) if more and page else None}
 
 
 def list_command(
@@ -1113,8 +1129,9 @@ def list_command(
 ) -> None:
     """List the un-forgotten notes of a scope prefix (every resource/thread unless given): id, kind, held.
 
-    Prints the total and, when there are more, the --cursor of the next page. JSON: {"items": [...], \
-"total": N, "next_cursor": CURSOR or null}."""
+    Prints the total (live, superseded and held; the forgotten are named too) and, when there are more, \
+the --cursor of the next page. JSON: {"items": [...], "total": N, "counts": {"live", "superseded", "held", \
+"forgotten"}, "next_cursor": CURSOR or null}."""
     _check_filters(None, tenant, as_json)
     try:
         with notes_fabric(dsn, data_dir, read=True) as fabric:
@@ -1134,6 +1151,7 @@ def list_command(
     console.print(table if out["items"] else "no notes")
     more = f"; next page: --cursor {out['next_cursor']}" if out["next_cursor"] else ""
     console.print(f"{len(out['items'])} of {out['total']} notes{more}")
+    console.print(f"in the prefix: {_states(out['counts'])}")
 
 
 def release_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
@@ -1201,7 +1219,6 @@ def erase_scope_command(
 
     Without --resource/--thread every resource/thread of the tenant is erased."""
     _check_filters(None, tenant, as_json)
-    from dataclasses import asdict
 
     try:
         with notes_fabric(dsn, data_dir) as fabric:
@@ -1212,10 +1229,14 @@ def erase_scope_command(
     if as_json:
         _print_json(asdict(res))
     else:
-        found = res.found
-        console.print(f"found {found.live} live, {found.superseded} superseded and {found.held} held notes; "
-                      f"forgotten {res.deleted}, put on hold {res.held}; left: {res.remaining} live or superseded, "
-                      f"{res.held + res.already_held} held (a held note is kept until 'memfabric release')")
+        found = {k: v for k, v in asdict(res.found).items() if k != "forgotten"}
+        console.print(f"found {_states(found)}; forgotten {res.deleted}, put on hold {res.held}; "
+                      f"left: {_states(asdict(res.left))} (a held note is kept until 'memfabric release')")
+
+
+def _states(counts: dict[str, int]) -> str:
+    """``"2 live, 1 superseded, 1 held, 3 forgotten"``: a ``NoteCounts`` dict in words."""
+    return ", ".join(f"{n} {state}" for state, n in counts.items())
 
 
 def _sweep_table(res: Any) -> Table:
@@ -1278,5 +1299,6 @@ def sweep_command(
         return
     console.print(_sweep_table(res))
     state = "complete" if res.complete else "stopped at --limit (run again with the same --now)"
-    console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed, {res.batches} batches, "
+    ledgers = f", {res.conversations} conversations erased" if res.conversations else ""
+    console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed{ledgers}, {res.batches} batches, "
                   f"{state}{', resumed' if res.resumed else ''}")

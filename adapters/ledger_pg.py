@@ -107,6 +107,17 @@ class PostgresLedgerStore:
         with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
             return ledger.threads_in_prefix(cur, tenant_id, resource_id, thread_id)
 
+    def due_threads(self, tenant_id: str, before: datetime, *, after: UUID | None,
+                    limit: int) -> list[tuple[UUID, str | None, str]]:
+        """:func:`memfabric.projections.ledger.select_due_threads` on the primary."""
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.select_due_threads(cur, tenant_id, before, after=after, limit=limit)
+
+    def live_tenants(self, *, after: str | None) -> list[str]:
+        """:func:`memfabric.projections.ledger.select_live_tenants`."""
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return ledger.select_live_tenants(cur, after=after)
+
     def load(self, aggregate_id: UUID) -> Conversation | None:
         found = self._read(lambda conn: select_notes(conn.cursor(), self.log.sealing_mapper, [aggregate_id]))
         conv: Any = found[0] if found else None

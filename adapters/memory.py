@@ -56,9 +56,9 @@ from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.note import ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, Note, note_uuid
 from memfabric.domain.notes import Notes
 from memfabric.domain.ports import Candidate, DueRef, Embedder, ListQuery, NoteFilter, NoteRef
-from memfabric.domain.retention import ERASABLE, RetentionConfig, Windows
+from memfabric.domain.retention import DECAY_KINDS, ERASABLE, RetentionConfig, Windows
 from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
-from memfabric.domain.results import EraseResult
+from memfabric.domain.results import EraseResult, NoteCounts
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 from memfabric.domain.working import BlockEntry, WorkingValidator, block_entry
@@ -180,6 +180,15 @@ class InMemoryEventLog:
         event = object.__new__(stored.cls)
         object.__setattr__(event, "__dict__", state)
         return event
+
+    def forgotten_scopes(self) -> list[tuple[str, str, str]]:
+        """``(tenant, resource, thread)`` (``''`` when absent) of each forgotten note: an
+        aggregate with a ``Forgotten`` event and no retention row (issue 27 counts)."""
+        with self.lock:
+            tombs = (next((s.state for s in reversed(stored) if s.cls is Note.Forgotten), None)
+                     for aid, stored in self._events.items() if aid not in self.retention_rows)
+            return [(t["tenant_id"], t.get("resource_id") or "", t.get("thread_id") or "")
+                    for t in tombs if t is not None]
 
     def replay(self, aggregate_id: UUID) -> Note | None:
         """The aggregate replayed from its events (``None`` when absent)."""
@@ -609,11 +618,21 @@ class InMemoryNoteStore:
             for r in rows[:limit]
         ]
 
-    def count_in_scope(self, tenant_id: str, resource_id: str | None,
-                       thread_id: str | None) -> tuple[int, int]:
-        rows = self._prefix(tenant_id, resource_id, thread_id)
+    def counts_in_scope(self, tenant_id: str, resource_id: str | None,
+                        thread_id: str | None) -> NoteCounts:
+        """Like ``counts_pg.scope_counts``: retention rows by state, and the notes with a
+        ``Forgotten`` event and no row (:meth:`InMemoryEventLog.forgotten_scopes`)."""
+        def within(t: str, r: str, th: str) -> bool:
+            return t == tenant_id and resource_id in (None, r) and thread_id in (None, th)
+
+        with self.log.lock:
+            rows = [row for row in self.log.retention_rows.values()
+                    if within(row["tenant_id"], row["resource_id"], row["thread_id"])]
+            gone = sum(1 for key in self.log.forgotten_scopes() if within(*key))
         held = sum(1 for r in rows if r["held"])
-        return len(rows) - held, held
+        superseded = sum(1 for r in rows if r["superseded"] and not r["held"])
+        return NoteCounts(live=len(rows) - held - superseded, superseded=superseded, held=held,
+                          forgotten=gone)
 
     def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
         """Like ``note_scope.resolve``: homes of the notes ``note_id`` seen from ``scope``."""
@@ -792,8 +811,15 @@ def _due(row: dict[str, Any], windows: Windows, now: datetime) -> bool:
             and row["valid_to"] <= now):
         return True
     span = windows.window(row["retention"])
-    return (span is not None and row["written_at"] <= now - span
-            and (row["retention"] in ERASABLE or not row["expired"]))
+    if (span is not None and row["written_at"] <= now - span
+            and (row["retention"] in ERASABLE or not row["expired"])):
+        return True
+    decay = windows.decay
+    if decay is None or row["held"] or row["superseded"] or row["expired"] or row["kind"] not in DECAY_KINDS:
+        return False
+    idle = now - decay.after
+    return (row["importance"] > decay.floor and row["written_at"] <= idle
+            and (row["decayed_at"] is None or row["decayed_at"] <= idle))
 
 
 class MemoryFabric:

@@ -9,6 +9,7 @@ search by the same stemmed terms and IDF-weighted coverage, observations, the co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -109,3 +110,26 @@ class InMemoryLedgerStore:
             if conv.entries or conv.observations or conv.reflections or conv.work_scopes:
                 out.append((aid, conv.tenant_id, conv.resource_id, conv.thread_id))
         return sorted(out)
+
+
+    def due_threads(self, tenant_id: str, before: datetime, *, after: UUID | None,
+                    limit: int) -> list[tuple[UUID, str | None, str]]:
+        """Like ``ledger.select_due_threads``: live conversations last written at or
+        before ``before`` (:func:`memfabric.domain.sweep_ledger.last_write`)."""
+        from memfabric.domain.sweep_ledger import last_write  # noqa: PLC0415
+        out = []
+        for aid in sorted(self.log.aggregate_ids()):
+            conv = self.load(aid)
+            if (conv is None or conv.tenant_id != tenant_id or (after is not None and aid <= after)
+                    or not (conv.entries or conv.observations or conv.reflections or conv.work_scopes)):
+                continue
+            wrote = last_write(conv)
+            if wrote is None or wrote <= before:
+                out.append((aid, conv.resource_id, conv.thread_id))
+        return out[:limit]
+
+    def live_tenants(self, *, after: str | None) -> list[str]:
+        """The tenants with a live conversation, sorted, after ``after``."""
+        found = {conv.tenant_id for conv in map(self.load, self.log.aggregate_ids())
+                 if conv is not None and (conv.entries or conv.observations or conv.reflections or conv.work_scopes)}
+        return sorted(t for t in found if after is None or t > after)

@@ -38,10 +38,12 @@ from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFact
 from memfabric.adapters.replicas import PRIMARY, ReplicaRouter
 from memfabric.adapters.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
+from memfabric.adapters.counts_pg import scope_counts
 from memfabric.domain import replay
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
+from memfabric.domain.results import NoteCounts
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import note_scope, recall_index, tables, working_value
@@ -444,11 +446,12 @@ class PostgresNoteStore:
         with self.connection() as conn, conn.cursor() as cur:
             return note_scope.select_page(cur, tenant_id, resource_id, thread_id, after=after, limit=limit)
 
-    def count_in_scope(
+    def counts_in_scope(
         self, tenant_id: str, resource_id: str | None, thread_id: str | None
-    ) -> tuple[int, int]:
+    ) -> NoteCounts:
+        """Issue 27: :func:`memfabric.adapters.counts_pg.scope_counts`."""
         with self.connection() as conn, conn.cursor() as cur:
-            return note_scope.count(cur, tenant_id, resource_id, thread_id)
+            return scope_counts(cur, self.log.sealing_mapper, tenant_id, resource_id, thread_id)
 
     def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
         """:func:`memfabric.projections.note_scope.resolve` (one indexed query)."""

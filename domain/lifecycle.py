@@ -297,12 +297,12 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         deleted += len(tally.deleted)
         held += len(tally.held)
         already_held += len(tally.already_held)  # held by someone else meanwhile
-    remaining, _ = svc.store.count_in_scope(t, r, th)
+    left = svc.store.counts_in_scope(t, r, th)
     found = NoteCounts(live=states["live"], superseded=states["superseded"], held=already_held, forgotten=deleted)
     return EraseResult(tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
-                       already_held=already_held, remaining=remaining, batches=batches,
+                       already_held=already_held, remaining=left.live + left.superseded, batches=batches,
                        unreadable=tuple(unread), failed=tuple(failed), floor_kept=floor_kept,
-                       found=found)
+                       found=found, left=left)
 
 
 def _state(note: Note) -> str:

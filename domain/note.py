@@ -480,6 +480,19 @@ class Note(Aggregate):
                 note.valid_to = self.at
             note.updated_at = self.timestamp
 
+    class ImportanceDecayed(Aggregate.Event):
+        """Issue 30: a sweep at ``at`` lowered the importance of an idle note from
+        ``previous`` to ``importance`` (``memfabric.domain.retention.Decay``). Not a
+        write: the note's windows and recency do not move."""
+
+        importance: float
+        previous: float
+        at: datetime
+
+        def apply(self, note: Note) -> None:
+            note.importance = self.importance
+            note.decayed_at = self.at
+
     def __init__(  # noqa: PLR0913 - the Remembered event's fields
         self,
         *,
@@ -556,6 +569,7 @@ class Note(Aggregate):
         self.regulated = retention == "regulated"
         self.written_at: datetime | None = None
         self.expired_at: datetime | None = None
+        self.decayed_at: datetime | None = None
 
     # ----------------------------------------------------------------- commands
     @classmethod
@@ -703,6 +717,12 @@ class Note(Aggregate):
         for a forgotten note."""
         self._check_live()
         self.trigger_event(self.Expired, reason=reason, at=at, retention=rules.class_of(self), cause=cause)
+
+    def decay_importance(self, *, importance: float, at: datetime) -> None:
+        """Lower the importance to ``importance`` (``ImportanceDecayed``, a sweep at
+        ``at``); ``NoteForgottenError`` for a forgotten note."""
+        self._check_live()
+        self.trigger_event(self.ImportanceDecayed, importance=importance, previous=self.importance, at=at)
 
     def release_hold(self, *, requested_by: str, cause: str = "caller") -> None:
         """Lift the legal hold (``NoteForgottenError`` for a forgotten note,

@@ -37,6 +37,7 @@ from memfabric.domain.results import (
     HistoryEntry,
     Lineage,
     MemoryNote,
+    NoteCounts,
     NotePage,
     PathForgetResult,
     RecallResult,
@@ -509,11 +510,21 @@ class Notes:
     ) -> int:
         """How many notes :meth:`list` would return over all its pages (same filters):
         the *live* notes visible from this scope; superseded ones only with
-        ``include_superseded=True``; held and forgotten notes never (issue 27: see
-        :class:`~memfabric.domain.results.NoteCounts`; ``erase_scope`` reports each
-        state by name in ``EraseResult.found``)."""
+        ``include_superseded=True``; held and forgotten notes never (issue 27:
+        :meth:`counts` names every state of the notes homed in this scope, as
+        ``erase_scope`` does in ``EraseResult.found`` and ``EraseResult.left``)."""
         args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
         return self._service.count_notes(self.scope, args)
+
+    def counts(self) -> NoteCounts:
+        """Issue 27: the notes of this handle's scope prefix by state, every kind (the
+        notes ``erase_scope`` of the same ids would find: a handle without thread covers
+        every thread of its resource, one without resource the whole tenant): ``live``
+        (what ``count()`` counts, for the notes homed here), ``superseded``, ``held``
+        and ``forgotten`` (tombstoned, legal holds excluded). No content is read.
+        Returns :class:`~memfabric.domain.results.NoteCounts`."""
+        s = self.scope
+        return self._service.store.counts_in_scope(s.tenant_id, s.resource_id, s.thread_id)
 
     def list(  # noqa: A003 - public API name
         self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,

@@ -24,6 +24,7 @@ import numpy as np
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.note import Note
+from memfabric.domain.results import NoteCounts
 from memfabric.domain.retention import RetentionConfig, Windows
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
@@ -314,10 +315,11 @@ class NoteStore(Protocol):
         thread_id, aggregate_id)`` and starting after ``after`` (keyset paging)."""
         ...
 
-    def count_in_scope(
+    def counts_in_scope(
         self, tenant_id: str, resource_id: str | None, thread_id: str | None
-    ) -> tuple[int, int]:
-        """``(live, held)`` counts of un-forgotten notes of a scope prefix."""
+    ) -> NoteCounts:
+        """Issue 27: the notes of a scope prefix (``None`` = any resource / thread),
+        every kind, by state: ``live``, ``superseded``, ``held``, ``forgotten``."""
         ...
 
     def load(self, aggregate_id: UUID) -> Note | None:

@@ -278,6 +278,10 @@ class EraseResult:
     found.live + found.superseded`` unless some ``failed``), ``held`` (under an earlier
     hold: ``already_held``, kept) and ``forgotten`` (tombstoned by this call:
     ``deleted``). ``Notes.count()`` counts only the live ones."""
+    left: NoteCounts = field(default_factory=NoteCounts)
+    """Issue 27: the prefix after the call, by state, as ``Notes.counts()`` answers it:
+    ``live + superseded == remaining``, ``held`` (every held note, kept), ``forgotten``
+    (every tombstone of the prefix, earlier erasures included)."""
 
 
 @dataclass(frozen=True, slots=True)

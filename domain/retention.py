@@ -48,13 +48,17 @@ RANK: dict[str, int] = {"ephemeral": 0, "operational": 1, "regulated": 2, "durab
 ERASABLE: frozenset[str] = frozenset({"ephemeral", "operational", "regulated"})
 """Classes whose closed window means erasure (``regulated``: at its ceiling)."""
 
-OUTCOMES: tuple[str, ...] = ("expired", "forgotten", "skipped_held", "skipped_floor")
+OUTCOMES: tuple[str, ...] = ("expired", "forgotten", "skipped_held", "skipped_floor", "decayed")
 """What a sweep did with a due note: ``expired`` (a ``Note.Expired`` event only),
 ``forgotten`` (``Expired`` and a ``Forgotten`` tombstone, key destroyed),
 ``skipped_held`` (under legal hold: untouched), ``skipped_floor`` (its regulated floor
-has not passed: untouched)."""
+has not passed: untouched), ``decayed`` (an ``ImportanceDecayed`` event: its importance
+lowered, see :class:`Decay`; only with decay configured)."""
 
-Outcome = Literal["expired", "forgotten", "skipped_held", "skipped_floor"]
+Outcome = Literal["expired", "forgotten", "skipped_held", "skipped_floor", "decayed"]
+
+DECAY_KINDS: tuple[str, ...] = ("fact", "procedure", "file")
+"""The kinds whose importance a sweep may lower (the kinds recall ranks by importance)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w|y)\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
@@ -109,6 +113,30 @@ class Regulated(_Model):
         return self
 
 
+class Decay(_Model):
+    """Importance decay of idle notes (off unless configured, ``"decay": {"after":
+    "30d"}``). Reads leave no trace in the log, so "never recalled" is defined by what
+    the log knows: a note is *idle* at ``now`` when it has not been written (created,
+    folded, block-written: :func:`written_at`) and not decayed for ``after``. A sweep
+    multiplies the importance of each idle, live (not superseded, expired, held or
+    forgotten) ``fact``/``procedure``/``file`` note by ``factor`` (default 0.5), never
+    below ``floor`` (default 0.1), with one ``ImportanceDecayed`` event; so an idle note
+    loses importance once per ``after`` of idleness, and a write starts the clock again.
+    A link, a recall or a ``get`` does not."""
+
+    after: timedelta
+    factor: float = Field(0.5, gt=0.0, lt=1.0)
+    floor: float = Field(0.1, ge=0.0, le=1.0)
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        parsed = parse_duration(value)
+        if parsed is None:
+            raise ValueError("decay.after: give a duration (leave decay out to turn it off)")
+        return parsed
+
+
 class Windows(_Model):
     """The windows of the four classes (durations from the note's last write) and the
     recall recency half-life per class (``half_life``: ``None`` keeps the query's)."""
@@ -118,6 +146,11 @@ class Windows(_Model):
     durable: timedelta | None = None
     regulated: Regulated = Regulated()
     half_life: dict[RetentionClass, timedelta] = Field(default_factory=dict)
+    decay: Decay | None = None
+    ledger: RetentionClass = "operational"
+    """The class of the conversation ledgers (issue 30): a thread's conversation is one
+    aggregate with one key, so its entries go together, when this class's window since
+    the conversation's last entry or observation closes (``durable``: never)."""
 
     @field_validator("ephemeral", "operational", "durable", mode="before")
     @classmethod
@@ -157,13 +190,17 @@ class RetentionConfig(_Model):
     """A fabric's retention settings: the fabric-wide :class:`Windows` fields plus
     ``tenants`` (per-tenant overrides, each a partial ``Windows``). Accepted as
     ``{"operational": "90d", "regulated": {"floor": "7y", "ceiling": "10y"},
-    "tenants": {"acme": {"operational": "30d"}}}``. ``decay``: reserved (``False``)."""
+    "tenants": {"acme": {"operational": "30d"}}}``. ``decay``: :class:`Decay` settings
+    (``None``, the default: off; a tenant may set its own or ``None``); ``ledger``: the
+    class of the conversation ledgers (default ``operational``)."""
 
     ephemeral: Any = "1d"
     operational: Any = "90d"
     durable: Any = None
     regulated: Any = None
     half_life: dict[str, Any] = Field(default_factory=dict)
+    decay: Any = None
+    ledger: Any = "operational"
     tenants: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -177,7 +214,7 @@ class RetentionConfig(_Model):
         """The fabric-wide fields as given."""
         return {"ephemeral": self.ephemeral, "operational": self.operational,
                 "durable": self.durable, "regulated": self.regulated or {},
-                "half_life": dict(self.half_life)}
+                "half_life": dict(self.half_life), "decay": self.decay, "ledger": self.ledger}
 
     def for_tenant(self, tenant_id: str | None) -> Windows:
         """The windows that apply to ``tenant_id`` (its overrides over the fabric's)."""
@@ -204,6 +241,10 @@ class RetentionConfig(_Model):
                     out[key] = {"floor": format_duration(reg.floor), "ceiling": format_duration(reg.ceiling)}
                 elif key == "half_life":
                     out[key] = {k: format_duration(parse_duration(v)) for k, v in value.items()}
+                elif key == "decay":
+                    out[key] = None if value is None else _decay_json(value)
+                elif key == "ledger":
+                    out[key] = Windows.model_validate({"ledger": value}).ledger
                 else:
                     out[key] = format_duration(parse_duration(value))
             return out
@@ -217,6 +258,11 @@ class RetentionConfig(_Model):
         if isinstance(value, RetentionConfig):
             return value
         return cls.model_validate(value or {})
+
+
+def _decay_json(value: Any) -> dict[str, Any]:
+    d = value if isinstance(value, Decay) else Decay.model_validate(value)
+    return {"after": format_duration(d.after), "factor": d.factor, "floor": d.floor}
 
 
 # ------------------------------------------------------------------- a note's class
@@ -291,6 +337,27 @@ def decide(note: Note, windows: Windows, now: datetime) -> Outcome | None:
     if erase:
         return "skipped_floor" if under_floor(note, windows, now) is not None else "forgotten"
     return "expired"
+
+
+def decide_decay(note: Note, windows: Windows, now: datetime) -> float | None:
+    """The lowered importance of an idle note at ``now`` (:class:`Decay`), or ``None``
+    (decay off, not a decaying kind, not live, not idle, or already at the floor).
+    Called only for a note :func:`decide` leaves alone."""
+    d = windows.decay
+    if (d is None or note.forgotten or note.held or note.kind not in DECAY_KINDS
+            or note.superseded_by is not None or expired_at(note) is not None):
+        return None
+    if idle_from(note) + d.after > now:
+        return None
+    lowered = max(d.floor, round(note.importance * d.factor, 6))
+    return lowered if lowered < note.importance else None
+
+
+def idle_from(note: Note) -> datetime:
+    """Since when a note is idle: its last write or its last decay, whichever is later."""
+    decayed: datetime | None = getattr(note, "decayed_at", None)
+    wrote = written_at(note)
+    return wrote if decayed is None or decayed < wrote else decayed
 
 
 def empty_counts() -> dict[str, dict[str, int]]:

@@ -11,7 +11,8 @@ How it runs:
   batches; in it the notes are replayed and :func:`~memfabric.domain.retention.decide`
   decides each one again (so a write that landed meanwhile is honoured): ``Expired``
   events, ``Forgotten`` tombstones with cause ``retention`` (keys destroyed, as by
-  ``forget``), nothing for held and floor-kept notes;
+  ``forget``), nothing for held and floor-kept notes; with decay configured
+  (:class:`~memfabric.domain.retention.Decay`), ``ImportanceDecayed`` for idle notes;
 - the sweep's progress (cursor and counts so far) is an event of a ``Sweep`` aggregate
   (id: the tenant filter and ``now``) committed in the batch's own transaction, so a
   sweep killed at any point resumes at the next call with the same ``now`` where its
@@ -37,6 +38,7 @@ from memfabric.domain.lifecycle import KEY_FAULT, load_for_erasure, tombstone
 from memfabric.domain.note import Note
 from memfabric.domain.ports import DueRef, UnitOfWork
 from memfabric.domain.scope import Scope
+from memfabric.domain.sweep_ledger import sweep_conversations
 from memfabric.domain.visibility import write_locks
 
 if TYPE_CHECKING:
@@ -80,6 +82,19 @@ class Sweep(Aggregate):
                     sweep.counts[cls][outcome] += n
             sweep.batches += 1
 
+    class ConversationsSwept(Aggregate.Event):
+        """Issue 30: ``count`` conversations of ``cursor_tenant`` erased in one batch
+        (the note cursor unchanged)."""
+
+        cursor_tenant: str
+        cursor_id: str | None
+        count: int
+
+        def apply(self, sweep: Sweep) -> None:
+            sweep.cursor = (self.cursor_tenant, self.cursor_id)
+            sweep.conversations = getattr(sweep, "conversations", 0) + self.count
+            sweep.batches += 1
+
     class Completed(Aggregate.Event):
         """Every due note was seen."""
 
@@ -93,6 +108,7 @@ class Sweep(Aggregate):
         self.counts = rules.empty_counts()
         self.batches = 0
         self.complete = False
+        self.conversations = 0
 
     @classmethod
     def start(cls, tenant_id: str | None, now: datetime) -> Sweep:
@@ -102,6 +118,10 @@ class Sweep(Aggregate):
                      counts: dict[str, dict[str, int]]) -> None:
         self.trigger_event(self.BatchSwept, cursor_tenant=cursor_tenant,
                            cursor_id=None if cursor_id is None else str(cursor_id), counts=counts)
+
+    def record_conversations(self, cursor_tenant: str, cursor_id: UUID | None, count: int) -> None:
+        self.trigger_event(self.ConversationsSwept, cursor_tenant=cursor_tenant,
+                           cursor_id=None if cursor_id is None else str(cursor_id), count=count)
 
     def finish(self) -> None:
         self.trigger_event(self.Completed)
@@ -117,7 +137,8 @@ class SweepResult:
     stopped it, call again with the same ``now``); ``resumed``: an earlier call with
     this ``now`` had committed batches; ``dry_run``: nothing was written (the counts
     are what a sweep would do now); ``failed``: ids of notes whose events could not be
-    decoded (untouched)."""
+    decoded (untouched); ``conversations``: conversation ledgers erased because their
+    class window closed (:mod:`memfabric.domain.sweep_ledger`)."""
 
     now: datetime
     tenant_id: str | None
@@ -129,6 +150,7 @@ class SweepResult:
     dry_run: bool
     failed: tuple[str, ...] = ()
     totals: dict[str, int] = field(default_factory=dict)
+    conversations: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form (``now`` in ISO 8601)."""
@@ -160,6 +182,7 @@ class _Run:
     changed: int = 0
     batches: int = 0
     failed: list[str] = field(default_factory=list)
+    conversations: int = 0
 
 
 def sweep(svc: MemoryService, now: datetime | None = None, *, tenant: str | None = None,
@@ -206,7 +229,7 @@ def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -
     if run.tenant_id is not None:
         pending = [run.tenant_id]
     else:
-        pending = ([start] if start is not None else []) + store.tenants(after=start)
+        pending = ([start] if start is not None else []) + _tenants(run, start)
     for tenant_id in pending:
         windows = run.config.for_tenant(tenant_id)
         while True:
@@ -222,8 +245,18 @@ def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -
                 budget -= len(refs)
             if len(refs) < size:
                 break
+        sweep_conversations(run, tenant_id, windows, after)
         after = None
     return True
+
+
+def _tenants(run: _Run, after: str | None) -> list[str]:
+    """Every tenant with notes or a live conversation, sorted, after ``after``."""
+    store = run.svc.retention_store
+    assert store is not None
+    ledgers = run.svc.ledger_store
+    found = set(store.tenants(after=after)) | set(ledgers.live_tenants(after=after) if ledgers else ())
+    return sorted(found)
 
 
 def _batch(run: _Run, tenant_id: str, windows: rules.Windows, refs: list[DueRef]) -> None:
@@ -263,6 +296,12 @@ def _apply(uow: UnitOfWork, notes: list[Note], windows: rules.Windows, now: date
     for note in notes:
         outcome = rules.decide(note, windows, now)
         if outcome is None:
+            lowered = rules.decide_decay(note, windows, now)
+            if lowered is not None:
+                note.decay_importance(importance=lowered, at=now)
+                uow.add(note)
+                counts[rules.class_of(note)]["decayed"] += 1
+                changed += 1
             continue
         counts[rules.class_of(note)][outcome] += 1
         if outcome not in ("expired", "forgotten"):
@@ -307,6 +346,8 @@ def _result(run: _Run, *, complete: bool) -> SweepResult:
     counts = record.counts if record is not None and not run.dry_run else run.counts
     batches = record.batches if record is not None and not run.dry_run else run.batches
     resumed = record is not None and record.batches > run.batches
+    conversations = (getattr(record, "conversations", 0) if record is not None and not run.dry_run
+                     else run.conversations)
     return SweepResult(now=run.now, tenant_id=run.tenant_id, counts=counts, changed=run.changed,
                        batches=batches, complete=complete, resumed=resumed, dry_run=run.dry_run,
-                       failed=tuple(run.failed), totals=_totals(counts))
+                       failed=tuple(run.failed), totals=_totals(counts), conversations=conversations)

@@ -509,10 +509,10 @@ class ProjectionEngine:
 
     def _apply_range(
         self, cur: Cursor[Any], p: NoteProjection, after: int, upto: int | None, limit: int = 2000,
-        *, tenant: str | None = None,
+        *, tenant: str | None = None, one_page: bool = False,
     ) -> int:
-        """Apply events ``(after, upto]`` (of ``tenant`` only, when given) to ``p``;
-        returns the last position applied."""
+        """Apply events ``(after, upto]`` (of ``tenant`` only, when given; only the first
+        ``limit`` with ``one_page``) to ``p``; returns the last position applied."""
         pos = after
         while True:
             with cur.connection.cursor() as read:  # not behind ``cur``'s rows (see apply_inline)
@@ -527,7 +527,7 @@ class ProjectionEngine:
             except Exception as exc:  # name the event that stopped the projection
                 raise self._locate(p.name, rows, ids, exc) from exc
             pos = int(rows[-1]["notification_id"])
-            if len(rows) < limit:
+            if one_page or len(rows) < limit:
                 return pos
 
     @contextmanager
@@ -566,8 +566,12 @@ class ProjectionEngine:
         except ProjectionError:
             pass
 
-    def catch_up(self, *, batch: int = 2000) -> dict[str, int]:
+    def catch_up(self, *, batch: int = 2000,
+                 on_batch: Callable[[str, int, int], None] | None = None) -> dict[str, int]:
         """Bring every projection up to the log head; returns the new positions.
+        One transaction (and one hold of the projection's lock) per ``batch`` events;
+        ``on_batch(name, events, position)``: called after each committed batch that has
+        more behind it (the progress of a long catch-up).
 
         A projection that fails on an event keeps its position before that event, its
         stop is recorded in ``mf_projection_errors`` (see :meth:`errors`), the other
@@ -585,13 +589,15 @@ class ProjectionEngine:
                         pos = self.applied_prefix(p.name, cur)
                         if upto is not None:
                             pos = min(pos, max(floor, upto))
-                        new = self._apply_range(cur, p, pos, upto, limit=batch)
+                        new = self._apply_range(cur, p, pos, upto, limit=batch, one_page=True)
                         if new > floor:
                             self._record(cur, p.name, new)
                             self.clear_error(cur, p.name)
                     if new == pos or new - pos < batch:
                         out[p.name] = new
                         break
+                    if on_batch is not None:
+                        on_batch(p.name, new - pos, new)
             except ProjectionError as exc:
                 self._advance_to(p, exc.notification_id - 1)
                 self.record_error(exc)

@@ -288,6 +288,31 @@ def search_observations(cur: Cursor[Any], aggregate_ids: Sequence[UUID], words: 
     return [dict(r) for r in rows]
 
 
+def select_due_threads(cur: Cursor[Any], tenant_id: str, before: Any, *, after: UUID | None,
+                       limit: int) -> list[tuple[UUID, str | None, str]]:
+    """Issue 30: up to ``limit`` live conversations of ``tenant_id`` whose last write
+    (the time of their last entry, or their newest observation when later) is at or
+    before ``before``, ``(aggregate_id, resource, thread)`` in id order after ``after``."""
+    start = "" if after is None else " AND t.aggregate_id > %(after)s"
+    rows = cur.execute(
+        f"SELECT t.aggregate_id, t.resource_id, t.thread_id FROM {THREADS} t"  # noqa: S608
+        f" LEFT JOIN {ENTRIES} e ON e.aggregate_id = t.aggregate_id AND e.position = t.last_position"
+        f" WHERE t.live AND t.tenant_id = %(t)s{start}"
+        " AND coalesce(greatest(e.at, (SELECT max(o.created_at) FROM "
+        f"{OBSERVATIONS} o WHERE o.aggregate_id = t.aggregate_id)), '-infinity') <= %(before)s"
+        " ORDER BY t.aggregate_id LIMIT %(k)s",
+        {"t": tenant_id, "after": after, "before": before, "k": limit}).fetchall()
+    return [(_get(r, "aggregate_id"), _get(r, "resource_id", 1) or None, _get(r, "thread_id", 2)) for r in rows]
+
+
+def select_live_tenants(cur: Cursor[Any], *, after: str | None) -> list[str]:
+    """The tenants with a live conversation, sorted, after ``after``."""
+    rows = cur.execute(f"SELECT DISTINCT tenant_id FROM {THREADS} WHERE live"  # noqa: S608
+                       " AND (%(a)s::text IS NULL OR tenant_id > %(a)s::text) ORDER BY tenant_id",
+                       {"a": after}).fetchall()
+    return [_get(r, "tenant_id") for r in rows]
+
+
 def threads_in_prefix(cur: Cursor[Any], tenant_id: str, resource_id: str | None,
                       thread_id: str | None) -> list[tuple[UUID, str, str | None, str]]:
     """Conversations of a scope prefix (``None`` = any): ``(aggregate_id, tenant,

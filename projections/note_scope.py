@@ -148,16 +148,6 @@ def select_page(
     ]
 
 
-def count(cur: Cursor[Any], tenant_id: str, resource_id: str | None,
-          thread_id: str | None) -> tuple[int, int]:
-    """``(live, held)`` counts of un-forgotten notes of a scope prefix."""
-    where, params = _prefix(tenant_id, resource_id, thread_id)
-    row = cur.execute(
-        "SELECT count(*) FILTER (WHERE NOT held) AS live, count(*) FILTER (WHERE held) AS held"  # noqa: S608
-        f" FROM {TABLE} WHERE {where}", params).fetchone()
-    return (int(row["live"]), int(row["held"])) if row else (0, 0)
-
-
 def ids_by_path(cur: Cursor[Any], scope: Scope, path: str) -> list[str]:
     """Ids of the un-forgotten ``file`` notes of exactly ``scope`` on ``path``, sorted."""
     rows = cur.execute(

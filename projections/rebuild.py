@@ -796,6 +796,8 @@ class ProjectionAdmin:
         stop: Callable[[], bool] | None = None,
         on_catch_up: Callable[[dict[str, int]], None] | None = None,
         adopt: Callable[[], bool] | None = None,
+        batch: int = 2000,
+        on_batch: Callable[[str, int, int], None] | None = None,
     ) -> dict[str, int]:
         """Keep every projection caught up from this process.
 
@@ -808,14 +810,16 @@ class ProjectionAdmin:
         projection stopped on a vector of another dimension than its table's (a
         ``reembed`` switched the fabric since this runner started); when it returns True
         (it swapped in the projections of the recorded embedder) the catch-up is retried.
+        ``batch``: events per projection transaction; ``on_batch(name, events,
+        position)``: progress after each full batch of a long catch-up (issue 27).
         """
         def catch_up() -> dict[str, int]:
             try:
-                return self.engine.catch_up()
+                return self.engine.catch_up(batch=batch, on_batch=on_batch)
             except ProjectionError as exc:
                 if adopt is None or "dimension" not in str(exc.cause) or not adopt():
                     raise
-            return self.engine.catch_up()
+            return self.engine.catch_up(batch=batch, on_batch=on_batch)
 
         if once:
             positions = catch_up()

@@ -4,7 +4,8 @@ content. Table ``mf_retention``, tracking table ``mf_retention_tracking``.
 
 Columns: scope, ``note_id``, ``kind``, ``retention`` (the class), ``regulated`` (the
 regulated label), ``written_at`` (where the windows start), ``valid_to``,
-``superseded``, ``expired``, ``held`` and ``visibility`` (the write locks of a batch).
+``superseded``, ``expired``, ``held``, ``visibility`` (the write locks of a batch),
+``importance`` and ``decayed_at`` (the importance decay of idle notes).
 Rows are a pure function of the ``Note`` aggregate's state (:func:`row_for`); a
 forgotten note has none. A btree on ``(tenant_id, aggregate_id)`` serves the keyset
 pages of :func:`select_due` (one pass over a tenant's rows per sweep).
@@ -24,7 +25,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import DueRef
 from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import of_consent
-from memfabric.projections import tables
+from memfabric.projections import base, tables
 from memfabric.projections.base import copy_rows, split_rows, write_rows
 
 NAME = "retention"
@@ -33,11 +34,12 @@ TABLE = tables.RETENTION
 COLUMNS: tuple[str, ...] = (
     "aggregate_id", "tenant_id", "resource_id", "thread_id", "note_id", "kind", "retention",
     "regulated", "written_at", "valid_to", "superseded", "expired", "held", "visibility",
+    "importance", "decayed_at",
 )
 """Column order of a row tuple (also the COPY order)."""
 
 _TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "bool", "timestamptz",
-          "timestamptz", "bool", "bool", "bool", "text")
+          "timestamptz", "bool", "bool", "bool", "text", "float8", "timestamptz")
 
 
 def row_for(note: Note) -> tuple[Any, ...] | None:
@@ -48,7 +50,8 @@ def row_for(note: Note) -> tuple[Any, ...] | None:
         note.id, note.tenant_id, note.resource_id or "", note.thread_id or "", note.note_id,
         note.kind, rules.class_of(note), rules.regulated_label(note), rules.written_at(note),
         note.valid_to, note.superseded_by is not None, rules.expired_at(note) is not None,
-        bool(note.held), of_consent(note.consent),
+        bool(note.held), of_consent(note.consent), float(note.importance),
+        getattr(note, "decayed_at", None),
     )
 
 
@@ -69,13 +72,16 @@ class RetentionIndexProjection:
     """Writes through ``write_rows`` alone (its rows may travel in a ``RowBatch``)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        if not table_suffix:
+            rebuild_older(cur)
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} ("
             " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL, resource_id text NOT NULL,"
             " thread_id text NOT NULL, note_id text NOT NULL, kind text NOT NULL,"
             " retention text NOT NULL, regulated boolean NOT NULL, written_at timestamptz NOT NULL,"
             " valid_to timestamptz, superseded boolean NOT NULL, expired boolean NOT NULL,"
-            " held boolean NOT NULL, visibility text NOT NULL)"
+            " held boolean NOT NULL, visibility text NOT NULL, importance double precision NOT NULL,"
+            " decayed_at timestamptz)"
         ).format(t=sql.Identifier(TABLE + table_suffix)))
         if not table_suffix:
             self.create_indexes(cur)
@@ -93,6 +99,18 @@ class RetentionIndexProjection:
         return copy_rows(cur, TABLE + table_suffix, COLUMNS, _TYPES, rows)
 
 
+def rebuild_older(cur: Cursor[Any]) -> bool:
+    """A table of a release before the importance decay (no ``decayed_at``) is dropped
+    with its tracking rows, so the catch-up on open builds it again from the log, as
+    for a new projection (every row is a pure function of its note). Returns whether it
+    was dropped."""
+    if not base.has_table(cur, TABLE) or base.has_column(cur, TABLE, "decayed_at"):
+        return False
+    cur.execute(sql.SQL("DROP TABLE {t}").format(t=sql.Identifier(TABLE)))
+    cur.execute(sql.SQL("DELETE FROM {t}").format(t=sql.Identifier(tables.tracking(NAME))))
+    return True
+
+
 def due_sql(windows: rules.Windows, now: datetime) -> tuple[str, dict[str, Any]]:
     """The ``WHERE`` condition (and its parameters) of the rows that may be due at
     ``now`` under ``windows``: a superset of :func:`memfabric.domain.retention.decide`
@@ -106,6 +124,12 @@ def due_sql(windows: rules.Windows, now: datetime) -> tuple[str, dict[str, Any]]
         params[f"w_{cls}"] = now - span
         extra = "" if cls in rules.ERASABLE else " AND NOT expired"
         parts.append(f"(retention = '{cls}' AND written_at <= %(w_{cls})s{extra})")
+    if windows.decay is not None:  # idle since the bound, above the floor (retention.Decay)
+        params |= {"d_idle": now - windows.decay.after, "d_floor": windows.decay.floor,
+                   "d_kinds": list(rules.DECAY_KINDS)}
+        parts.append("(NOT held AND NOT superseded AND NOT expired AND kind = ANY(%(d_kinds)s)"
+                     " AND importance > %(d_floor)s AND written_at <= %(d_idle)s"
+                     " AND (decayed_at IS NULL OR decayed_at <= %(d_idle)s))")
     return "(" + " OR ".join(parts) + ")", params
 
 

@@ -12,6 +12,11 @@ Run (from the repository root)::
 
     python scripts/bench_sweep.py                      # 100k notes, 10% due
     python scripts/bench_sweep.py --notes 20000 --due 0.1 --batch-size 500
+    python scripts/bench_sweep.py --notes 20000 --statements 12   # + where the server's time goes
+
+``--statements N`` restarts the embedded server with ``pg_stat_statements`` after the
+load and prints the N statements that took the most server time during the sweep
+(calls, total ms, rows).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+import psycopg
 
 from memfabric.adapters import open_fabric
 from memfabric.adapters.embedded import EmbeddedPostgres
@@ -63,11 +70,36 @@ def writer(dsn: str, started: Any, stop: Any, out: Any) -> None:
     out.put(lat)
 
 
+def with_statements(server: EmbeddedPostgres, path: str) -> EmbeddedPostgres:
+    """The server restarted with ``pg_stat_statements`` loaded and reset."""
+    server.close()
+    with open(os.path.join(path, "postgresql.conf"), "a", encoding="utf-8") as conf:
+        conf.write("\nshared_preload_libraries = 'pg_stat_statements'\n")
+    server = EmbeddedPostgres(path)
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+    return server
+
+
+def print_statements(dsn: str, n: int) -> None:
+    """The ``n`` statements with the most server time since the reset."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT calls, round(total_exec_time::numeric, 1), rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)"
+            " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s", (n,)).fetchall()
+    print("server time by statement (calls, ms, rows, statement):")
+    for calls, ms, nrows, query in rows:
+        print(f"  {calls:>6} {ms:>9} ms {nrows:>7}  {query}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--notes", type=int, default=100_000)
     p.add_argument("--due", type=float, default=0.1)
     p.add_argument("--batch-size", type=int, default=200)
+    p.add_argument("--statements", type=int, default=0, metavar="N",
+                   help="print the N statements with the most server time (pg_stat_statements)")
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="mf-sweep-")
     os.chmod(tmp, 0o755)
@@ -75,6 +107,8 @@ def main() -> int:
     try:
         load_s = load(server.dsn, args.notes, args.due)
         print(f"loaded {args.notes} notes in {load_s:.1f} s ({args.notes / load_s:.0f} notes/s)", flush=True)
+        if args.statements:
+            server = with_statements(server, os.path.join(tmp, "pg"))
         started, stop, q = mp.Event(), mp.Event(), mp.Queue()
         proc = mp.Process(target=writer, args=(server.dsn, started, stop, q))
         proc.start()
@@ -88,6 +122,8 @@ def main() -> int:
         stop.set()
         lat = sorted(q.get(timeout=120))
         proc.join()
+        if args.statements:
+            print_statements(server.dsn, args.statements)
     finally:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)

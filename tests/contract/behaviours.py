@@ -327,6 +327,34 @@ class FabricContract:
         assert hit.outcome == "recalled" and hit.content == "Favourite colour teal"
 
     # ------------------------------------------------------------ erase / files
+    def test_counts_name_every_state(self, fab: Any) -> None:
+        """Issue 27 item 5: ``Notes.counts()`` names live, superseded, held and forgotten
+        for a scope prefix, and ``erase_scope`` reports the same numbers (``left``)."""
+        u1, t9 = fab.scope("acme", "u1"), fab.scope("acme", "u1", "t9")
+        u1.remember(kind="fact", content="User lives in Lisbon", subject="home")
+        u1.remember(kind="fact", content="User lives in Porto", subject="home")  # supersedes
+        held = u1.remember(kind="fact", content="User signed the contract")
+        gone = u1.remember(kind="fact", content="User likes jazz")
+        block = t9.remember(kind="working", block="w", content="block text")
+        t9.forget(id=block.id)
+        t9.remember(kind="working", block="w", content="block text again")  # a live label again
+        t9.forget(id=t9.remember(kind="fact", content="thread fact about plums").id)
+        fab.scope("acme", "u2").forget(id=fab.scope("acme", "u2").remember(kind="fact", content="x y").id)
+        u1.forget(id=held.id, hold=True)
+        u1.forget(id=gone.id)
+        assert u1.count() == 1 and u1.count(include_superseded=True) == 2
+        c = u1.counts()
+        assert (c.live, c.superseded, c.held, c.forgotten) == (2, 1, 1, 2), c
+        c = t9.counts()
+        assert (c.live, c.superseded, c.held, c.forgotten) == (1, 0, 0, 1), c
+        c = fab.scope("acme").counts()
+        assert (c.live, c.superseded, c.held, c.forgotten) == (2, 1, 1, 3), c
+        res = fab.erase_scope("acme", "u1")
+        assert (res.found.live, res.found.superseded, res.found.held) == (2, 1, 1)
+        left = res.left
+        assert (left.live, left.superseded, left.held, left.forgotten) == (0, 0, 1, 5), left
+        assert left == u1.counts() and res.remaining == 0
+
     def test_erase_scope_counts(self, fab: Any) -> None:
         u1 = fab.scope("acme", "u1")
         u1.remember(kind="fact", content="one fact about apples")

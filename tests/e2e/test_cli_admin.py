@@ -131,6 +131,23 @@ def test_the_runner_prints_batches_and_interval_summaries_not_a_line_per_event(d
     assert sum(int(line.split()[2]) for line in summaries) >= 30, lines
 
 
+def test_the_runner_reports_each_batch_of_a_backlog(dsn: str) -> None:
+    """Issue 27 item 6: a backlog is caught up in --batch transactions, each reported."""
+    from memfabric.adapters import open_fabric
+
+    with open_fabric(dsn, inline_projections=False, await_projections=False, consolidate=False) as fabric:
+        fabric.scope("acme", "u1").remember_many(
+            [{"kind": "fact", "content": f"User note {i} about gardening"} for i in range(260)])
+    ran = [json.loads(line) for line in
+           cli(dsn, "projections", "run", "--once", "--batch", "50", "--json").stdout.splitlines()]
+    progress = [r for r in ran if r["event"] == "progress" and r["projection"] == "recall_index"]
+    assert len(progress) >= 5 and all(r["events"] == 50 for r in progress), ran
+    assert [r["position"] for r in progress] == sorted({r["position"] for r in progress}), progress
+    assert ran[-1]["event"] == "caught_up" and ran[-1]["positions"]["recall_index"] > progress[-1]["position"]
+    text = cli(dsn, "projections", "run", "--once").stdout
+    assert "catching up" not in text and text.startswith("caught up"), text  # nothing left: one line
+
+
 def test_projection_admin_imports_from_memfabric_adapters(dsn: str) -> None:
     code = ("from memfabric.adapters import ProjectionAdmin, fabric_status, open_fabric\n"
             f"with open_fabric({dsn!r}) as f:\n"
@@ -152,7 +169,12 @@ def test_counts_are_named_live_superseded_held_forgotten(fabric: Fabric, dsn: st
     assert out["found"] == {"live": 2, "superseded": 1, "held": 1, "forgotten": 3}, out
     assert (out["deleted"], out["already_held"], out["remaining"]) == (3, 1, 0)
     text = cli(dsn, "erase-scope", "-t", "acme", "-r", "u1").stdout
-    assert "found 0 live, 0 superseded and 1 held notes" in text and "1 held" in text.split("left:")[1], text
+    assert "found 0 live, 0 superseded, 1 held" in text, text
+    assert "left: 0 live, 0 superseded, 1 held, 3 forgotten" in text, text
+    assert out["left"] == {"live": 0, "superseded": 0, "held": 1, "forgotten": 3}, out
+    listed = out_json(dsn, "list", "-t", "acme")
+    assert listed["counts"] == out["left"] and listed["total"] == 1, listed
+    assert "in the prefix: 0 live, 0 superseded, 1 held, 3 forgotten" in cli(dsn, "list", "-t", "acme").stdout
 
 
 def test_a_tenant_or_note_filter_ending_in_a_newline_is_refused(fabric: Fabric, dsn: str) -> None:

@@ -174,7 +174,7 @@ def test_sweep_dry_run_then_sweep_json_and_table(dsn: str) -> None:
     assert dry["dry_run"] and dry["counts"]["ephemeral"]["forgotten"] == 1 and dry["changed"] == 0
     assert not ok_json(dsn, "get", gone.id)["forgotten"]
     out = ok_json(dsn, "sweep", "--now", now)
-    assert out["totals"] == {"expired": 0, "forgotten": 1, "skipped_held": 0, "skipped_floor": 0}
+    assert out["totals"] == {"expired": 0, "forgotten": 1, "skipped_held": 0, "skipped_floor": 0, "decayed": 0}
     assert out["complete"] and out["changed"] == 1 and ok_json(dsn, "get", gone.id)["forgotten"]
     table = run(dsn, "sweep", "--now", now)
     assert table.exit_code == 0 and "ephemeral" in table.stdout and "0 notes changed" in table.stdout

@@ -102,8 +102,8 @@ def test_every_class_and_outcome_with_exact_counts(make: Open) -> None:
 
     r = fabric.sweep(at(1))  # ephemeral window (1h) closed; valid_to passed; floor (7d) not
     c = r.counts
-    assert c["ephemeral"] == {"expired": 0, "forgotten": 1, "skipped_held": 1, "skipped_floor": 1}
-    assert c["durable"] == {"expired": 1, "forgotten": 0, "skipped_held": 0, "skipped_floor": 0}
+    assert c["ephemeral"] == {"expired": 0, "forgotten": 1, "skipped_held": 1, "skipped_floor": 1, "decayed": 0}
+    assert c["durable"] == {"expired": 1, "forgotten": 0, "skipped_held": 0, "skipped_floor": 0, "decayed": 0}
     assert sum(r.totals.values()) == 4 and r.changed == 2 and r.complete
     assert notes.get(eph.id).forgotten and notes.get(eph.id).content is None
     assert types(notes, eph.id)[-2:] == ["Expired", "Forgotten"]
@@ -116,7 +116,7 @@ def test_every_class_and_outcome_with_exact_counts(make: Open) -> None:
 
     r = fabric.sweep(at(20))  # operational (10d) closed; floor passed
     assert r.counts["operational"]["forgotten"] == 1 and notes.get(ops.id).forgotten
-    assert r.counts["ephemeral"] == {"expired": 0, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0}
+    assert r.counts["ephemeral"] == {"expired": 0, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0, "decayed": 0}
     assert notes.get(floor.id).forgotten
 
     r = fabric.sweep(at(40))  # durable window (30d): expired, kept

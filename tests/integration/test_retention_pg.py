@@ -65,7 +65,7 @@ def test_a_sweep_killed_mid_way_resumes_with_exact_totals(dsn: str) -> None:
         notes = fabric.scope("acme", "u1")
         assert result.complete and result.resumed
         assert result.counts["ephemeral"] == {"expired": 0, "forgotten": 40, "skipped_held": 4,
-                                              "skipped_floor": 0}
+                                              "skipped_floor": 0, "decayed": 0}
         assert result.changed == 40 - done_before
         assert all(notes.get(n.id).forgotten for n in doomed)
         assert all(notes.get(h.id).held for h in held) and not notes.get(kept.id).forgotten
@@ -119,5 +119,5 @@ def test_the_demo_shows_one_sweep(dsn: str) -> None:
 
     from memfabric.adapters.demo import run_demo  # noqa: PLC0415
     summary = run_demo(Console(quiet=True), dsn=dsn)["retention"]
-    expected = {"expired": 1, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0}
+    expected = {"expired": 1, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0, "decayed": 0}
     assert summary == {"dry": expected, "totals": expected, "again": 0}
