@@ -23,7 +23,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.policy import normalized_tokens, token_hash
-from memfabric.projections import base, tables
+from memfabric.projections import base, partitions, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
@@ -68,25 +68,23 @@ RETURNED = (
 """Columns a recall returns (table alias ``i``)."""
 
 
-def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
-    """CREATE statements of the table (without the HNSW/GIN indexes, see :func:`index_ddl`)."""
-    t = sql.Identifier(table)
-    return [
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {t} ("
+def columns_ddl(dim: int) -> str:
+    """The table's column definitions (SQL text; the primary key, ``(aggregate_id)``, is
+    added by :func:`memfabric.projections.partitions.create_table`, with the tenant when
+    partitioned; the HNSW/GIN indexes are :func:`index_ddl`)."""
+    return (
             " tenant_id text NOT NULL, resource_id text NOT NULL, thread_id text NOT NULL,"
             " visibility text NOT NULL, consent_granted boolean, kind text NOT NULL,"
-            " aggregate_id uuid PRIMARY KEY, note_id text NOT NULL,"
+            " aggregate_id uuid NOT NULL, note_id text NOT NULL,"
             " valid tstzrange NOT NULL, superseded_by text, importance real NOT NULL,"
             " token_count integer NOT NULL, tags text[] NOT NULL, path text, subject text,"
             " token_hash text NOT NULL, content text NOT NULL, source_entry_ids text[] NOT NULL,"
             " supersedes text, t_ref timestamptz, ingested_at timestamptz NOT NULL,"
             " version integer NOT NULL, embedder_id text, context text, keywords text[] NOT NULL,"
             " fold_count integer NOT NULL, updated_at timestamptz, consent jsonb,"
-            " embedding vector({dim}) NOT NULL, search_extra text,"
-            " tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED)"
-        ).format(t=t, dim=sql.Literal(dim)),
-    ]
+            f" embedding vector({int(dim)}) NOT NULL, search_extra text,"
+            " tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED"
+    )
 
 
 def migrate(cur: Cursor[Any], table: str = TABLE) -> bool:
@@ -209,7 +207,8 @@ def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> Non
     waited for the whole import. Bulk index builds happen only in a projection rebuild
     (into a shadow table, outside the append lock)."""
     t = sql.Identifier(table)
-    cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), ([r[6] for r in rows],))
+    cur.execute(sql.SQL("DELETE FROM {t} WHERE tenant_id = ANY(%s) AND aggregate_id = ANY(%s)").format(t=t),
+                base.delete_params([(r[0], r[6]) for r in rows]))
     copy_rows(cur, rows, table)
 
 
@@ -254,8 +253,7 @@ class RecallIndexProjection:
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         migrate(cur, TABLE + table_suffix)
-        for stmt in ddl(self.dim, TABLE + table_suffix):
-            cur.execute(stmt)
+        partitions.create_table(cur, TABLE + table_suffix, columns_ddl(self.dim), ["aggregate_id"])
         if not table_suffix:
             self.create_indexes(cur)
 
