@@ -339,19 +339,23 @@ class VectorTypes:
 
 def select_notes(
     cur: Cursor[Any], mapper: SealingMapper, ids: Sequence[UUID],
-    keys: TransactionKeys | None = None,
+    keys: TransactionKeys | None = None, tenants: Sequence[str] | None = None,
 ) -> list[Note]:
     """Replay the aggregates ``ids`` from the log on ``cur`` (its transaction and
     snapshot), in the order given; absent ids are skipped. Keys are read on the same
-    connection: through ``keys`` (a unit of work's vault) or a batch read."""
+    connection: through ``keys`` (a unit of work's vault) or a batch read. ``tenants``:
+    the tenants the ids belong to, when the caller knows them (a partitioned log is
+    then read in their partitions only; an id of another tenant is not found)."""
     if not ids:
         return []
     # events first, keys second: outside a snapshot, a note committed between the two
     # statements then has its keys too (keys first read its events without them)
+    by_tenant = sql.SQL(" AND tenant = ANY(%s)" if tenants else "")
+    params: tuple[Any, ...] = (list(ids), list(dict.fromkeys(tenants))) if tenants else (list(ids),)
     rows = cur.connection.cursor(row_factory=tuple_row).execute(
         sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
-                " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version").format(
-            t=sql.Identifier(tables.EVENTS)), (list(ids),)).fetchall()
+                " WHERE originator_id = ANY(%s){by} ORDER BY originator_id, originator_version").format(
+            t=sql.Identifier(tables.EVENTS), by=by_tenant), params).fetchall()
     if keys is None:
         batch = BatchKeys()
         batch.load(cur.connection, list(ids))

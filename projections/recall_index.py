@@ -355,9 +355,9 @@ _EXPAND = (
     # (either direction) must pass every condition of the lists ({w}: scope, kinds,
     # validity, consent and the caller's filters) and not be a seed.
     ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight"
-    " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id"
+    " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s"  # one partition
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
-    " JOIN c ON g.to_aggregate_id = c.aggregate_id),"
+    " JOIN c ON g.to_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s),"
     " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
     " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
     " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"  # a hashed subplan, whatever the estimates
@@ -374,7 +374,7 @@ _LINKS = (
     "SELECT g.from_aggregate_id AS aggregate_id, coalesce(jsonb_agg(jsonb_build_object("
     "'id', g.to_note_id, 'relation', g.relation, 'weight', g.weight)"
     " ORDER BY g.to_note_id, g.relation), '[]'::jsonb) AS links FROM {g} g"
-    " WHERE g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
+    " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
     # OFFSET 0 keeps the probe per edge (primary key): unflattened, a stale estimate
     # could scan every row of the tenant once per hit
     " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0) GROUP BY g.from_aggregate_id"
@@ -431,7 +431,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
         " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
         " {link_w} AS link_w, {seeds} AS link_seeds, {ws} AS link_ws"
-        " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id"
+        " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id AND i.tenant_id = %(t)s"  # one partition
         " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
         " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}{lx_join}"
     ).format(
