@@ -187,3 +187,20 @@ class TestPartitionedContract(FabricContract):
         yield Backend(open=open_, events=lambda: event_count(dsn))
         for fab in opened:
             fab.close()
+
+
+def test_status_shows_the_topology(dsn: str) -> None:
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from memfabric.adapters import cli  # noqa: PLC0415
+
+    with open_fabric(dsn, partitions=4) as fab:
+        fab.scope("acme", "u1").remember(kind="fact", content="the VPN needs a token")
+    runner = CliRunner()
+    out = runner.invoke(cli.app, ["status", "--json", "--dsn", dsn])
+    assert out.exit_code == 0, out.stderr
+    topo = json.loads(out.stdout)["topology"]
+    assert topo["partitions"] == 4 and topo["replicas"] == [] and "dbname=" in topo["primary"]
+    assert "password" not in topo["primary"]
+    text = runner.invoke(cli.app, ["status", "--dsn", dsn]).stdout
+    assert "partitions: 4 (hash of the tenant)" in text
