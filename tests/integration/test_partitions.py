@@ -157,7 +157,7 @@ def test_a_write_and_a_recall_of_one_tenant_touch_one_partition(pfabric: Fabric,
     assert len(recalls) == 2 and all(len(found[tables.RECALL_INDEX]) == 1 for found in recalls)
     assert any("INSERT INTO" in text and f'"{tables.EVENTS}"' in text for text, _ in explained), \
         [t[:80] for t, _ in explained]
-    deletes = [(text, found) for text, found in explained if f"DELETE FROM \"{tables.RECALL_INDEX}\"" in text]
+    deletes = [(text, found) for text, found in explained if f"DELETE FROM \"{tables.RECALL_INDEX}\"" in text]  # noqa: S608 - a constant
     assert deletes and all(len(found[tables.RECALL_INDEX]) == 1 for _, found in deletes), deletes
 
 
