@@ -92,7 +92,20 @@ def create_table(cur: Cursor[Any], table: str, columns: str, key: Sequence[str],
     cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {t} (" + columns + ", {pk}){by}").format(  # noqa: S608 - constants
         t=sql.Identifier(table), pk=primary_key(n, key, tenant), by=clause(n, tenant)))
     create_partitions(cur, table, n)
+    name_primary_key(cur, table)
     return n
+
+
+def name_primary_key(cur: Cursor[Any], table: str) -> None:
+    """Give ``table``'s primary key constraint the name upserts name as their conflict
+    target, ``<table>_pkey`` (PostgreSQL's default), when it has another (a key rebuilt
+    by hand under another name); nothing otherwise."""
+    row = cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'p'",
+                      (table,)).fetchone()
+    name = None if row is None else (row["conname"] if isinstance(row, dict) else row[0])
+    if name is not None and name != f"{table}_pkey":
+        cur.execute(sql.SQL("ALTER TABLE {t} RENAME CONSTRAINT {a} TO {b}").format(
+            t=sql.Identifier(table), a=sql.Identifier(name), b=sql.Identifier(f"{table}_pkey")))
 
 
 def children(cur: Cursor[Any], table: str) -> list[str]:

@@ -204,3 +204,18 @@ def test_status_shows_the_topology(dsn: str) -> None:
     assert "password" not in topo["primary"]
     text = runner.invoke(cli.app, ["status", "--dsn", dsn]).stdout
     assert "partitions: 4 (hash of the tenant)" in text
+
+
+def test_a_primary_key_of_another_name_is_renamed_on_open(dsn: str) -> None:
+    """Upserts name the key ``<table>_pkey``: a key rebuilt by hand under another name
+    (as an operator might, e.g. for Citus) is renamed when the fabric opens."""
+    with open_fabric(dsn) as fab:
+        fab.scope("acme", "u1").remember(kind="fact", content="the VPN needs a token")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {tables.RECALL_INDEX} RENAME CONSTRAINT {tables.RECALL_INDEX}_pkey TO by_hand")
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("acme", "u1")
+        note = notes.remember(kind="fact", content="the VPN token expires monthly")
+        assert [h.id for h in notes.recall("VPN token expires").hits][:1] == [note.id]
+    assert fetch(dsn, "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'",
+                 (tables.RECALL_INDEX,)) == [(f"{tables.RECALL_INDEX}_pkey",)]
