@@ -19,12 +19,12 @@ from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
-from memfabric.adapters.postgres import NoteLog, PostgresNoteStore, backfill_tenants
+from memfabric.adapters.postgres import NoteLog, PostgresFactory, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
 from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env, safe_dsn
 from memfabric.adapters.retention_pg import PostgresRetentionStore
 from memfabric.domain.consolidation import Consolidation
-from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
+from memfabric.domain.errors import FabricError, PartitionsMismatchError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_settings
 from memfabric.domain.notes import Notes
@@ -40,6 +40,7 @@ from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisor
 from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
+from memfabric.projections.partitions import MAX_PARTITIONS, count as partition_count
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -287,11 +288,18 @@ class Fabric:
         return self.store.last_served_by()
 
     def topology(self) -> dict[str, Any]:
-        """``{"primary": <dsn without password>, "replicas": [...]}``, each replica's
-        name, lag in seconds, replayed LSN and state after a fresh health check
-        (:meth:`ReplicaRouter.status`)."""
+        """``{"primary": <dsn without password>, "replicas": [...], "partitions": N}``,
+        each replica's name, lag in seconds, replayed LSN and state after a fresh health
+        check (:meth:`ReplicaRouter.status`); ``partitions``: the tenant hash partitions
+        of the events table (1: the plain layout; issue 25)."""
         router = self.store.router
-        return {"primary": safe_dsn(self.dsn), "replicas": [] if router is None else router.status()}
+        return {"primary": safe_dsn(self.dsn), "replicas": [] if router is None else router.status(),
+                "partitions": self.partitions()}
+
+    def partitions(self) -> int:
+        """The tenant hash partitions the fabric was created with (1: not partitioned)."""
+        with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
+            return max(1, partition_count(cur, tables.EVENTS))
 
     def catch_up(self) -> dict[str, int]:
         """Apply every event the projections have not seen; returns their positions."""
@@ -349,6 +357,7 @@ def open_fabric(
     replicas: Sequence[Annotated[str, StringConstraints(min_length=1)]] | None = None,
     replica_max_wait: Annotated[float, Field(ge=0, le=30)] = 0.2,
     replica_max_lag: Annotated[float, Field(gt=0, le=3600)] = 5.0,
+    partitions: Annotated[int, Field(ge=1, le=MAX_PARTITIONS)] | None = None,
 ) -> Fabric:
     """Open a fabric.
 
@@ -418,6 +427,11 @@ def open_fabric(
       and the reads a write decides on stay on the primary. ``Fabric.served_by()``,
       ``RecallResult.served_by`` and ``NotePage.served_by`` say where a read was served
       (``adapters/replicas.py``).
+    - ``partitions`` (issue 25, :mod:`memfabric.projections.partitions`): at creation,
+      hash-partition the events table and the projection tables by tenant into this
+      many partitions (1..256; 1, the default, is the plain layout). Fixed at creation:
+      ``None`` (default) opens a database with the layout it has, another count than
+      it has raises ``PartitionsMismatchError`` before anything is written.
 
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
@@ -444,9 +458,11 @@ def open_fabric(
             else:
                 _require_extension(dsn)
                 _require_log(dsn)
+            partitions = fabric_partitions(ddl_lock, partitions)
             recorded = recorded_embedder(dsn)
             embedder = _choose_embedder(embedder, recorded)
-            log = NoteLog(_env_from_dsn(dsn, pool_size, max_overflow, read_only))
+            log = NoteLog({**_env_from_dsn(dsn, pool_size, max_overflow, read_only),
+                           PostgresFactory.PARTITIONS: str(partitions)})
             store = PostgresNoteStore(log)
             replica_dsns = replicas_from_env(replicas)
             if replica_dsns:
@@ -513,6 +529,20 @@ def open_fabric(
         if embedded is not None:
             embedded.close()
         raise
+
+
+def fabric_partitions(conn: psycopg.Connection[Any], requested: int | None) -> int:
+    """The partition count the fabric on ``conn`` is (or will be) laid out with: the
+    events table's (:func:`memfabric.projections.partitions.count`) when it exists,
+    else ``requested`` (default 1). Raises ``PartitionsMismatchError`` when both exist
+    and differ."""
+    with conn.cursor() as cur:
+        existing = partition_count(cur, tables.EVENTS)
+    if existing and requested is not None and requested != existing:
+        raise PartitionsMismatchError(
+            f"this database was created with partitions={existing}; open_fabric(partitions={requested}) cannot "
+            "change it (open it without partitions, or with partitions=" + str(existing) + ")")
+    return existing or requested or 1
 
 
 EMBEDDER_DDL = (

@@ -1170,15 +1170,17 @@ def release_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: Reso
         console.print(f"{note_id} released")
 
 
-def status_top_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json: JsonOpt = False) -> None:
-    """How the fabric is: the log, every projection's position and lag, the embedder and the audit head.
+def status_top_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, replica: ReplicaOpt = None,
+                       as_json: JsonOpt = False) -> None:
+    """How the fabric is: the log, every projection's position and lag, the embedder, the audit head and the topology
+    (primary, replicas with their lag: ``--replica`` or ``$MEMFABRIC_REPLICA_DSNS``; tenant partitions).
 
     Reads only (works for a read-only auditor). JSON: the dict of memfabric.adapters.status.fabric_status."""
     from memfabric.adapters.status import fabric_status
 
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric:
-            out = fabric_status(fabric)
+            out = fabric_status(fabric, replica or None)
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
     if as_json:
@@ -1203,6 +1205,11 @@ def status_top_command(dsn: DsnOpt = None, data_dir: DataDirOpt = None, as_json:
     else:
         console.print(f"audit: {_n(audit['checkpoints'], 'checkpoint')}, head {audit['anchor']} at {audit['at']};"
                       f" {_n(audit['events_after'], 'event')} after it")
+    topo = out["topology"]
+    parts = topo["partitions"]
+    console.print(f"partitions: {parts} (hash of the tenant)" if parts > 1 else "partitions: 1 (not partitioned)")
+    if topo["replicas"]:
+        console.print(topology_table(topo))
 
 
 def erase_scope_command(

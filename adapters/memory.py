@@ -43,10 +43,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import numpy as np
+from pydantic import Field, TypeAdapter
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain import link_terms, links, replay, visibility
 from memfabric.domain.link_terms import TermPostings
@@ -835,6 +836,13 @@ class MemoryFabric:
         self.log = log
         self.store = store
 
+    partition_count: int = 1
+    """``open_memory_fabric(partitions=N)`` (issue 25; nothing is laid out in memory)."""
+
+    def partitions(self) -> int:
+        """The partition count the fabric was opened with (1 by default)."""
+        return self.partition_count
+
     def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
         return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id))
@@ -893,11 +901,14 @@ def open_memory_fabric(
     evolution: Any = None,
     passive: bool = False,
     retention: RetentionConfig | dict[str, Any] | None = None,
+    partitions: int | None = None,
 ) -> MemoryFabric:
     """An in-memory fabric with ``open_fabric``'s settings (no ``dsn``, no projections
-    runner: projections always update with the write). Raises
-    ``pydantic.ValidationError`` for bad ``consolidate`` / ``limits`` / ``retention``
-    settings."""
+    runner: projections always update with the write). ``partitions`` (issue 25) is
+    validated like ``open_fabric``'s (1..256) and reported by ``partitions()``; it lays
+    nothing out (there are no tables). Raises ``pydantic.ValidationError`` for bad
+    ``consolidate`` / ``limits`` / ``retention`` / ``partitions`` settings."""
+    count = _PARTITIONS.validate_python(1 if partitions is None else partitions)
     consolidation = Consolidation.of(consolidate)
     retention_config = RetentionConfig.of(retention)
     limits_model = limits if isinstance(limits, Limits) else Limits.model_validate(limits or {})
@@ -917,4 +928,9 @@ def open_memory_fabric(
     service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
     service.retention_store = InMemoryRetentionStore(log)  # issue 30
     service.retention_store.record(retention_config)
-    return MemoryFabric(service, log, store)
+    fabric = MemoryFabric(service, log, store)
+    fabric.partition_count = count
+    return fabric
+
+
+_PARTITIONS: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(strict=True, ge=1, le=256)])

@@ -92,6 +92,10 @@ def dimension_guard() -> Iterator[None]:
 class PostgresNoteRecorder(PostgresApplicationRecorder):
     """eventsourcing's application recorder that inserts on a caller's cursor."""
 
+    partitions: int = 1
+    """Issue 25: hash partitions of a new events table (``open_fabric(partitions=N)``;
+    1: eventsourcing's plain table). An existing table is left as it is."""
+
     def _create_events_table(self) -> None:
         """eventsourcing's ``create_table``, minus the ``CREATE TYPE`` of the stored-event
         composite type when that type already exists: eventsourcing runs it on every
@@ -103,11 +107,16 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
                 " WHERE t.typname = %s AND n.nspname = coalesce(nullif(%s, ''), current_schema())",
                 (self.stored_event_type_name, self.datastore.schema or ""),
             ).fetchone()
-        if row is None:
-            super().create_table()
-            return
         statements = self.sql_create_statements
-        self.sql_create_statements = [s for s in statements if "CREATE TYPE" not in s.as_string()]
+        if self.partitions > 1:
+            self.sql_create_statements = partitioned_events_ddl(self, statements)
+        if row is None:
+            try:
+                super().create_table()
+            finally:
+                self.sql_create_statements = statements
+            return
+        self.sql_create_statements = [s for s in self.sql_create_statements if "CREATE TYPE" not in s.as_string()]
         try:
             super().create_table()
         finally:
@@ -166,6 +175,37 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
     _insert_statement: bytes | None = None
 
 
+def partitioned_events_ddl(recorder: PostgresApplicationRecorder, statements: Sequence[Any]) -> list[Any]:
+    """eventsourcing's create statements with the events table hash-partitioned by
+    ``tenant`` into ``recorder.partitions`` (issue 25): the primary key
+    ``(originator_id, originator_version, tenant)`` (an aggregate's tenant never changes,
+    so it is as unique as eventsourcing's, and a replay by id still uses each
+    partition's key index), ``notification_id``'s index not unique (PostgreSQL wants the
+    partition key in a unique one; the sequence keeps the ids unique) and the partitions
+    ``<table>_p<i>``; no autovacuum storage parameters (a partitioned table has none)."""
+    n = getattr(recorder, "partitions", 1)
+    schema, table = sql.Identifier(recorder.datastore.schema), sql.Identifier(recorder.events_table_name)
+    out: list[Any] = []
+    for s in statements:
+        text = s.as_string()
+        if text.startswith("CREATE TABLE IF NOT EXISTS") and "originator_version bigint" in text:
+            out.append(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {s}.{t} (originator_id uuid NOT NULL, originator_version bigint NOT NULL,"
+                " topic text, state bytea, notification_id bigserial, tenant text NOT NULL,"
+                " PRIMARY KEY (originator_id, originator_version, tenant)) PARTITION BY HASH (tenant)").format(
+                s=schema, t=table))
+            out.extend(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {s}.{p} PARTITION OF {s}.{t} FOR VALUES WITH (MODULUS {n}, REMAINDER {i})"
+            ).format(s=schema, t=table, p=sql.Identifier(f"{recorder.events_table_name}_p{i}"),
+                     n=sql.Literal(n), i=sql.Literal(i)) for i in range(n))
+        elif text.startswith("CREATE UNIQUE INDEX"):
+            out.append(sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {s}.{t} (notification_id)").format(
+                i=sql.Identifier(recorder.notification_id_index_name), s=schema, t=table))
+        else:
+            out.append(s)
+    return out
+
+
 def add_tenant_column(cur: Cursor[Any], events_table: str) -> None:
     """Give the events table its ``tenant`` column (the tenant id of each event's
     aggregate; what the per-tenant order and catch-up select on) and the index
@@ -215,18 +255,30 @@ class PostgresFactory(_EventsourcingPostgresFactory):
 
     application_recorder_class = PostgresNoteRecorder
 
+    PARTITIONS = "MEMFABRIC_PARTITIONS"
+    """Environment key: the hash partitions of a new events table (issue 25)."""
+
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         use_whole_dsn(self.datastore, self.env.get(CONNINFO_ENV))  # issue 28: every DSN parameter
         self.keys = KeyStore(self.datastore)
+
+    def _new_recorder(self) -> PostgresNoteRecorder:
+        """eventsourcing's ``application_recorder`` (table ``<app>_events``), with the
+        partition count set before its ``create_table``."""
+        recorder = PostgresNoteRecorder(datastore=self.datastore,
+                                        events_table_name=(self.env.name.lower() or "stored") + "_events")
+        recorder.partitions = int(self.env.get(self.PARTITIONS) or 1)
+        if self.env_create_table():
+            recorder.create_table()
+        return recorder
 
     def mapper(self, transcoder: Transcoder | None = None, mapper_class: Any = None) -> SealingMapper:  # type: ignore[override]
         assert transcoder is not None
         return SealingMapper(transcoder, self.keys)
 
     def application_recorder(self) -> PostgresNoteRecorder:
-        recorder = super().application_recorder()
-        assert isinstance(recorder, PostgresNoteRecorder)
+        recorder = self._new_recorder()
         if self.env.get("MEMFABRIC_READ_ONLY", "no") == "yes":
             return recorder  # a read-only open runs no DDL (the role may lack CREATE)
         with self.datastore.transaction(commit=True) as cur:
@@ -289,19 +341,23 @@ class VectorTypes:
 
 def select_notes(
     cur: Cursor[Any], mapper: SealingMapper, ids: Sequence[UUID],
-    keys: TransactionKeys | None = None,
+    keys: TransactionKeys | None = None, tenants: Sequence[str] | None = None,
 ) -> list[Note]:
     """Replay the aggregates ``ids`` from the log on ``cur`` (its transaction and
     snapshot), in the order given; absent ids are skipped. Keys are read on the same
-    connection: through ``keys`` (a unit of work's vault) or a batch read."""
+    connection: through ``keys`` (a unit of work's vault) or a batch read. ``tenants``:
+    the tenants the ids belong to, when the caller knows them (a partitioned log is
+    then read in their partitions only; an id of another tenant is not found)."""
     if not ids:
         return []
     # events first, keys second: outside a snapshot, a note committed between the two
     # statements then has its keys too (keys first read its events without them)
+    by_tenant = sql.SQL(" AND tenant = ANY(%s)" if tenants else "")
+    params: tuple[Any, ...] = (list(ids), list(dict.fromkeys(tenants))) if tenants else (list(ids),)
     rows = cur.connection.cursor(row_factory=tuple_row).execute(
         sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
-                " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version").format(
-            t=sql.Identifier(tables.EVENTS)), (list(ids),)).fetchall()
+                " WHERE originator_id = ANY(%s){by} ORDER BY originator_id, originator_version").format(
+            t=sql.Identifier(tables.EVENTS), by=by_tenant), params).fetchall()
     if keys is None:
         batch = BatchKeys()
         batch.load(cur.connection, list(ids))

@@ -160,9 +160,13 @@ class PostgresUnitOfWork:
         return found[0] if found else None
 
     def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+        """The notes ``aggregate_ids`` (held here, else replayed), read in the tenants of
+        this unit of work's scopes only (a note of another tenant is never one a write
+        decides on; a partitioned log is then read in their partitions, issue 25)."""
         missing = [i for i in aggregate_ids if i not in self._aggregates]
+        tenants = sorted({s.tenant_id for s in self._scopes}) or None
         with self.conn.cursor() as cur:
-            loaded = {n.id: n for n in select_notes(cur, self._log.sealing_mapper, missing, self.keys)}
+            loaded = {n.id: n for n in select_notes(cur, self._log.sealing_mapper, missing, self.keys, tenants)}
         out = []
         for i in aggregate_ids:
             note = self._aggregates.get(i) or loaded.get(i)

@@ -46,7 +46,20 @@ def _audit(conn: psycopg.Connection[Any], head: int) -> dict[str, Any]:
             "at": row[2].isoformat(), "events_after": int(after[0]) if after else 0, "log_head": head}
 
 
-def fabric_status(fabric: Fabric) -> dict[str, Any]:
+def _topology(fabric: Fabric, replicas: list[str] | None) -> dict[str, Any]:
+    """``{"primary", "replicas", "partitions"}``: the primary (DSN without password),
+    each replica's ``{"name", "lag_s", "replayed_lsn", "state", "error"}`` (``replicas``
+    or ``$MEMFABRIC_REPLICA_DSNS``, else those the fabric was opened with) and the
+    tenant hash partitions (1: not partitioned)."""
+    from memfabric.adapters.cli_replica import topology  # noqa: PLC0415 - the CLI's, one health check
+    from memfabric.adapters.replicas import replicas_from_env  # noqa: PLC0415
+
+    found = replicas_from_env(replicas or None)
+    topo = topology(fabric.dsn, found) if found else fabric.topology()
+    return {"primary": topo["primary"], "replicas": topo["replicas"], "partitions": fabric.partitions()}
+
+
+def fabric_status(fabric: Fabric, replicas: list[str] | None = None) -> dict[str, Any]:
     """How the fabric is, as a JSON-able dict:
 
     - ``database``: ``{"name", "user", "read_only", "read_only_reason", "embedded"}``
@@ -59,7 +72,10 @@ def fabric_status(fabric: Fabric) -> dict[str, Any]:
       this process serves with);
     - ``audit``: ``{"checkpoints", "position", "anchor" ("POSITION:HEX"), "at",
       "events_after", "log_head"}`` of the newest checkpoint (``None`` fields before
-      the first one).
+      the first one);
+    - ``topology`` (issue 25): ``{"primary", "replicas": [{"name", "lag_s",
+      "replayed_lsn", "state", "error"}], "partitions"}`` (``replicas``: DSNs to check,
+      default ``$MEMFABRIC_REPLICA_DSNS``).
 
     Reads only (works for a read-only auditor role)."""
     projections = _projections(fabric)
@@ -82,6 +98,7 @@ def fabric_status(fabric: Fabric) -> dict[str, Any]:
                 "seconds": max(seconds, default=0.0)},
         "embedder": {**(recorded_embedder(fabric.dsn) or {}), "in_use": str(fabric.service.embedder.id)},
         "audit": audit,
+        "topology": _topology(fabric, replicas),
     }
 
 

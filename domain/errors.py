@@ -109,6 +109,12 @@ class SettingsError(FabricError, ValueError):
     """A setting or option is invalid (an embedder size, a server option, an audit anchor)."""
 
 
+class PartitionsMismatchError(SettingsError):
+    """``open_fabric(partitions=N)`` on a database created with another partition count
+    (issue 25): the layout is fixed at creation. Open it without ``partitions`` (its own
+    count is used) or with the count it has."""
+
+
 class LockTimeoutError(FabricError, TimeoutError):
     """A lock wait ran out (``lock_timeout`` of ``open_fabric``, default 30 s): another
     writer, an admin command or an outside session held a lock this call needed for

@@ -62,16 +62,22 @@ def finite(value: float) -> float:
     return 0.0 if math.isnan(value) else value
 
 
+Delete = tuple[str, UUID]
+"""A row to delete: ``(tenant_id, aggregate_id)`` (the tenant prunes a partitioned
+table's delete to one partition, issue 25)."""
+
+
 def split_rows(
     notes: Iterable[Note], row_for: Callable[[Note], tuple[Any, ...] | None]
-) -> tuple[list[tuple[Any, ...]], list[UUID]]:
-    """``(upserts, deletes)``: the row of each note, or its aggregate id when it has none."""
+) -> tuple[list[tuple[Any, ...]], list[Delete]]:
+    """``(upserts, deletes)``: the row of each note, or its ``(tenant, aggregate id)``
+    when it has none."""
     upserts: list[tuple[Any, ...]] = []
-    deletes: list[UUID] = []
+    deletes: list[Delete] = []
     for note in notes:
         row = row_for(note)
         if row is None:
-            deletes.append(note.id)
+            deletes.append((note.tenant_id, note.id))
         else:
             upserts.append(row)
     return upserts, deletes
@@ -82,19 +88,21 @@ def write_rows(
     table: str,
     columns: Sequence[str],
     upserts: Sequence[Sequence[Any]],
-    deletes: Sequence[UUID],
+    deletes: Sequence[Delete],
     *,
     binary: Sequence[str] = (),
 ) -> None:
-    """Delete the rows whose ``aggregate_id`` is in ``deletes`` and upsert ``upserts``
-    (tuples in ``columns`` order, keyed by ``aggregate_id``). Columns in ``binary`` are
-    sent in binary format (pgvector's ``vector``)."""
+    """Delete the rows ``deletes`` (``(tenant_id, aggregate_id)`` pairs) and upsert
+    ``upserts`` (tuples in ``columns`` order, keyed by the table's primary key,
+    ``<table>_pkey``: ``(aggregate_id)``, or ``(aggregate_id, tenant_id)`` when the
+    table is partitioned). Columns in ``binary`` are sent in binary format (pgvector's
+    ``vector``)."""
     if isinstance(cur, BatchCursor):
         cur.batch.add(table, tuple(columns), tuple(binary), upserts, deletes)
         return
     delete, upsert = _statements(table, tuple(columns), tuple(binary))
     if deletes:
-        cur.execute(delete, (list(deletes),), prepare=True)
+        cur.execute(delete, delete_params(deletes), prepare=True)
     if upserts:
         cur.executemany(upsert, upserts)
 
@@ -103,11 +111,11 @@ def write_rows(
 def _statements(table: str, columns: tuple[str, ...], binary: tuple[str, ...]) -> tuple[bytes, bytes]:
     """The DELETE and upsert statements of :func:`write_rows`, composed once."""
     t = sql.Identifier(table)
-    delete = sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t)
+    delete = sql.SQL("DELETE FROM {t} WHERE tenant_id = ANY(%s) AND aggregate_id = ANY(%s)").format(t=t)
     upsert = sql.SQL(
-        "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT (aggregate_id) DO UPDATE SET {up}"
+        "INSERT INTO {t} ({cols}) VALUES ({ph}) ON CONFLICT ON CONSTRAINT {k} DO UPDATE SET {up}"
     ).format(
-        t=t,
+        t=t, k=sql.Identifier(primary_key_name(table)),
         cols=sql.SQL(", ").join(map(sql.Identifier, columns)),
         ph=sql.SQL(", ").join(sql.SQL("%b") if c in binary else sql.Placeholder() for c in columns),
         up=sql.SQL(", ").join(
@@ -116,6 +124,20 @@ def _statements(table: str, columns: tuple[str, ...], binary: tuple[str, ...]) -
         ),
     )
     return delete.as_bytes(None), upsert.as_bytes(None)
+
+
+def primary_key_name(table: str) -> str:
+    """The primary key constraint of a projection table (PostgreSQL's default name, kept
+    by the blue-green switch's index renames): the conflict target of its upserts, right
+    for the plain layout's ``(aggregate_id)`` and the partitioned one's
+    ``(aggregate_id, tenant_id)`` alike."""
+    return f"{table}_pkey"
+
+
+def delete_params(deletes: Sequence[Delete]) -> tuple[list[str], list[UUID]]:
+    """The two arrays of a delete: the distinct tenants and the aggregate ids (an id
+    names one note, so the tenant condition only prunes partitions)."""
+    return list(dict.fromkeys(t for t, _ in deletes)), [a for _, a in deletes]
 
 
 MAX_BATCH_PARAMS = 16_000
@@ -139,10 +161,10 @@ class RowBatch:
     def __init__(self) -> None:
         self.parts: list[tuple[str, tuple[str, ...], int, int]] = []
         self.params: list[Any] = []
-        self._calls: list[tuple[tuple[str, ...], Sequence[Sequence[Any]], Sequence[UUID]]] = []
+        self._calls: list[tuple[tuple[str, ...], Sequence[Sequence[Any]], Sequence[Delete]]] = []
 
     def add(self, table: str, columns: tuple[str, ...], binary: tuple[str, ...],
-            upserts: Sequence[Sequence[Any]], deletes: Sequence[UUID]) -> None:
+            upserts: Sequence[Sequence[Any]], deletes: Sequence[Delete]) -> None:
         """Collect the delete of ``deletes`` and the upsert of ``upserts`` (as
         :func:`write_rows` would run them) into ``table``."""
         if not upserts and not deletes:
@@ -150,7 +172,7 @@ class RowBatch:
         self.parts.append((table, columns, len(upserts), 1 if deletes else 0))
         self._calls.append((binary, upserts, deletes))
         if deletes:
-            self.params.append(list(deletes))
+            self.params.extend(delete_params(deletes))
         for row in upserts:
             self.params.extend(row)
 
@@ -171,8 +193,9 @@ class RowBatch:
         for i, (table, columns, n_up, n_del) in enumerate(self.parts):
             t = _quoted(table)
             if n_del:
-                out.append(f"d{i} AS (DELETE FROM {t} WHERE aggregate_id = ANY(${n}))")  # noqa: S608 - quoted identifiers
-                n += 1
+                out.append(f"d{i} AS (DELETE FROM {t} WHERE tenant_id = ANY(${n})"  # noqa: S608 - quoted identifiers
+                           f" AND aggregate_id = ANY(${n + 1}))")
+                n += 2
             if n_up:
                 rows = []
                 for _ in range(n_up):
@@ -181,7 +204,7 @@ class RowBatch:
                 cols = ", ".join(map(_quoted, columns))
                 sets = ", ".join(f"{_quoted(c)} = EXCLUDED.{_quoted(c)}" for c in columns if c != "aggregate_id")
                 out.append(f"u{i} AS (INSERT INTO {t} ({cols}) VALUES {', '.join(rows)}"  # noqa: S608 - quoted identifiers
-                           f" ON CONFLICT (aggregate_id) DO UPDATE SET {sets})")
+                           f" ON CONFLICT ON CONSTRAINT {_quoted(primary_key_name(table))} DO UPDATE SET {sets})")
         return out
 
 

@@ -50,7 +50,7 @@ from memfabric.domain.policy import normalized_tokens, token_hash
 from memfabric.domain import visibility
 from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import of_consent
-from memfabric.projections import base, tables
+from memfabric.projections import base, partitions, tables
 
 NAME = "consolidation"
 TABLE = tables.CONSOLIDATION_INDEX
@@ -124,16 +124,16 @@ def key_of_row(row: Any) -> SubjectKey | None:
                       previous=row["inferred_previous"])
 
 
-def ddl(dim: int, table: str = TABLE) -> sql.Composed:
-    return sql.SQL(
-        "CREATE TABLE IF NOT EXISTS {t} ("
-        " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL, resource_id text NOT NULL,"
+def columns_ddl(dim: int) -> str:
+    """The table's column definitions (SQL text; primary key ``(aggregate_id)``, with the
+    tenant when partitioned: :func:`memfabric.projections.partitions.create_table`)."""
+    return (
+        " aggregate_id uuid NOT NULL, tenant_id text NOT NULL, resource_id text NOT NULL,"
         " thread_id text NOT NULL, kind text NOT NULL, note_id text NOT NULL,"
         " token_hash text NOT NULL, path text, subject text, valid tstzrange NOT NULL,"
-        " ingested_at timestamptz NOT NULL, embedding vector({dim}) NOT NULL,"
-        " inferred_key text, {inferred}, visibility text, link_terms text[])"
-    ).format(t=sql.Identifier(table), dim=sql.Literal(dim), inferred=sql.SQL(", ".join(
-        f"{c} {typ}" for c, typ in INFERRED_COLUMNS)))
+        f" ingested_at timestamptz NOT NULL, embedding vector({int(dim)}) NOT NULL,"
+        " inferred_key text, " + ", ".join(f"{c} {typ}" for c, typ in INFERRED_COLUMNS)
+        + ", visibility text, link_terms text[]")
 
 
 def migrate_ddl(table: str = TABLE) -> list[sql.Composed]:
@@ -339,7 +339,7 @@ class ConsolidationIndexProjection:
         """The embedder whose vectors the rows carry (``None``: each note's write-time one)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
-        cur.execute(ddl(self.dim, TABLE + table_suffix))
+        partitions.create_table(cur, TABLE + table_suffix, columns_ddl(self.dim), ["aggregate_id"])
         for stmt in migrate_ddl(TABLE + table_suffix):
             cur.execute(stmt)
         migrate_jsonb(cur, TABLE + table_suffix)

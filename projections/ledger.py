@@ -25,7 +25,7 @@ from psycopg import Cursor, sql
 
 from memfabric.domain.ledger import Conversation, Entry
 from memfabric.domain.search_terms import search_terms
-from memfabric.projections import base
+from memfabric.projections import base, partitions
 from memfabric.projections.base import copy_rows
 
 NAME = "ledger"
@@ -74,11 +74,11 @@ class LedgerProjection:
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         s = table_suffix
         migrate_entries(cur, ENTRIES + s)
-        cur.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
+        partitions.create_table(
+            cur, THREADS + s,
+            "aggregate_id uuid NOT NULL, tenant_id text NOT NULL,"
             " resource_id text NOT NULL, thread_id text NOT NULL, first_position bigint NOT NULL,"
-            " last_position bigint NOT NULL, erasures integer NOT NULL, live boolean NOT NULL)"
-        ).format(t=sql.Identifier(THREADS + s)))
+            " last_position bigint NOT NULL, erasures integer NOT NULL, live boolean NOT NULL", ["aggregate_id"])
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid NOT NULL, position bigint NOT NULL,"
             " entry_id text NOT NULL, role text NOT NULL, text text NOT NULL,"
@@ -123,7 +123,7 @@ def apply_one(cur: Cursor[Any], c: Conversation) -> None:
     entries are append-only between erasures, so only new positions are inserted)."""
     cur.execute(
         f"INSERT INTO {THREADS} ({', '.join(THREAD_COLUMNS)}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"  # noqa: S608
-        " ON CONFLICT (aggregate_id) DO UPDATE SET first_position = EXCLUDED.first_position,"
+        f" ON CONFLICT ON CONSTRAINT {THREADS}_pkey DO UPDATE SET first_position = EXCLUDED.first_position,"
         " last_position = EXCLUDED.last_position, erasures = EXCLUDED.erasures,"
         " live = EXCLUDED.live",
         thread_row(c),

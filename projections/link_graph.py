@@ -25,7 +25,7 @@ from uuid import UUID
 from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note, note_uuid
-from memfabric.projections import base, tables
+from memfabric.projections import base, partitions, tables
 
 NAME = "link_graph"
 TABLE = tables.LINK_GRAPH
@@ -54,14 +54,14 @@ def rows_for(note: Note) -> list[tuple[Any, ...]]:
     return out
 
 
-def ddl(table: str = TABLE) -> sql.Composed:
-    return sql.SQL(
-        "CREATE TABLE IF NOT EXISTS {t} ("
-        " from_aggregate_id uuid NOT NULL, to_aggregate_id uuid NOT NULL,"
-        " from_note_id text NOT NULL, to_note_id text NOT NULL, tenant_id text NOT NULL,"
-        " resource_id text NOT NULL, thread_id text NOT NULL, relation text NOT NULL,"
-        " weight real NOT NULL, PRIMARY KEY (from_aggregate_id, to_aggregate_id, relation))"
-    ).format(t=sql.Identifier(table))
+COLUMNS_DDL = (
+    " from_aggregate_id uuid NOT NULL, to_aggregate_id uuid NOT NULL,"
+    " from_note_id text NOT NULL, to_note_id text NOT NULL, tenant_id text NOT NULL,"
+    " resource_id text NOT NULL, thread_id text NOT NULL, relation text NOT NULL,"
+    " weight real NOT NULL")
+"""The table's columns; primary key ``(from_aggregate_id, to_aggregate_id, relation)``,
+with the tenant when partitioned."""
+KEY = ("from_aggregate_id", "to_aggregate_id", "relation")
 
 
 def index_ddl(table: str = TABLE) -> list[sql.Composed]:
@@ -76,11 +76,12 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
     state wrote no edge, so there is none to replace (issue 18)."""
     notes = list(notes)
     rows = [row for n in notes for row in rows_for(n)]
-    stale = [n.id for n in notes if n.version > 1 or n.links]
+    stale = [(n.tenant_id, n.id) for n in notes if n.version > 1 or n.links]
     if not stale:
         return
     t = sql.Identifier(table)
-    cur.execute(sql.SQL("DELETE FROM {t} WHERE from_aggregate_id = ANY(%s)").format(t=t), (stale,))
+    cur.execute(sql.SQL("DELETE FROM {t} WHERE tenant_id = ANY(%s) AND from_aggregate_id = ANY(%s)").format(t=t),
+                base.delete_params(stale))
     if rows:
         cur.executemany(
             sql.SQL("INSERT INTO {t} ({cols}) VALUES ({ph})").format(
@@ -119,7 +120,7 @@ class LinkGraphProjection:
     """The engine hands it ``Note`` aggregates only (not the conversation ledger's)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
-        cur.execute(ddl(TABLE + table_suffix))
+        partitions.create_table(cur, TABLE + table_suffix, COLUMNS_DDL, KEY)
         if not table_suffix:
             self.create_indexes(cur)
 

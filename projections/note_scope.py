@@ -23,7 +23,7 @@ from psycopg import Cursor, sql
 from memfabric.domain.note import Note
 from memfabric.domain.ports import NoteRef
 from memfabric.domain.scope import Scope
-from memfabric.projections import tables
+from memfabric.projections import partitions, tables
 from memfabric.domain.visibility import Visibility, of_consent
 from memfabric.projections.base import add_visibility, copy_rows, split_rows, write_rows
 
@@ -73,14 +73,11 @@ class NoteScopeProjection:
     """Writes through ``write_rows`` alone (its rows may travel in a ``RowBatch``)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
-        cur.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {t} ("
-                " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
-                " resource_id text NOT NULL, thread_id text NOT NULL, note_id text NOT NULL,"
-                " kind text NOT NULL, path text, held boolean NOT NULL, visibility text)"
-            ).format(t=sql.Identifier(TABLE + table_suffix))
-        )
+        partitions.create_table(
+            cur, TABLE + table_suffix,
+            " aggregate_id uuid NOT NULL, tenant_id text NOT NULL,"
+            " resource_id text NOT NULL, thread_id text NOT NULL, note_id text NOT NULL,"
+            " kind text NOT NULL, path text, held boolean NOT NULL, visibility text", ["aggregate_id"])
         add_visibility(cur, TABLE + table_suffix)
         if not table_suffix:
             self.create_indexes(cur)

@@ -48,7 +48,7 @@ from memfabric.domain import replay
 from memfabric.adapters.roles import copy_privileges
 from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.domain.note import Note
-from memfabric.projections import quarantine
+from memfabric.projections import partitions, quarantine
 from memfabric.projections.base import NoteProjection, accepted
 from memfabric.projections.engine import ProjectionEngine, bounded_locks
 
@@ -627,6 +627,7 @@ class ProjectionAdmin:
                     cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table)))
                     cur.execute(sql.SQL("ALTER TABLE {a} RENAME TO {b}").format(
                         a=sql.Identifier(new), b=sql.Identifier(table)))
+                    partitions.rename_children(cur, new, table)  # issue 25: <table>_bg_p<i> -> <table>_p<i>
                     for index in _all_indexes(cur, table):
                         if index.startswith(new):
                             cur.execute(sql.SQL("ALTER INDEX {a} RENAME TO {b}").format(

@@ -23,7 +23,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.policy import normalized_tokens, token_hash
-from memfabric.projections import base, tables
+from memfabric.projections import base, partitions, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
@@ -70,25 +70,23 @@ only for the hits a ranking keeps (``ConsentInfo.from_dict``): decoding it for e
 recall's ~100 candidates was a fifth of a linked recall's client time (issue 29)."""
 
 
-def ddl(dim: int, table: str = TABLE) -> list[sql.Composed]:
-    """CREATE statements of the table (without the HNSW/GIN indexes, see :func:`index_ddl`)."""
-    t = sql.Identifier(table)
-    return [
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {t} ("
+def columns_ddl(dim: int) -> str:
+    """The table's column definitions (SQL text; the primary key, ``(aggregate_id)``, is
+    added by :func:`memfabric.projections.partitions.create_table`, with the tenant when
+    partitioned; the HNSW/GIN indexes are :func:`index_ddl`)."""
+    return (
             " tenant_id text NOT NULL, resource_id text NOT NULL, thread_id text NOT NULL,"
             " visibility text NOT NULL, consent_granted boolean, kind text NOT NULL,"
-            " aggregate_id uuid PRIMARY KEY, note_id text NOT NULL,"
+            " aggregate_id uuid NOT NULL, note_id text NOT NULL,"
             " valid tstzrange NOT NULL, superseded_by text, importance real NOT NULL,"
             " token_count integer NOT NULL, tags text[] NOT NULL, path text, subject text,"
             " token_hash text NOT NULL, content text NOT NULL, source_entry_ids text[] NOT NULL,"
             " supersedes text, t_ref timestamptz, ingested_at timestamptz NOT NULL,"
             " version integer NOT NULL, embedder_id text, context text, keywords text[] NOT NULL,"
             " fold_count integer NOT NULL, updated_at timestamptz, consent jsonb,"
-            " embedding vector({dim}) NOT NULL, search_extra text,"
-            " tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED)"
-        ).format(t=t, dim=sql.Literal(dim)),
-    ]
+            f" embedding vector({int(dim)}) NOT NULL, search_extra text,"
+            " tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED"
+    )
 
 
 def migrate(cur: Cursor[Any], table: str = TABLE) -> bool:
@@ -211,7 +209,8 @@ def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> Non
     waited for the whole import. Bulk index builds happen only in a projection rebuild
     (into a shadow table, outside the append lock)."""
     t = sql.Identifier(table)
-    cur.execute(sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t), ([r[6] for r in rows],))
+    cur.execute(sql.SQL("DELETE FROM {t} WHERE tenant_id = ANY(%s) AND aggregate_id = ANY(%s)").format(t=t),
+                base.delete_params([(r[0], r[6]) for r in rows]))
     copy_rows(cur, rows, table)
 
 
@@ -256,8 +255,7 @@ class RecallIndexProjection:
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         migrate(cur, TABLE + table_suffix)
-        for stmt in ddl(self.dim, TABLE + table_suffix):
-            cur.execute(stmt)
+        partitions.create_table(cur, TABLE + table_suffix, columns_ddl(self.dim), ["aggregate_id"])
         if not table_suffix:
             self.create_indexes(cur)
 
@@ -359,9 +357,9 @@ _EXPAND = (
     # (either direction) must pass every condition of the lists ({w}: scope, kinds,
     # validity, consent and the caller's filters) and not be a seed.
     ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight"
-    " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id"
+    " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s"  # one partition
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
-    " JOIN c ON g.to_aggregate_id = c.aggregate_id),"
+    " JOIN c ON g.to_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s),"
     " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
     " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
     " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"  # a hashed subplan, whatever the estimates
@@ -378,7 +376,7 @@ _LINKS = (
     "SELECT g.from_aggregate_id AS aggregate_id, coalesce(jsonb_agg(jsonb_build_object("
     "'id', g.to_note_id, 'relation', g.relation, 'weight', g.weight)"
     " ORDER BY g.to_note_id, g.relation), '[]'::jsonb) AS links FROM {g} g"
-    " WHERE g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
+    " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
     # OFFSET 0 keeps the probe per edge (primary key): unflattened, a stale estimate
     # could scan every row of the tenant once per hit
     " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0) GROUP BY g.from_aggregate_id"
@@ -435,7 +433,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
         " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
         " {link_w} AS link_w, {seeds} AS link_seeds, {ws} AS link_ws"
-        " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id"
+        " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id AND i.tenant_id = %(t)s"  # one partition
         " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
         " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}{lx_join}"
     ).format(

@@ -25,7 +25,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import DueRef
 from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import of_consent
-from memfabric.projections import base, tables
+from memfabric.projections import base, partitions, tables
 from memfabric.projections.base import copy_rows, split_rows, write_rows
 
 NAME = "retention"
@@ -74,15 +74,14 @@ class RetentionIndexProjection:
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         if not table_suffix:
             rebuild_older(cur)
-        cur.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {t} ("
-            " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL, resource_id text NOT NULL,"
+        partitions.create_table(
+            cur, TABLE + table_suffix,
+            " aggregate_id uuid NOT NULL, tenant_id text NOT NULL, resource_id text NOT NULL,"
             " thread_id text NOT NULL, note_id text NOT NULL, kind text NOT NULL,"
             " retention text NOT NULL, regulated boolean NOT NULL, written_at timestamptz NOT NULL,"
             " valid_to timestamptz, superseded boolean NOT NULL, expired boolean NOT NULL,"
             " held boolean NOT NULL, visibility text NOT NULL, importance double precision NOT NULL,"
-            " decayed_at timestamptz)"
-        ).format(t=sql.Identifier(TABLE + table_suffix)))
+            " decayed_at timestamptz", ["aggregate_id"])
         if not table_suffix:
             self.create_indexes(cur)
 

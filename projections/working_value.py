@@ -19,7 +19,7 @@ from psycopg import Cursor, sql
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry, block_entry
-from memfabric.projections import base, tables
+from memfabric.projections import base, partitions, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "working_value"
@@ -85,15 +85,12 @@ class WorkingValueProjection:
     """Writes through ``write_rows`` alone (its rows may travel in a ``RowBatch``)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
-        cur.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {t} ("
-                " aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
-                " resource_id text NOT NULL, thread_id text NOT NULL, block text NOT NULL,"
-                " note_id text NOT NULL, content text NOT NULL,"
-                " updated_at timestamptz NOT NULL, version integer NOT NULL)"
-            ).format(t=sql.Identifier(TABLE + table_suffix))
-        )
+        partitions.create_table(
+            cur, TABLE + table_suffix,
+            " aggregate_id uuid NOT NULL, tenant_id text NOT NULL,"
+            " resource_id text NOT NULL, thread_id text NOT NULL, block text NOT NULL,"
+            " note_id text NOT NULL, content text NOT NULL,"
+            " updated_at timestamptz NOT NULL, version integer NOT NULL", ["aggregate_id"])
         if not table_suffix:
             self.create_indexes(cur)
 

@@ -5,8 +5,6 @@ does not know about)."""
 from __future__ import annotations
 
 import psycopg
-import pytest
-from eventsourcing import persistence as es_persistence
 
 from memfabric.adapters import citus, open_fabric
 from memfabric.adapters.audit import CHAIN_DDL
@@ -54,14 +52,18 @@ def test_the_key_rebuilds_run_on_postgresql(dsn: str) -> None:
         assert keys[table].startswith(f"PRIMARY KEY ({column},"), (table, keys[table])
 
 
-@pytest.mark.xfail(strict=True, raises=(psycopg.errors.InvalidColumnReference, es_persistence.ProgrammingError),
-                   reason="docs/scale-out.md gap: projection upserts say ON CONFLICT (aggregate_id)")
 def test_writes_after_the_key_rebuilds(dsn: str) -> None:
-    """Known gap (strict: fixing it fails this marker, so the docs get updated)."""
+    """Writes go on once the primary keys lead with the tenant: the projections' upserts
+    name their key by constraint (``ON CONFLICT ON CONSTRAINT <table>_pkey``, issue 25),
+    not by ``(aggregate_id)``, which matched no unique index after the rebuild."""
     with open_fabric(dsn) as fabric:
         fabric.scope("acme").remember(kind="fact", content="before the layout")
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in plain_part(citus.citus_ddl()):
             conn.execute(statement)  # type: ignore[arg-type]
     with open_fabric(dsn) as fabric:
-        fabric.scope("acme").remember(kind="fact", content="after the layout")
+        notes = fabric.scope("acme")
+        after = notes.remember(kind="fact", content="after the layout")
+        assert after.outcome == "inserted"
+        notes.forget(id=after.id)  # deletes and upserts of every projection
+        assert [h.content for h in notes.recall("layout").hits] == ["before the layout"]
