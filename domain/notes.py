@@ -78,7 +78,7 @@ class Notes:
     Construct through ``Fabric.scope(tenant_id, resource_id=None, thread_id=None)``.
     """
 
-    access: AccessFilter | None = None
+    _access: AccessFilter | None = None
     """Issue 33: the principal filter a :class:`~memfabric.domain.access_notes.PrincipalNotes`
     puts on the handle it reads through (``None``: a plain handle)."""
 
@@ -383,7 +383,7 @@ class Notes:
             data["budget"] = budget
         if scoring is not None:
             data["scoring"] = scoring
-        return self._service.recall(self.scope, RecallInput.model_validate(data), access=self.access)
+        return self._service.recall(self.scope, RecallInput.model_validate(data), access=self._access)
 
     def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
         """The note ``id`` as seen from this scope (``NoteNotFoundError`` when absent).
@@ -547,7 +547,7 @@ class Notes:
         :class:`~memfabric.domain.results.NoteCounts`; ``erase_scope`` reports each
         state by name in ``EraseResult.found``)."""
         args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
-        return self._service.count_notes(self.scope, args, access=self.access)
+        return self._service.count_notes(self.scope, args, access=self._access)
 
     def list(  # noqa: A003 - public API name
         self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
@@ -566,7 +566,7 @@ class Notes:
         ``include_superseded`` (default False); ``limit`` 1-1000. Raises
         ``ValidationError`` for a bad argument or a cursor this fabric did not issue."""
         args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor)
-        return self._service.list_notes(self.scope, args, access=self.access)
+        return self._service.list_notes(self.scope, args, access=self._access)
 
     # ------------------------------------------------- issue 14: the ledger
     def conversation(self) -> Any:
