@@ -94,6 +94,7 @@ class PrincipalNotes:
         ``NoteNotFoundError`` (no such note in reach) or ``AccessDenied`` (rule
         ``note``)."""
         note_id = NoteRefArgs(id=note_id).id
+        rules.check_read(self.agent_id, profile, self.scope, ())
         homes = rules.homes_of(self._service, self._principals.store, self.agent_id, self.scope, note_id)
         if not homes:
             raise NoteNotFoundError(f"no note {note_id!r} in scope {self.scope}")
