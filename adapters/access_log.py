@@ -2,14 +2,17 @@
 
 :class:`BufferedAccessLog` is the ``AccessLogPort``: :meth:`~BufferedAccessLog.record`
 puts the record in a bounded in-process buffer (``capacity`` records, default 10,000)
-and returns; a daemon thread drains it in batches of up to 500 into a sink, at least
-every ``interval`` seconds (default 0.05 s). A full buffer makes the caller wait up to
+and returns; a daemon thread drains it into a sink in batches: a batch closes
+``interval`` seconds (default 0.5 s) after its first record, at 500 records, or at a
+:meth:`~BufferedAccessLog.flush`, so a busy reader costs one INSERT per interval, not
+one per call. A full buffer makes the caller wait up to
 ``block_timeout`` (1 s) for room, then the record is dropped and counted in
 :attr:`~BufferedAccessLog.dropped` (never silently: also a warning on the
 ``memfabric.access`` logger).
 
 **What a crash can lose**: the records still in the buffer, i.e. the calls of the last
-``interval`` (about 50 ms) before the process died, at most ``capacity`` records; the
+``interval`` (0.5 s) before the process died (more only if the sink was down or slower
+than the callers), at most ``capacity`` records; the
 calls themselves (their writes) are durable regardless. ``close()`` (called when the
 fabric closes) and every query flush the buffer first.
 
@@ -28,6 +31,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -84,7 +88,7 @@ class AccessSink(Protocol):
 class BufferedAccessLog:
     """The ``AccessLogPort`` over a sink (see the module doc)."""
 
-    def __init__(self, sink: AccessSink, *, capacity: int = 10_000, interval: float = 0.05,
+    def __init__(self, sink: AccessSink, *, capacity: int = 10_000, interval: float = 0.5,
                  block_timeout: float = 1.0) -> None:
         self.sink = sink
         self.interval = interval
@@ -93,6 +97,7 @@ class BufferedAccessLog:
         self.failed = 0
         """Records a sink write refused (e.g. a read-only role); logged as warnings."""
         self._queue: queue.Queue[AccessRecord] = queue.Queue(maxsize=capacity)
+        self._flushing = threading.Event()
         self._idle = threading.Condition()
         self._pending = 0
         self._closed = False
@@ -127,9 +132,13 @@ class BufferedAccessLog:
             except queue.Empty:
                 continue
             batch = [first]
-            while len(batch) < BATCH:
+            deadline = time.monotonic() + self.interval  # linger: one write per interval
+            while len(batch) < BATCH and not self._flushing.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(self._queue.get(timeout=left))
                 except queue.Empty:
                     break
             try:
@@ -141,9 +150,13 @@ class BufferedAccessLog:
                 self._done(len(batch))
 
     def flush(self, timeout: float = 5.0) -> None:
-        """Wait until every record queued so far is written (at most ``timeout`` s)."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._pending <= 0, timeout=timeout)
+        """Write every record queued so far now (waits at most ``timeout`` s)."""
+        self._flushing.set()
+        try:
+            with self._idle:
+                self._idle.wait_for(lambda: self._pending <= 0, timeout=timeout)
+        finally:
+            self._flushing.clear()
 
     def query(self, *, principal: str | None, since: datetime | None, until: datetime | None,
               outcome: str | None, limit: int, with_ids: bool) -> list[AccessRecord]:

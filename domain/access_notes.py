@@ -85,7 +85,8 @@ class PrincipalNotes:
         """A handle of this scope whose recall, list and count carry the access filter."""
         from memfabric.domain.notes import Notes  # noqa: PLC0415
         inner = Notes(self._service, self.scope, actor=self.agent_id)
-        inner._access = rules.access_filter(self._principals.store, self.agent_id, profile, self.scope)
+        inner._access = rules.access_filter(  # noqa: SLF001 - the handle this one owns
+            self._principals.store, self.agent_id, profile, self.scope)
         return inner
 
     def _readable(self, profile: MemoryProfile, note_id: str) -> tuple[Scope, MemoryNote]:
@@ -150,7 +151,8 @@ class PrincipalNotes:
         """Recall with a validated ``RecallInput`` (the context provider's path)."""
         def run(p: MemoryProfile) -> Any:
             rules.check_read(self.agent_id, p, self.scope, query.kinds)
-            return self._service.recall(self.scope, query, access=self._filtered(p)._access)
+            return self._service.recall(self.scope, query, access=rules.access_filter(
+                self._principals.store, self.agent_id, p, self.scope))
         return self._governed("recall", query.kinds, run, lambda r: [h.id for h in r.hits],
                               query=query.query)
 

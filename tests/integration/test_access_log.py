@@ -100,3 +100,17 @@ def test_the_cli_prints_the_log(dsn: str) -> None:
         ("served", None, "acme/u1/", 1), ("denied", "recall_scope", "acme/u2/", 0)]
     bad = CliRunner().invoke(cli.app, ["access-log", "--since", "yesterday", "--dsn", dsn])
     assert bad.exit_code == 2
+
+
+def test_the_demo_shows_one_served_and_one_denied_recall(dsn: str) -> None:
+    import io
+
+    from rich.console import Console
+
+    from memfabric.adapters.demo import run_demo
+    out = io.StringIO()
+    summary = run_demo(Console(file=out, width=140), dsn=dsn)["access"]
+    assert summary == {"served": 1, "denied_rule": "recall_scope", "log": ["served", "denied"]}
+    text = out.getvalue()
+    assert "16. governed access" in text and "denied by rule recall_scope" in text
+    assert "4242" not in text.split("16. governed access")[1]  # the other user's note never shown

@@ -22,9 +22,11 @@ class Stuck:
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.entered = threading.Event()
         self.rows: list[AccessRecord] = []
 
     def write(self, records: Sequence[AccessRecord]) -> None:
+        self.entered.set()
         self.release.wait(10)
         self.rows.extend(records)
 
@@ -34,13 +36,15 @@ class Stuck:
 
 def test_a_full_buffer_drops_and_counts_instead_of_blocking_forever() -> None:
     sink = Stuck()
-    log = BufferedAccessLog(sink, capacity=2, block_timeout=0.05)  # type: ignore[arg-type]
-    for i in range(6):
+    log = BufferedAccessLog(sink, capacity=2, interval=0.001, block_timeout=0.05)  # type: ignore[arg-type]
+    log.record(rec(0))
+    assert sink.entered.wait(5)  # the writer holds record 0 in a write that does not return
+    for i in range(1, 7):
         log.record(rec(i))
-    assert log.dropped >= 2  # at most two in the writer's hands, two buffered, the rest dropped
+    assert log.dropped == 4  # two buffered, four dropped after waiting block_timeout each
     sink.release.set()
     log.flush()
-    assert len(sink.rows) + log.dropped == 6
+    assert len(sink.rows) == 3
     log.close()
 
 
