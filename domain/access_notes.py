@@ -89,7 +89,8 @@ class PrincipalNotes:
             self._principals.store, self.agent_id, profile, self.scope)
         return inner
 
-    def _readable(self, profile: MemoryProfile, note_id: str) -> tuple[Scope, MemoryNote]:
+    def _readable(self, profile: MemoryProfile, note_id: str, *,
+                  links: bool = True) -> tuple[Scope, MemoryNote]:
         """The note ``note_id`` the principal may read from this scope: ``(the scope to
         address it from, its view with links the principal may see)``. Raises
         ``NoteNotFoundError`` (no such note in reach) or ``AccessDenied`` (rule
@@ -105,7 +106,7 @@ class PrincipalNotes:
             view = self._service.get(address, note_id)
             if rules.readable_note(self.agent_id, profile, self.scope, view.scope, vis, view.kind,
                                    rules.note_aggregate(view.scope, note_id), grants, granted=granted):
-                return address, self._with_links(profile, view)
+                return address, (self._with_links(profile, view) if links else view)
         raise rules.deny(self.agent_id, "note", f"note {note_id!r} is outside the profile")
 
     def _with_links(self, profile: MemoryProfile, view: MemoryNote) -> MemoryNote:
@@ -119,6 +120,30 @@ class PrincipalNotes:
         kept: MemoryNote = dataclasses.replace(view, links=tuple(
             link for link in view.links if (link.id, link.relation) in keep))
         return kept
+
+    def _refs(self, profile: MemoryProfile, views: Sequence[MemoryNote]) -> list[MemoryNote]:
+        """``views`` with ``supersedes`` / ``superseded_by`` cleared where they name a note
+        the principal may not read (every id a read returns is readable by its reader)."""
+        known: dict[str, bool] = {}
+
+        def ok(ref: str | None) -> bool:
+            if ref is None:
+                return True
+            if ref not in known:
+                try:
+                    self._readable(profile, ref, links=False)
+                    known[ref] = True
+                except (AccessDenied, NoteNotFoundError):
+                    known[ref] = False
+            return known[ref]
+
+        out = []
+        for v in views:
+            if not (ok(v.supersedes) and ok(v.superseded_by)):
+                v = dataclasses.replace(v, supersedes=v.supersedes if ok(v.supersedes) else None,
+                                        superseded_by=v.superseded_by if ok(v.superseded_by) else None)
+            out.append(v)
+        return out
 
     def _write_note(self, profile: MemoryProfile, note_id: str, *, retention: str | None = None,
                     readable: bool = True) -> Scope:
@@ -135,9 +160,11 @@ class PrincipalNotes:
         """``Notes.recall`` for the principal (same arguments; without ``kinds``, the
         default kinds the profile may read)."""
         wanted = self._kinds(kinds, ("fact", "file"))
-        return self._governed(
-            "recall", wanted, lambda p: self._checked(p, wanted).recall(query, kinds=wanted, **options),
-            lambda r: [h.id for h in r.hits], query=query)
+
+        def run(p: MemoryProfile) -> Any:
+            result = self._checked(p, wanted).recall(query, kinds=wanted, **options)
+            return dataclasses.replace(result, hits=self._refs(p, result.hits))
+        return self._governed("recall", wanted, run, lambda r: [h.id for h in r.hits], query=query)
 
     def _kinds(self, kinds: Iterable[str] | str | None, default: tuple[str, ...]) -> tuple[str, ...]:
         """The kinds asked for, or the ``default`` ones the profile may read (all of
@@ -151,8 +178,9 @@ class PrincipalNotes:
         """Recall with a validated ``RecallInput`` (the context provider's path)."""
         def run(p: MemoryProfile) -> Any:
             rules.check_read(self.agent_id, p, self.scope, query.kinds)
-            return self._service.recall(self.scope, query, access=rules.access_filter(
+            result = self._service.recall(self.scope, query, access=rules.access_filter(
                 self._principals.store, self.agent_id, p, self.scope))
+            return dataclasses.replace(result, hits=self._refs(p, result.hits))
         return self._governed("recall", query.kinds, run, lambda r: [h.id for h in r.hits],
                               query=query.query)
 
@@ -163,9 +191,11 @@ class PrincipalNotes:
     def list(self, *, kinds: Iterable[str] | str | None = None, **options: Any) -> Any:  # noqa: A003
         """``Notes.list`` for the principal (same arguments)."""
         wanted = self._kinds(kinds, ("fact", "procedure", "file"))
-        return self._governed("list", wanted,
-                              lambda p: self._checked(p, wanted).list(kinds=wanted, **options),
-                              lambda page: [n.id for n in page.items])
+
+        def run(p: MemoryProfile) -> Any:
+            page = self._checked(p, wanted).list(kinds=wanted, **options)
+            return dataclasses.replace(page, items=self._refs(p, page.items))
+        return self._governed("list", wanted, run, lambda page: [n.id for n in page.items])
 
     def count(self, *, kinds: Iterable[str] | str | None = None, **options: Any) -> int:
         """``Notes.count`` for the principal (same arguments)."""
@@ -177,7 +207,8 @@ class PrincipalNotes:
     def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
         """The note ``id`` if the principal may read it (``NoteNotFoundError`` when no
         such note is in reach, ``AccessDenied`` (rule ``note``) when the profile excludes it)."""
-        return self._governed("get", (), lambda p: self._readable(p, id)[1], lambda n: [n.id])
+        return self._governed("get", (), lambda p: self._refs(p, [self._readable(p, id)[1]])[0],
+                              lambda n: [n.id])
 
     def history(self, id: str) -> Any:  # noqa: A002
         """``Notes.history`` of a note the principal may read."""

@@ -173,3 +173,21 @@ def test_links_to_a_granted_note_appear_only_while_granted(fab: Any) -> None:
     u1.grant(target.id, "bot")
     hits, links = result()
     assert target.id in hits and target.id in links
+
+
+def test_a_predecessor_outside_the_profile_is_not_named(fab: Any) -> None:
+    """Every id a governed read returns is readable by the principal: a successor's
+    ``supersedes`` naming a thread-only note the profile excludes is cleared."""
+    fab.principals.define("bot", READER)
+    t1 = fab.scope("acme", "u1", "t1")
+    old = t1.remember(kind="fact", content="The office wifi password is hunter2", consent={"visibility": "thread"})
+    new = t1.remember(kind="fact", content="The office wifi password is now swordfish", supersedes=old.id,
+                      consent={"visibility": "resource"})
+    assert t1.get(new.id).supersedes == old.id
+    bot = t1.as_principal("bot")
+    assert bot.get(new.id).supersedes is None
+    hits = bot.recall("office wifi password").hits
+    assert [h.id for h in hits] == [new.id] and hits[0].supersedes is None
+    assert [n.supersedes for n in bot.list().items] == [None]
+    fab.scope("acme", "u1", "t1").grant(old.id, "bot")
+    assert bot.get(new.id).supersedes == old.id
