@@ -1,11 +1,12 @@
 """Issue 33: a model-based test of governed access on both backends.
 
 Random notes (kinds, visibilities, homes), random principals (profiles), random grants
-and revokes, random calls (recall, list, count, get, profile changes) from random
-scopes; after every call the result is compared with a plain Python model of the rule
+and revokes, random calls (recall, list, count, get, remember, profile changes) from
+random scopes; after every call the result is compared with a plain Python model of the rule
 (:func:`expected`): **no read outside a profile, no grant ignored** (a recall that asks
 for more hits than exist returns exactly the readable notes), and **every governed
-call is recorded exactly once**, with the outcome the model predicts.
+call is recorded exactly once**, with the outcome the model predicts; a write is served
+exactly when the profile allows it, and a refused one writes nothing.
 """
 
 from __future__ import annotations
@@ -64,7 +65,23 @@ class Model:
 def random_profile(rng: random.Random) -> dict[str, Any]:
     return {"read_kinds": rng.sample(KINDS, rng.randint(1, 3)),
             "recall_scope": rng.sample(PATTERNS, rng.randint(1, 3)),
-            "visibility": rng.sample(VIS, rng.randint(1, 3))}
+            "visibility": rng.sample(VIS, rng.randint(1, 3)),
+            "writes": rng.choice(["none", "commit", "commit"]),
+            "write_kinds": rng.sample(KINDS, rng.randint(1, 3))}
+
+
+def may_write(p: MemoryProfile, scope: Scope, kind: str, vis: str) -> bool:
+    """The write rule, stated independently: the kind and visibility allowed, and every
+    scope whose notes the write may consolidate with inside one pattern."""
+    if p.writes != "commit" or kind not in p.write_kinds or vis not in p.visibility:
+        return False
+    t, r, _ = scope.sql()
+    if vis == "tenant":
+        return any(pt.tenant in (None, t) and pt.resource is None and pt.thread is None for pt in p.patterns())
+    if vis == "resource" and r:
+        return any(pt.tenant in (None, t) and pt.resource in (None, r) and pt.thread is None
+                   for pt in p.patterns())
+    return p.covers(scope)
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -132,6 +149,33 @@ def _get(fab: Any, rng: random.Random, model: Model, agent: str) -> None:
     model.calls.setdefault(agent, []).append("served")
 
 
+def _write(fab: Any, rng: random.Random, model: Model, agent: str) -> None:
+    p = model.profiles[agent]
+    covered = [s for s in SCOPES if p.covers(s)]
+    fair = rng.random() < 0.6  # mostly calls the profile might allow, so both outcomes are exercised
+    scope = rng.choice(covered) if fair and covered else rng.choice(SCOPES)
+    kind = rng.choice(list(p.write_kinds) or KINDS) if fair else rng.choice(KINDS)
+    vis = rng.choice(list(p.visibility)) if fair and rng.random() < 0.7 else rng.choice(VIS)
+    handle = fab.scope(scope.tenant_id, scope.resource_id, scope.thread_id).as_principal(agent)
+    allowed = may_write(model.profiles[agent], scope, kind, vis)
+    i = len(model.notes)
+    fields: dict[str, Any] = {"content": f"zebra crossing written {i} w{i}y", "consent": {"visibility": vis}}
+    if kind == "file":
+        fields["path"] = f"docs/w{i}.md"
+    before = {n.id for n in fab.scope(scope.tenant_id, scope.resource_id, scope.thread_id).list(limit=1000).items}
+    try:
+        note = handle.remember(kind=kind, consolidate=False, **fields)
+    except AccessDenied:
+        assert not allowed, (agent, scope.key, kind, vis, "a write the profile allows was refused")
+        after = {n.id for n in fab.scope(scope.tenant_id, scope.resource_id, scope.thread_id).list(limit=1000).items}
+        assert after == before  # nothing written
+        model.calls.setdefault(agent, []).append("denied")
+        return
+    assert allowed, (agent, scope.key, kind, vis, "a write outside the profile was served")
+    model.notes[note.id] = (scope, kind, vis)
+    model.calls.setdefault(agent, []).append("served")
+
+
 def _grant(fab: Any, rng: random.Random, model: Model, agent: str) -> None:
     note_id = rng.choice(list(model.notes))
     home = model.notes[note_id][0]
@@ -154,10 +198,12 @@ def test_random_profiles_grants_and_calls(fab: Any, seed: int) -> None:
     for _ in range(90):
         agent = rng.choice(AGENTS)
         step = rng.random()
-        if step < 0.45:
+        if step < 0.4:
             _read(fab, rng, model, agent)
-        elif step < 0.7:
+        elif step < 0.6:
             _get(fab, rng, model, agent)
+        elif step < 0.75:
+            _write(fab, rng, model, agent)
         elif step < 0.93:
             _grant(fab, rng, model, agent)
         else:
