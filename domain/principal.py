@@ -85,6 +85,14 @@ class ScopePattern:
         levels += [None if wide else ""] * (3 - len(parts))
         return cls(levels[0], levels[1], levels[2])
 
+    def like(self) -> str:
+        """The pattern as a SQL ``LIKE`` pattern on ``tenant/resource/thread`` (stored
+        columns, ``""`` for absent parts): ``%`` for a ``*`` level (a key has exactly two
+        slashes and ids none, so ``%`` never spans a level), ``_`` escaped."""
+        def part(value: str | None) -> str:
+            return "%" if value is None else value.replace("_", "\\_")
+        return "/".join(part(v) for v in (self.tenant, self.resource, self.thread))
+
     def matches(self, tenant: str, resource: str, thread: str) -> bool:
         """Whether stored scope columns (``""`` for absent parts) match."""
         return all(want is None or want == got for want, got in
@@ -128,10 +136,9 @@ class AccessFilter:
     patterns: tuple[ScopePattern, ...]
     grants: frozenset[UUID] | None = None
 
-    def pattern_arrays(self) -> tuple[list[str | None], list[str | None], list[str | None]]:
-        """The patterns as three parallel arrays (``None``: any value), for SQL."""
-        return ([p.tenant for p in self.patterns], [p.resource for p in self.patterns],
-                [p.thread for p in self.patterns])
+    def like_patterns(self) -> list[str]:
+        """The patterns as SQL ``LIKE`` patterns (:meth:`ScopePattern.like`)."""
+        return [p.like() for p in self.patterns]
 
     def admits(self, row: dict[str, Any], visible: bool) -> bool:
         """The rule in Python (the in-memory store; the SQL twin is

@@ -96,9 +96,7 @@ class PrincipalsProjection:
 
 _ACCESS = (
     "{p}kind = ANY(%(a_kinds)s::text[]) AND (({scope} AND {p}visibility = ANY(%(a_vis)s::text[])"
-    " AND EXISTS (SELECT 1 FROM unnest(%(a_pt)s::text[], %(a_pr)s::text[], %(a_pth)s::text[]) AS ap(t, r, th)"
-    " WHERE (ap.t IS NULL OR ap.t = {p}tenant_id) AND (ap.r IS NULL OR ap.r = {p}resource_id)"
-    " AND (ap.th IS NULL OR ap.th = {p}thread_id)))"
+    " AND ({p}tenant_id || '/' || {p}resource_id || '/' || {p}thread_id) LIKE ANY(%(a_like)s::text[]))"
     " OR ({p}tenant_id = %(t)s AND {p}aggregate_id IN (SELECT ag.aggregate_id FROM {g} ag"
     " WHERE ag.principal = %(a_who)s AND ag.tenant_id = %(t)s)))"
 )
@@ -106,8 +104,8 @@ _ACCESS = (
 
 def access_condition(scope: sql.Composable, alias: str = "") -> sql.Composable:
     """A principal's rule around the plain ``scope`` rule: the row's kind is readable,
-    and either it passes ``scope``, its visibility is allowed and its home matches a
-    pattern, or it is a note of the reader's tenant granted to the principal (an
+    and either it passes ``scope``, its visibility is allowed and its home
+    (``tenant/resource/thread``) is ``LIKE`` one of the patterns, or it is a note of the reader's tenant granted to the principal (an
     uncorrelated sub-select of :data:`GRANTS`, one hashed lookup per query).
     Parameters: those of ``scope`` and :func:`access_params`."""
     return sql.SQL(_ACCESS).format(p=sql.SQL(alias + "." if alias else ""), scope=scope,
@@ -116,9 +114,8 @@ def access_condition(scope: sql.Composable, alias: str = "") -> sql.Composable:
 
 def access_params(access: AccessFilter) -> dict[str, Any]:
     """Parameters of :func:`access_condition`."""
-    pt, pr, pth = access.pattern_arrays()
-    return {"a_kinds": list(access.kinds), "a_vis": list(access.visibilities), "a_pt": pt,
-            "a_pr": pr, "a_pth": pth, "a_who": access.principal}
+    return {"a_kinds": list(access.kinds), "a_vis": list(access.visibilities),
+            "a_like": access.like_patterns(), "a_who": access.principal}
 
 
 def select_principal(cur: Cursor[Any], agent_id: str | None) -> list[dict[str, Any]]:

@@ -82,3 +82,27 @@ def test_the_principal_aggregate_records_who_changed_what() -> None:
     events = p.collect_events()
     assert [type(e).__name__ for e in events] == ["Defined", "ProfileChanged"]
     assert p.updated_by == "admin" and p.memory_profile().read_kinds == ("fact", "file")
+
+
+def _like(pattern: str, text: str) -> bool:
+    """SQL ``LIKE`` (backslash escape) in Python."""
+    import re
+    out, i = "", 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out, i = out + re.escape(pattern[i + 1]), i + 2
+            continue
+        out += ".*" if c == "%" else "." if c == "_" else re.escape(c)
+        i += 1
+    return re.fullmatch(out, text, re.S) is not None
+
+
+def test_the_sql_like_form_of_a_pattern_matches_exactly_what_the_pattern_does() -> None:
+    ids = ["acme", "a_b", "axb", "u1", "u_1", "t1", ""]
+    keys = [(t, r, th) for t in ids[:3] for r in ids for th in ids if not (r == "" and th != "")]
+    patterns = ["acme/*", "a_b/*", "a_b/u_1/*", "acme/u1", "acme", "acme/*/t1", "*/u_1", "a_b/*/t1", "*"]
+    for text in patterns:
+        p = ScopePattern.parse(text)
+        for key in keys:
+            assert _like(p.like(), "/".join(key)) is p.matches(*key), (text, key)
