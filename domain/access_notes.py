@@ -60,18 +60,22 @@ class PrincipalNotes:
     def _profile(self) -> MemoryProfile:
         return self._principals.get(self.agent_id).profile
 
-    def _governed(self, operation: str, kinds: Iterable[str], run: Callable[[MemoryProfile], _T],
-                  ids_of: Callable[[_T], Sequence[str]], query: str | None = None) -> _T:
-        """``run(profile)`` recorded once: served with ``ids_of(result)``, denied with
-        the rule of its ``AccessDenied``, or error; the exception is re-raised."""
-        record = rules.record_for(self.agent_id, operation, self.scope, tuple(kinds),
-                                  at=datetime.now(timezone.utc))
+    def _governed(self, operation: str, kinds: Iterable[str] | Callable[[MemoryProfile], Iterable[str]],
+                  run: Callable[[MemoryProfile], _T], ids_of: Callable[[_T], Sequence[str]],
+                  query: str | None = None) -> _T:
+        """``run(profile)`` recorded once (the profile read once per call): served with
+        ``ids_of(result)``, denied with the rule of its ``AccessDenied``, or error; the
+        exception is re-raised. ``kinds``: the kinds asked for, or a function of the profile."""
+        at = datetime.now(timezone.utc)
+        profile = self._profile()
+        asked = tuple(kinds(profile) if callable(kinds) else kinds)
+        record = rules.record_for(self.agent_id, operation, self.scope, asked, at=at)
         if query is not None:
             record = dataclasses.replace(
                 record, query_hash=self._service.store.content_hmac(query),
                 query_text=query if self._principals.log_query_text else None)
         try:
-            result = run(self._profile())
+            result = run(profile)
         except AccessDenied as exc:
             self._principals.log.record(rules.finished(record, "denied", rule=exc.rule))
             raise
@@ -159,20 +163,15 @@ class PrincipalNotes:
     def recall(self, query: str, *, kinds: Iterable[str] | str | None = None, **options: Any) -> Any:
         """``Notes.recall`` for the principal (same arguments; without ``kinds``, the
         default kinds the profile may read)."""
-        wanted = self._kinds(kinds, ("fact", "file"))
+        kinds = kinds if kinds is None or isinstance(kinds, str) else tuple(kinds)  # read once
+
+        def wanted(p: MemoryProfile) -> tuple[str, ...]:
+            return _kinds(kinds, ("fact", "file"), p)
 
         def run(p: MemoryProfile) -> Any:
-            result = self._checked(p, wanted).recall(query, kinds=wanted, **options)
+            result = self._checked(p, wanted(p)).recall(query, kinds=wanted(p), **options)
             return dataclasses.replace(result, hits=self._refs(p, result.hits))
         return self._governed("recall", wanted, run, lambda r: [h.id for h in r.hits], query=query)
-
-    def _kinds(self, kinds: Iterable[str] | str | None, default: tuple[str, ...]) -> tuple[str, ...]:
-        """The kinds asked for, or the ``default`` ones the profile may read (all of
-        ``default`` when it may read none: the call is then denied naming them)."""
-        if kinds is not None:
-            return (kinds,) if isinstance(kinds, str) else tuple(kinds)
-        readable = set(self._profile().read_kinds)
-        return tuple(k for k in default if k in readable) or default
 
     def recall_input(self, query: RecallInput) -> Any:
         """Recall with a validated ``RecallInput`` (the context provider's path)."""
@@ -190,18 +189,24 @@ class PrincipalNotes:
 
     def list(self, *, kinds: Iterable[str] | str | None = None, **options: Any) -> Any:  # noqa: A003
         """``Notes.list`` for the principal (same arguments)."""
-        wanted = self._kinds(kinds, ("fact", "procedure", "file"))
+        kinds = kinds if kinds is None or isinstance(kinds, str) else tuple(kinds)  # read once
+
+        def wanted(p: MemoryProfile) -> tuple[str, ...]:
+            return _kinds(kinds, ("fact", "procedure", "file"), p)
 
         def run(p: MemoryProfile) -> Any:
-            page = self._checked(p, wanted).list(kinds=wanted, **options)
+            page = self._checked(p, wanted(p)).list(kinds=wanted(p), **options)
             return dataclasses.replace(page, items=self._refs(p, page.items))
         return self._governed("list", wanted, run, lambda page: [n.id for n in page.items])
 
     def count(self, *, kinds: Iterable[str] | str | None = None, **options: Any) -> int:
         """``Notes.count`` for the principal (same arguments)."""
-        wanted = self._kinds(kinds, ("fact", "procedure", "file"))
+        kinds = kinds if kinds is None or isinstance(kinds, str) else tuple(kinds)  # read once
+
+        def wanted(p: MemoryProfile) -> tuple[str, ...]:
+            return _kinds(kinds, ("fact", "procedure", "file"), p)
         return self._governed("count", wanted,
-                              lambda p: self._checked(p, wanted).count(kinds=wanted, **options),
+                              lambda p: self._checked(p, wanted(p)).count(kinds=wanted(p), **options),
                               lambda n: ())
 
     def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
@@ -381,3 +386,11 @@ class _Guarded:
     def recall(self, scope: Scope, query: RecallInput) -> Any:
         return self._notes.recall_input(query)
 
+
+def _kinds(kinds: Iterable[str] | str | None, default: tuple[str, ...], profile: MemoryProfile) -> tuple[str, ...]:
+    """The kinds asked for, or the ``default`` ones ``profile`` may read (all of
+    ``default`` when it may read none: the call is then denied naming them)."""
+    if kinds is not None:
+        return (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    readable = set(profile.read_kinds)
+    return tuple(k for k in default if k in readable) or default

@@ -95,10 +95,12 @@ class PrincipalsProjection:
 
 
 _ACCESS = (
-    "{p}kind = ANY(%(a_kinds)s::text[]) AND (({scope} AND {p}visibility = ANY(%(a_vis)s::text[])"
+    # the tenant once at the top: both branches need it, and the planner does not factor a
+    # conjunct out of an OR, so without it the tenant's btree indexes would go unused
+    "{p}tenant_id = %(t)s AND {p}kind = ANY(%(a_kinds)s::text[]) AND (({scope} AND {p}visibility = ANY(%(a_vis)s::text[])"
     " AND ({p}tenant_id || '/' || {p}resource_id || '/' || {p}thread_id) LIKE ANY(%(a_like)s::text[]))"
-    " OR ({p}tenant_id = %(t)s AND {p}aggregate_id IN (SELECT ag.aggregate_id FROM {g} ag"
-    " WHERE ag.principal = %(a_who)s AND ag.tenant_id = %(t)s)))"
+    " OR {p}aggregate_id IN (SELECT ag.aggregate_id FROM {g} ag"
+    " WHERE ag.principal = %(a_who)s AND ag.tenant_id = %(t)s))"
 )
 
 
