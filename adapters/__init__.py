@@ -69,6 +69,10 @@ from memfabric.domain.conversation import EntriesPage, Ledger, LedgerEntry, Ledg
 from memfabric.domain.ledger import LedgerAbortedError, LedgerError, NoLedgerError
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor, SubjectKey
 from memfabric.projections.rebuild import ProjectionAdmin
+from memfabric.domain.access import AccessRecord, Principals, PrincipalView
+from memfabric.domain.access_notes import PrincipalNotes
+from memfabric.domain.errors import AccessDenied, PrincipalNotFoundError
+from memfabric.domain.principal import MemoryProfile
 
 __all__ = [
     "AsyncFabric", "AsyncNotes", "NamespaceError", "NotHeldError", "NotePage", "open_fabric_async",
@@ -90,4 +94,7 @@ __all__ = [
     "RetentionConfig", "RetentionError", "RetentionFloorError", "SweepResult",
     # issue 27: administration
     "NoteCounts", "ProjectionAdmin", "fabric_status",
+    # issue 33: governed access
+    "AccessDenied", "AccessRecord", "MemoryProfile", "PrincipalNotFoundError", "PrincipalNotes", "Principals",
+    "PrincipalView",
 ]

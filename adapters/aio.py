@@ -101,6 +101,21 @@ class AsyncNotes:
             return result
         return provide
 
+    def as_principal(self, agent_id: str) -> AsyncNotes:
+        """Issue 33: ``Notes.as_principal`` as an ``AsyncNotes`` (a plain call: it reads
+        the principal once; every call of the handle is then a coroutine)."""
+        return AsyncNotes(self.notes.as_principal(agent_id), self._run)
+
+    async def grant(self, id: str, principal: str, right: str = "read", **args: Any) -> bool:  # noqa: A002
+        """Issue 33: ``Notes.grant``."""
+        result: bool = await self._run(self.notes.grant, id, principal, right, **args)
+        return result
+
+    async def revoke(self, id: str, principal: str, right: str = "read", **args: Any) -> bool:  # noqa: A002
+        """Issue 33: ``Notes.revoke``."""
+        result: bool = await self._run(self.notes.revoke, id, principal, right, **args)
+        return result
+
     async def recall(self, query: str, **options: Any) -> RecallResult:
         result: RecallResult = await self._run(self.notes.recall, query, **options)
         return result

@@ -39,6 +39,8 @@ from memfabric.projections.consolidation_index import ConsolidationIndexProjecti
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
 from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.ledger import LedgerProjection
+from memfabric.projections.principals import PrincipalsProjection
+from memfabric.adapters.principals_store import wire_postgres
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.partitions import MAX_PARTITIONS, count as partition_count
 from memfabric.projections.recall_index import RecallIndexProjection
@@ -311,10 +313,23 @@ class Fabric:
             why = self.read_only_reason or "open_fabric(read_only=True)"
             raise ReadOnlyError(f"{what}: this fabric is open read-only ({why})")
 
+    @property
+    def principals(self) -> Any:
+        """Issue 33: the principal registry (``memfabric.domain.access.Principals``):
+        ``define(agent_id, profile)``, ``get``, ``list``; see ``docs/access.md``."""
+        return self.service.access
+
+    def access_log(self, **query: Any) -> Any:
+        """Issue 33: access records, oldest first (``principal=``, ``since=``,
+        ``until=``, ``outcome=``, ``limit=``, ``with_ids=``; see ``Principals.access_log``)."""
+        return self.service.access.access_log(**query)
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self.service.access is not None:
+            self.service.access.log.close()  # issue 33: flush the access records
         try:
             if self.store.router is not None:
                 self.store.router.close()
@@ -473,7 +488,8 @@ def open_fabric(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
-                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection()],
+                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection(),
+                 PrincipalsProjection()],
                 quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
@@ -516,6 +532,7 @@ def open_fabric(
             service.configure_workers(**workers)
             service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
             service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
+            wire_postgres(service, store)  # issue 33: principals and the access log
             if retention_config is not None and not read_only:
                 service.retention_store.record(retention_config)
             if catch_up and not read_only:

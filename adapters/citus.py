@@ -21,9 +21,13 @@ from __future__ import annotations
 
 from memfabric.projections import tables
 from memfabric.projections.ledger import ENTRIES, OBSERVATIONS, THREADS
+from memfabric.projections.principals import GRANTS, PRINCIPALS
+
+ACCESS_LOG = "mf_access_log"
+"""``memfabric.adapters.access_log.TABLE`` (issue 33; not imported: that module needs cryptography)."""
 
 PROJECTIONS = ("recall_index", "working_value", "note_scope", "consolidation", "link_graph", "ledger",
-               "retention")
+               "retention", "principals")
 """The projections whose tracking tables exist (``ProjectionEngine`` names)."""
 
 DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -35,6 +39,8 @@ DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
     tables.LINK_GRAPH: ("tenant_id", ("tenant_id", "from_aggregate_id", "to_aggregate_id", "relation")),
     THREADS: ("tenant_id", ("tenant_id", "aggregate_id")),
     tables.RETENTION: ("tenant_id", ("tenant_id", "aggregate_id")),
+    GRANTS: ("tenant_id", ("tenant_id", "principal", "aggregate_id")),
+    ACCESS_LOG: ("tenant_id", ("tenant_id", "id")),
 }
 """Table → (distribution column, primary key rebuilt to lead with it)."""
 
@@ -49,6 +55,7 @@ COORDINATOR: dict[str, str] = {
     tables.AUDIT_CHAIN: "the tamper-evidence chain over the whole log (global notification order)",
     tables.PROJECTION_ERRORS: "one row per stopped projection (operator state)",
     tables.FABRIC_RETENTION: "one row: the retention windows every process's sweep uses",
+    PRINCIPALS: "one row per principal (issue 33): its memory profile, read at every governed call",
 }
 """Tables that stay local tables on the coordinator: table → why."""
 

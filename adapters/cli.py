@@ -490,6 +490,10 @@ from memfabric.adapters.cli_console import register as _register_console  # noqa
 
 _register_console(app)
 
+from memfabric.adapters.cli_access import register as _register_access  # noqa: E402 - issue 33
+
+_register_access(app)
+
 
 def main() -> None:  # pragma: no cover - console entry point
     app()

@@ -42,6 +42,9 @@ def register(app: typer.Typer) -> None:
             "--token-file", metavar="FILE", help="Read the bearer token from FILE (one line).")] = None,
         max_file_bytes: Annotated[int, typer.Option(
             "--max-file-bytes", metavar="N", help="Largest memory file in bytes (at most 1 MiB).")] = 50 * 1024,
+        principal: Annotated[Optional[str], typer.Option(  # noqa: UP045
+            "--principal", metavar="ID", help="Serve as this principal: every call checked against its "
+            "memory profile and recorded in the access log (issue 33).")] = None,
         dsn: DsnOpt = None,
         data_dir: DataDirOpt = None,
         as_json: Annotated[bool, typer.Option(
@@ -64,6 +67,7 @@ on the command line is readable by every local user."""
             token = read_token_file(token_file) if token_file is not None else token
             with _open(dsn, data_dir) as fabric:
                 serve(fabric, tenant, resource, thread, root=root, transport=transport,
-                      host=host, port=port, token=token, max_file_bytes=max_file_bytes)
+                      host=host, port=port, token=token, max_file_bytes=max_file_bytes,
+                      principal=principal)
         except (*HANDLED, ValueError) as exc:
             fail(exc, as_json=as_json)

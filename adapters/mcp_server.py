@@ -128,16 +128,20 @@ def serve(
     fabric: Any, tenant: str, resource: str | None = None, thread: str | None = None, *,
     root: str | None = None, transport: str = "stdio", host: str = "127.0.0.1",
     port: int = 8765, token: str | None = None, max_file_bytes: int = 50 * 1024,
+    principal: str | None = None,
 ) -> None:
     """Serve one scope of an open ``fabric`` until the client disconnects (stdio) or the
     process is stopped (HTTP). ``SettingsError`` (a ``ValueError``) for a bad transport, or for HTTP on a
-    non-loopback ``host`` without a token."""
+    non-loopback ``host`` without a token. ``principal`` (issue 33): every tool call goes
+    through ``notes.as_principal(principal)`` (checked, recorded in the access log)."""
     if transport not in ("stdio", "http"):
         raise SettingsError("transport: must be stdio or http")
     token = token or os.environ.get(TOKEN_ENV) or None
     if transport == "http" and not is_loopback(host) and not token:
         raise SettingsError(f"token: listening on {host} needs ${TOKEN_ENV}, --token-file or --token")
     notes: Notes = fabric.scope(tenant, resource, thread)
+    if principal is not None:
+        notes = notes.as_principal(principal)
     tools = notes.tools(root, max_file_bytes=max_file_bytes)
     with _attached(notes) as session:
         server = build_server(notes, tools, session)

@@ -514,7 +514,7 @@ class InMemoryNoteStore:
         filter applied first; ``expand``: plus that many linked notes (issue 15)."""
         with self.log.lock:
             rows = [copy.deepcopy(r) for r in self.log.recall_rows.values()
-                    if _admits(r, scope, kinds, as_of, require_consent) and _filtered(r, filters)]
+                    if _admits(r, scope, kinds, as_of, require_consent, filters) and _filtered(r, filters)]
         by_id = {r["aggregate_id"]: r for r in rows}
         sims: dict[UUID, float] = {}
         vranks: dict[UUID, int] = {}
@@ -554,12 +554,13 @@ class InMemoryNoteStore:
                 link_from=tuple(linked[aid] if aid in linked else among.get(aid, ()))))
         return out
 
-    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID],
+                  filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
         """Like ``recall_index.select_links``."""
         with self.log.lock:
             edges = [dict(e) for es in self.log.link_rows.values() for e in es]
             indexed = {aid: dict(r) for aid, r in self.log.recall_rows.items()}
-        out = {aid: _links_of(aid, edges, indexed, scope) for aid in aggregate_ids}
+        out = {aid: _links_of(aid, edges, indexed, scope, filters) for aid in aggregate_ids}
         return {aid: links for aid, links in out.items() if links}
 
     def _listed(self, query: ListQuery) -> list[dict[str, Any]]:
@@ -709,12 +710,12 @@ def _among(edges: Sequence[dict[str, Any]], seeds: set[UUID]) -> dict[UUID, list
 
 
 def _links_of(aid: UUID, edges: Sequence[dict[str, Any]], indexed: dict[UUID, dict[str, Any]],
-              scope: Scope) -> list[dict[str, Any]]:
+              scope: Scope, filters: NoteFilter | None = None) -> list[dict[str, Any]]:
     """``recall_index._LINKS``: a note's edges to targets indexed and visible from ``scope``."""
     out = []
     for e in edges:
         target = indexed.get(e["to_aggregate_id"])
-        if e["from_aggregate_id"] != aid or target is None or not _visible(target, scope):
+        if e["from_aggregate_id"] != aid or target is None or not _seen(target, scope, filters):
             continue
         out.append({"id": e["to_note_id"], "relation": e["relation"],
                     "weight": float(np.float32(e["weight"]))})
@@ -722,10 +723,20 @@ def _links_of(aid: UUID, edges: Sequence[dict[str, Any]], indexed: dict[UUID, di
 
 
 
+def _seen(row: dict[str, Any], scope: Scope, filters: NoteFilter | None) -> bool:
+    """``recall_index._scope_access``: the scope rule, or a principal's rule around it
+    (issue 33, ``AccessFilter.admits``)."""
+    visible = _visible(row, scope)
+    access = None if filters is None else filters.access
+    if access is None:
+        return visible
+    return row["tenant_id"] == scope.tenant_id and access.admits(row, visible)
+
+
 def _admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: datetime,
-            require_consent: bool) -> bool:
+            require_consent: bool, filters: NoteFilter | None = None) -> bool:
     """``recall_index.scope_filter`` + kinds + validity + consent, in Python."""
-    return (_visible(row, scope) and row["kind"] in kinds and _valid_at(row, as_of)
+    return (_seen(row, scope, filters) and row["kind"] in kinds and _valid_at(row, as_of)
             and _consented(row, require_consent))
 
 
@@ -750,7 +761,7 @@ def _filtered(row: dict[str, Any], filters: NoteFilter | None) -> bool:
 
 def _lists(row: dict[str, Any], query: ListQuery) -> bool:
     """``recall_index._list_where`` in Python."""
-    visible = _in_prefix(row, query.scope) if query.prefix else _visible(row, query.scope)
+    visible = _in_prefix(row, query.scope) if query.prefix else _seen(row, query.scope, query.filters)
     return (visible and row["kind"] in query.kinds
             and (query.valid_at is None or _valid_at(row, query.valid_at))
             and (query.include_superseded or row["superseded_by"] is None)
@@ -879,8 +890,18 @@ class MemoryFabric:
                 "note_scope": self.log.position, "consolidation": self.log.position,
                 "retention": self.log.position}
 
+    @property
+    def principals(self) -> Any:
+        """Issue 33: the principal registry (``memfabric.domain.access.Principals``)."""
+        return self.service.access
+
+    def access_log(self, **query: Any) -> Any:
+        """Issue 33: access records (see ``Principals.access_log``)."""
+        return self.service.access.access_log(**query)
+
     def close(self) -> None:
-        """Nothing to release."""
+        """Flush the access log (nothing else to release)."""
+        self.service.access.log.close()
 
     def __enter__(self) -> MemoryFabric:
         return self
@@ -928,6 +949,8 @@ def open_memory_fabric(
     service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
     service.retention_store = InMemoryRetentionStore(log)  # issue 30
     service.retention_store.record(retention_config)
+    from memfabric.adapters.principals_store import wire_memory  # noqa: PLC0415
+    wire_memory(service, log)  # issue 33: principals and the access log
     fabric = MemoryFabric(service, log, store)
     fabric.partition_count = count
     return fabric

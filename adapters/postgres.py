@@ -444,10 +444,11 @@ class PostgresNoteStore:
         with dimension_guard():
             return self.routed(read)
 
-    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID],
+                  filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
         """:func:`memfabric.projections.recall_index.select_links` (one statement, routed
-        like the recall it follows)."""
-        return self.routed(lambda conn: recall_index.select_links(conn.cursor(), scope, aggregate_ids))
+        like the recall it follows; ``filters.access``: issue 33)."""
+        return self.routed(lambda conn: recall_index.select_links(conn.cursor(), scope, aggregate_ids, filters))
 
     def _hnsw_settings(self, conn: Connection[Any], ef: int) -> None:
         """Session settings of HNSW recall on ``conn`` (autocommit, pooled): iterative

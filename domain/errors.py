@@ -139,3 +139,18 @@ class ProjectionError(FabricError):
             f"projection {projection!r} stopped at notification {notification_id} "
             f"({topic}): {cause}"
         )
+
+
+class AccessDenied(FabricError):  # noqa: N818 - the name the issue gives
+    """Issue 33: a principal's memory profile refuses the call; ``rule`` names the
+    profile rule (``recall_scope``, ``read_kinds``, ``write_kinds``, ``writes``,
+    ``visibility``, ``retention_ceiling``, ``note``, ``operation``). Nothing was written
+    and nothing is returned."""
+
+    def __init__(self, rule: str, message: str):
+        self.rule = rule
+        super().__init__(message)
+
+
+class PrincipalNotFoundError(FabricError, KeyError):
+    """Issue 33: no principal of that id was defined."""

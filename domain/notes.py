@@ -43,6 +43,7 @@ from memfabric.domain.results import (
     RecallResult,
     RepointResult,
 )
+from memfabric.domain.principal import AccessFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 
@@ -78,10 +79,43 @@ class Notes:
     Construct through ``Fabric.scope(tenant_id, resource_id=None, thread_id=None)``.
     """
 
+    _access: AccessFilter | None = None
+    """Issue 33: the principal filter a :class:`~memfabric.domain.access_notes.PrincipalNotes`
+    puts on the handle it reads through (``None``: a plain handle)."""
+
     def __init__(self, service: MemoryService, scope: Scope, *, actor: str = "caller") -> None:
         self._service = service
         self.scope = scope
         self.actor = actor
+
+    def as_principal(self, agent_id: str) -> Any:
+        """Issue 33: this scope's handle for principal ``agent_id``: every call checked
+        against its memory profile and recorded in the access log (see
+        :mod:`memfabric.domain.access_notes`); ``PrincipalNotFoundError`` when undefined."""
+        from memfabric.domain.access_notes import PrincipalNotes  # noqa: PLC0415
+        return PrincipalNotes(self, agent_id)
+
+    def grant(self, id: str, principal: str, right: str = "read", *,  # noqa: A002
+              requested_by: str | None = None) -> bool:
+        """Issue 33: let ``principal`` read note ``id`` of this scope (the note's own)
+        whatever its visibility, from any scope of this tenant within its profile's
+        kinds: a ``Granted`` event on the principal. Returns whether anything was
+        written. Raises ``ValidationError`` (bad id, principal or right: only ``read``),
+        ``NoteNotFoundError``, ``NoteForgottenError``, ``PrincipalNotFoundError``."""
+        return bool(self._principals().grant(self.scope, _note_id(id), principal, right,
+                                             by=requested_by or self.actor))
+
+    def revoke(self, id: str, principal: str, right: str = "read", *,  # noqa: A002
+               requested_by: str | None = None) -> bool:
+        """Issue 33: withdraw a :meth:`grant` (a ``Revoked`` event; none when not granted)."""
+        return bool(self._principals().revoke(self.scope, _note_id(id), principal, right,
+                                              by=requested_by or self.actor))
+
+    def _principals(self) -> Any:
+        if self._service.access is None:
+            from memfabric.domain.errors import NotSupportedError  # noqa: PLC0415
+            raise NotSupportedError("this fabric has no principal registry")
+        return self._service.access
 
     def __repr__(self) -> str:
         return f"Notes({self.scope.key!r})"
@@ -350,7 +384,7 @@ class Notes:
             data["budget"] = budget
         if scoring is not None:
             data["scoring"] = scoring
-        return self._service.recall(self.scope, RecallInput.model_validate(data))
+        return self._service.recall(self.scope, RecallInput.model_validate(data), access=self._access)
 
     def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
         """The note ``id`` as seen from this scope (``NoteNotFoundError`` when absent).
@@ -514,7 +548,7 @@ class Notes:
         :meth:`counts` names every state of the notes homed in this scope, as
         ``erase_scope`` does in ``EraseResult.found`` and ``EraseResult.left``)."""
         args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
-        return self._service.count_notes(self.scope, args)
+        return self._service.count_notes(self.scope, args, access=self._access)
 
     def counts(self) -> NoteCounts:
         """Issue 27: the notes of this handle's scope prefix by state, every kind (the
@@ -543,7 +577,7 @@ class Notes:
         ``include_superseded`` (default False); ``limit`` 1-1000. Raises
         ``ValidationError`` for a bad argument or a cursor this fabric did not issue."""
         args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor)
-        return self._service.list_notes(self.scope, args)
+        return self._service.list_notes(self.scope, args, access=self._access)
 
     # ------------------------------------------------- issue 14: the ledger
     def conversation(self) -> Any:

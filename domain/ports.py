@@ -25,6 +25,7 @@ from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.note import Note
 from memfabric.domain.results import NoteCounts
+from memfabric.domain.principal import AccessFilter
 from memfabric.domain.retention import RetentionConfig, Windows
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
@@ -74,11 +75,14 @@ class Candidate:
 @dataclass(frozen=True, slots=True)
 class NoteFilter:
     """Row filters recall and listing apply inside the query: ``tags`` (the note carries
-    every one), ``subject`` (equal) and ``min_importance`` (``importance >=``)."""
+    every one), ``subject`` (equal) and ``min_importance`` (``importance >=``); ``access``
+    (issue 33): a principal's :class:`~memfabric.domain.principal.AccessFilter`, which
+    replaces the plain scope rule (``None``: no principal)."""
 
     tags: tuple[str, ...] = ()
     subject: str | None = None
     min_importance: float | None = None
+    access: AccessFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +283,11 @@ class NoteStore(Protocol):
         (issue 15)."""
         ...
 
-    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+    def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID],
+                  filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
         """The link edges of each recall hit ``aggregate_ids`` whose target is still
-        recallable and visible from ``scope``: ``[{id, relation, weight}]`` sorted by
+        recallable and visible from ``scope`` (issue 33: and admitted by
+        ``filters.access`` when set): ``[{id, relation, weight}]`` sorted by
         ``(id, relation)``; absent when none (candidates of :meth:`recall` carry none)."""
         ...
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -56,6 +57,7 @@ from memfabric.domain.results import (
     RecallResult,
     RepointResult,
 )
+from memfabric.domain.principal import AccessFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor
 
@@ -138,6 +140,9 @@ class MemoryService:
         (:mod:`memfabric.domain.group_commit`); ``None`` writes each alone."""
         self.retention_store: RetentionStore | None = None
         """Issue 30: the shared retention settings and index (set by the composition root)."""
+        self.access: Any = None
+        """Issue 33: the principal registry (``memfabric.domain.access.Principals``; set by
+        the composition root; ``None``: no principals on this backend)."""
         self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
         """Issue 30: "now" of retention decisions (the floor check, a sweep without
         ``now``); tests inject a fake clock."""
@@ -254,18 +259,19 @@ class MemoryService:
                 raise
         return call()
 
-    def recall(self, scope: Scope, query: RecallInput) -> RecallResult:
-        """Ranked live notes visible from ``scope`` (see ``Notes.recall``)."""
-        return self.adopting(lambda: self._recall(scope, query))
+    def recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None) -> RecallResult:
+        """Ranked live notes visible from ``scope`` (see ``Notes.recall``); ``access``
+        (issue 33): a principal's filter, inside the store's query."""
+        return self.adopting(lambda: self._recall(scope, query, access))
 
-    def _recall(self, scope: Scope, query: RecallInput) -> RecallResult:
+    def _recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None) -> RecallResult:
         as_of = query.as_of or datetime.now(timezone.utc)
         limit = max(query.top_k * OVERSAMPLE, MIN_CANDIDATES)
         embedding = self.embed([query.query])[0] if query.mode != "lexical" else None
         candidates = self.store.recall(
             scope, embedding=embedding, query=query.query if query.mode != "vector" else None,
             kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent,
-            filters=_filters(query.tags, query.subject, query.min_importance),
+            filters=_filters(query.tags, query.subject, query.min_importance, access),
             **({"expand": limit} if query.expand_links else {}))
         served = served_by(self.store)
         if "episode" in query.kinds and query.mode != "vector":  # issue 14: ledger episodes
@@ -282,7 +288,9 @@ class MemoryService:
                               expand=query.top_k if query.expand_links else 0,
                               min_relevance=query.min_relevance,
                               half_life_of=self._half_lives(scope, scoring, candidates))
-        result = ranking.with_links(ranking.rank(candidates, how), scope, self.store.hit_links)
+        hit_links = self.store.hit_links if access is None else functools.partial(
+            self.store.hit_links, filters=NoteFilter(access=access))
+        result = ranking.with_links(ranking.rank(candidates, how), scope, hit_links)
         if any(h.supersedes and h.scope != scope for h in result.hits):
             result = dataclasses.replace(result, hits=history.hide_predecessors(self, scope, list(result.hits)))
         return dataclasses.replace(result, served_by=served)
@@ -300,24 +308,25 @@ class MemoryService:
         classes = self.retention_store.classes([c.aggregate_id for c in candidates])
         return {aid: per_class[cls] for aid, cls in classes.items() if cls in per_class}
 
-    def list_query(self, scope: Scope, args: ListInput) -> ListQuery:
+    def list_query(self, scope: Scope, args: ListInput, access: AccessFilter | None = None) -> ListQuery:
         """The store query of ``Notes.list`` / ``Notes.count`` arguments."""
         return ListQuery(scope=scope, kinds=tuple(args.kinds),
-                         filters=_filters(args.tags, args.subject, None) or NoteFilter(),
+                         filters=_filters(args.tags, args.subject, None, access) or NoteFilter(),
                          valid_at=args.valid_at, include_superseded=args.include_superseded,
                          require_consent=self.require_consent)
 
-    def list_notes(self, scope: Scope, args: ListInput) -> NotePage:
+    def list_notes(self, scope: Scope, args: ListInput, access: AccessFilter | None = None) -> NotePage:
         """One keyset page of the notes visible from ``scope`` (see ``Notes.list``)."""
-        page = browse.page(self.store, self.list_query(scope, args), cursor=args.cursor, limit=args.limit)
+        page = browse.page(self.store, self.list_query(scope, args, access), cursor=args.cursor,
+                           limit=args.limit)
         page = dataclasses.replace(page, served_by=served_by(self.store))
         if any(n.supersedes and n.scope != scope for n in page.items):
             page = dataclasses.replace(page, items=history.hide_predecessors(self, scope, list(page.items)))
         return page
 
-    def count_notes(self, scope: Scope, args: ListInput) -> int:
+    def count_notes(self, scope: Scope, args: ListInput, access: AccessFilter | None = None) -> int:
         """How many notes ``Notes.list`` would list over every page."""
-        return self.store.count_notes(self.list_query(scope, args))
+        return self.store.count_notes(self.list_query(scope, args, access))
 
     def release_hold(self, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
         """Lift a legal hold (see :func:`memfabric.domain.lifecycle.release_hold`)."""
@@ -353,10 +362,11 @@ class MemoryService:
         return lifecycle.verify_content(self, scope, note_id, text)
 
 
-def _filters(tags: Sequence[str], subject: str | None, min_importance: float | None) -> NoteFilter | None:
-    if not tags and subject is None and min_importance is None:
+def _filters(tags: Sequence[str], subject: str | None, min_importance: float | None,
+             access: AccessFilter | None = None) -> NoteFilter | None:
+    if not tags and subject is None and min_importance is None and access is None:
         return None
-    return NoteFilter(tags=tuple(tags), subject=subject, min_importance=min_importance)
+    return NoteFilter(tags=tuple(tags), subject=subject, min_importance=min_importance, access=access)
 
 
 def served_by(store: object) -> str | None:

@@ -23,7 +23,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.policy import normalized_tokens, token_hash
-from memfabric.projections import base, partitions, tables
+from memfabric.projections import base, partitions, principals, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
@@ -239,6 +239,18 @@ def scope_filter(alias: str = "") -> sql.Composable:
     ).format(p=p)
 
 
+def _scope_access(filters: NoteFilter | None, alias: str = "") -> sql.Composable:
+    """Issue 33: the scope rule, or with a principal's ``filters.access`` the rule of
+    :func:`memfabric.projections.principals.access_condition` around it."""
+    access = None if filters is None else filters.access
+    return scope_filter(alias) if access is None else principals.access_condition(scope_filter(alias), alias)
+
+
+def _access_params(filters: NoteFilter | None) -> dict[str, Any]:
+    access = None if filters is None else filters.access
+    return {} if access is None else principals.access_params(access)
+
+
 class RecallIndexProjection:
     """The recall index as a :class:`~memfabric.projections.base.NoteProjection`."""
 
@@ -306,12 +318,13 @@ def filter_params(filters: NoteFilter | None) -> dict[str, Any]:
     """Parameters of :func:`filter_sql`."""
     if filters is None:
         return {}
-    return {"f_tags": list(filters.tags), "f_subject": filters.subject, "f_imp": filters.min_importance}
+    return {"f_tags": list(filters.tags), "f_subject": filters.subject, "f_imp": filters.min_importance,
+            **_access_params(filters)}
 
 
 def _where(require_consent: bool, filters: NoteFilter | None = None) -> sql.Composable:
     return sql.SQL(" AND ").join([
-        scope_filter(),
+        _scope_access(filters),
         sql.SQL("kind = ANY(%(kinds)s)"),
         sql.SQL("valid @> %(as_of)s::timestamptz"),
         _consent(require_consent),
@@ -383,16 +396,19 @@ _LINKS = (
 )
 
 
-def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID]) -> dict[UUID, list[dict[str, Any]]]:
+def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID],
+                 filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
     """The edges of each note in ``aggregate_ids`` (``mf_link_graph``) whose target still
-    has a row here visible from ``scope``, as ``[{id, relation, weight}]`` sorted by
-    ``(id, relation)``; a note without such an edge is absent. One statement."""
+    has a row here visible from ``scope`` (and admitted by ``filters.access``, issue 33),
+    as ``[{id, relation, weight}]`` sorted by ``(id, relation)``; a note without such an
+    edge is absent. One statement."""
     if not aggregate_ids:
         return {}
     t, r, th = scope.sql()
     query = sql.SQL(_LINKS).format(g=sql.Identifier(tables.LINK_GRAPH), t=sql.Identifier(TABLE),
-                                   xs=scope_filter("x"))
-    rows = cur.execute(query, {"t": t, "r": r, "th": th, "ids": list(aggregate_ids)}, prepare=True).fetchall()
+                                   xs=_scope_access(filters, "x"))
+    params = {"t": t, "r": r, "th": th, "ids": list(aggregate_ids), **_access_params(filters)}
+    rows = cur.execute(query, params, prepare=True).fetchall()
     return {row["aggregate_id"]: list(row["links"]) for row in rows}
 
 
@@ -506,7 +522,7 @@ def _list_where(query: ListQuery) -> tuple[sql.Composable, dict[str, Any]]:
         if query.scope.thread_id is not None:
             conds.append(sql.SQL("thread_id = %(th)s"))
     else:
-        conds.append(scope_filter())
+        conds.append(_scope_access(query.filters))
     conds.append(sql.SQL("kind = ANY(%(kinds)s)"))
     if query.valid_at is not None:
         conds.append(sql.SQL("valid @> %(valid_at)s::timestamptz"))

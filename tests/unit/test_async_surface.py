@@ -22,7 +22,8 @@ def test_async_notes_covers_notes_but_the_sync_handles() -> None:
 
 
 def test_io_methods_are_coroutines() -> None:
-    for name in _public(Notes) - SYNC_ONLY - {"context_provider", "attach"}:  # a factory, no I/O
+    for name in _public(Notes) - SYNC_ONLY - {"context_provider", "attach", "as_principal"}:  # no I/O
         assert inspect.iscoroutinefunction(getattr(AsyncNotes, name)), name
     assert not inspect.iscoroutinefunction(AsyncNotes.context_provider)
     assert not inspect.iscoroutinefunction(AsyncNotes.attach)
+    assert not inspect.iscoroutinefunction(AsyncNotes.as_principal)

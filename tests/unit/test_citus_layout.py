@@ -23,6 +23,8 @@ from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
+from memfabric.projections.principals import PrincipalsProjection
+from memfabric.adapters import access_log
 
 EVENTS_COLUMNS = {"originator_id", "originator_version", "topic", "state", "notification_id"}
 """eventsourcing's application recorder table (``PostgresApplicationRecorder``)."""
@@ -54,10 +56,10 @@ def created_columns() -> dict[str, set[str]]:
     cur = Recorder()
     for projection in (RecallIndexProjection(384, "hash-384"), WorkingValueProjection(), NoteScopeProjection(),
                        ConsolidationIndexProjection(384, "hash-384"), LinkGraphProjection(), LedgerProjection(),
-                       RetentionIndexProjection()):
+                       RetentionIndexProjection(), PrincipalsProjection()):
         projection.create(cur)  # type: ignore[arg-type]
     for ddl in (KEYS_DDL, SECRETS_DDL, SECRETS_FORMAT_DDL, EMBEDDER_DDL, ERRORS_DDL, CHAIN_DDL, RETENTION_DDL,
-                quarantine.DDL):
+                quarantine.DDL, *access_log.DDL):
         cur.execute(ddl)
     add_tenant_column(cur, tables.EVENTS)  # type: ignore[arg-type]
     found: dict[str, set[str]] = {tables.EVENTS: set(EVENTS_COLUMNS)}
@@ -107,3 +109,7 @@ def test_a_table_without_a_tenant_column_is_a_listed_gap() -> None:
     lacking = {t for t, c in cols.items() if not c & {"tenant", "tenant_id"}} - set(citus.COORDINATOR)
     assert lacking == set(citus.GAPS)
     assert all(f"-- {t} is not distributed yet" in " ".join(citus.citus_ddl()) for t in citus.GAPS)
+
+
+def test_the_access_log_table_name_is_the_adapters() -> None:
+    assert citus.ACCESS_LOG == access_log.TABLE
