@@ -123,6 +123,9 @@ class InMemoryEventLog:
         """Issue 30: ``retention_index.row_for`` rows."""
         self.retention_config: RetentionConfig = RetentionConfig()
         self.blocks: dict[UUID, tuple[str, str, BlockEntry]] = {}
+        self.projectors: list[Callable[[Sequence[Any]], None]] = []
+        """Issue 32: read models of other aggregates (the entity index), called at every
+        append with the notes and other aggregates it saved, under :attr:`lock`."""
         self._scope_locks: dict[str, threading.Lock] = {}
 
     # ---------------------------------------------------------------- locks
@@ -188,7 +191,8 @@ class InMemoryEventLog:
             note = replay.step(event, note)
         return note if isinstance(note, Note) else None
 
-    def append(self, events: Sequence[Any], notes: Sequence[Note], doomed: set[UUID]) -> int:
+    def append(self, events: Sequence[Any], notes: Sequence[Note], doomed: set[UUID],
+               others: Sequence[Any] = ()) -> int:
         """Append ``events`` (protected fields to the vault), destroy the vault entries
         of ``doomed`` and update the read models from ``notes``; returns the last
         position (one atomic step under :attr:`lock`)."""
@@ -213,6 +217,8 @@ class InMemoryEventLog:
                 self._contrib.pop(aid, None)
             for note in notes:
                 self._project(note)
+            for projector in self.projectors:
+                projector([*notes, *others])
             return self.position
 
     def _project(self, note: Note) -> None:
@@ -465,7 +471,7 @@ class InMemoryUnitOfWork:
         self._check()
         if self._events or self._doomed:
             self._position = self._log.append(self._events, list(self._aggregates.values()),
-                                              self._doomed)
+                                              self._doomed, list(self._others.values()))
         self._committed = True
 
 
@@ -891,4 +897,6 @@ def open_memory_fabric(
     service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
     service.retention_store = InMemoryRetentionStore(log)  # issue 30
     service.retention_store.record(retention_config)
+    from memfabric.adapters.memory_entities import InMemoryEntityStore  # noqa: PLC0415
+    service.entity_store = InMemoryEntityStore(log)  # issue 32: the entity index
     return MemoryFabric(service, log, store)

@@ -103,6 +103,13 @@ class Notes:
         from memfabric.adapters.tools import MemoryTools
         return MemoryTools(self, self._service, root, max_file_bytes=max_file_bytes)
 
+    @property
+    def entities(self) -> Any:
+        """Issue 32: the :class:`~memfabric.domain.entity_commands.Entities` of this scope
+        (resolve, upsert, merge, undo_merge, forget; see ``docs/entities.md``)."""
+        from memfabric.domain.entity_commands import Entities  # noqa: PLC0415
+        return Entities(self._service, self.scope, self.actor)
+
     # ----------------------------------------------------------------- writes
     def remember(
         self,

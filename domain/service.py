@@ -136,6 +136,9 @@ class MemoryService:
         self.group_commit: GroupCommit[RememberInput, MemoryNote] | None = GroupCommit()
         """Issue 24: concurrent small writes to one scope share a transaction
         (:mod:`memfabric.domain.group_commit`); ``None`` writes each alone."""
+        self.entity_store: Any = None
+        """Issue 32: the entity index (``memfabric.domain.entities.EntityStore``; set by
+        the composition root)."""
         self.retention_store: RetentionStore | None = None
         """Issue 30: the shared retention settings and index (set by the composition root)."""
         self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)

@@ -1,0 +1,128 @@
+"""The entity index in memory (issue 32): the ``EntityStore`` port of
+:mod:`memfabric.domain.entities` on the rows of :mod:`memfabric.projections.entities`
+(the same pure row functions), kept in dicts and updated with every append of the
+in-memory log (:attr:`memfabric.adapters.memory.InMemoryEventLog.projectors`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from memfabric.domain import replay
+from memfabric.domain.entities import EntityRef, KeyHit, NoteAbout
+from memfabric.domain.entity import Entity
+from memfabric.domain.note import Note
+from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import of_consent, visible
+from memfabric.projections import entities as proj
+
+
+def _scope(row: dict[str, Any]) -> Scope:
+    return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
+                 thread_id=row["thread_id"] or None)
+
+
+def _seen(row: dict[str, Any], reader: Scope) -> bool:
+    return visible(_scope(row), of_consent({"visibility": row["visibility"]}), reader)
+
+
+class InMemoryEntityStore:
+    """``EntityStore`` over the in-memory log (see the module doc)."""
+
+    def __init__(self, log: Any) -> None:
+        self.log = log
+        self.entities: dict[UUID, dict[str, Any]] = {}
+        self.keys_of: dict[UUID, list[dict[str, Any]]] = {}
+        self.by_digest: dict[str, dict[UUID, list[dict[str, Any]]]] = {}
+        self.notes: dict[UUID, dict[str, Any]] = {}
+        log.projectors.append(self.project)
+
+    # ------------------------------------------------------------- projection
+    def project(self, aggregates: Sequence[Any]) -> None:
+        """Bring the rows of ``aggregates`` up to date (called under the log's lock)."""
+        for a in aggregates:
+            if isinstance(a, Entity):
+                self._entity(a)
+            elif isinstance(a, Note):
+                row = proj.note_row(a)
+                if row is None:
+                    self.notes.pop(a.id, None)
+                else:
+                    self.notes[a.id] = dict(zip(proj.NOTE_COLUMNS, row, strict=True))
+
+    def _entity(self, e: Entity) -> None:
+        for old in self.keys_of.pop(e.id, []):
+            bucket = self.by_digest.get(old["digest"], {})
+            bucket.pop(e.id, None)
+        row = proj.entity_row(e)
+        if row is None:
+            self.entities.pop(e.id, None)
+            return
+        self.entities[e.id] = dict(zip(proj.ENTITY_COLUMNS, row, strict=True))
+        keys = [dict(zip(proj.KEY_COLUMNS, k, strict=True)) for k in proj.key_rows(e)]
+        self.keys_of[e.id] = keys
+        for k in keys:
+            self.by_digest.setdefault(k["digest"], {}).setdefault(e.id, []).append(k)
+
+    def rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row by table, sorted (to compare with a rebuild from the log)."""
+        with self.log.lock:
+            return {
+                proj.ENTITIES: sorted(tuple(r.values()) for r in self.entities.values()),
+                proj.KEYS: sorted(tuple(k.values()) for ks in self.keys_of.values() for k in ks),
+                proj.NOTES: sorted(tuple(str(v) for v in r.values()) for r in self.notes.values()),
+            }
+
+    # ------------------------------------------------------------------ reads
+    def keys(self, reader: Scope, digests: Sequence[str], type_: str | None, per_key: int,
+             uow: Any = None) -> list[KeyHit]:
+        out = []
+        with self.log.lock:
+            for d in digests:
+                n = 0
+                for aid, rows in self.by_digest.get(d, {}).items():
+                    first = rows[0]
+                    if not _seen(first, reader) or (type_ is not None and first["type"] != type_):
+                        continue
+                    out += [KeyHit(aid, r["entity_id"], r["digest"], r["source"], r["ntok"]) for r in rows]
+                    n += 1
+                    if n >= per_key:
+                        break
+        return out
+
+    def owner(self, grp: str, digest: str, uow: Any = None) -> str | None:
+        with self.log.lock:
+            for rows in self.by_digest.get(digest, {}).values():
+                for r in rows:
+                    if r["kind"] == "id" and r["grp"] == grp:
+                        return str(r["entity_id"])
+        return None
+
+    def find(self, reader: Scope, entity_id: str, uow: Any = None) -> list[EntityRef]:
+        with self.log.lock:
+            rows = [dict(r) for r in self.entities.values() if r["entity_id"] == entity_id and _seen(r, reader)]
+        rows.sort(key=lambda r: _scope(r) != reader)
+        return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
+                for r in rows[:3]]
+
+    def page(self, reader: Scope, *, after: str | None, limit: int) -> list[str]:
+        with self.log.lock:
+            ids = sorted(r["entity_id"] for r in self.entities.values()
+                         if r["merged_into"] is None and _seen(r, reader) and r["entity_id"] > (after or ""))
+        return ids[:limit]
+
+    def notes_of(self, tenant_id: str, entity_id: str, *, merge_id: str | None,
+                 limit: int) -> list[NoteAbout]:
+        with self.log.lock:
+            rows = sorted((dict(r) for r in self.notes.values()
+                           if r["tenant_id"] == tenant_id and r["entity_id"] == entity_id
+                           and (merge_id is None or r["merge_id"] == merge_id)),
+                          key=lambda r: r["aggregate_id"])
+        return [NoteAbout(r["aggregate_id"], _scope(r), r["visibility"], r["note_id"]) for r in rows[:limit]]
+
+    def load(self, aggregate_id: UUID) -> Entity | None:
+        found: Any = None
+        for event in self.log.events(aggregate_id):
+            found = replay.step(event, found)
+        return found if isinstance(found, Entity) else None
