@@ -18,6 +18,7 @@ import psycopg
 from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
+from memfabric.adapters.entities_pg import PostgresEntityStore
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
@@ -38,6 +39,7 @@ from memfabric.projections import quarantine, tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
 from memfabric.projections.link_graph import LinkGraphProjection
+from memfabric.projections.entities import EntitiesProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.recall_index import RecallIndexProjection
@@ -457,7 +459,8 @@ def open_fabric(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
-                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection()],
+                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection(),
+                 EntitiesProjection()],  # issue 32: the entity index
                 quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
@@ -500,6 +503,7 @@ def open_fabric(
             service.configure_workers(**workers)
             service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
             service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
+            service.entity_store = PostgresEntityStore(log)  # issue 32
             if retention_config is not None and not read_only:
                 service.retention_store.record(retention_config)
             if catch_up and not read_only:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -188,6 +188,37 @@ class NoteAbout:
     note_id: str
 
 
+class EntityUnitOfWork(Protocol):
+    """What entity writes need of a unit of work (both backends' units of work have it;
+    the ledger uses the same ``*_aggregate`` methods)."""
+
+    def __enter__(self) -> EntityUnitOfWork: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def load_aggregate(self, aggregate_id: UUID) -> Any: ...
+
+    def add_aggregate(self, aggregate: Any) -> None: ...
+
+    def shred_aggregate(self, aggregate: Any) -> None: ...
+
+    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Any]: ...
+
+    def add(self, note: Any) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def content_hmac(self, text: str) -> str: ...
+
+    @property
+    def position(self) -> int: ...
+
+
+def open_uow(svc: MemoryService, locks: Sequence[Scope]) -> EntityUnitOfWork:
+    """A unit of work holding ``locks`` (sorted), typed for entity writes."""
+    return cast(EntityUnitOfWork, svc.unit_of_work(sorted(locks, key=lambda s: s.key)))
+
+
 class EntityStore(Protocol):
     """The entity index (``mf_entity_*``), read in ``uow``'s transaction when given."""
 
@@ -253,7 +284,7 @@ def rank(ctx: _Ctx, surface: str, type_: str | None,
     by_digest = {ctx.digest(text): text for text in p.keys}
     rows = ctx.store.keys(ctx.scope, list(by_digest), type_, PER_KEY, ctx.uow)
     matches = ek.collect(p, ((r.entity_id, by_digest[r.digest], r.source, r.ntok) for r in rows))
-    scored = []
+    scored: list[tuple[str, str, float, EntityRef | None]] = []
     for entity_id, m in matches.items():
         got = ek.score(p, m)
         if got is not None:
@@ -329,7 +360,7 @@ def repoint_notes(ctx: _Ctx, *, source: str, target: str, merge_id: str, moved_b
             return total, batches
         locks = {s for r in rows for s in visibility.write_locks(
             r.scope, visibility.of_consent({"visibility": r.visibility}))}
-        with ctx.svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
+        with open_uow(ctx.svc, list(locks)) as uow:
             moved = 0
             for note in uow.load_ids([r.aggregate_id for r in rows]):
                 if note.forgotten or note_entity(note) != source:

@@ -26,12 +26,14 @@ from memfabric.domain.entities import (
     load_entity,
     locate,
     new_entity_id,
+    open_uow,
     rank,
     repoint_notes,
     view,
 )
 from memfabric.domain.entity import Entity, EntityError, IdentifierConflictError
 from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import Visibility
 
 if TYPE_CHECKING:
     from memfabric.domain.service import MemoryService
@@ -76,7 +78,7 @@ class Entities:
 
     # ----------------------------------------------------------------- writes
     def upsert(self, surface: str, *, type: str | None = None,  # noqa: A002
-               identifiers: Iterable[Any] = (), visibility: str = "resource") -> UpsertResult:
+               identifiers: Iterable[Any] = (), visibility: Visibility = "resource") -> UpsertResult:
         """The entity ``surface`` names, created when none is sure.
 
         Auto-resolves only when exactly one visible entity matches at an auto tier
@@ -90,7 +92,7 @@ class Entities:
         args = UpsertInput(surface=surface, type=type, identifiers=list(identifiers), visibility=visibility)
         pairs = _pairs(args)
         locks = visibility_locks(self.scope, args.visibility)
-        with self._svc.unit_of_work(locks) as uow:
+        with open_uow(self._svc, locks) as uow:
             ctx = self._ctx(uow)
             ranked = rank(ctx, args.surface, args.type, pairs)
             pick = _pick(ctx, ranked, pairs, args.type)
@@ -99,7 +101,7 @@ class Entities:
                 added = _enrich(ctx, e, args.surface, pairs, self.actor)
                 outcome = "resolved"
             else:
-                e, tier, added, outcome = _create(ctx, args, pairs), None, (), "created"
+                e, tier, added, outcome = _create(ctx, args, pairs), None, [], "created"
             others = candidates(ctx, ranked, 5, skip=e.entity_id) if ranked else ()
             if e.pending_events:
                 uow.add_aggregate(e)
@@ -132,7 +134,7 @@ class Entities:
 
     def _merge_names(self, args: MergeInput, w: Any, lo: Any) -> str:
         """Step one of a merge (or the merge id of the one already done)."""
-        with self._svc.unit_of_work(visibility_locks(w.scope, w.visibility)) as uow:
+        with open_uow(self._svc, visibility_locks(w.scope, w.visibility)) as uow:
             ctx = self._ctx(uow)
             winner, loser = load_entity(ctx, w), load_entity(ctx, lo)
             if loser.merged_into == winner.entity_id and loser.merge_id is not None:
@@ -156,7 +158,7 @@ class Entities:
         args = MergeInput(winner=loser, loser=loser, batch=batch)
         ctx = self._ctx()
         lo = locate(ctx, args.loser)
-        with self._svc.unit_of_work(visibility_locks(lo.scope, lo.visibility)) as uow:
+        with open_uow(self._svc, visibility_locks(lo.scope, lo.visibility)) as uow:
             uctx = self._ctx(uow)
             lost = load_entity(uctx, lo)
             done = getattr(lost, "last_undone", None)
@@ -169,6 +171,7 @@ class Entities:
                 uow.add_aggregate(lost)
                 winner_id = winner.entity_id
             else:
+                assert done is not None
                 merge_id, winner_id = done
             uow.commit()
         self._svc.store.await_position(uow.position)
@@ -183,7 +186,7 @@ class Entities:
         Notes about it keep its id only. ``EntityNotFoundError`` when not visible."""
         args = MergeInput(winner=entity_id, loser=entity_id)
         ref = locate(self._ctx(), args.winner)
-        with self._svc.unit_of_work(visibility_locks(ref.scope, ref.visibility)) as uow:
+        with open_uow(self._svc, visibility_locks(ref.scope, ref.visibility)) as uow:
             e = load_entity(self._ctx(uow), ref)
             if e.forgotten:
                 return False
