@@ -63,6 +63,21 @@ class Entities:
         ctx = self._ctx()
         return list(candidates(ctx, rank(ctx, args.surface, args.type), args.limit))
 
+    def match(self, surface: str, *, type: str | None = None,  # noqa: A002
+              identifiers: Iterable[Any] = ()) -> EntityCandidate | None:
+        """The entity :meth:`upsert` would resolve ``surface`` (and ``identifiers``) to
+        without creating one, or ``None`` (nothing sure); writes nothing. Raises as
+        :meth:`upsert` (``IdentifierConflictError`` when the identifiers name two)."""
+        args = UpsertInput(surface=surface, type=type, identifiers=list(identifiers))
+        ctx = self._ctx()
+        ranked = rank(ctx, args.surface, args.type, _pairs(args))
+        pick = _pick(ctx, ranked, _pairs(args), args.type)
+        if pick is None:
+            return None
+        e, tier = pick
+        score = next(c[2] for c in ranked if c[0] == e.entity_id)
+        return EntityCandidate(e.entity_id, tier, score, e.type, e.display_name)
+
     def get(self, entity_id: str) -> EntityView:
         """The entity ``entity_id`` visible from this scope (merged ones too, with
         ``merged_into``); ``EntityNotFoundError`` otherwise."""

@@ -47,6 +47,7 @@ _NON_WORD = re.compile(r"[^0-9a-z]+")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$", re.IGNORECASE)
 _HANDLE = re.compile(r"^@[A-Za-z0-9_.-]{1,64}$")
 _URL = re.compile(r"^(https?://|www\.)\S+$", re.IGNORECASE)
+_DOMAIN = re.compile(r"^[a-z0-9-]{2,}(\.[a-z0-9-]+)*\.[a-z]{2,12}(/\S*)?$", re.IGNORECASE)
 _PHONE = re.compile(r"^\+?[0-9 ()./-]{7,24}$")
 IDENTIFIER_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 """What an identifier kind may be: ``email``, ``phone``, ``handle``, ``url`` or a host's."""
@@ -89,15 +90,16 @@ def norm_identifier(kind: str, value: str) -> str:
     return fold(v)
 
 
-def parse_identifier(surface: str) -> tuple[str, str] | None:
-    """The ``(kind, value)`` a surface *is* when it looks like an email, handle, url or
-    phone number, else ``None``."""
+def parse_identifier(surface: str, *, strict: bool = True) -> tuple[str, str] | None:
+    """The ``(kind, value)`` a surface *is* when it looks like an email, handle, url (with
+    a scheme or ``www.``; ``strict=False``: also a bare domain such as ``globex.example``,
+    for lookups only, since "john.smith" looks like one too) or phone number, else ``None``."""
     s = surface.strip()
     if _EMAIL.match(s):
         return "email", s
     if _HANDLE.match(s):
         return "handle", s
-    if _URL.match(s):
+    if _URL.match(s) or (not strict and _DOMAIN.match(s)):
         return "url", s
     if _PHONE.match(s) and sum(c.isdigit() for c in s) >= 7:
         return "phone", s
@@ -175,7 +177,7 @@ class Probe:
 def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
     """The keys a resolution looks up for ``surface`` (and explicit ``identifiers``)."""
     keys: dict[str, tuple[str, int]] = {}
-    ident = parse_identifier(surface)
+    ident = parse_identifier(surface, strict=False)
     for kind, value in ([ident] if ident else []) + list(identifiers):
         keys[identifier_key(kind, value).digest_input()] = ("id", -1)
     toks = name_tokens(_local_part(surface, ident))
@@ -194,7 +196,8 @@ def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
 
 def _local_part(surface: str, ident: tuple[str, str] | None) -> str:
     """The name-like part of a surface: an email's local part ("maria.lopez"), a handle
-    without ``@``, the surface itself otherwise (a url or phone: nothing)."""
+    without ``@``, a url's first host label ("globex" of ``www.globex.example/x``), the
+    surface itself otherwise (a phone: nothing)."""
     if ident is None:
         return surface
     kind, value = ident
@@ -202,6 +205,8 @@ def _local_part(surface: str, ident: tuple[str, str] | None) -> str:
         return value.split("@", 1)[0]
     if kind == "handle":
         return value.lstrip("@")
+    if kind == "url":
+        return norm_identifier("url", value).split("/", 1)[0].split(".", 1)[0]
     return ""
 
 
