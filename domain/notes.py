@@ -307,6 +307,7 @@ class Notes:
         subject: str | None = None,
         min_importance: float | None = None,
         min_relevance: float | None = None,
+        entity: str | None = None,
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
@@ -334,6 +335,11 @@ class Notes:
           direct hits; a note added by link expansion is admitted by its link score
           instead, since its own evidence for the query may be low (see below).
 
+        ``entity`` (issue 32): an entity id or a surface that resolves to one entity
+        (``notes.entities.match``): only the notes about it, whichever alias or
+        identifier they were stated under (merged entities' notes included); each explain
+        row names it (``Explain.entity``). ``EntityNotFoundError`` when it names none.
+
         Links (issue 15): every hit carries its links (``MemoryNote.links``, to targets
         still recallable). With ``expand_links`` (default True) the same SQL statement
         also takes the notes linked, in either direction, to the candidates of both
@@ -356,6 +362,9 @@ class Notes:
             data["budget"] = budget
         if scoring is not None:
             data["scoring"] = scoring
+        if entity is not None:  # issue 32: the notes about one entity, stated under any alias
+            from memfabric.domain.entity_recall import recall_entity  # noqa: PLC0415
+            return recall_entity(self._service, self.scope, RecallInput.model_validate(data), entity)
         return self._service.recall(self.scope, RecallInput.model_validate(data))
 
     def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name

@@ -248,3 +248,19 @@ def test_rebuild_is_identical(backend: Backend) -> None:
         fresh.project([agg])
     assert fresh.rows() == backend.fabric.service.entity_store.rows()
     assert any(isinstance(a, Entity) for a in [backend.fabric.service.entity_store.load(entity_uuid(notes.scope, e.id))])
+
+
+def test_recall_by_entity_covers_every_alias_and_names_it(backend: Backend) -> None:
+    notes = backend.fabric.scope("t1", "u1", "th1")
+    e = maria(notes)
+    notes.entities.upsert("Mia", identifiers=[("email", "maria@acme.example")])
+    about = {notes.remember(kind="fact", content=text).id for text in (
+        "Maria Lopez likes tennis", "Mia likes chess", "maria@acme.example likes sailing")}
+    other = notes.remember(kind="fact", content="Peter likes tennis").id
+    got = notes.recall("likes tennis chess sailing", entity=e.id, top_k=10)
+    assert {h.id for h in got.hits} == about and other not in {h.id for h in got.hits}
+    assert {x.entity for x in got.explain} == {e.id}
+    assert {h.id for h in notes.recall("tennis", entity="Mia", top_k=10, min_relevance=0).hits} <= about
+    assert all(x.entity is None for x in notes.recall("tennis").explain)
+    with pytest.raises(EntityNotFoundError):
+        notes.recall("tennis", entity="Nobody Known")
