@@ -42,10 +42,10 @@ class PostgresEntityStore:
         with self.log.datastore.get_connection() as own, own.cursor() as cur:
             yield cur
 
-    def keys(self, reader: Scope, digests: Sequence[str], type_: str | None, per_key: int,
+    def keys(self, reader: Scope, digests: Sequence[tuple[str, int]], type_: str | None,
              uow: Any = None) -> list[KeyHit]:
         with self._cursor(uow) as cur:
-            rows = proj.select_keys(cur, reader.sql(), digests, type_, per_key)
+            rows = proj.select_keys(cur, reader.sql(), digests, type_)
         return [KeyHit(r["aggregate_id"], r["entity_id"], r["digest"], int(r["source"]), int(r["ntok"]))
                 for r in rows]
 
@@ -68,6 +68,13 @@ class PostgresEntityStore:
         with self._cursor() as cur:
             rows = proj.select_notes_of(cur, tenant_id, entity_id, merge_id=merge_id, after=None, limit=limit)
         return [NoteAbout(r["aggregate_id"], _scope(r), r["visibility"], r["note_id"]) for r in rows]
+
+    def load_many(self, aggregate_ids: Sequence[UUID]) -> list[Entity]:
+        if not aggregate_ids:
+            return []
+        with self._cursor() as cur:
+            found = select_notes(cur, self.log.sealing_mapper, list(aggregate_ids))
+        return [e for e in found if isinstance(e, Entity)]
 
     def load(self, aggregate_id: UUID) -> Entity | None:
         with self._cursor() as cur:

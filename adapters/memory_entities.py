@@ -14,7 +14,6 @@ from memfabric.domain.entities import EntityRef, KeyHit, NoteAbout
 from memfabric.domain.entity import Entity
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
-from memfabric.domain.visibility import of_consent, visible
 from memfabric.projections import entities as proj
 
 
@@ -24,7 +23,13 @@ def _scope(row: dict[str, Any]) -> Scope:
 
 
 def _seen(row: dict[str, Any], reader: Scope) -> bool:
-    return visible(_scope(row), of_consent({"visibility": row["visibility"]}), reader)
+    """``visibility.visible`` on a row's plain columns (no Scope built)."""
+    t, r, th = reader.sql()
+    if row["tenant_id"] != t:
+        return False
+    if (row["resource_id"], row["thread_id"]) == (r, th) or row["visibility"] == "tenant":
+        return True
+    return row["visibility"] == "resource" and r != "" and row["resource_id"] == r
 
 
 class InMemoryEntityStore:
@@ -36,6 +41,7 @@ class InMemoryEntityStore:
         self.keys_of: dict[UUID, list[dict[str, Any]]] = {}
         self.by_digest: dict[str, dict[UUID, list[dict[str, Any]]]] = {}
         self.notes: dict[UUID, dict[str, Any]] = {}
+        self.by_entity_id: dict[str, set[UUID]] = {}
         log.projectors.append(self.project)
 
     # ------------------------------------------------------------- projection
@@ -58,8 +64,10 @@ class InMemoryEntityStore:
         row = proj.entity_row(e)
         if row is None:
             self.entities.pop(e.id, None)
+            self.by_entity_id.get(e.entity_id, set()).discard(e.id)
             return
         self.entities[e.id] = dict(zip(proj.ENTITY_COLUMNS, row, strict=True))
+        self.by_entity_id.setdefault(e.entity_id, set()).add(e.id)
         keys = [dict(zip(proj.KEY_COLUMNS, k, strict=True)) for k in proj.key_rows(e)]
         self.keys_of[e.id] = keys
         for k in keys:
@@ -75,15 +83,15 @@ class InMemoryEntityStore:
             }
 
     # ------------------------------------------------------------------ reads
-    def keys(self, reader: Scope, digests: Sequence[str], type_: str | None, per_key: int,
+    def keys(self, reader: Scope, digests: Sequence[tuple[str, int]], type_: str | None,
              uow: Any = None) -> list[KeyHit]:
         out = []
         with self.log.lock:
-            for d in digests:
+            for d, per_key in digests:
                 n = 0
                 for aid, rows in self.by_digest.get(d, {}).items():
                     first = rows[0]
-                    if not _seen(first, reader) or (type_ is not None and first["type"] != type_):
+                    if (type_ is not None and first["type"] != type_) or not _seen(first, reader):
                         continue
                     out += [KeyHit(aid, r["entity_id"], r["digest"], r["source"], r["ntok"]) for r in rows]
                     n += 1
@@ -101,7 +109,8 @@ class InMemoryEntityStore:
 
     def find(self, reader: Scope, entity_id: str, uow: Any = None) -> list[EntityRef]:
         with self.log.lock:
-            rows = [dict(r) for r in self.entities.values() if r["entity_id"] == entity_id and _seen(r, reader)]
+            rows = [dict(self.entities[a]) for a in self.by_entity_id.get(entity_id, ())
+                    if _seen(self.entities[a], reader)]
         rows.sort(key=lambda r: _scope(r) != reader)
         return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
                 for r in rows[:3]]
@@ -120,6 +129,9 @@ class InMemoryEntityStore:
                            and (merge_id is None or r["merge_id"] == merge_id)),
                           key=lambda r: r["aggregate_id"])
         return [NoteAbout(r["aggregate_id"], _scope(r), r["visibility"], r["note_id"]) for r in rows[:limit]]
+
+    def load_many(self, aggregate_ids: Sequence[UUID]) -> list[Entity]:
+        return [e for e in map(self.load, aggregate_ids) if e is not None]
 
     def load(self, aggregate_id: UUID) -> Entity | None:
         found: Any = None

@@ -49,7 +49,10 @@ DIGEST_CHARS = 32
 """Hex characters kept of a key's HMAC-SHA256 (128 bits)."""
 
 PER_KEY = 50
-"""Entities a resolution reads per lookup key at most (a common first name)."""
+"""Entities a resolution reads per lookup key at most."""
+
+PER_FUZZY_KEY = 10
+"""... per single-token key (``tok``/``del``: a common first name is shared by many)."""
 
 MERGE_BATCH = 200
 """Notes re-pointed per transaction by a merge or its undo."""
@@ -222,8 +225,15 @@ def open_uow(svc: MemoryService, locks: Sequence[Scope]) -> EntityUnitOfWork:
 class EntityStore(Protocol):
     """The entity index (``mf_entity_*``), read in ``uow``'s transaction when given."""
 
-    def keys(self, reader: Scope, digests: Sequence[str], type_: str | None, per_key: int,
-             uow: Any = None) -> list[KeyHit]: ...
+    def keys(self, reader: Scope, digests: Sequence[tuple[str, int]], type_: str | None,
+             uow: Any = None) -> list[KeyHit]:
+        """Key rows of live entities visible from ``reader`` per ``(digest, at most n
+        entities)``, of ``type_`` when given."""
+        ...
+
+    def load_many(self, aggregate_ids: Sequence[UUID]) -> list[Entity]:
+        """The entities ``aggregate_ids`` replayed (absent ones skipped), in order."""
+        ...
 
     def owner(self, grp: str, digest: str, uow: Any = None) -> str | None: ...
 
@@ -277,18 +287,20 @@ class _Ctx:
 
 
 def rank(ctx: _Ctx, surface: str, type_: str | None,
-         identifiers: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str, float, EntityRef | None]]:
-    """Ranked ``(entity id, tier, score, None)`` of the live entities visible from the
+         identifiers: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str, float, UUID]]:
+    """Ranked ``(entity id, tier, score, aggregate id)`` of the live entities visible from the
     context's scope that ``surface`` (and ``identifiers``) may name, best first."""
     p = ek.probe(surface, identifiers)
     by_digest = {ctx.digest(text): text for text in p.keys}
-    rows = ctx.store.keys(ctx.scope, list(by_digest), type_, PER_KEY, ctx.uow)
+    asks = [(d, PER_FUZZY_KEY if p.keys[t][0] in ek.FUZZY_KINDS else PER_KEY) for d, t in by_digest.items()]
+    rows = ctx.store.keys(ctx.scope, asks, type_, ctx.uow)
+    aggregate = {r.entity_id: r.aggregate_id for r in rows}
     matches = ek.collect(p, ((r.entity_id, by_digest[r.digest], r.source, r.ntok) for r in rows))
-    scored: list[tuple[str, str, float, EntityRef | None]] = []
+    scored: list[tuple[str, str, float, UUID]] = []
     for entity_id, m in matches.items():
         got = ek.score(p, m)
         if got is not None:
-            scored.append((entity_id, got[0], got[1], None))
+            scored.append((entity_id, got[0], got[1], aggregate[entity_id]))
     scored.sort(key=lambda c: (-c[2], ek.TIERS.index(c[1]), c[0]))
     return scored
 
@@ -312,16 +324,17 @@ def load_entity(ctx: _Ctx, ref: EntityRef) -> Entity:
 
 def candidates(ctx: _Ctx, ranked: Sequence[tuple[str, str, float, Any]], limit: int,
                skip: str | None = None) -> tuple[EntityCandidate, ...]:
-    """The first ``limit`` ranked entities as candidates (names read from the log)."""
-    out = []
-    for entity_id, tier, score, _ in ranked:
-        if entity_id == skip:
-            continue
-        e = load_entity(ctx, locate(ctx, entity_id))
-        out.append(EntityCandidate(entity_id, tier, score, e.type, e.display_name))
-        if len(out) >= limit:
-            break
-    return tuple(out)
+    """The first ``limit`` ranked entities as candidates (names read from the log in
+    one replay of them all)."""
+    picked = [c for c in ranked if c[0] != skip][:limit]
+    ids = [c[3] for c in picked]
+    if ctx.uow is not None:
+        loaded = [a for a in map(ctx.uow.load_aggregate, ids) if isinstance(a, Entity)]
+    else:
+        loaded = ctx.store.load_many(ids)
+    by_id = {e.id: e for e in loaded}
+    return tuple(EntityCandidate(c[0], c[1], c[2], by_id[c[3]].type, by_id[c[3]].display_name)
+                 for c in picked if c[3] in by_id)
 
 
 def group_of(scope: Scope, vis: str) -> str:

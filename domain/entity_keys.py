@@ -12,8 +12,9 @@ fabric secret by the unit of work / store, ``content_hmac``). Tiers, strongest f
 ``normalised``  ``sorted``: the name's tokens sorted ("Lopez, Maria" = "Maria Lopez"),
                 ``concat``: the tokens joined ("Acme Corp" ~ "AcmeCorp"), ``init``: first
                 initial + last token ("M. Lopez", the handle ``mlopez``);
-``fuzzy``       ``tok``: each token, ``del``: each token and its one-letter deletions
-                (symmetric-delete typo matching, tokens of 4+ letters).
+``fuzzy``       ``ndel``: the joined name and its one-letter deletions (a typo anywhere
+                in a multi-word name), ``tok``: each token, ``del``: each token and its
+                one-letter deletions (symmetric-delete typo matching, tokens of 4+ letters).
 
 Normalisation: NFKD accent folding, case folding, punctuation to spaces, honorifics
 (mr, dr, ...) and legal suffixes (inc, ltd, gmbh, ...) dropped.
@@ -36,6 +37,13 @@ TIER_SCORE: dict[str, float] = {"identifier": 1.0, "exact_name": 0.95, "exact_al
 AUTO_TIERS: frozenset[str] = frozenset({"identifier", "exact_name", "exact_alias"})
 """Tiers an ``upsert`` (and the write path) may resolve to without asking: only these,
 and only when one entity holds the match (see :func:`auto_pick`)."""
+
+NAME_DEL_MAX = 40
+"""Names (tokens joined) up to this many letters also get whole-name deletion keys
+(``ndel``: a typo anywhere in a multi-word name, specific enough for a large scope)."""
+
+FUZZY_KINDS = frozenset({"tok", "del"})
+"""Key kinds shared by many entities (one token): read with a smaller per-key cap."""
 
 CANDIDATE_FLOOR = 0.45
 """Candidates below this score are not reported."""
@@ -147,6 +155,8 @@ def name_keys(name: str, source: int, *, alias: bool | None = None) -> list[Key]
     if n > 1:
         keys += [Key("sorted", " ".join(sorted(toks)), source, n), Key("concat", "".join(toks), source, n),
                  Key("init", toks[0][0] + toks[-1], source, n)]
+    if n > 1 and len("".join(toks)) <= NAME_DEL_MAX:
+        keys += [Key("ndel", d, source, n) for d in sorted(_deletions("".join(toks)))]
     seen: set[tuple[str, str]] = set()
     for t in toks:
         keys.append(Key("tok", t, source, n))
@@ -187,6 +197,9 @@ def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
         for kind, text in (("sorted", " ".join(sorted(toks))), ("concat", "".join(toks)),
                            ("init", "".join(toks) if len(toks) == 1 else toks[0][0] + toks[-1])):
             keys.setdefault(digest_input(kind, text), (kind, -1))
+        if len(toks) > 1 and len("".join(toks)) <= NAME_DEL_MAX:
+            for d in _deletions("".join(toks)):
+                keys.setdefault(digest_input("ndel", d), ("ndel", -1))
         for i, t in enumerate(toks):
             keys.setdefault(digest_input("tok", t), ("tok", i))
             for d in _deletions(t):
@@ -248,6 +261,8 @@ def score(p: Probe, m: Match) -> tuple[str, float] | None:
     if m.kinds & {"sorted", "concat"}:
         return "normalised", TIER_SCORE["normalised"]
     best = _overlap(p, m)
+    if "ndel" in m.kinds:
+        best = max(best, 0.9)
     if "init" in m.kinds:
         best = max(best, 0.8)
     value = round(TIER_SCORE["fuzzy"] * best, 4)

@@ -93,7 +93,7 @@ def resolve_subjects(svc: MemoryService, uow: Any, scope: Scope, prepared: Mappi
     exact = {i: {ctx.digest(t): t for t, (kind, _) in p.keys.items() if kind in ("id", "name", "alias")}
              for i, p in probes.items()}
     wanted = sorted({d for ds in exact.values() for d in ds})
-    rows = store.keys(scope, wanted, None, PER_KEY, uow) if wanted else []
+    rows = store.keys(scope, [(d, PER_KEY) for d in wanted], None, uow) if wanted else []
     by_digest: dict[str, list[Any]] = {}
     for r in rows:
         by_digest.setdefault(r.digest, []).append(r)

@@ -205,18 +205,20 @@ _VISIBLE = ("tenant_id = %(t)s AND ((resource_id = %(r)s AND thread_id = %(th)s)
 """``memfabric.domain.visibility.visible`` in SQL (the reader's ``t``, ``r``, ``th``)."""
 
 
-def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequence[str],
-                type_: str | None, per_key: int) -> list[dict[str, Any]]:
-    """Key rows of live entities visible from ``reader`` whose digest is one of
-    ``digests`` (at most ``per_key`` entities per digest; of ``type_`` when given)."""
+def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequence[tuple[str, int]],
+                type_: str | None) -> list[dict[str, Any]]:
+    """Key rows of live entities visible from ``reader`` per ``(digest, n)``: at most
+    ``n`` rows of that digest (of ``type_`` when given); one statement, btree
+    ``(tenant_id, digest)`` per digest."""
     t, r, th = reader
     only = " AND k.type = %(type)s" if type_ is not None else ""
     rows = cur.execute(
-        "SELECT x.* FROM unnest(%(d)s::text[]) AS q(digest) CROSS JOIN LATERAL ("  # noqa: S608
+        "SELECT x.* FROM unnest(%(d)s::text[], %(n)s::int[]) AS q(digest, lim) CROSS JOIN LATERAL ("  # noqa: S608
         f" SELECT k.aggregate_id, k.entity_id, k.kind, k.digest, k.source, k.ntok FROM {KEYS} k"
         f" WHERE k.digest = q.digest AND {_VISIBLE}{only}"
-        " LIMIT %(n)s) x",
-        {"d": list(digests), "t": t, "r": r, "th": th, "type": type_, "n": per_key}).fetchall()
+        " LIMIT q.lim) x",
+        {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
+         "type": type_}, prepare=True).fetchall()
     return list(rows)
 
 

@@ -240,7 +240,7 @@ def test_rebuild_is_identical(backend: Backend) -> None:
         return
     log = backend.fabric.log
     fresh = InMemoryEntityStore.__new__(InMemoryEntityStore)
-    fresh.log, fresh.entities, fresh.keys_of, fresh.by_digest, fresh.notes = log, {}, {}, {}, {}
+    fresh.log, fresh.entities, fresh.keys_of, fresh.by_digest, fresh.notes, fresh.by_entity_id = log, {}, {}, {}, {}, {}
     for aid in log.aggregate_ids():
         agg: Any = None
         for ev in log.events(aid):
