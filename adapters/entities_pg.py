@@ -73,7 +73,7 @@ class PostgresEntityStore:
         if not aggregate_ids:
             return []
         with self._cursor() as cur:
-            found = select_notes(cur, self.log.sealing_mapper, list(aggregate_ids))
+            found: list[Any] = select_notes(cur, self.log.sealing_mapper, list(aggregate_ids))
         return [e for e in found if isinstance(e, Entity)]
 
     def load(self, aggregate_id: UUID) -> Entity | None:
