@@ -490,6 +490,10 @@ from memfabric.adapters.cli_console import register as _register_console  # noqa
 
 _register_console(app)
 
+from memfabric.adapters.cli_entities import register as _register_entities  # noqa: E402 - issue 32
+
+_register_entities(app)
+
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
