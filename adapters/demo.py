@@ -292,6 +292,8 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         summary["conversation"] = _conversation(console, acme)
         summary["links"] = _links(console, fabric.scope("acme", "user-1", f"{thread}-links"))
         summary["retention"] = _retention(console, fabric, f"retention-{run}")
+        from memfabric.adapters.demo_entities import entities_step  # noqa: PLC0415 - issue 32
+        summary["entities"] = entities_step(console, fabric.scope("acme", f"user-1-{run}", f"{thread}-entities"))
     console.print()
     console.print("[green]demo finished[/green]")
     return summary

@@ -264,3 +264,16 @@ def test_recall_by_entity_covers_every_alias_and_names_it(backend: Backend) -> N
     assert all(x.entity is None for x in notes.recall("tennis").explain)
     with pytest.raises(EntityNotFoundError):
         notes.recall("tennis", entity="Nobody Known")
+
+
+def test_demo_shows_an_alias_and_a_merge(dsn: str) -> None:
+    import io
+
+    from rich.console import Console
+
+    from memfabric.adapters.demo import run_demo
+
+    out = io.StringIO()
+    summary = run_demo(Console(file=out, width=200), dsn=dsn)["entities"]
+    assert summary == {"alias": True, "superseded": True, "merge_in_history": True}
+    assert "16. entities" in out.getvalue() and "NoteEntityRepointed (merge:" in out.getvalue()
