@@ -277,3 +277,16 @@ def test_demo_shows_an_alias_and_a_merge(dsn: str) -> None:
     summary = run_demo(Console(file=out, width=200), dsn=dsn)["entities"]
     assert summary == {"alias": True, "superseded": True, "merge_in_history": True}
     assert "16. entities" in out.getvalue() and "NoteEntityRepointed (merge:" in out.getvalue()
+
+
+def test_a_forgotten_note_is_not_repointed_and_leaves_no_row(backend: Backend) -> None:
+    notes = backend.fabric.scope("t1", "u1", "th1")
+    e = maria(notes)
+    m2 = notes.entities.upsert("M. Lopez").entity
+    kept = notes.remember(kind="fact", content="M. Lopez likes tennis")
+    gone = notes.remember(kind="fact", content="M. Lopez likes chess")
+    store = backend.fabric.service.entity_store
+    assert {n.note_id for n in store.notes_of("t1", m2.id, merge_id=None, limit=10)} == {kept.id, gone.id}
+    notes.forget(id=gone.id)
+    assert {n.note_id for n in store.notes_of("t1", m2.id, merge_id=None, limit=10)} == {kept.id}
+    assert notes.entities.merge(e.id, m2.id).repointed == 1
