@@ -218,6 +218,8 @@ class Fabric:
             return result
         n = self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
                                       args.requested_by)
+        from memfabric.domain.entity_commands import erase_entities  # noqa: PLC0415 - issue 32
+        erase_entities(self.service, args.tenant_id, args.resource_id, args.thread_id, args.requested_by)
         return dataclasses.replace(result, conversations=n)
 
     def _erase_conversations(self, tenant_id: str, resource_id: str | None,

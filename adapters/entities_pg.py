@@ -59,6 +59,13 @@ class PostgresEntityStore:
         return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
                 for r in rows]
 
+    def homed(self, tenant_id: str, resource_id: str | None, thread_id: str | None,
+              limit: int) -> list[EntityRef]:
+        with self._cursor() as cur:
+            rows = proj.select_homed(cur, tenant_id, resource_id, thread_id, limit)
+        return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
+                for r in rows]
+
     def page(self, reader: Scope, *, after: str | None, limit: int) -> list[str]:
         with self._cursor() as cur:
             return [str(r["entity_id"]) for r in proj.select_page(cur, reader.sql(), after=after, limit=limit)]

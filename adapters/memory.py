@@ -836,6 +836,9 @@ class MemoryFabric:
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
         n = erase_conversations(self.service, args.tenant_id, args.resource_id, args.thread_id,
                                 args.requested_by)  # issue 14
+        from memfabric.domain.entity_commands import erase_entities  # noqa: PLC0415
+        erase_entities(self.service, args.tenant_id, args.resource_id, args.thread_id,
+                       args.requested_by)  # issue 32
         return dataclasses.replace(result, conversations=n)
 
     def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,

@@ -115,6 +115,16 @@ class InMemoryEntityStore:
         return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
                 for r in rows[:3]]
 
+    def homed(self, tenant_id: str, resource_id: str | None, thread_id: str | None,
+              limit: int) -> list[EntityRef]:
+        with self.log.lock:
+            rows = sorted((dict(r) for r in self.entities.values() if r["tenant_id"] == tenant_id
+                           and (resource_id is None or r["resource_id"] == resource_id)
+                           and (thread_id is None or r["thread_id"] == thread_id)),
+                          key=lambda r: r["aggregate_id"])
+        return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
+                for r in rows[:limit]]
+
     def page(self, reader: Scope, *, after: str | None, limit: int) -> list[str]:
         with self.log.lock:
             ids = sorted(r["entity_id"] for r in self.entities.values()

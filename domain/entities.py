@@ -241,6 +241,11 @@ class EntityStore(Protocol):
 
     def page(self, reader: Scope, *, after: str | None, limit: int) -> list[str]: ...
 
+    def homed(self, tenant_id: str, resource_id: str | None, thread_id: str | None,
+              limit: int) -> list[EntityRef]:
+        """Un-forgotten entities whose home is in a scope prefix (``None``: any part)."""
+        ...
+
     def notes_of(self, tenant_id: str, entity_id: str, *, merge_id: str | None,
                  limit: int) -> list[NoteAbout]: ...
 

@@ -213,6 +213,31 @@ class Entities:
         return True
 
 
+def erase_entities(svc: MemoryService, tenant_id: str, resource_id: str | None, thread_id: str | None,
+                   requested_by: str, batch: int = 100) -> int:
+    """Tombstone (key destroyed) every entity homed in a scope prefix, ``batch`` per
+    transaction: ``erase_scope`` erases the names and identifiers of a scope too.
+    Returns how many were forgotten."""
+    store = getattr(svc, "entity_store", None)
+    total = 0
+    while store is not None:
+        refs = store.homed(tenant_id, resource_id, thread_id, batch)
+        if not refs:
+            return total
+        locks = {lock for r in refs for lock in visibility_locks(r.scope, r.visibility)}
+        with open_uow(svc, list(locks)) as uow:
+            for r in refs:
+                e = uow.load_aggregate(r.aggregate_id)
+                if isinstance(e, Entity) and not e.forgotten:
+                    e.forget(reason="erase_scope", requested_by=requested_by)
+                    uow.add_aggregate(e)
+                    uow.shred_aggregate(e)
+                    total += 1
+            uow.commit()
+        svc.store.await_position(uow.position)
+    return total
+
+
 def visibility_locks(scope: Scope, vis: str) -> list[Scope]:
     """The write locks an entity write of ``vis`` from ``scope`` takes (sorted)."""
     locks = visibility.write_locks(scope, visibility.of_consent({"visibility": vis}))

@@ -248,6 +248,18 @@ def select_page(cur: Cursor[Any], reader: tuple[str, str, str], *, after: str | 
         {"t": t, "r": r, "th": th, "after": after or "", "k": limit}).fetchall())
 
 
+def select_homed(cur: Cursor[Any], tenant_id: str, resource_id: str | None, thread_id: str | None,
+                 limit: int) -> list[dict[str, Any]]:
+    """Un-forgotten entities whose home is in a scope prefix (``None``: any), by aggregate id."""
+    where, params = "tenant_id = %s", [tenant_id]
+    for column, value in (("resource_id", resource_id), ("thread_id", thread_id)):
+        if value is not None:
+            where += f" AND {column} = %s"
+            params.append(value)
+    return list(cur.execute(f"SELECT * FROM {ENTITIES} WHERE {where} ORDER BY aggregate_id LIMIT %s",  # noqa: S608
+                            [*params, limit]).fetchall())
+
+
 def select_notes_of(cur: Cursor[Any], tenant_id: str, entity_id: str, *, merge_id: str | None,
                     after: UUID | None, limit: int) -> list[dict[str, Any]]:
     """Notes about ``entity_id`` (moved by ``merge_id`` when given), by aggregate id."""

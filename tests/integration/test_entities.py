@@ -290,3 +290,16 @@ def test_a_forgotten_note_is_not_repointed_and_leaves_no_row(backend: Backend) -
     notes.forget(id=gone.id)
     assert {n.note_id for n in store.notes_of("t1", m2.id, merge_id=None, limit=10)} == {kept.id}
     assert notes.entities.merge(e.id, m2.id).repointed == 1
+
+
+def test_erase_scope_forgets_the_entities_homed_there(backend: Backend) -> None:
+    notes = backend.fabric.scope("t1", "u1", "th1")
+    e = maria(notes)
+    kept = backend.fabric.scope("t1", "u2", "th1").entities.upsert("Other Person").entity
+    backend.fabric.erase_scope("t1", "u1")
+    events = backend.entity_events(entity_uuid(notes.scope, e.id))
+    assert type(events[-1]).__name__ == "EntityForgotten" and events[0].content == ERASED
+    assert notes.entities.resolve("Maria Lopez") == []
+    assert backend.fabric.scope("t1", "u2", "th1").entities.get(kept.id).display_name == "Other Person"
+    if backend.dsn is not None:
+        assert_no_plaintext(backend.dsn, ["Maria Lopez", "maria@acme.example"])
