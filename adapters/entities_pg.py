@@ -66,9 +66,11 @@ class PostgresEntityStore:
         return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
                 for r in rows]
 
-    def page(self, reader: Scope, *, after: str | None, limit: int) -> list[str]:
+    def page(self, reader: Scope, *, after: str | None, limit: int) -> list[EntityRef]:
         with self._cursor() as cur:
-            return [str(r["entity_id"]) for r in proj.select_page(cur, reader.sql(), after=after, limit=limit)]
+            rows = proj.select_page(cur, reader.sql(), after=after, limit=limit)
+        return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
+                for r in rows]
 
     def notes_of(self, tenant_id: str, entity_id: str, *, merge_id: str | None,
                  limit: int) -> list[NoteAbout]:

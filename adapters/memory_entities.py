@@ -125,11 +125,13 @@ class InMemoryEntityStore:
         return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
                 for r in rows[:limit]]
 
-    def page(self, reader: Scope, *, after: str | None, limit: int) -> list[str]:
+    def page(self, reader: Scope, *, after: str | None, limit: int) -> list[EntityRef]:
         with self.log.lock:
-            ids = sorted(r["entity_id"] for r in self.entities.values()
-                         if r["merged_into"] is None and _seen(r, reader) and r["entity_id"] > (after or ""))
-        return ids[:limit]
+            rows = sorted((dict(r) for r in self.entities.values()
+                           if r["merged_into"] is None and _seen(r, reader) and r["entity_id"] > (after or "")),
+                          key=lambda r: r["entity_id"])
+        return [EntityRef(r["aggregate_id"], _scope(r), r["visibility"], r["merged_into"], r["type"])
+                for r in rows[:limit]]
 
     def notes_of(self, tenant_id: str, entity_id: str, *, merge_id: str | None,
                  limit: int) -> list[NoteAbout]:

@@ -239,7 +239,9 @@ class EntityStore(Protocol):
 
     def find(self, reader: Scope, entity_id: str, uow: Any = None) -> list[EntityRef]: ...
 
-    def page(self, reader: Scope, *, after: str | None, limit: int) -> list[str]: ...
+    def page(self, reader: Scope, *, after: str | None, limit: int) -> list[EntityRef]:
+        """Live entities visible from ``reader`` by entity id, after ``after``."""
+        ...
 
     def homed(self, tenant_id: str, resource_id: str | None, thread_id: str | None,
               limit: int) -> list[EntityRef]:

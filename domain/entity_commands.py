@@ -88,8 +88,8 @@ class Entities:
         """Live entities visible from this scope by id, ``limit`` (1-1000) after ``after``."""
         if not 1 <= limit <= 1000:
             raise EntityError("list: limit must be 1-1000")
-        ctx = self._ctx()
-        return [view(load_entity(ctx, locate(ctx, eid))) for eid in ctx.store.page(self.scope, after=after, limit=limit)]
+        store = self._ctx().store
+        return [view(e) for e in store.load_many([r.aggregate_id for r in store.page(self.scope, after=after, limit=limit)])]
 
     # ----------------------------------------------------------------- writes
     def upsert(self, surface: str, *, type: str | None = None,  # noqa: A002
