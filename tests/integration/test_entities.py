@@ -234,9 +234,18 @@ def test_rebuild_is_identical(backend: Backend) -> None:
     gone = notes.entities.upsert("Forget Me").entity
     notes.entities.forget(gone.id)
     if backend.dsn is not None:
-        reports = ProjectionAdmin.for_fabric(backend.fabric).verify("entities")
+        admin = ProjectionAdmin.for_fabric(backend.fabric)
+        reports = admin.verify("entities")
         assert {r.table for r in reports} == set(proj.EntitiesProjection.tables)
         assert all(r.ok for r in reports), reports
+        for blue_green in (False, True):
+            admin.rebuild("entities", blue_green=blue_green)
+            assert all(r.ok for r in admin.verify("entities"))
+        assert notes.entities.resolve("M. Lopez")[0].id == e.id  # the rebuilt index serves
+        with psycopg.connect(backend.dsn) as conn:  # the identifier rule survives the switch
+            unique = conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = %s AND indexdef LIKE %s",
+                                  (proj.KEYS, "CREATE UNIQUE INDEX%grp, digest%")).fetchall()
+        assert len(unique) == 1, unique
         return
     log = backend.fabric.log
     fresh = InMemoryEntityStore.__new__(InMemoryEntityStore)
