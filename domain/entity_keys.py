@@ -191,9 +191,10 @@ def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
     for kind, value in ([ident] if ident else []) + list(identifiers):
         keys[identifier_key(kind, value).digest_input()] = ("id", -1)
     toks = name_tokens(_local_part(surface, ident))
-    if toks:
+    if toks and ident is None:  # a name read out of an identifier is never an exact match
         keys[digest_input("name", " ".join(toks))] = ("name", -1)
         keys[digest_input("alias", " ".join(toks))] = ("alias", -1)
+    if toks:
         for kind, text in (("sorted", " ".join(sorted(toks))), ("concat", "".join(toks)),
                            ("init", "".join(toks) if len(toks) == 1 else toks[0][0] + toks[-1])):
             keys.setdefault(digest_input(kind, text), (kind, -1))

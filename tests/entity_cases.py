@@ -103,6 +103,10 @@ HARD: list[Case] = [
     ("Maria Garcia", [], None),
     ("Olga Petrova", [], None),
     ("olga@petrova.example", [], None),
+    ("kwame.mensah@gmail.example", [], None),  # his name in an unknown email: a candidate, never sure
+    ("aiko.tanaka@other.example", [], None),
+    ("zephyr.example", [], None),  # a domain whose label is a project's name
+    ("acme.example", [], "acme"),  # the company's own domain (its url identifier)
     ("@someone_else", [], None),
     ("+44 20 7946 0000", [], None),
     ("https://unknown.example", [], None),
