@@ -108,6 +108,9 @@ def test_alias_supersedes_and_identifier_supersedes(backend: Backend) -> None:
     job = notes.remember(kind="fact", content="maria@acme.example works at Initech")
     moved = notes.remember(kind="fact", content="Maria Lopez works at Globex")
     assert moved.supersedes == job.id
+    notes.entities.upsert("Maria", identifiers=[("handle", "@mlopez"), ("email", "maria@acme.example")])
+    again = notes.remember(kind="fact", content="@mlopez moved to Faro")
+    assert again.supersedes == second.id
 
 
 def test_namesakes_do_not_supersede_each_other(backend: Backend) -> None:
