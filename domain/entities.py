@@ -266,7 +266,7 @@ def new_entity_id() -> str:
 
 
 @dataclass
-class _Ctx:
+class EntityContext:
     """What one call works with: the service, the reader's scope, the unit of work."""
 
     svc: MemoryService
@@ -293,7 +293,7 @@ class _Ctx:
         return [[k.kind, self.digest(k.digest_input()), k.source, k.ntok] for k in keys]
 
 
-def rank(ctx: _Ctx, surface: str, type_: str | None,
+def rank(ctx: EntityContext, surface: str, type_: str | None,
          identifiers: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str, float, UUID]]:
     """Ranked ``(entity id, tier, score, aggregate id)`` of the live entities visible from the
     context's scope that ``surface`` (and ``identifiers``) may name, best first."""
@@ -312,7 +312,7 @@ def rank(ctx: _Ctx, surface: str, type_: str | None,
     return scored
 
 
-def locate(ctx: _Ctx, entity_id: str) -> EntityRef:
+def locate(ctx: EntityContext, entity_id: str) -> EntityRef:
     """The entity ``entity_id`` visible from the context's scope (its own first);
     ``EntityNotFoundError`` otherwise."""
     found = ctx.store.find(ctx.scope, entity_id, ctx.uow)
@@ -321,7 +321,7 @@ def locate(ctx: _Ctx, entity_id: str) -> EntityRef:
     return found[0]
 
 
-def load_entity(ctx: _Ctx, ref: EntityRef) -> Entity:
+def load_entity(ctx: EntityContext, ref: EntityRef) -> Entity:
     """The entity aggregate of ``ref`` (in the unit of work when there is one)."""
     found = ctx.uow.load_aggregate(ref.aggregate_id) if ctx.uow is not None else ctx.store.load(ref.aggregate_id)
     if not isinstance(found, Entity):
@@ -329,7 +329,7 @@ def load_entity(ctx: _Ctx, ref: EntityRef) -> Entity:
     return found
 
 
-def candidates(ctx: _Ctx, ranked: Sequence[tuple[str, str, float, Any]], limit: int,
+def candidates(ctx: EntityContext, ranked: Sequence[tuple[str, str, float, Any]], limit: int,
                skip: str | None = None) -> tuple[EntityCandidate, ...]:
     """The first ``limit`` ranked entities as candidates (names read from the log in
     one replay of them all)."""
@@ -349,7 +349,7 @@ def group_of(scope: Scope, vis: str) -> str:
     return visibility.lock_scope(scope, visibility.of_consent({"visibility": vis})).key
 
 
-def check_identifiers(ctx: _Ctx, grp: str, owner: str | None,
+def check_identifiers(ctx: EntityContext, grp: str, owner: str | None,
                       identifiers: Sequence[tuple[str, str]]) -> None:
     """``IdentifierConflictError`` when an identifier belongs to an entity of group
     ``grp`` other than ``owner`` (``None``: a new entity)."""
@@ -369,7 +369,7 @@ def rewritten_key(key: dict[str, Any] | None, entity_id: str) -> dict[str, Any] 
     return {**key, "entity": entity, "key": f"{entity}|{key.get('attribute', '')}"[:MAX_KEY_CHARS]}
 
 
-def repoint_notes(ctx: _Ctx, *, source: str, target: str, merge_id: str, moved_by: str | None,
+def repoint_notes(ctx: EntityContext, *, source: str, target: str, merge_id: str, moved_by: str | None,
                   cause: str, batch: int) -> tuple[int, int]:
     """Move the notes about ``source`` (moved by merge ``moved_by`` when given) to
     ``target``, ``batch`` per transaction; returns ``(notes, batches)``."""

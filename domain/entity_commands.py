@@ -19,7 +19,7 @@ from memfabric.domain.entities import (
     ResolveInput,
     UpsertInput,
     UpsertResult,
-    _Ctx,
+    EntityContext,
     candidates,
     check_identifiers,
     group_of,
@@ -47,8 +47,8 @@ class Entities:
         self.scope = scope
         self.actor = actor
 
-    def _ctx(self, uow: Any = None) -> _Ctx:
-        return _Ctx(self._svc, self.scope, uow)
+    def _ctx(self, uow: Any = None) -> EntityContext:
+        return EntityContext(self._svc, self.scope, uow)
 
     # ------------------------------------------------------------------ reads
     def resolve(self, surface: str, *, type: str | None = None,  # noqa: A002 - public API name
@@ -113,7 +113,7 @@ class Entities:
             pick = _pick(ctx, ranked, pairs, args.type)
             if pick is not None:
                 e, tier = pick
-                added = _enrich(ctx, e, args.surface, pairs, self.actor)
+                added = _enrich(ctx, e, args.surface, pairs)
                 outcome = "resolved"
             else:
                 e, tier, added, outcome = _create(ctx, args, pairs), None, [], "created"
@@ -260,7 +260,7 @@ def _pairs(args: UpsertInput) -> list[tuple[str, str]]:
     return kept
 
 
-def _pick(ctx: _Ctx, ranked: Sequence[tuple[str, str, float, Any]], pairs: Sequence[tuple[str, str]],
+def _pick(ctx: EntityContext, ranked: Sequence[tuple[str, str, float, Any]], pairs: Sequence[tuple[str, str]],
           type_: str | None) -> tuple[Entity, str] | None:
     """The entity an upsert resolves to (see :meth:`Entities.upsert`), or ``None``."""
     owners = {c[0] for c in ranked if c[1] == "identifier"}
@@ -291,10 +291,9 @@ def _contradicts(e: Entity, pairs: Sequence[tuple[str, str]]) -> bool:
     return False
 
 
-def _enrich(ctx: _Ctx, e: Entity, surface: str, pairs: Sequence[tuple[str, str]], actor: str) -> list[str]:
+def _enrich(ctx: EntityContext, e: Entity, surface: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
     """Add ``surface`` as an alias (a name it does not have yet, not an identifier) and
     the identifiers of ``pairs`` it lacks; returns what was added."""
-    del actor
     added = []
     grp = group_of(e.scope, e.visibility)
     have = {(k, ek.norm_identifier(k, v)) for k, v in e.identifiers}
@@ -311,7 +310,7 @@ def _enrich(ctx: _Ctx, e: Entity, surface: str, pairs: Sequence[tuple[str, str]]
     return added
 
 
-def _create(ctx: _Ctx, args: UpsertInput, pairs: Sequence[tuple[str, str]]) -> Entity:
+def _create(ctx: EntityContext, args: UpsertInput, pairs: Sequence[tuple[str, str]]) -> Entity:
     """A new entity named ``args.surface`` with ``pairs`` (identifier conflicts checked)."""
     grp = group_of(ctx.scope, args.visibility)
     check_identifiers(ctx, grp, None, pairs)

@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING
 
 from memfabric.domain.entity import EntityNotFoundError
-from memfabric.domain.entities import _Ctx
+from memfabric.domain.entities import EntityContext
 from memfabric.domain.inputs import RecallInput
 from memfabric.domain.results import RecallResult
 from memfabric.domain.scope import Scope
@@ -32,7 +32,7 @@ _ID = re.compile(r"^[0-9a-f]{12}$")
 def entity_of(svc: MemoryService, scope: Scope, entity: str) -> str:
     """The id of the entity ``entity`` names from ``scope`` (an id visible from it, or a
     surface resolving to one entity); ``EntityNotFoundError`` otherwise."""
-    if _ID.match(entity) and _Ctx(svc, scope).store.find(scope, entity):
+    if _ID.match(entity) and EntityContext(svc, scope).store.find(scope, entity):
         return entity
     from memfabric.domain.entity_commands import Entities  # noqa: PLC0415
     found = Entities(svc, scope).match(entity)
@@ -44,7 +44,7 @@ def entity_of(svc: MemoryService, scope: Scope, entity: str) -> str:
 def recall_entity(svc: MemoryService, scope: Scope, query: RecallInput, entity: str) -> RecallResult:
     """Recall ranking only the notes about ``entity`` (see the module doc)."""
     entity_id = entity_of(svc, scope, entity)
-    ctx = _Ctx(svc, scope)
+    ctx = EntityContext(svc, scope)
     notes = ctx.store.notes_of(scope.tenant_id, entity_id, merge_id=None, limit=NOTES_MAX)
     result = svc.recall(scope, query, only={n.aggregate_id for n in notes})
     explain = [dataclasses.replace(e, entity=entity_id) for e in result.explain]

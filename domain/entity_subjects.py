@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memfabric.domain import entity_keys as ek
-from memfabric.domain.entities import PER_KEY, _Ctx
+from memfabric.domain.entities import PER_KEY, EntityContext
 from memfabric.domain.entity import ENTITY_PREFIX
 from memfabric.domain.subject_key import SubjectKey
 from memfabric.domain.subject_text import norm_value
@@ -88,7 +88,7 @@ def resolve_subjects(svc: MemoryService, uow: Any, scope: Scope, prepared: Mappi
             asks[i] = surface
     if not asks:
         return dict(prepared)
-    ctx = _Ctx(svc, scope, uow)
+    ctx = EntityContext(svc, scope, uow)
     probes = {i: ek.probe(s) for i, s in asks.items()}
     exact = {i: {ctx.digest(t): t for t, (kind, _) in p.keys.items() if kind in ("id", "name", "alias")}
              for i, p in probes.items()}

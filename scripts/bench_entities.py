@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench_common import pct, scratch_database  # noqa: E402
 
 from memfabric.domain import entity_keys as ek  # noqa: E402
-from memfabric.domain.entities import _Ctx, new_entity_id, open_uow  # noqa: E402
+from memfabric.domain.entities import EntityContext, new_entity_id, open_uow  # noqa: E402
 from memfabric.domain.entity import Entity  # noqa: E402
 from memfabric.domain.entity_commands import visibility_locks  # noqa: E402
 
@@ -65,7 +65,7 @@ def load(notes: Any, n: int, chunk: int) -> float:
     t0 = time.monotonic()
     for start in range(0, n, chunk):
         with open_uow(svc, visibility_locks(scope, "resource")) as uow:
-            ctx = _Ctx(svc, scope, uow)
+            ctx = EntityContext(svc, scope, uow)
             for i in range(start, min(n, start + chunk)):
                 name, email = person(i)
                 keys = ek.name_keys(name, 0) + [ek.identifier_key("email", email)]
