@@ -42,8 +42,9 @@ NAME_DEL_MAX = 40
 """Names (tokens joined) up to this many letters also get whole-name deletion keys
 (``ndel``: a typo anywhere in a multi-word name, specific enough for a large scope)."""
 
-FUZZY_KINDS = frozenset({"tok", "del"})
-"""Key kinds shared by many entities (one token): read with a smaller per-key cap."""
+FUZZY_KINDS = frozenset({"tok", "del", "init"})
+"""Key kinds shared by many entities (one token, an initial + surname): read with a
+smaller per-key cap."""
 
 CANDIDATE_FLOOR = 0.45
 """Candidates below this score are not reported."""
