@@ -42,9 +42,9 @@ from memfabric.domain.results import (
 T = TypeVar("T")
 
 
-SYNC_ONLY: frozenset[str] = frozenset({"conversation", "tools"})
+SYNC_ONLY: frozenset[str] = frozenset({"conversation", "entities", "tools"})
 """``Notes`` methods :class:`AsyncNotes` does not offer: each returns a sync handle
-(the conversation ``Ledger``, ``MemoryTools``) whose own methods do the I/O
+(the conversation ``Ledger``, the ``Entities`` of issue 32, ``MemoryTools``) whose own methods do the I/O
 (``attach`` is offered as a plain method: it does no I/O). Use them through ``async_notes.notes`` (the sync handle) inside
 ``await fabric.run(...)``, e.g. ``await fabric.run(lambda: notes.notes.conversation().append(...))``.
 ``search_conversation`` (the ledger's read most callers need) is offered as a coroutine."""

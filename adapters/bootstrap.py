@@ -18,6 +18,7 @@ import psycopg
 from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
+from memfabric.adapters.entities_pg import PostgresEntityStore
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresFactory, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
@@ -38,6 +39,7 @@ from memfabric.projections import quarantine, tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
 from memfabric.projections.link_graph import LinkGraphProjection
+from memfabric.projections.entities import EntitiesProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.principals import PrincipalsProjection
 from memfabric.adapters.principals_store import wire_postgres
@@ -219,6 +221,8 @@ class Fabric:
             return result
         n = self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
                                       args.requested_by)
+        from memfabric.domain.entity_commands import erase_entities  # noqa: PLC0415 - issue 32
+        erase_entities(self.service, args.tenant_id, args.resource_id, args.thread_id, args.requested_by)
         return dataclasses.replace(result, conversations=n)
 
     def _erase_conversations(self, tenant_id: str, resource_id: str | None,
@@ -489,7 +493,8 @@ def open_fabric(
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
                  LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection(),
-                 PrincipalsProjection()],
+                 PrincipalsProjection(),
+                 EntitiesProjection()],  # issue 32: the entity index
                 quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
@@ -533,6 +538,7 @@ def open_fabric(
             service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
             service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
             wire_postgres(service, store)  # issue 33: principals and the access log
+            service.entity_store = PostgresEntityStore(log)  # issue 32
             if retention_config is not None and not read_only:
                 service.retention_store.record(retention_config)
             if catch_up and not read_only:

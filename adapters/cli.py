@@ -494,6 +494,10 @@ from memfabric.adapters.cli_access import register as _register_access  # noqa: 
 
 _register_access(app)
 
+from memfabric.adapters.cli_entities import register as _register_entities  # noqa: E402 - issue 32
+
+_register_entities(app)
+
 
 def main() -> None:  # pragma: no cover - console entry point
     app()

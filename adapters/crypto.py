@@ -186,7 +186,9 @@ FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
 """Topic of a note's tombstone event (part of the log format)."""
 ERASED_TOPIC = "memfabric.domain.ledger:Conversation.Erased"
 """Topic of a conversation's tombstone event (part of the log format)."""
-SHREDDING_TOPICS = [FORGOTTEN_TOPIC, ERASED_TOPIC]
+ENTITY_FORGOTTEN_TOPIC = "memfabric.domain.entity:Entity.EntityForgotten"
+"""Topic of an entity's tombstone event (issue 32; part of the log format)."""
+SHREDDING_TOPICS = [FORGOTTEN_TOPIC, ERASED_TOPIC, ENTITY_FORGOTTEN_TOPIC]
 """Events whose transaction destroys the aggregate's keys."""
 
 

@@ -294,6 +294,8 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
         summary["retention"] = _retention(console, fabric, f"retention-{run}")
         from memfabric.adapters.demo_access import section as access_section  # noqa: PLC0415 - issue 33
         summary["access"] = access_section(console, fabric, f"access-{run}")
+        from memfabric.adapters.demo_entities import entities_step  # noqa: PLC0415 - issue 32
+        summary["entities"] = entities_step(console, fabric.scope("acme", f"user-1-{run}", f"{thread}-entities"))
     console.print()
     console.print("[green]demo finished[/green]")
     return summary

@@ -124,6 +124,9 @@ class InMemoryEventLog:
         """Issue 30: ``retention_index.row_for`` rows."""
         self.retention_config: RetentionConfig = RetentionConfig()
         self.blocks: dict[UUID, tuple[str, str, BlockEntry]] = {}
+        self.projectors: list[Callable[[Sequence[Any]], None]] = []
+        """Issue 32: read models of other aggregates (the entity index), called at every
+        append with the notes and other aggregates it saved, under :attr:`lock`."""
         self._scope_locks: dict[str, threading.Lock] = {}
 
     # ---------------------------------------------------------------- locks
@@ -198,7 +201,8 @@ class InMemoryEventLog:
             note = replay.step(event, note)
         return note if isinstance(note, Note) else None
 
-    def append(self, events: Sequence[Any], notes: Sequence[Note], doomed: set[UUID]) -> int:
+    def append(self, events: Sequence[Any], notes: Sequence[Note], doomed: set[UUID],
+               others: Sequence[Any] = ()) -> int:
         """Append ``events`` (protected fields to the vault), destroy the vault entries
         of ``doomed`` and update the read models from ``notes``; returns the last
         position (one atomic step under :attr:`lock`)."""
@@ -223,6 +227,8 @@ class InMemoryEventLog:
                 self._contrib.pop(aid, None)
             for note in notes:
                 self._project(note)
+            for projector in self.projectors:
+                projector([*notes, *others])
             return self.position
 
     def _project(self, note: Note) -> None:
@@ -475,7 +481,7 @@ class InMemoryUnitOfWork:
         self._check()
         if self._events or self._doomed:
             self._position = self._log.append(self._events, list(self._aggregates.values()),
-                                              self._doomed)
+                                              self._doomed, list(self._others.values()))
         self._committed = True
 
 
@@ -875,6 +881,9 @@ class MemoryFabric:
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
         n = erase_conversations(self.service, args.tenant_id, args.resource_id, args.thread_id,
                                 args.requested_by)  # issue 14
+        from memfabric.domain.entity_commands import erase_entities  # noqa: PLC0415
+        erase_entities(self.service, args.tenant_id, args.resource_id, args.thread_id,
+                       args.requested_by)  # issue 32
         return dataclasses.replace(result, conversations=n)
 
     def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,
@@ -949,6 +958,8 @@ def open_memory_fabric(
     service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
     service.retention_store = InMemoryRetentionStore(log)  # issue 30
     service.retention_store.record(retention_config)
+    from memfabric.adapters.memory_entities import InMemoryEntityStore  # noqa: PLC0415
+    service.entity_store = InMemoryEntityStore(log)  # issue 32: the entity index
     from memfabric.adapters.principals_store import wire_memory  # noqa: PLC0415
     wire_memory(service, log)  # issue 33: principals and the access log
     fabric = MemoryFabric(service, log, store)

@@ -138,6 +138,13 @@ class Notes:
         from memfabric.adapters.tools import MemoryTools
         return MemoryTools(self, self._service, root, max_file_bytes=max_file_bytes)
 
+    @property
+    def entities(self) -> Any:
+        """Issue 32: the :class:`~memfabric.domain.entity_commands.Entities` of this scope
+        (resolve, upsert, merge, undo_merge, forget; see ``docs/entities.md``)."""
+        from memfabric.domain.entity_commands import Entities  # noqa: PLC0415
+        return Entities(self._service, self.scope, self.actor)
+
     # ----------------------------------------------------------------- writes
     def remember(
         self,
@@ -335,6 +342,7 @@ class Notes:
         subject: str | None = None,
         min_importance: float | None = None,
         min_relevance: float | None = None,
+        entity: str | None = None,
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
@@ -362,6 +370,11 @@ class Notes:
           direct hits; a note added by link expansion is admitted by its link score
           instead, since its own evidence for the query may be low (see below).
 
+        ``entity`` (issue 32): an entity id or a surface that resolves to one entity
+        (``notes.entities.match``): only the notes about it, whichever alias or
+        identifier they were stated under (merged entities' notes included); each explain
+        row names it (``Explain.entity``). ``EntityNotFoundError`` when it names none.
+
         Links (issue 15): every hit carries its links (``MemoryNote.links``, to targets
         still recallable). With ``expand_links`` (default True) the same SQL statement
         also takes the notes linked, in either direction, to the candidates of both
@@ -384,6 +397,10 @@ class Notes:
             data["budget"] = budget
         if scoring is not None:
             data["scoring"] = scoring
+        if entity is not None:  # issue 32: the notes about one entity, stated under any alias
+            from memfabric.domain.entity_recall import recall_entity  # noqa: PLC0415
+            return recall_entity(self._service, self.scope, RecallInput.model_validate(data), entity,
+                                 access=self._access)
         return self._service.recall(self.scope, RecallInput.model_validate(data), access=self._access)
 
     def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name

@@ -21,6 +21,7 @@ import numpy as np
 
 from memfabric.domain import consolidation, history, links, policy, retention, visibility, working
 from memfabric.domain.consolidation import LocalIndex, Neighbour, NeighbourQuery
+from memfabric.domain.entity_subjects import resolve_subjects
 from memfabric.domain.errors import (
     NoteExistsError,
     NoteForgottenError,
@@ -126,6 +127,7 @@ def _write_chunk(svc: MemoryService, scope: Scope, items: Sequence[RememberInput
     locks = {*lock_scopes(scope, items), *(lock for _, locked in targets.values() for lock in locked)}
     with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
         now = datetime.now(timezone.utc)
+        prepared = resolve_subjects(svc, uow, scope, prepared)  # issue 32: keys naming entities
         writer = _Writer(svc, uow, scope, now, prepared, settings.threshold)
         writer.homes = {nid: home for nid, (home, _) in targets.items()}
         results = [writer.write(i, item) for i, item in enumerate(items)]

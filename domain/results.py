@@ -152,6 +152,8 @@ class Explain:
     vector_rank: int | None = None
     lexical_rank: int | None = None
     link_score: float = 0.0
+    entity: str | None = None
+    """Issue 32: the entity the hit is about, in a ``recall(entity=...)`` (else ``None``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,10 @@ Each command lives in a module of its own: :mod:`~memfabric.domain.remember`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
+from uuid import UUID
 
 import dataclasses
 import functools
@@ -70,6 +71,9 @@ OVERSAMPLE = 4
 
 MIN_CANDIDATES = 40
 """Candidates fetched per list at the least."""
+
+ONLY_OVERSAMPLE, ONLY_MAX = 10, 2000
+"""Issue 32: candidates fetched per list per note of a ``recall(entity=...)``, at most."""
 
 
 def _extractor(value: object) -> SubjectExtractor | None:
@@ -138,6 +142,9 @@ class MemoryService:
         self.group_commit: GroupCommit[RememberInput, MemoryNote] | None = GroupCommit()
         """Issue 24: concurrent small writes to one scope share a transaction
         (:mod:`memfabric.domain.group_commit`); ``None`` writes each alone."""
+        self.entity_store: Any = None
+        """Issue 32: the entity index (``memfabric.domain.entities.EntityStore``; set by
+        the composition root)."""
         self.retention_store: RetentionStore | None = None
         """Issue 30: the shared retention settings and index (set by the composition root)."""
         self.access: Any = None
@@ -259,20 +266,28 @@ class MemoryService:
                 raise
         return call()
 
-    def recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None) -> RecallResult:
+    def recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None, *,
+               only: Collection[UUID] | None = None) -> RecallResult:
         """Ranked live notes visible from ``scope`` (see ``Notes.recall``); ``access``
-        (issue 33): a principal's filter, inside the store's query."""
-        return self.adopting(lambda: self._recall(scope, query, access))
+        (issue 33): a principal's filter, inside the store's query; ``only``: rank only
+        these aggregates (issue 32: the notes about an entity) among the candidates,
+        fetching ``ONLY_OVERSAMPLE`` times as many per list as there are of them (at most
+        ``ONLY_MAX``): in a scope of more notes an entity's note far from the query in
+        both lists can be missed."""
+        return self.adopting(lambda: self._recall(scope, query, access, only))
 
-    def _recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None) -> RecallResult:
+    def _recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None,
+                only: Collection[UUID] | None = None) -> RecallResult:
         as_of = query.as_of or datetime.now(timezone.utc)
-        limit = max(query.top_k * OVERSAMPLE, MIN_CANDIDATES)
+        limit = max(query.top_k * OVERSAMPLE, MIN_CANDIDATES, min(ONLY_MAX, ONLY_OVERSAMPLE * len(only or ())))
         embedding = self.embed([query.query])[0] if query.mode != "lexical" else None
         candidates = self.store.recall(
             scope, embedding=embedding, query=query.query if query.mode != "vector" else None,
             kinds=query.kinds, as_of=as_of, limit=limit, require_consent=self.require_consent,
             filters=_filters(query.tags, query.subject, query.min_importance, access),
             **({"expand": limit} if query.expand_links else {}))
+        if only is not None:
+            candidates = [c for c in candidates if c.aggregate_id in only]
         served = served_by(self.store)
         if "episode" in query.kinds and query.mode != "vector":  # issue 14: ledger episodes
             from memfabric.domain import episodes  # noqa: PLC0415

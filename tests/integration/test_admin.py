@@ -69,7 +69,7 @@ def test_status_before_and_after_writes_and_runner_once(dsn: str) -> None:
         assert all(s.lag_seconds > 0 for s in behind)
         current = [s for name, s in status.items() if name not in ("recall_index", "link_graph")]
         assert {s.name for s in current} == {"working_value", "note_scope", "consolidation", "ledger", "retention",
-                                             "principals"}
+                                             "principals", "entities"}
         assert all((s.position, s.head, s.lag_events) == (2, 2, 0) for s in current)
 
         out = json.loads(invoke(dsn, "projections", "status", "--json").output)  # type: ignore[attr-defined]

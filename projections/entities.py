@@ -1,0 +1,271 @@
+"""The entity read model (issue 32): tables ``mf_entities``, ``mf_entity_keys`` and
+``mf_entity_notes``, a pure function of ``Entity`` and ``Note`` aggregate states.
+
+- ``mf_entities``: one row per un-forgotten entity (merged ones too): scope ids,
+  visibility, entity id, type, ``merged_into``, counts of names and identifiers.
+  No name: the names live only in the entity's sealed events.
+- ``mf_entity_keys``: one row per lookup key of a *live* (not merged, not forgotten)
+  entity: the key's kind and its **keyed digest** (HMAC-SHA256 under the fabric
+  secret of :func:`memfabric.domain.entity_keys.digest_input`, computed by the writer
+  and sealed in the entity's events), the name it came from (``source``) and that
+  name's token count. btree ``(tenant_id, digest)``; a unique index on ``(grp,
+  digest)`` for identifier keys makes an identifier unique per visibility group
+  (``grp``: :func:`memfabric.domain.visibility.lock_scope` of the entity's home).
+- ``mf_entity_notes``: one row per un-forgotten note whose subject key names an
+  entity (``entity:<id>``): scope ids, visibility, note id, entity id and the merge
+  that last moved it.
+
+Forgetting an entity deletes its rows (and its data key makes the digests in its
+events unreadable). Write side: resolution reads it right after a write. Tracking
+table ``mf_entities_tracking``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from psycopg import Cursor, sql
+
+from memfabric.domain import visibility
+from memfabric.domain.entity import Entity, note_entity
+from memfabric.domain.note import Note
+from memfabric.projections.base import copy_rows
+
+NAME = "entities"
+ENTITIES = "mf_entities"
+KEYS = "mf_entity_keys"
+NOTES = "mf_entity_notes"
+
+ENTITY_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visibility", "entity_id",
+                  "type", "merged_into", "names", "identifiers")
+_ENTITY_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "int4", "int4")
+KEY_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visibility", "grp",
+               "entity_id", "type", "kind", "digest", "source", "ntok")
+_KEY_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text", "text", "int4", "int4")
+NOTE_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visibility", "note_id",
+                "entity_id", "merge_id")
+_NOTE_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text")
+
+
+def group_key(e: Entity) -> str:
+    """The visibility group an entity's identifiers are unique in (a scope key)."""
+    vis = visibility.of_consent({"visibility": e.visibility})
+    return visibility.lock_scope(e.scope, vis).key
+
+
+def entity_row(e: Entity) -> tuple[Any, ...] | None:
+    """The ``mf_entities`` row of an entity, ``None`` once forgotten."""
+    if e.forgotten:
+        return None
+    return (e.id, e.tenant_id, e.resource_id or "", e.thread_id or "", e.visibility, e.entity_id,
+            e.type, e.merged_into, len(e.names), len(e.identifiers))
+
+
+def key_rows(e: Entity) -> list[tuple[Any, ...]]:
+    """The ``mf_entity_keys`` rows of a live entity (none when merged or forgotten),
+    one per distinct ``(kind, digest, source)``."""
+    if not e.live:
+        return []
+    seen: set[tuple[str, str, int]] = set()
+    out = []
+    grp = group_key(e)
+    for kind, digest, source, ntok in e.keys:
+        if (kind, digest, source) in seen:
+            continue
+        seen.add((kind, digest, source))
+        out.append((e.id, e.tenant_id, e.resource_id or "", e.thread_id or "", e.visibility, grp,
+                    e.entity_id, e.type, kind, digest, int(source), int(ntok)))
+    return out
+
+
+def note_row(note: Note) -> tuple[Any, ...] | None:
+    """The ``mf_entity_notes`` row of a note about an entity, ``None`` otherwise."""
+    entity_id = None if note.forgotten else note_entity(note)
+    if entity_id is None:
+        return None
+    return (note.id, note.tenant_id, note.resource_id or "", note.thread_id or "",
+            visibility.of_consent(note.consent), note.note_id, entity_id,
+            getattr(note, "entity_merge", None))
+
+
+def _split(aggregates: Iterable[Any]) -> tuple[list[Entity], list[Note]]:
+    entities, notes = [], []
+    for a in aggregates:
+        if isinstance(a, Entity):
+            entities.append(a)
+        elif isinstance(a, Note):
+            notes.append(a)
+    return entities, notes
+
+
+def _upsert(table: str, columns: Sequence[str]) -> sql.Composed:
+    return sql.SQL("INSERT INTO {t} ({c}) VALUES ({p}) ON CONFLICT (aggregate_id) DO UPDATE SET {u}").format(
+        t=sql.Identifier(table), c=sql.SQL(", ").join(map(sql.Identifier, columns)),
+        p=sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+        u=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in columns[1:]))
+
+
+def _delete(table: str) -> sql.Composed:
+    return sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=sql.Identifier(table))
+
+
+def apply_entities(cur: Cursor[Any], entities: Sequence[Entity]) -> None:
+    """Rewrite the rows of ``entities``: every key row of them deleted first, then the
+    current ones inserted (a merge moves an identifier between two entities of one
+    batch without passing through a state that holds it twice)."""
+    if not entities:
+        return
+    ids = [e.id for e in entities]
+    cur.execute(_delete(KEYS), (ids,))
+    gone = [e.id for e in entities if entity_row(e) is None]
+    if gone:
+        cur.execute(_delete(ENTITIES), (gone,))
+    rows = [r for r in map(entity_row, entities) if r is not None]
+    if rows:
+        cur.executemany(_upsert(ENTITIES, ENTITY_COLUMNS), rows)
+    keys = [k for e in entities for k in key_rows(e)]
+    if keys:
+        cur.executemany(sql.SQL("INSERT INTO {t} ({c}) VALUES ({p})").format(
+            t=sql.Identifier(KEYS), c=sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS)),
+            p=sql.SQL(", ").join(sql.Placeholder() * len(KEY_COLUMNS))), keys)
+
+
+def apply_notes(cur: Cursor[Any], notes: Sequence[Note]) -> None:
+    """Upsert the rows of notes about an entity; delete those of forgotten notes (a note
+    loses its entity only when it is forgotten, so no other note needs a statement)."""
+    rows = [r for r in map(note_row, notes) if r is not None]
+    gone = [n.id for n in notes if n.forgotten]
+    if gone:
+        cur.execute(_delete(NOTES), (gone,))
+    if rows:
+        cur.executemany(_upsert(NOTES, NOTE_COLUMNS), rows)
+
+
+class EntitiesProjection:
+    """The entity read model as a :class:`~memfabric.projections.base.NoteProjection`
+    over ``Entity`` and ``Note`` aggregates."""
+
+    name = NAME
+    tables: tuple[str, ...] = (ENTITIES, KEYS, NOTES)
+    write_side = True
+    aggregate_types: tuple[type, ...] = (Entity, Note)
+
+    def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        s = table_suffix
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
+            " resource_id text NOT NULL, thread_id text NOT NULL, visibility text NOT NULL,"
+            " entity_id text NOT NULL, type text NOT NULL, merged_into text, names integer NOT NULL,"
+            " identifiers integer NOT NULL)").format(t=sql.Identifier(ENTITIES + s)))
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid NOT NULL, tenant_id text NOT NULL,"
+            " resource_id text NOT NULL, thread_id text NOT NULL, visibility text NOT NULL,"
+            " grp text NOT NULL, entity_id text NOT NULL, type text NOT NULL, kind text NOT NULL,"
+            " digest text NOT NULL, source integer NOT NULL, ntok integer NOT NULL,"
+            " PRIMARY KEY (aggregate_id, kind, digest, source))").format(t=sql.Identifier(KEYS + s)))
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
+            " resource_id text NOT NULL, thread_id text NOT NULL, visibility text NOT NULL,"
+            " note_id text NOT NULL, entity_id text NOT NULL, merge_id text)").format(
+                t=sql.Identifier(NOTES + s)))
+        if not table_suffix:
+            self.create_indexes(cur)
+
+    def create_indexes(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
+        s = table_suffix
+        for table, cols, suffix, unique in (
+                (ENTITIES, "(tenant_id, entity_id)", "ids", ""),
+                (KEYS, "(tenant_id, digest)", "digest", ""),
+                (KEYS, "(grp, digest) WHERE kind = 'id'", "ident", "UNIQUE "),
+                (NOTES, "(tenant_id, entity_id, aggregate_id)", "entity", "")):
+            t = table + s
+            cur.execute(sql.SQL("CREATE " + unique + "INDEX IF NOT EXISTS {i} ON {t} " + cols).format(
+                i=sql.Identifier(f"{t}_{suffix}"), t=sql.Identifier(t)))
+
+    def apply(self, cur: Cursor[Any], aggregates: Iterable[Any]) -> None:
+        entities, notes = _split(aggregates)
+        apply_entities(cur, entities)
+        apply_notes(cur, notes)
+
+    def copy(self, cur: Cursor[Any], aggregates: Iterable[Any], *, table_suffix: str = "") -> int:
+        entities, notes = _split(aggregates)
+        s = table_suffix
+        n = copy_rows(cur, ENTITIES + s, ENTITY_COLUMNS, _ENTITY_TYPES,
+                      (r for r in map(entity_row, entities) if r is not None))
+        n += copy_rows(cur, KEYS + s, KEY_COLUMNS, _KEY_TYPES, (k for e in entities for k in key_rows(e)))
+        n += copy_rows(cur, NOTES + s, NOTE_COLUMNS, _NOTE_TYPES,
+                       (r for r in map(note_row, notes) if r is not None))
+        return n
+
+
+_VISIBLE = ("tenant_id = %(t)s AND ((resource_id = %(r)s AND thread_id = %(th)s) OR visibility = 'tenant'"
+            " OR (visibility = 'resource' AND resource_id = %(r)s AND %(r)s <> ''))")
+"""``memfabric.domain.visibility.visible`` in SQL (the reader's ``t``, ``r``, ``th``)."""
+
+
+def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequence[tuple[str, int]],
+                type_: str | None) -> list[dict[str, Any]]:
+    """Key rows of live entities visible from ``reader`` per ``(digest, n)``: at most
+    ``n`` rows of that digest (of ``type_`` when given); one statement, btree
+    ``(tenant_id, digest)`` per digest."""
+    t, r, th = reader
+    only = " AND k.type = %(type)s" if type_ is not None else ""
+    rows = cur.execute(
+        "SELECT x.* FROM unnest(%(d)s::text[], %(n)s::int[]) AS q(digest, lim) CROSS JOIN LATERAL ("  # noqa: S608
+        f" SELECT k.aggregate_id, k.entity_id, k.kind, k.digest, k.source, k.ntok FROM {KEYS} k"
+        f" WHERE k.digest = q.digest AND {_VISIBLE}{only}"
+        " LIMIT q.lim) x",
+        {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
+         "type": type_}, prepare=True).fetchall()
+    return list(rows)
+
+
+def select_owner(cur: Cursor[Any], grp: str, digest: str) -> str | None:
+    """The entity id holding identifier key ``digest`` in group ``grp``, or ``None``."""
+    row = cur.execute(f"SELECT entity_id FROM {KEYS} WHERE grp = %s AND digest = %s AND kind = 'id'",  # noqa: S608
+                      (grp, digest)).fetchone()
+    return None if row is None else str(row["entity_id"])
+
+
+def select_entity(cur: Cursor[Any], reader: tuple[str, str, str], entity_id: str) -> list[dict[str, Any]]:
+    """``mf_entities`` rows of ``entity_id`` visible from ``reader`` (own scope first)."""
+    t, r, th = reader
+    return list(cur.execute(
+        f"SELECT * FROM {ENTITIES} WHERE entity_id = %(id)s AND {_VISIBLE}"  # noqa: S608
+        " ORDER BY (resource_id = %(r)s AND thread_id = %(th)s) DESC LIMIT 3",
+        {"id": entity_id, "t": t, "r": r, "th": th}).fetchall())
+
+
+def select_page(cur: Cursor[Any], reader: tuple[str, str, str], *, after: str | None,
+                limit: int) -> list[dict[str, Any]]:
+    """Live entities visible from ``reader`` by entity id after ``after``."""
+    t, r, th = reader
+    return list(cur.execute(
+        f"SELECT * FROM {ENTITIES} WHERE merged_into IS NULL AND {_VISIBLE}"  # noqa: S608
+        " AND entity_id > %(after)s ORDER BY entity_id LIMIT %(k)s",
+        {"t": t, "r": r, "th": th, "after": after or "", "k": limit}).fetchall())
+
+
+def select_homed(cur: Cursor[Any], tenant_id: str, resource_id: str | None, thread_id: str | None,
+                 limit: int) -> list[dict[str, Any]]:
+    """Un-forgotten entities whose home is in a scope prefix (``None``: any), by aggregate id."""
+    where, params = "tenant_id = %s", [tenant_id]
+    for column, value in (("resource_id", resource_id), ("thread_id", thread_id)):
+        if value is not None:
+            where += f" AND {column} = %s"
+            params.append(value)
+    return list(cur.execute(f"SELECT * FROM {ENTITIES} WHERE {where} ORDER BY aggregate_id LIMIT %s",  # noqa: S608
+                            [*params, limit]).fetchall())
+
+
+def select_notes_of(cur: Cursor[Any], tenant_id: str, entity_id: str, *, merge_id: str | None,
+                    after: UUID | None, limit: int) -> list[dict[str, Any]]:
+    """Notes about ``entity_id`` (moved by ``merge_id`` when given), by aggregate id."""
+    only = " AND merge_id = %(m)s" if merge_id is not None else ""
+    return list(cur.execute(
+        f"SELECT * FROM {NOTES} WHERE tenant_id = %(t)s AND entity_id = %(e)s{only}"  # noqa: S608
+        " AND aggregate_id > %(after)s ORDER BY aggregate_id LIMIT %(k)s",
+        {"t": tenant_id, "e": entity_id, "m": merge_id,
+         "after": after or UUID(int=0), "k": limit}).fetchall())

@@ -1,0 +1,144 @@
+"""Measure entities (issue 32): resolution latency at N entities in one scope (default
+100,000) and the time to merge an entity with F facts (default 1,000).
+
+Loads N synthetic people (first x last name, one email each) in transactions of
+``--chunk`` entities, then times ``notes.entities.resolve`` on a mix of surfaces
+(exact names, emails, lower-cased names, one-letter typos, unknown names) and prints
+p50 / p95 / p99 in ms; then writes F facts about one entity and times
+``merge(winner, loser)`` (batches of ``--batch`` notes, one transaction each).
+
+Run (from the repository root)::
+
+    python scripts/bench_entities.py                       # PostgreSQL (embedded), 100k
+    python scripts/bench_entities.py --n 10000 --facts 500
+    python scripts/bench_entities.py --backend memory --n 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench_common import pct, scratch_database  # noqa: E402
+
+from memfabric.domain import entity_keys as ek  # noqa: E402
+from memfabric.domain.entities import EntityContext, new_entity_id, open_uow  # noqa: E402
+from memfabric.domain.entity import Entity  # noqa: E402
+from memfabric.domain.entity_commands import visibility_locks  # noqa: E402
+
+FIRST = ["maria", "john", "aiko", "li", "jose", "anna", "omar", "priya", "sven", "chloe", "kwame", "olga",
+         "pedro", "fatima", "yuki", "lars", "amara", "diego", "elena", "hassan", "ingrid", "jamal", "keiko",
+         "liam", "mei", "nadia", "oscar", "paula", "quentin", "rosa", "samir", "tomas", "ursula", "victor",
+         "wen", "xavier", "yara", "zoe", "arjun", "bianca"]
+LAST = ["lopez", "smith", "tanaka", "wei", "garcia", "muller", "haddad", "natarajan", "eriksson", "dubois",
+        "mensah", "petrova", "silva", "rahman", "sato", "berg", "okafor", "ramos", "popescu", "karimi"]
+
+
+def person(i: int) -> tuple[str, str]:
+    """The name and email of synthetic person ``i`` (unique names up to 40*20*k)."""
+    first, last = FIRST[i % len(FIRST)], LAST[(i // len(FIRST)) % len(LAST)]
+    generation = i // (len(FIRST) * len(LAST))
+    name = f"{first.title()} {last.title()}" + (f" {_roman(generation)}" if generation else "")
+    return name, f"{first}.{last}.{i}@corp{i % 97}.example"
+
+
+def _roman(n: int) -> str:
+    """A short unique suffix token for the ``n``-th generation of a name ("qb", "qc" ...)."""
+    letters = "bcdfghjklmnpqrstvwxz"
+    out = ""
+    while True:
+        out = letters[n % 20] + out
+        n //= 20
+        if n == 0:
+            return "q" + out
+
+
+def load(notes: Any, n: int, chunk: int) -> float:
+    """Create ``n`` entities in transactions of ``chunk``; returns seconds."""
+    svc, scope = notes._service, notes.scope  # noqa: SLF001 - a bulk loader for the bench
+    t0 = time.monotonic()
+    for start in range(0, n, chunk):
+        with open_uow(svc, visibility_locks(scope, "resource")) as uow:
+            ctx = EntityContext(svc, scope, uow)
+            for i in range(start, min(n, start + chunk)):
+                name, email = person(i)
+                keys = ek.name_keys(name, 0) + [ek.identifier_key("email", email)]
+                uow.add_aggregate(Entity.create(scope=scope, entity_id=new_entity_id(), type="person",
+                                                visibility="resource", name=name,
+                                                identifiers=[["email", email]], keys=ctx.sealed_keys(keys)))
+            uow.commit()
+        svc.store.await_position(uow.position)
+    return time.monotonic() - t0
+
+
+def surfaces(n: int, count: int, seed: int = 7) -> list[str]:
+    """A mix of what hosts resolve: names, emails, lower-case names, typos, unknowns."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(count):
+        name, email = person(rng.randrange(n))
+        pick = k % 5
+        out.append([name, email, name.lower(), name[:3] + name[4:], f"Unknown Person {k}"][pick])
+    return out
+
+
+def time_resolve(notes: Any, queries: list[str]) -> list[float]:
+    for q in queries[:20]:
+        notes.entities.resolve(q)  # warm caches and prepared statements
+    out = []
+    for q in queries:
+        t0 = time.perf_counter()
+        notes.entities.resolve(q)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def time_merge(notes: Any, facts: int, batch: int) -> tuple[float, Any]:
+    """Write ``facts`` facts about one entity, merge it into another; returns seconds."""
+    winner = notes.entities.upsert("Zed Quincy Prime", identifiers=[("email", "zq@prime.example")]).entity
+    loser = notes.entities.upsert("Zeddy Quorn", identifiers=[("email", "zeddy@quorn.example")]).entity
+    items = [{"kind": "fact", "content": f"Zeddy Quorn likes topic{i}"} for i in range(facts)]
+    for start in range(0, facts, 250):
+        notes.remember_many(items[start:start + 250], consolidate=True)
+    t0 = time.monotonic()
+    result = notes.entities.merge(winner.id, loser.id, reason="bench", batch=batch)
+    return time.monotonic() - t0, result
+
+
+def run(notes: Any, args: argparse.Namespace) -> None:
+    loaded = load(notes, args.n, args.chunk)
+    print(f"loaded {args.n} entities in {loaded:.1f} s ({args.n / loaded:.0f}/s)")
+    ms = time_resolve(notes, surfaces(args.n, args.queries))
+    print(f"resolve at {args.n} entities, {len(ms)} queries: p50 {pct(ms, 50):.2f} ms, "
+          f"p95 {pct(ms, 95):.2f} ms, p99 {pct(ms, 99):.2f} ms")
+    took, result = time_merge(notes, args.facts, args.batch)
+    print(f"merge of an entity with {result.repointed} facts: {took:.2f} s in {result.batches} batches")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000, help="entities in the scope")
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--facts", type=int, default=1000, help="facts about the merged entity")
+    parser.add_argument("--batch", type=int, default=200, help="notes re-pointed per transaction")
+    parser.add_argument("--chunk", type=int, default=1000, help="entities created per transaction")
+    parser.add_argument("--backend", choices=("postgres", "memory"), default="postgres")
+    parser.add_argument("--dsn", default=None, help="a server to create the scratch database on")
+    args = parser.parse_args()
+    if args.backend == "memory":
+        from memfabric.adapters.memory import open_memory_fabric
+        run(open_memory_fabric().scope("bench", "user", "thread"), args)
+        return
+    from memfabric.adapters import open_fabric
+    with scratch_database(args.dsn, "bench-entities") as dsn, open_fabric(dsn) as fabric:
+        run(fabric.scope("bench", "user", "thread"), args)
+
+
+if __name__ == "__main__":
+    main()

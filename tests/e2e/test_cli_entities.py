@@ -1,0 +1,39 @@
+"""Issue 32: ``memfabric entities list | get | resolve | merge | undo-merge``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from typer.testing import CliRunner
+
+from memfabric.adapters import Fabric, cli
+
+runner = CliRunner()
+SCOPE = ("--tenant", "acme", "--resource", "u1", "--thread", "t1")
+
+
+def ok_json(dsn: str, *args: str) -> Any:
+    res = runner.invoke(cli.app, [*args, *SCOPE, "--dsn", dsn, "--json"])
+    assert res.exit_code == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_entities_commands(fabric: Fabric, dsn: str) -> None:
+    notes = fabric.scope("acme", "u1", "t1")
+    a = notes.entities.upsert("Maria Lopez", type="person", identifiers=[("email", "maria@acme.example")]).entity
+    b = notes.entities.upsert("M. Lopez", type="person").entity
+    fact = notes.remember(kind="fact", content="M. Lopez lives in Faro")
+    assert {e["id"] for e in ok_json(dsn, "entities", "list")} == {a.id, b.id}
+    assert ok_json(dsn, "entities", "get", a.id)["identifiers"] == [["email", "maria@acme.example"]]
+    assert ok_json(dsn, "entities", "resolve", "MARIA@acme.example")[0]["tier"] == "identifier"
+    merged = ok_json(dsn, "entities", "merge", a.id, b.id, "--reason", "same person")
+    assert (merged["winner"], merged["loser"], merged["repointed"]) == (a.id, b.id, 1)
+    assert [e["id"] for e in ok_json(dsn, "entities", "list")] == [a.id]
+    assert notes.history(fact.id)[-1].cause == f"merge:{merged['merge_id']}"
+    undone = ok_json(dsn, "entities", "undo-merge", b.id)
+    assert undone["undone"] is True and undone["repointed"] == 1
+    res = runner.invoke(cli.app, ["entities", "get", "0123456789ab", *SCOPE, "--dsn", dsn])
+    assert res.exit_code == 2 and res.stderr.startswith("error:") and len(res.stderr.strip().splitlines()) == 1
+    res = runner.invoke(cli.app, ["entities", "list", *SCOPE, "--dsn", dsn])
+    assert res.exit_code == 0 and "Maria Lopez" in res.stdout
