@@ -40,6 +40,7 @@ from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisor
 from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
+from memfabric.projections.note_versions import NoteVersionsProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -457,7 +458,8 @@ def open_fabric(
                 log.datastore, log.name, tables.EVENTS,
                 [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
-                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection()],
+                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection(),
+                 NoteVersionsProjection(embedder.dim, str(embedder.id), log.sealing_mapper)],  # issue 31
                 quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
