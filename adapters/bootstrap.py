@@ -41,6 +41,7 @@ from memfabric.projections.link_graph import LinkGraphProjection
 from memfabric.projections.ledger import LedgerProjection
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.note_versions import NoteVersionsProjection
+from memfabric.adapters.known_at_pg import PostgresKnownAtStore
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -500,6 +501,7 @@ def open_fabric(
                 subject_extractor=subjects, session_id=session_id,
             )
             service.configure_workers(**workers)
+            service.known_at_store = lambda known_at: PostgresKnownAtStore(store, known_at)  # issue 31
             service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
             service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
             if retention_config is not None and not read_only:

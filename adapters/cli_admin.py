@@ -105,6 +105,9 @@ DsnOpt = Annotated[str | None, typer.Option(
 DataDirOpt = Annotated[str | None, typer.Option(
     "--data-dir", metavar="DIR", help="Data directory of the embedded server (default $MEMFABRIC_HOME/pg).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+KnownAtOpt = Annotated[str | None, typer.Option(
+    "--known-at", metavar="TIME",
+    help="As the fabric had recorded it at this instant (issue 31; ISO 8601, no timezone means UTC).")]
 ProjectionOpt = Annotated[
     str, typer.Option("--projection", "-p", metavar="NAME", help="Projection name, or 'all'.")
 ]
@@ -972,11 +975,14 @@ def _note_dict(note: Any) -> dict[str, Any]:
 
 def get_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
                 thread: ThreadOpt = None, dsn: DsnOpt = None, data_dir: DataDirOpt = None,
-                replica: ReplicaOpt = None, as_json: JsonOpt = False) -> None:
-    """Print one note: id, kind, scope, content and state."""
+                replica: ReplicaOpt = None, as_json: JsonOpt = False, known_at: KnownAtOpt = None) -> None:
+    """Print one note: id, kind, scope, content and state (--known-at: as recorded then)."""
+    from memfabric.adapters.cli import parse_time
+
     try:
         with notes_fabric(dsn, data_dir, read=True, replicas=replica) as fabric:
-            note = note_scope(fabric, note_id, tenant, resource, thread).get(note_id)
+            note = note_scope(fabric, note_id, tenant, resource, thread).get(
+                note_id, known_at=parse_time(known_at, "known_at"))
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
     out = _note_dict(note)

@@ -47,6 +47,7 @@ from typing import Any
 from uuid import UUID
 
 import numpy as np
+from memfabric.adapters import memory_versions
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain import link_terms, links, replay, visibility
 from memfabric.domain.link_terms import TermPostings
@@ -123,6 +124,8 @@ class InMemoryEventLog:
         """Issue 30: ``retention_index.row_for`` rows."""
         self.retention_config: RetentionConfig = RetentionConfig()
         self.blocks: dict[UUID, tuple[str, str, BlockEntry]] = {}
+        self.version_rows: dict[UUID, list[Any]] = {}
+        """Issue 31: each note's recorded versions (:mod:`memfabric.adapters.memory_versions`)."""
         self._scope_locks: dict[str, threading.Lock] = {}
 
     # ---------------------------------------------------------------- locks
@@ -213,6 +216,8 @@ class InMemoryEventLog:
                 self._contrib.pop(aid, None)
             for note in notes:
                 self._project(note)
+            memory_versions.record(self, list(dict.fromkeys(
+                [n.id for n in notes if isinstance(n, Note)] + [a for a in doomed if a in self.version_rows])), _put)
             return self.position
 
     def _project(self, note: Note) -> None:
@@ -891,4 +896,5 @@ def open_memory_fabric(
     service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
     service.retention_store = InMemoryRetentionStore(log)  # issue 30
     service.retention_store.record(retention_config)
+    service.known_at_store = lambda known_at: memory_versions.MemoryKnownAtStore(store, known_at)
     return MemoryFabric(service, log, store)

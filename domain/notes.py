@@ -19,6 +19,7 @@ from memfabric.domain.inputs import (
     ContextOptions,
     DeletePathArgs,
     ForgetArgs,
+    Instant,
     Kind,
     Link,
     ListInput,
@@ -263,6 +264,7 @@ class Notes:
         *,
         kinds: Iterable[str] | str = ("fact", "file"),
         as_of: datetime | None = None,
+        known_at: datetime | None = None,
     ) -> ContextProvider:
         """A callable that assembles this scope's memory for a prompt.
 
@@ -271,7 +273,8 @@ class Notes:
         ``[{"type": "working-memory", "text"}, ..., {"type": "semantic-memory", "text"}, ...]``:
         every live working block in label order, then the notes ``recall`` returns for
         the query with ``kinds`` (default fact and file; procedures only when asked),
-        ``as_of``, ``top_k`` (default 10) and ``budget`` (tokens, as in ``recall``).
+        ``as_of``, ``known_at`` (issue 31: the semantic blocks as recorded then),
+        ``top_k`` (default 10) and ``budget`` (tokens, as in ``recall``).
         Forgotten, held and expired notes never appear. The text format is documented
         in :mod:`memfabric.domain.context` and ``docs/working-memory.md``.
 
@@ -281,6 +284,8 @@ class Notes:
             "include_working": include_working, "include_semantic": include_semantic,
             "query": query, "kinds": kinds, "as_of": as_of, "budget": budget,
         }
+        if known_at is not None:
+            data["known_at"] = known_at
         if top_k is not None:
             data["top_k"] = top_k
         return ContextProvider(self._service, self.scope, ContextOptions.model_validate(data))
@@ -300,13 +305,18 @@ class Notes:
         subject: str | None = None,
         min_importance: float | None = None,
         min_relevance: float | None = None,
+        known_at: datetime | None = None,
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
         - ``kinds``: default ``("fact", "file")``; ``procedure`` only when asked for;
           an empty or unknown kind raises ``ValidationError``.
         - ``as_of``: timezone-aware; notes whose ``[valid_from, valid_to)`` excludes it
-          are omitted in SQL (default now).
+          are omitted in SQL (default now, or ``known_at``).
+        - ``known_at`` (issue 31): timezone-aware; what this call would have returned at
+          that time, from what the fabric had recorded by then (notes, values,
+          supersessions, folds, links, visibility; a note forgotten since never shows
+          its content). Combines with ``as_of``; see ``docs/bitemporal.md``.
         - ``top_k``: default 10. ``budget``: cap on summed ``token_count``; the best hit
           is always returned and ranking stops at the first hit that would not fit.
         - ``scoring``: :class:`Scoring` weights; ``mode``: ``hybrid`` (default: convex
@@ -336,7 +346,7 @@ class Notes:
         the best edge weight × relevance of a direct hit they link to), ranked with the
         direct hits under one ``budget``.
         """
-        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode,
+        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "known_at": known_at, "mode": mode,
                                 "subject": subject, "min_importance": min_importance,
                                 "expand_links": expand_links}
         if tags is not None:
@@ -351,8 +361,10 @@ class Notes:
             data["scoring"] = scoring
         return self._service.recall(self.scope, RecallInput.model_validate(data))
 
-    def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
-        """The note ``id`` as seen from this scope (``NoteNotFoundError`` when absent).
+    def get(self, id: str, *, known_at: datetime | None = None) -> MemoryNote:  # noqa: A002 - public API name
+        """The note ``id`` as seen from this scope (``NoteNotFoundError`` when absent);
+        with ``known_at`` (issue 31) as recorded then (``NoteNotFoundError`` when it did
+        not exist yet; a note forgotten since reads with its content erased).
 
         Issue 16: every action by id (get, history, lineage, forget, hold,
         release_hold, verify_content, link, unlink, ``supersedes=``) resolves the
@@ -361,7 +373,7 @@ class Notes:
         note of the tenant), and nothing else; a forgotten note only from its own
         scope. Raises ``ScopeError`` when several other scopes' visible notes share the
         id (explicit ids): use the note's own scope then."""
-        return self._service.get(self.scope, _note_id(id))
+        return self._service.get(self.scope, _note_id(id), known_at=_instant(known_at))
 
     def history(self, id: str) -> list[HistoryEntry]:  # noqa: A002
         """Typed events of note ``id`` (resolved as in :meth:`get`) in order, with
@@ -505,20 +517,21 @@ class Notes:
     def count(
         self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
         subject: str | None = None, valid_at: datetime | None = None,
-        include_superseded: bool = False,
+        include_superseded: bool = False, known_at: datetime | None = None,
     ) -> int:
         """How many notes :meth:`list` would return over all its pages (same filters):
         the *live* notes visible from this scope; superseded ones only with
         ``include_superseded=True``; held and forgotten notes never (issue 27: see
         :class:`~memfabric.domain.results.NoteCounts`; ``erase_scope`` reports each
         state by name in ``EraseResult.found``)."""
-        args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None, known_at)
         return self._service.count_notes(self.scope, args)
 
     def list(  # noqa: A003 - public API name
         self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
         subject: str | None = None, valid_at: datetime | None = None,
         include_superseded: bool = False, limit: int = 100, cursor: str | None = None,
+        known_at: datetime | None = None,
     ) -> NotePage:
         """One page of the notes visible from this scope (recall's scope, visibility and
         consent rules; held and forgotten notes never listed), oldest first by
@@ -529,9 +542,10 @@ class Notes:
 
         ``kinds`` default fact, procedure and file; ``tags`` (every one), ``subject``
         (equal); ``valid_at`` (only notes valid then; default any window);
-        ``include_superseded`` (default False); ``limit`` 1-1000. Raises
+        ``include_superseded`` (default False); ``known_at`` (issue 31: the notes as
+        recorded then); ``limit`` 1-1000. Raises
         ``ValidationError`` for a bad argument or a cursor this fabric did not issue."""
-        args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor)
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor, known_at)
         return self._service.list_notes(self.scope, args)
 
     # ------------------------------------------------- issue 14: the ledger
@@ -555,9 +569,10 @@ class Notes:
 
 
 def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_superseded: Any,
-               limit: Any, cursor: Any) -> ListInput:
+               limit: Any, cursor: Any, known_at: Any = None) -> ListInput:
     data: dict[str, Any] = {"subject": subject, "valid_at": valid_at,
-                            "include_superseded": include_superseded, "cursor": cursor}
+                            "include_superseded": include_superseded, "cursor": cursor,
+                            "known_at": known_at}
     if kinds is not None:
         data["kinds"] = kinds
     if tags is not None:
@@ -565,6 +580,19 @@ def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_super
     if limit is not None:
         data["limit"] = limit
     return ListInput.model_validate(data)
+
+
+def _instant(value: Any) -> datetime | None:
+    """``value`` checked as a ``known_at`` instant (``ValidationError`` on ``known_at``)."""
+    return None if value is None else _KNOWN_AT.validate_python({"known_at": value}).known_at
+
+
+class _KnownAt(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    known_at: Instant
+
+
+_KNOWN_AT: TypeAdapter[_KnownAt] = TypeAdapter(_KnownAt)
 
 
 def _note_id(value: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -26,7 +27,8 @@ from memfabric.domain import sweep as sweeping
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
 from memfabric.domain.links import EvolutionSettings, LinkerSettings
-from memfabric.domain.errors import ConflictError, EmbedderChangedError, EmbedderError, SettingsError
+from memfabric.domain.errors import (ConflictError, EmbedderChangedError, EmbedderError, NotSupportedError,
+                                     SettingsError)
 from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
@@ -138,6 +140,10 @@ class MemoryService:
         (:mod:`memfabric.domain.group_commit`); ``None`` writes each alone."""
         self.retention_store: RetentionStore | None = None
         """Issue 30: the shared retention settings and index (set by the composition root)."""
+        self.known_at_store: Callable[[datetime], NoteStore] | None = None
+        """Issue 31: the read side as recorded at an instant (a
+        :class:`memfabric.domain.bitemporal.KnownAtStore`; set by the composition root;
+        ``None``: ``known_at`` is refused with ``NotSupportedError``)."""
         self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
         """Issue 30: "now" of retention decisions (the floor check, a sweep without
         ``now``); tests inject a fake clock."""
@@ -254,12 +260,24 @@ class MemoryService:
                 raise
         return call()
 
+    def at(self, known_at: datetime | None) -> MemoryService:
+        """Issue 31: this service reading the fabric as recorded at ``known_at`` (a
+        shallow copy whose ``store`` is :attr:`known_at_store`'s), or itself for
+        ``None``. Raises ``NotSupportedError`` when the backend keeps no versions."""
+        if known_at is None:
+            return self
+        if self.known_at_store is None:
+            raise NotSupportedError("known_at: this backend keeps no note versions")
+        view = copy.copy(self)
+        view.store = self.known_at_store(known_at)
+        return view
+
     def recall(self, scope: Scope, query: RecallInput) -> RecallResult:
         """Ranked live notes visible from ``scope`` (see ``Notes.recall``)."""
-        return self.adopting(lambda: self._recall(scope, query))
+        return self.adopting(lambda: self.at(query.known_at)._recall(scope, query))  # noqa: SLF001 - same class
 
     def _recall(self, scope: Scope, query: RecallInput) -> RecallResult:
-        as_of = query.as_of or datetime.now(timezone.utc)
+        as_of = query.as_of or query.known_at or datetime.now(timezone.utc)
         limit = max(query.top_k * OVERSAMPLE, MIN_CANDIDATES)
         embedding = self.embed([query.query])[0] if query.mode != "lexical" else None
         candidates = self.store.recall(
@@ -309,15 +327,16 @@ class MemoryService:
 
     def list_notes(self, scope: Scope, args: ListInput) -> NotePage:
         """One keyset page of the notes visible from ``scope`` (see ``Notes.list``)."""
-        page = browse.page(self.store, self.list_query(scope, args), cursor=args.cursor, limit=args.limit)
+        svc = self.at(args.known_at)
+        page = browse.page(svc.store, self.list_query(scope, args), cursor=args.cursor, limit=args.limit)
         page = dataclasses.replace(page, served_by=served_by(self.store))
         if any(n.supersedes and n.scope != scope for n in page.items):
-            page = dataclasses.replace(page, items=history.hide_predecessors(self, scope, list(page.items)))
+            page = dataclasses.replace(page, items=history.hide_predecessors(svc, scope, list(page.items)))
         return page
 
     def count_notes(self, scope: Scope, args: ListInput) -> int:
         """How many notes ``Notes.list`` would list over every page."""
-        return self.store.count_notes(self.list_query(scope, args))
+        return self.at(args.known_at).store.count_notes(self.list_query(scope, args))
 
     def release_hold(self, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
         """Lift a legal hold (see :func:`memfabric.domain.lifecycle.release_hold`)."""
@@ -336,9 +355,10 @@ class MemoryService:
         """The working value of exactly ``scope`` (see ``Notes.working_value``)."""
         return working.working_value(self.store.working_blocks(scope))
 
-    def get(self, scope: Scope, note_id: str) -> MemoryNote:
-        """The note ``note_id`` of ``scope`` (``NoteNotFoundError`` when absent)."""
-        return history.get(self, scope, note_id)
+    def get(self, scope: Scope, note_id: str, known_at: datetime | None = None) -> MemoryNote:
+        """The note ``note_id`` of ``scope`` (``NoteNotFoundError`` when absent); with
+        ``known_at``, as recorded then (issue 31)."""
+        return history.get(self.at(known_at), scope, note_id)
 
     def history(self, scope: Scope, note_id: str) -> list[HistoryEntry]:
         """Every event of the note in version order."""
