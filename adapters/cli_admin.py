@@ -692,6 +692,9 @@ def log_command(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
     idle_exit: Annotated[float | None, typer.Option(
         "--idle-exit", metavar="SECONDS", help="With --follow: stop after this many seconds without new events.")] = None,
+    until: Annotated[str | None, typer.Option(
+        "--until", metavar="TIME", help="Only events recorded at or before this instant (issue 31; ISO 8601, "
+        "no timezone means UTC): the log as it stood then.")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
@@ -707,6 +710,9 @@ notification ids. Works with a read-only (auditor) role."""
     failed: list[LogEntry] = []
     last = since
     try:
+        from memfabric.adapters.cli import parse_time
+
+        stop = parse_time(until, "until")
         with admin_fabric(dsn, data_dir, read=True) as fabric:
             if tenant is not None:
                 require_tenant(fabric, tenant)
@@ -716,6 +722,8 @@ notification ids. Works with a read-only (auditor) role."""
                 last = entry.position
                 if entry.integrity == "failed":
                     failed.append(entry)
+                elif stop is not None and entry.timestamp is not None and entry.timestamp > stop:
+                    continue  # recorded after --until (a failed row is always shown)
                 if as_json:
                     print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
                 else:

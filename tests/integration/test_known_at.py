@@ -163,3 +163,41 @@ def test_recall_tool_known_at(fab: Any) -> None:
         assert [h["id"] for h in res["hits"]] == [old.id]
         with pytest.raises(ValidationError):
             tools.call("memory.recall", {"query": "x", "known_at": "last tuesday"}, session=session)
+
+
+def test_history_and_lineage_carry_both_times(fab: Any) -> None:
+    notes = fab.scope("acme", "u1", "t1")
+    v1 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    old = notes.remember(kind="fact", content="the region is eu-west", subject="region", valid_from=v1)
+    new = notes.remember(kind="fact", content="the region is us-east", subject="region")
+    entries = notes.history(old.id)
+    assert [e.type for e in entries] == ["Remembered", "Superseded"]
+    assert entries[0].recorded_at == entries[0].timestamp < entries[1].timestamp  # transaction time
+    assert entries[0].valid_from == v1 and entries[0].valid_to is None  # valid time after each event
+    assert entries[1].valid_from == v1 and entries[1].valid_to is not None
+    chain = notes.lineage(new.id).chain
+    assert [r["id"] for r in chain] == [old.id, new.id]
+    assert chain[0]["recorded_at"] == entries[1].timestamp and chain[0]["version"] == 2
+    assert chain[0]["valid_to"] == entries[1].valid_to and chain[0]["ingested_at"] == entries[0].timestamp
+
+
+def test_cli_log_until(dsn: str) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from memfabric.adapters import cli
+
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("acme", "u1", "t1")
+        notes.remember(kind="fact", content="the printer is on floor two")
+        t1 = _tick()
+        notes.remember(kind="fact", content="the printer is on floor three")
+    runner = CliRunner()
+    every = runner.invoke(cli.app, ["log", "--dsn", dsn, "--json"])
+    until = runner.invoke(cli.app, ["log", "--dsn", dsn, "--json", "--until", t1.isoformat()])
+    assert every.exit_code == 0 and until.exit_code == 0, until.output
+    rows = [json.loads(line) for line in every.stdout.splitlines()]
+    kept = [json.loads(line) for line in until.stdout.splitlines()]
+    assert len(kept) == 1 < len(rows) and kept[0] == rows[0]
+    assert runner.invoke(cli.app, ["log", "--dsn", dsn, "--until", "soon"]).exit_code == 2
