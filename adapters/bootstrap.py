@@ -280,7 +280,7 @@ class Fabric:
             return False
         from memfabric.adapters.reembed import new_projections  # noqa: PLC0415
         embedder = _choose_embedder(None, recorded)
-        self.use_embedder(embedder, new_projections(embedder))
+        self.use_embedder(embedder, new_projections(embedder, self.log.sealing_mapper))
         return True
 
     def served_by(self) -> str:

@@ -178,7 +178,7 @@ def adopt_stand_in(fabric: Fabric) -> bool:
     if recorded is None or recorded["id"] == str(fabric.service.embedder.id):
         return False
     stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"])
-    fabric.use_embedder(stand_in, new_projections(stand_in))
+    fabric.use_embedder(stand_in, new_projections(stand_in, fabric.log.sealing_mapper))
     return True
 
 

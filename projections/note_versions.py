@@ -41,6 +41,7 @@ from psycopg import Cursor, sql
 from psycopg.rows import tuple_row
 
 from memfabric.domain import replay
+from memfabric.domain.errors import EmbedderChangedError
 from memfabric.domain.note import Note
 from memfabric.projections import base, link_graph, recall_index, tables
 
@@ -122,7 +123,10 @@ def version_rows(note: Note, embedder_id: str | None, dim: int
     """``(row, edges)`` of ``note``'s current state: its recall-index row with
     ``recorded_from`` = the state's last event time and ``recorded_to`` open (``None``
     when the state has no recall row), and the edges of that row (none without it)."""
-    row = recall_index.row_for(note, embedder_id, dim)
+    try:
+        row = recall_index.row_for(note, embedder_id, dim)
+    except EmbedderChangedError:  # a state written before a migration to another dimension
+        row = None
     if row is None:
         return None, []
     version = int(note.version)

@@ -201,3 +201,16 @@ def test_cli_log_until(dsn: str) -> None:
     kept = [json.loads(line) for line in until.stdout.splitlines()]
     assert len(kept) == 1 < len(rows) and kept[0] == rows[0]
     assert runner.invoke(cli.app, ["log", "--dsn", dsn, "--until", "soon"]).exit_code == 2
+
+
+def test_the_demo_shows_a_known_at_recall_next_to_as_of(dsn: str) -> None:
+    import io
+
+    from rich.console import Console
+
+    from memfabric.adapters.demo import run_demo
+
+    out = io.StringIO()
+    summary = run_demo(Console(file=out, width=200), dsn=dsn)
+    assert summary["known_at_returns_first"] and summary["as_of_returns_first"]
+    assert "known_at " in out.getvalue() and "transaction time" in out.getvalue()
