@@ -30,6 +30,7 @@ from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.memory import MemoryFabric, open_memory_fabric
 from memfabric.domain.errors import FabricError
 from memfabric.domain.note import Note
+from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import drop_database, new_database
 
 FULL = os.environ.get("MEMFABRIC_KNOWN_AT_SCALE") == "full"
@@ -266,6 +267,8 @@ def test_known_at_equals_recall_on_the_truncated_log_postgres(seed: int, pg_serv
                 row = conn.execute("SELECT count(*) FROM memfabric_events").fetchone()
             return int(row[0]) if row else 0
         run_stream(fab, seed, events, count)
+        reports = ProjectionAdmin.for_fabric(fab).verify("note_versions")  # the random stream's versions
+        assert all(r.ok for r in reports), reports  # replay identically
         stamps = pg_stamps(fab)
         oracle = PgOracle(fab, other, stamps)
         try:
