@@ -243,7 +243,8 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], mapper: Any, embedder_id: str
 def _replayable(cur: Cursor[Any], mapper: Any, notes: Sequence[Note]) -> dict[UUID, list[Any]]:
     """The events to replay of ``notes`` (none for a forgotten note: its key is gone, so
     no state of it has a row)."""
-    return replay_events(cur, mapper, {n.id: int(n.version) for n in notes if not n.forgotten})
+    upto = {n.id: int(n.version) for n in notes if not n.forgotten}
+    return replay_events(cur, mapper, upto) if upto else {}
 
 
 def copy(cur: Cursor[Any], notes: Iterable[Note], mapper: Any, embedder_id: str | None, dim: int,

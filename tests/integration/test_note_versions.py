@@ -76,3 +76,17 @@ def test_several_events_of_one_note_in_one_unit_of_work_are_each_a_version(fabri
                          {"kind": "fact", "content": "the build uses make"}])
     assert [r[1] for r in _rows(dsn)] == [1, 2, 3]
     assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify("note_versions"))
+
+
+def test_a_single_event_write_reads_nothing_back(fabric: Fabric, dsn: str, monkeypatch: Any) -> None:
+    """Write cost: a remember, a fold, a supersession, a link and a hold each append one
+    event per note and project it without replaying the note (no read); a forget
+    replays nothing either (its rows are dropped)."""
+    from memfabric.projections import note_versions
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a single-event write replayed a note")
+
+    monkeypatch.setattr(note_versions, "replay_events", refuse)
+    _history(fabric)
+    assert len(_rows(dsn)) >= 8
