@@ -22,8 +22,22 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from pydantic import BaseModel, ConfigDict
+
 from memfabric.domain import replay
+from memfabric.domain.inputs import Instant
 from memfabric.domain.note import Note
+
+
+class _KnownAt(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    known_at: Instant
+
+
+def known_at_arg(value: Any) -> datetime | None:
+    """``value`` checked as a ``known_at`` instant: ``None``, or a timezone-aware
+    datetime in years 1-9999 (``pydantic.ValidationError`` on ``known_at`` otherwise)."""
+    return None if value is None else _KnownAt.model_validate({"known_at": value}).known_at
 
 
 def recorded_by(events: Iterable[Any], known_at: datetime) -> list[Any]:

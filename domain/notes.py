@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Strict, StrictBool, TypeAdapter
 
 from memfabric.domain.attach import Attachment
 from memfabric.domain.attach import attach as attach_session
+from memfabric.domain.bitemporal import known_at_arg
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.context import ContextProvider
 from memfabric.domain.errors import ScopeError
@@ -19,7 +20,6 @@ from memfabric.domain.inputs import (
     ContextOptions,
     DeletePathArgs,
     ForgetArgs,
-    Instant,
     Kind,
     Link,
     ListInput,
@@ -373,7 +373,7 @@ class Notes:
         note of the tenant), and nothing else; a forgotten note only from its own
         scope. Raises ``ScopeError`` when several other scopes' visible notes share the
         id (explicit ids): use the note's own scope then."""
-        return self._service.get(self.scope, _note_id(id), known_at=_instant(known_at))
+        return self._service.get(self.scope, _note_id(id), known_at=known_at_arg(known_at))
 
     def history(self, id: str) -> list[HistoryEntry]:  # noqa: A002
         """Typed events of note ``id`` (resolved as in :meth:`get`) in order, with
@@ -519,7 +519,8 @@ class Notes:
         subject: str | None = None, valid_at: datetime | None = None,
         include_superseded: bool = False, known_at: datetime | None = None,
     ) -> int:
-        """How many notes :meth:`list` would return over all its pages (same filters):
+        """How many notes :meth:`list` would return over all its pages (same filters,
+        ``known_at`` included):
         the *live* notes visible from this scope; superseded ones only with
         ``include_superseded=True``; held and forgotten notes never (issue 27: see
         :class:`~memfabric.domain.results.NoteCounts`; ``erase_scope`` reports each
@@ -580,19 +581,6 @@ def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_super
     if limit is not None:
         data["limit"] = limit
     return ListInput.model_validate(data)
-
-
-def _instant(value: Any) -> datetime | None:
-    """``value`` checked as a ``known_at`` instant (``ValidationError`` on ``known_at``)."""
-    return None if value is None else _KNOWN_AT.validate_python({"known_at": value}).known_at
-
-
-class _KnownAt(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    known_at: Instant
-
-
-_KNOWN_AT: TypeAdapter[_KnownAt] = TypeAdapter(_KnownAt)
 
 
 def _note_id(value: str) -> str:
