@@ -99,17 +99,14 @@ def ddl(dim: int, suffix: str = "") -> list[sql.Composed]:
 
 
 def index_ddl(suffix: str = "") -> list[sql.Composed]:
-    """Secondary indexes: btrees on scope + kind, tenant + kind, tenant + (ingested_at,
-    aggregate_id) (listing), GIN on ``tsv``; the edges' target. No HNSW: a ``known_at``
-    recall scans the scope's versions recorded at T exactly (see ``docs/bitemporal.md``)."""
+    """Secondary indexes, as few as the reads need (each one costs every write): a
+    btree on scope + kind (every read filters by tenant first), GIN on ``tsv``; the
+    edges' target. No HNSW: a ``known_at`` recall scans the scope's versions recorded at
+    T exactly, and a ``known_at`` listing sorts them (see ``docs/bitemporal.md``)."""
     t, e = TABLE + suffix, EDGES + suffix
     return [
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, kind)").format(
             i=sql.Identifier(f"{t}_scope"), t=sql.Identifier(t)),
-        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, kind)").format(
-            i=sql.Identifier(f"{t}_tenant"), t=sql.Identifier(t)),
-        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, ingested_at, aggregate_id)").format(
-            i=sql.Identifier(f"{t}_listing"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (tsv)").format(
             i=sql.Identifier(f"{t}_tsv"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {e} (to_aggregate_id)").format(
