@@ -4,7 +4,8 @@ The twin of :mod:`memfabric.projections.note_versions`: after every append, the 
 of each note it touched are computed afresh from the note's events as the log decodes
 them now (keys destroyed by the append read erased, so a forgotten note keeps no
 version): one entry per event whose state has a recall row, ``recorded_from`` = the
-event's ``timestamp``, ``recorded_to`` = the next event's (``None`` for the latest).
+event's ``timestamp``, ``recorded_to`` = the next event's (``None`` for the latest); a
+note under legal hold keeps none (its content stays sealed only) until it is released.
 :class:`MemoryKnownAtStore` runs the in-memory store's own recall and listing on the
 rows and edges recorded at ``known_at``.
 """
@@ -65,7 +66,9 @@ def record(log: Any, aggregate_ids: Sequence[UUID], put: Put) -> None:
     """Recompute the versions of ``aggregate_ids`` in ``log.version_rows`` (under the
     log's lock, inside the append)."""
     for aid in aggregate_ids:
-        versions = versions_of(log.events(aid), put)
+        events = log.events(aid)
+        state = log.replay(aid)
+        versions = versions_of(events, put) if state is not None and state.live else []
         if versions:
             log.version_rows[aid] = versions
         else:

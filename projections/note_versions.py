@@ -10,7 +10,9 @@ Two tables, both a pure function of each note's event sequence:
   a recall row (held, not a recallable kind) has no row, but its event still closes the
   previous one. A forgotten note has no row at all: its data key is destroyed, so every
   earlier state replays with its content and vector erased (no recall row) — the
-  versions never keep a byte the tombstone erased.
+  versions never keep a byte the tombstone erased. A note under legal hold has no row
+  either (its content is kept only sealed, whatever T); its release writes its whole
+  history again.
 - ``mf_link_versions``: the link-graph edges (:func:`memfabric.projections.link_graph.rows_for`)
   of each version row, keyed by ``(from_aggregate_id, from_version, to_aggregate_id,
   relation)``: an edge is recorded at T exactly when its source's version is.
@@ -62,10 +64,10 @@ FAST = 1
 """A note with exactly this many new events (and none in :data:`REPLAYED`) is projected
 without a replay."""
 
-REPLAYED = frozenset({"Withdrawn"})
+REPLAYED = frozenset({"Withdrawn", "HoldReleased"})
 """Events after which every version of the note is written afresh from a replay: a
 withdrawn evolution patch was sealed under the forgotten source's key, so the note's
-earlier versions must lose it too."""
+earlier versions must lose it too; a released hold brings the versions back."""
 
 
 def ddl(dim: int, suffix: str = "") -> list[sql.Composed]:
@@ -211,7 +213,7 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], mapper: Any, embedder_id: str
         collected = note.__dict__.get("collected")
         if collected == []:
             continue
-        (fast if _fast(note) and not note.forgotten else slow).append(note)
+        (fast if _fast(note) and note.live else slow).append(note)
     rows: list[tuple[Any, ...]] = []
     edges: list[tuple[Any, ...]] = []
     closing = [n for n in fast if n.version > 1]
@@ -238,9 +240,9 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], mapper: Any, embedder_id: str
 
 
 def _replayable(cur: Cursor[Any], mapper: Any, notes: Sequence[Note]) -> dict[UUID, list[Any]]:
-    """The events to replay of ``notes`` (none for a forgotten note: its key is gone, so
-    no state of it has a row)."""
-    upto = {n.id: int(n.version) for n in notes if not n.forgotten}
+    """The events to replay of ``notes`` (none for a forgotten note, whose key is gone so
+    no state of it has a row, nor for a held one, whose content stays sealed only)."""
+    upto = {n.id: int(n.version) for n in notes if n.live}
     return replay_events(cur, mapper, upto) if upto else {}
 
 

@@ -94,13 +94,18 @@ def test_links_and_holds_as_recorded(fab: Any) -> None:
     t0 = _tick()
     notes.link(a.id, b.id, "related", 0.9)
     t1 = _tick()
-    notes.forget(id=b.id, hold=True)
-    t2 = _tick()
     assert notes.recall("api gateway envoy", known_at=t0).hits[0].links == ()
     assert [lk.id for lk in notes.recall("api gateway envoy", known_at=t1).hits[0].links] == [b.id]
-    assert b.id in _ids(notes.recall("rate limits redis", known_at=t1))
-    assert b.id not in _ids(notes.recall("rate limits redis", known_at=t2))
-    assert b.id not in _ids(notes.recall("rate limits redis"))
+    notes.forget(id=b.id, hold=True)
+    t2 = _tick()
+    # a note under legal hold now is kept only sealed: absent whatever T, links to it too
+    for at in (t1, t2, None):
+        assert b.id not in _ids(notes.recall("rate limits redis", known_at=at))
+    assert notes.recall("api gateway envoy", known_at=t1).hits[0].links == ()
+    notes.release_hold(b.id)
+    assert b.id in _ids(notes.recall("rate limits redis", known_at=t1))  # released: its history is back
+    assert b.id not in _ids(notes.recall("rate limits redis", known_at=t2))  # it was held at t2
+    assert b.id in _ids(notes.recall("rate limits redis"))
 
 
 def test_context_provider_known_at(fab: Any) -> None:

@@ -4,8 +4,10 @@ random (query, T) pairs with T anywhere between two events, ``recall(known_at=T)
 equals recall on a fabric rebuilt from the log truncated at T (same ids, same order;
 also with an ``as_of`` of its own), on both backends.
 
-The oracle fabric receives, with the data keys as they are now, exactly the events
-whose recorded time is at or before T and builds its projections the ordinary way.
+The oracle fabric receives, with the data keys and the legal holds as they are now,
+exactly the events whose recorded time is at or before T (of every note not under hold
+now: a held note's content stays sealed only, whatever T) and builds its projections
+the ordinary way.
 Quick by default; ``MEMFABRIC_KNOWN_AT_SCALE=full`` runs the issue's scale (2,000
 events, 1,000 pairs; also ``scripts/known_at_property.py``)."""
 
@@ -169,6 +171,9 @@ def memory_oracle(fab: MemoryFabric) -> Callable[[datetime], MemoryFabric]:
         src, dst = fab.log, out.log
         with src.lock:
             for aid, stored in src._events.items():  # noqa: SLF001 - the oracle copies the raw log
+                now = src.replay(aid)
+                if now is not None and now.held:
+                    continue
                 kept = []
                 for s in stored:
                     if s.state["timestamp"] > known_at:
@@ -227,6 +232,8 @@ class PgOracle:
                         sql.SQL(", ").join(sql.Placeholder() * len(cols))), rows)
             self.rows = a.execute("SELECT originator_id, originator_version, topic, state, tenant"
                                   " FROM memfabric_events ORDER BY notification_id").fetchall()
+        held = {aid for aid, _ in stamps if (n := src.store.load(aid)) is not None and getattr(n, "held", False)}
+        self.rows = [r for r in self.rows if r[0] not in held]
         self.stamps = stamps
         self.sent: set[tuple[UUID, int]] = set()
         self.fabric = open_fabric(dsn)
