@@ -3,10 +3,11 @@
 ``as_of`` asks what was true at T (each note's validity window); ``known_at`` asks what
 the fabric had recorded at T: every event whose ``timestamp`` (the domain event's
 recorded time, the only time the log keeps) is at or before T, and none after — the
-log truncated at T, read with the data keys as they are *now*. So a note forgotten after
+log truncated at T, read with the data keys and legal holds as they are *now*. So a note forgotten after
 T appears as recorded at T with its protected fields erased (its key is destroyed: its
 content never returns, whatever T), and it is not recalled (an erased state has no
-vector and no text to match). Both times combine: ``known_at=T, as_of=V`` is what the
+vector and no text to match); a note under legal hold now is not recalled or listed at
+any T (its content is kept only sealed) until it is released. Both times combine: ``known_at=T, as_of=V`` is what the
 fabric recorded at T held true at V (``as_of`` defaults to ``known_at``).
 
 :class:`KnownAtStore` is the read side at T: single notes are replayed from their own
