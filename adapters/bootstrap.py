@@ -45,6 +45,8 @@ from memfabric.projections.principals import PrincipalsProjection
 from memfabric.adapters.principals_store import wire_postgres
 from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.partitions import MAX_PARTITIONS, count as partition_count
+from memfabric.projections.note_versions import NoteVersionsProjection
+from memfabric.adapters.known_at_pg import PostgresKnownAtStore
 from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
@@ -285,7 +287,7 @@ class Fabric:
             return False
         from memfabric.adapters.reembed import new_projections  # noqa: PLC0415
         embedder = _choose_embedder(None, recorded)
-        self.use_embedder(embedder, new_projections(embedder))
+        self.use_embedder(embedder, new_projections(embedder, self.log.sealing_mapper))
         return True
 
     def served_by(self) -> str:
@@ -494,7 +496,8 @@ def open_fabric(
                  NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
                  LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection(),
                  PrincipalsProjection(),
-                 EntitiesProjection()],  # issue 32: the entity index
+                 EntitiesProjection(),  # issue 32: the entity index
+                 NoteVersionsProjection(embedder.dim, str(embedder.id), log.sealing_mapper)],  # issue 31
                 quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
@@ -535,6 +538,7 @@ def open_fabric(
                 subject_extractor=subjects, session_id=session_id,
             )
             service.configure_workers(**workers)
+            service.known_at_store = lambda known_at: PostgresKnownAtStore(store, known_at)  # issue 31
             service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
             service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
             wire_postgres(service, store)  # issue 33: principals and the access log

@@ -268,6 +268,9 @@ def recall(
         "--as-of", metavar="TIME",
         help="Recall as of this instant (ISO 8601, e.g. 2026-01-31 or 2026-01-31T12:00:00+01:00; no timezone means UTC).")] = None,
     mode: Annotated[str, typer.Option(metavar="MODE", help="hybrid, vector or lexical.")] = "hybrid",
+    known_at: Annotated[str | None, typer.Option(
+        "--known-at", metavar="TIME",
+        help="Recall what the fabric had recorded at this instant (issue 31; ISO 8601, no timezone means UTC).")] = None,
     embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
@@ -277,7 +280,8 @@ def recall(
 ) -> None:
     """Recall the notes that best match QUERY, with their scores."""
     try:
-        options: dict[str, Any] = {"top_k": top_k, "budget": budget, "as_of": parse_time(as_of), "mode": mode}
+        options: dict[str, Any] = {"top_k": top_k, "budget": budget, "as_of": parse_time(as_of), "mode": mode,
+                                   "known_at": parse_time(known_at, "known_at")}
         if kind:
             options["kinds"] = tuple(kind)
         if not dsn:

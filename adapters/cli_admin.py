@@ -106,6 +106,9 @@ DsnOpt = Annotated[str | None, typer.Option(
 DataDirOpt = Annotated[str | None, typer.Option(
     "--data-dir", metavar="DIR", help="Data directory of the embedded server (default $MEMFABRIC_HOME/pg).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+KnownAtOpt = Annotated[str | None, typer.Option(
+    "--known-at", metavar="TIME",
+    help="As the fabric had recorded it at this instant (issue 31; ISO 8601, no timezone means UTC).")]
 ProjectionOpt = Annotated[
     str, typer.Option("--projection", "-p", metavar="NAME", help="Projection name, or 'all'.")
 ]
@@ -176,7 +179,7 @@ def adopt_stand_in(fabric: Fabric) -> bool:
     if recorded is None or recorded["id"] == str(fabric.service.embedder.id):
         return False
     stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"])
-    fabric.use_embedder(stand_in, new_projections(stand_in))
+    fabric.use_embedder(stand_in, new_projections(stand_in, fabric.log.sealing_mapper))
     return True
 
 
@@ -706,6 +709,9 @@ def log_command(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
     idle_exit: Annotated[float | None, typer.Option(
         "--idle-exit", metavar="SECONDS", help="With --follow: stop after this many seconds without new events.")] = None,
+    until: Annotated[str | None, typer.Option(
+        "--until", metavar="TIME", help="Only events recorded at or before this instant (issue 31; ISO 8601, "
+        "no timezone means UTC): the log as it stood then.")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
@@ -721,6 +727,9 @@ notification ids. Works with a read-only (auditor) role."""
     failed: list[LogEntry] = []
     last = since
     try:
+        from memfabric.adapters.cli import parse_time
+
+        stop = parse_time(until, "until")
         with admin_fabric(dsn, data_dir, read=True) as fabric:
             if tenant is not None:
                 require_tenant(fabric, tenant)
@@ -730,6 +739,8 @@ notification ids. Works with a read-only (auditor) role."""
                 last = entry.position
                 if entry.integrity == "failed":
                     failed.append(entry)
+                elif stop is not None and entry.timestamp is not None and entry.timestamp > stop:
+                    continue  # recorded after --until (a failed row is always shown)
                 if as_json:
                     print(json.dumps(entry.to_dict(), ensure_ascii=False), flush=follow)
                 else:
@@ -988,11 +999,14 @@ def _note_dict(note: Any) -> dict[str, Any]:
 
 def get_command(note_id: NoteIdArg, tenant: TenantOpt = None, resource: ResourceOpt = None,
                 thread: ThreadOpt = None, dsn: DsnOpt = None, data_dir: DataDirOpt = None,
-                replica: ReplicaOpt = None, as_json: JsonOpt = False) -> None:
-    """Print one note: id, kind, scope, content and state."""
+                replica: ReplicaOpt = None, as_json: JsonOpt = False, known_at: KnownAtOpt = None) -> None:
+    """Print one note: id, kind, scope, content and state (--known-at: as recorded then)."""
+    from memfabric.adapters.cli import parse_time
+
     try:
         with notes_fabric(dsn, data_dir, read=True, replicas=replica) as fabric:
-            note = note_scope(fabric, note_id, tenant, resource, thread).get(note_id)
+            note = note_scope(fabric, note_id, tenant, resource, thread).get(
+                note_id, known_at=parse_time(known_at, "known_at"))
     except HANDLED as exc:
         _fail(exc, as_json=as_json)
     out = _note_dict(note)

@@ -201,6 +201,7 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
 
         first = acme_ids[0]
         again = acme.remember(kind="fact", content="user prefers metric units.", tags=["ui"])
+        recorded = datetime.now(timezone.utc)  # issue 31: what the fabric knew before the change
         # The inferred subject key (user|preference:unit) decides, not cosine similarity.
         changed = acme.remember(kind="fact", content="User prefers imperial units", tags=["prefs"])
         _section(console, "2. consolidation: a repeat folds, a changed fact supersedes")
@@ -225,6 +226,12 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
                  "the same question just before the change: the first fact answers")
         console.print(recall_table(past))
         summary["as_of_returns_first"] = bool(past.hits) and past.hits[0].id == first
+        known = acme.recall(units, known_at=recorded, top_k=3)
+        console.print(f"known_at {recorded:%H:%M:%S.%f}"[:-3] + f" (what was recorded then): top hit "
+                      f"{known.hits[0].id if known.hits else '-'}, superseded_by "
+                      f"{(known.hits[0].superseded_by or '-') if known.hits else '-'}; as_of answers the valid time, "
+                      "known_at the transaction time")
+        summary["known_at_returns_first"] = bool(known.hits) and known.hits[0].id == first
 
         query = "billing invoices database payments"
         budget = acme.recall(query, top_k=10, budget=25)

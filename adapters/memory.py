@@ -48,6 +48,7 @@ from uuid import UUID
 
 import numpy as np
 from pydantic import Field, TypeAdapter
+from memfabric.adapters import memory_versions
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain import link_terms, links, replay, visibility
 from memfabric.domain.link_terms import TermPostings
@@ -127,6 +128,8 @@ class InMemoryEventLog:
         self.projectors: list[Callable[[Sequence[Any]], None]] = []
         """Issue 32: read models of other aggregates (the entity index), called at every
         append with the notes and other aggregates it saved, under :attr:`lock`."""
+        self.version_rows: dict[UUID, list[Any]] = {}
+        """Issue 31: each note's recorded versions (:mod:`memfabric.adapters.memory_versions`)."""
         self._scope_locks: dict[str, threading.Lock] = {}
 
     # ---------------------------------------------------------------- locks
@@ -229,6 +232,8 @@ class InMemoryEventLog:
                 self._project(note)
             for projector in self.projectors:
                 projector([*notes, *others])
+            memory_versions.record(self, list(dict.fromkeys(
+                [n.id for n in notes if isinstance(n, Note)] + [a for a in doomed if a in self.version_rows])), _put)
             return self.position
 
     def _project(self, note: Note) -> None:
@@ -962,6 +967,7 @@ def open_memory_fabric(
     service.entity_store = InMemoryEntityStore(log)  # issue 32: the entity index
     from memfabric.adapters.principals_store import wire_memory  # noqa: PLC0415
     wire_memory(service, log)  # issue 33: principals and the access log
+    service.known_at_store = lambda known_at: memory_versions.MemoryKnownAtStore(store, known_at)
     fabric = MemoryFabric(service, log, store)
     fabric.partition_count = count
     return fabric

@@ -60,6 +60,7 @@ from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.rebuild import ProjectionAdmin, RebuildReport, Reporter
+from memfabric.projections.note_versions import NoteVersionsProjection
 from memfabric.projections.recall_index import RecallIndexProjection
 
 if TYPE_CHECKING:
@@ -116,10 +117,12 @@ def embedder_params(embedder: Embedder) -> dict[str, Any]:
             if not k.startswith("_") and isinstance(v, str | int | float | bool) and k not in ("id", "dim")}
 
 
-def new_projections(embedder: Embedder) -> list[NoteProjection]:
-    """The projections that store vectors, configured for ``embedder``."""
+def new_projections(embedder: Embedder, mapper: Any = None) -> list[NoteProjection]:
+    """The projections that store vectors, configured for ``embedder`` (``mapper``: the
+    fabric's sealing mapper, with which the note versions replay notes, issue 31)."""
     return [RecallIndexProjection(int(embedder.dim), str(embedder.id)),
-            ConsolidationIndexProjection(int(embedder.dim), str(embedder.id))]
+            ConsolidationIndexProjection(int(embedder.dim), str(embedder.id)),
+            NoteVersionsProjection(int(embedder.dim), str(embedder.id), mapper)]
 
 
 def _needs(note: Note, embedder_id: str) -> bool:
@@ -341,7 +344,7 @@ class Reembedder:
         if str(old.id) != self.target:
             self.first_pass()
             self.catch_up_pass()
-            projections = new_projections(self.embedder)
+            projections = new_projections(self.embedder, self.fabric.log.sealing_mapper)
             admin = ProjectionAdmin.for_fabric(self.fabric)
             building: list[NoteProjection] = [_Building(p, self.target) for p in projections]
             report = admin.rebuild_into(building, before_switch=self.check_and_record,

@@ -172,6 +172,7 @@ class RecallToolArgs(_ToolArgs):
     kinds: RecallKinds | None = None
     top_k: TopK | None = None
     as_of: Instant | None = None
+    known_at: Instant | None = None
     budget: Budget | None = None
 
     @field_validator("top_k", "budget", mode="before")
@@ -181,7 +182,7 @@ class RecallToolArgs(_ToolArgs):
             raise ValueError("must be an integer")
         return value
 
-    @field_validator("as_of", mode="before")
+    @field_validator("as_of", "known_at", mode="before")
     @classmethod
     def _text_time(cls, value: Any) -> Any:
         """An ISO 8601 date-time; without an offset it is read as UTC (models send
@@ -289,6 +290,9 @@ def _definitions(max_file_bytes: int) -> list[ToolDefinition]:
                 "as_of": {"type": "string", "format": "date-time",
                           "description": "Recall as of this instant (ISO 8601; UTC when "
                                          "no offset is given)."},
+                "known_at": {"type": "string", "format": "date-time",
+                             "description": "Recall what memory had recorded at this instant "
+                                            "(ISO 8601; UTC when no offset is given)."},
                 "budget": {"type": "integer", "minimum": 1, "maximum": 1000000,
                            "description": "Cap on the hits' summed tokens."}},
              "required": ["query"], "additionalProperties": False},
@@ -543,7 +547,7 @@ class MemoryTools:
         return {"note_id": note.id, "note_outcome": note.outcome, "note_truncated": truncated}
 
     def _recall(self, args: RecallToolArgs) -> dict[str, Any]:
-        options: dict[str, Any] = {"as_of": args.as_of}
+        options: dict[str, Any] = {"as_of": args.as_of, "known_at": args.known_at}
         if args.kinds is not None:
             options["kinds"] = args.kinds
         if args.top_k is not None:

@@ -112,6 +112,7 @@ class ContextProvider:
             if query is not None:
                 recall = RecallInput(
                     query=query, kinds=self.options.kinds, as_of=self.options.as_of,
+                    known_at=self.options.known_at,
                     top_k=self.options.top_k, budget=self.options.budget,
                     min_relevance=self.options.min_relevance,
                 )

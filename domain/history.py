@@ -126,7 +126,7 @@ def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry
     if not events:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
     replay.check_versions(f"note {note_id!r} of scope {home}", (e.originator_version for e in events))
-    entries = [_entry(event) for event in events]
+    entries = _timed([_entry(event) for event in events], events)
     if home == scope:
         return entries
     seen = target_visible(svc, scope, home)
@@ -176,6 +176,18 @@ def _cause_note(cause: Any) -> str | None:
     if not isinstance(cause, str) or not cause.startswith(_ID_CAUSES):
         return None
     return cause.split(":")[1] or None
+
+
+def _timed(entries: list[HistoryEntry], events: Sequence[Any]) -> list[HistoryEntry]:
+    """``entries`` with each one's valid time (issue 31): the note's ``valid_from`` /
+    ``valid_to`` after its event (replayed in order)."""
+    out: list[HistoryEntry] = []
+    state: Any = None
+    for entry, event in zip(entries, events, strict=True):
+        state = replay.step(event, state)
+        out.append(dataclasses.replace(entry, valid_from=getattr(state, "valid_from", None),
+                                       valid_to=getattr(state, "valid_to", None)))
+    return out
 
 
 def _entry(event: Any) -> HistoryEntry:
@@ -233,5 +245,6 @@ def _chain_row(n: Note, seen: Callable[[str], bool]) -> dict[str, Any]:
     if n.supersedes and not seen(n.supersedes):
         reason = _unnamed(reason, n.supersedes)
     return {"id": n.note_id, "valid_from": n.valid_from, "valid_to": n.valid_to,
-            "ingested_at": n.created_on, "forgotten": n.forgotten, "held": n.held,
+            "ingested_at": n.created_on, "recorded_at": n.modified_on, "version": n.version,
+            "forgotten": n.forgotten, "held": n.held,
             "content": n.content, "folds": n.fold_count, "reason": reason}

@@ -353,7 +353,9 @@ class RecallInput(_Input):
     - ``query``: non-empty text (at most 8000 characters); never echoed back.
     - ``kinds``: non-empty subset of ``fact, procedure, file`` (default ``fact, file``).
     - ``as_of``: timezone-aware instant; notes whose window ``[valid_from, valid_to)``
-      does not contain it are omitted (default: now).
+      does not contain it are omitted (default: now, or ``known_at`` when given).
+    - ``known_at`` (issue 31): timezone-aware instant; recall what the fabric had
+      recorded at that time (transaction time, ``docs/bitemporal.md``; default: now).
     - ``top_k``: 1-1000 (default 10).
     - ``budget``: 1-1,000,000 tokens; the best hit is always returned and ranking stops
       at the first hit that would not fit.
@@ -372,6 +374,7 @@ class RecallInput(_Input):
     query: QueryText
     kinds: RecallKinds = ("fact", "file")
     as_of: Instant | None = None
+    known_at: Instant | None = None
     top_k: TopK = 10
     budget: Budget | None = None
     scoring: Scoring | None = None
@@ -394,8 +397,8 @@ class ContextOptions(_Input):
       block of the scope, in label order.
     - ``include_semantic`` (default True): one ``semantic-memory`` block per recalled
       note, in rank order, under exactly the rules of ``recall`` (``kinds``, ``as_of``,
-      ``top_k``, ``budget``, ``min_relevance``: same types, defaults and limits as
-      :class:`RecallInput`).
+      ``known_at``, ``top_k``, ``budget``, ``min_relevance``: same types, defaults and
+      limits as :class:`RecallInput`).
     - ``query``: the query used when a call gives none (no user message either); with
       no query at all a call returns no semantic blocks.
     """
@@ -405,6 +408,7 @@ class ContextOptions(_Input):
     query: QueryText | None = None
     kinds: RecallKinds = ("fact", "file")
     as_of: Instant | None = None
+    known_at: Instant | None = None
     top_k: TopK = 10
     budget: Budget | None = None
     min_relevance: Unit = DEFAULT_MIN_RELEVANCE
@@ -519,6 +523,7 @@ class ListInput(_Args):
     - ``valid_at``: timezone-aware; only notes whose ``[valid_from, valid_to)`` contains
       it (default: any window).
     - ``include_superseded``: also list notes a newer note replaced (default False).
+    - ``known_at`` (issue 31): list what the fabric had recorded at that instant.
     - ``limit``: 1-1000 (default 100); ``cursor``: the ``next_cursor`` of the previous page.
     """
 
@@ -527,6 +532,7 @@ class ListInput(_Args):
     subject: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     valid_at: AwareDatetime | None = None
     include_superseded: StrictBool = False
+    known_at: Instant | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
     cursor: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
 

@@ -571,6 +571,17 @@ class Note(Aggregate):
         self.expired_at: datetime | None = None
         self.decayed_at: datetime | None = None
 
+    # ------------------------------------------------------------ issue 31
+    def collect_events(self) -> Any:
+        """eventsourcing's pending events; their type names are also appended to the
+        transient ``collected`` list of this in-memory instance (absent on a state
+        replayed from the log, never stored), so the note-versions projection
+        (:mod:`memfabric.projections.note_versions`) projects a single new event without
+        replaying the note."""
+        events = super().collect_events()
+        self.__dict__.setdefault("collected", []).extend(type(e).__name__ for e in events)
+        return events
+
     # ----------------------------------------------------------------- commands
     @classmethod
     def remember(cls, *, scope: Scope, **fields: Any) -> Note:

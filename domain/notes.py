@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Strict, StrictBool, TypeAdapter
 
 from memfabric.domain.attach import Attachment
 from memfabric.domain.attach import attach as attach_session
+from memfabric.domain.bitemporal import known_at_arg
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.context import ContextProvider
 from memfabric.domain.errors import ScopeError
@@ -305,6 +306,7 @@ class Notes:
         *,
         kinds: Iterable[str] | str = ("fact", "file"),
         as_of: datetime | None = None,
+        known_at: datetime | None = None,
     ) -> ContextProvider:
         """A callable that assembles this scope's memory for a prompt.
 
@@ -313,7 +315,8 @@ class Notes:
         ``[{"type": "working-memory", "text"}, ..., {"type": "semantic-memory", "text"}, ...]``:
         every live working block in label order, then the notes ``recall`` returns for
         the query with ``kinds`` (default fact and file; procedures only when asked),
-        ``as_of``, ``top_k`` (default 10) and ``budget`` (tokens, as in ``recall``).
+        ``as_of``, ``known_at`` (issue 31: the semantic blocks as recorded then),
+        ``top_k`` (default 10) and ``budget`` (tokens, as in ``recall``).
         Forgotten, held and expired notes never appear. The text format is documented
         in :mod:`memfabric.domain.context` and ``docs/working-memory.md``.
 
@@ -323,6 +326,8 @@ class Notes:
             "include_working": include_working, "include_semantic": include_semantic,
             "query": query, "kinds": kinds, "as_of": as_of, "budget": budget,
         }
+        if known_at is not None:
+            data["known_at"] = known_at
         if top_k is not None:
             data["top_k"] = top_k
         return ContextProvider(self._service, self.scope, ContextOptions.model_validate(data))
@@ -343,13 +348,18 @@ class Notes:
         min_importance: float | None = None,
         min_relevance: float | None = None,
         entity: str | None = None,
+        known_at: datetime | None = None,
     ) -> RecallResult:
         """Ranked live notes visible from this scope, with a parallel ``explain`` row each.
 
         - ``kinds``: default ``("fact", "file")``; ``procedure`` only when asked for;
           an empty or unknown kind raises ``ValidationError``.
         - ``as_of``: timezone-aware; notes whose ``[valid_from, valid_to)`` excludes it
-          are omitted in SQL (default now).
+          are omitted in SQL (default now, or ``known_at``).
+        - ``known_at`` (issue 31): timezone-aware; what this call would have returned at
+          that time, from what the fabric had recorded by then (notes, values,
+          supersessions, folds, links, visibility; a note forgotten since never shows
+          its content). Combines with ``as_of``; see ``docs/bitemporal.md``.
         - ``top_k``: default 10. ``budget``: cap on summed ``token_count``; the best hit
           is always returned and ranking stops at the first hit that would not fit.
         - ``scoring``: :class:`Scoring` weights; ``mode``: ``hybrid`` (default: convex
@@ -384,7 +394,7 @@ class Notes:
         the best edge weight × relevance of a direct hit they link to), ranked with the
         direct hits under one ``budget``.
         """
-        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "mode": mode,
+        data: dict[str, Any] = {"query": query, "kinds": kinds, "as_of": as_of, "known_at": known_at, "mode": mode,
                                 "subject": subject, "min_importance": min_importance,
                                 "expand_links": expand_links}
         if tags is not None:
@@ -403,8 +413,10 @@ class Notes:
                                  access=self._access)
         return self._service.recall(self.scope, RecallInput.model_validate(data), access=self._access)
 
-    def get(self, id: str) -> MemoryNote:  # noqa: A002 - public API name
-        """The note ``id`` as seen from this scope (``NoteNotFoundError`` when absent).
+    def get(self, id: str, *, known_at: datetime | None = None) -> MemoryNote:  # noqa: A002 - public API name
+        """The note ``id`` as seen from this scope (``NoteNotFoundError`` when absent);
+        with ``known_at`` (issue 31) as recorded then (``NoteNotFoundError`` when it did
+        not exist yet; a note forgotten since reads with its content erased).
 
         Issue 16: every action by id (get, history, lineage, forget, hold,
         release_hold, verify_content, link, unlink, ``supersedes=``) resolves the
@@ -413,7 +425,7 @@ class Notes:
         note of the tenant), and nothing else; a forgotten note only from its own
         scope. Raises ``ScopeError`` when several other scopes' visible notes share the
         id (explicit ids): use the note's own scope then."""
-        return self._service.get(self.scope, _note_id(id))
+        return self._service.get(self.scope, _note_id(id), known_at=known_at_arg(known_at))
 
     def history(self, id: str) -> list[HistoryEntry]:  # noqa: A002
         """Typed events of note ``id`` (resolved as in :meth:`get`) in order, with
@@ -557,14 +569,15 @@ class Notes:
     def count(
         self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
         subject: str | None = None, valid_at: datetime | None = None,
-        include_superseded: bool = False,
+        include_superseded: bool = False, known_at: datetime | None = None,
     ) -> int:
-        """How many notes :meth:`list` would return over all its pages (same filters):
+        """How many notes :meth:`list` would return over all its pages (same filters,
+        ``known_at`` included):
         the *live* notes visible from this scope; superseded ones only with
         ``include_superseded=True``; held and forgotten notes never (issue 27:
         :meth:`counts` names every state of the notes homed in this scope, as
         ``erase_scope`` does in ``EraseResult.found`` and ``EraseResult.left``)."""
-        args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None)
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, None, None, known_at)
         return self._service.count_notes(self.scope, args, access=self._access)
 
     def counts(self) -> NoteCounts:
@@ -581,6 +594,7 @@ class Notes:
         self, *, kinds: Iterable[str] | str | None = None, tags: Sequence[str] | None = None,
         subject: str | None = None, valid_at: datetime | None = None,
         include_superseded: bool = False, limit: int = 100, cursor: str | None = None,
+        known_at: datetime | None = None,
     ) -> NotePage:
         """One page of the notes visible from this scope (recall's scope, visibility and
         consent rules; held and forgotten notes never listed), oldest first by
@@ -591,9 +605,10 @@ class Notes:
 
         ``kinds`` default fact, procedure and file; ``tags`` (every one), ``subject``
         (equal); ``valid_at`` (only notes valid then; default any window);
-        ``include_superseded`` (default False); ``limit`` 1-1000. Raises
+        ``include_superseded`` (default False); ``known_at`` (issue 31: the notes as
+        recorded then); ``limit`` 1-1000. Raises
         ``ValidationError`` for a bad argument or a cursor this fabric did not issue."""
-        args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor)
+        args = _list_args(kinds, tags, subject, valid_at, include_superseded, limit, cursor, known_at)
         return self._service.list_notes(self.scope, args, access=self._access)
 
     # ------------------------------------------------- issue 14: the ledger
@@ -617,9 +632,10 @@ class Notes:
 
 
 def _list_args(kinds: Any, tags: Any, subject: Any, valid_at: Any, include_superseded: Any,
-               limit: Any, cursor: Any) -> ListInput:
+               limit: Any, cursor: Any, known_at: Any = None) -> ListInput:
     data: dict[str, Any] = {"subject": subject, "valid_at": valid_at,
-                            "include_superseded": include_superseded, "cursor": cursor}
+                            "include_superseded": include_superseded, "cursor": cursor,
+                            "known_at": known_at}
     if kinds is not None:
         data["kinds"] = kinds
     if tags is not None:

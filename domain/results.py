@@ -195,7 +195,11 @@ class HistoryEntry:
     name), ``timestamp`` (UTC), ``cause`` (``caller``, ``fold``, ``supersession:<id>``,
     ``forget`` ...) and the decoded ``fields`` (an ``embedding`` stays float32 bytes).
     Once the note's key is destroyed every protected field of the event reads
-    ``"<erased>"`` and ``erased`` names them (empty while the content is readable)."""
+    ``"<erased>"`` and ``erased`` names them (empty while the content is readable).
+
+    Both times (issue 31): ``timestamp`` is the transaction time (when the log recorded
+    the event; ``recorded_at`` names it too); ``valid_from`` / ``valid_to`` the valid
+    time, the note's validity window after the event (``None``: open)."""
 
     version: int
     type: str
@@ -203,6 +207,13 @@ class HistoryEntry:
     cause: str
     fields: dict[str, Any]
     erased: tuple[str, ...] = ()
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+
+    @property
+    def recorded_at(self) -> datetime:
+        """When the log recorded the event (transaction time): ``timestamp``."""
+        return self.timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,8 +224,10 @@ class Lineage:
     replaced it, nearest first; ``folds``: timestamps of ``Folded`` events; ``links``:
     link edges ``{id, relation, weight}``; ``tombstone``: the ``Forgotten`` event's
     fields when the note was forgotten or held, else ``None``; ``chain``: one row per
-    note of the chain, oldest first (``id``, ``valid_from``, ``valid_to``,
-    ``ingested_at``, ``forgotten``, ``held``, ``content``, ``folds``)."""
+    note of the chain, oldest first (``id``, ``valid_from``, ``valid_to`` — valid time —,
+    ``ingested_at`` and ``recorded_at`` — transaction time: its first and its latest
+    event's recorded time (issue 31) —, ``version``, ``forgotten``, ``held``,
+    ``content``, ``folds``)."""
 
     id: str
     predecessors: list[str]

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 from uuid import UUID
 
+import copy
 import dataclasses
 import functools
 
@@ -28,7 +29,8 @@ from memfabric.domain import sweep as sweeping
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.attach import AttachConfig, AttachSettings
 from memfabric.domain.links import EvolutionSettings, LinkerSettings
-from memfabric.domain.errors import ConflictError, EmbedderChangedError, EmbedderError, SettingsError
+from memfabric.domain.errors import (ConflictError, EmbedderChangedError, EmbedderError, NotSupportedError,
+                                     SettingsError)
 from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
@@ -150,6 +152,10 @@ class MemoryService:
         self.access: Any = None
         """Issue 33: the principal registry (``memfabric.domain.access.Principals``; set by
         the composition root; ``None``: no principals on this backend)."""
+        self.known_at_store: Callable[[datetime], NoteStore] | None = None
+        """Issue 31: the read side as recorded at an instant (a
+        :class:`memfabric.domain.bitemporal.KnownAtStore`; set by the composition root;
+        ``None``: ``known_at`` is refused with ``NotSupportedError``)."""
         self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
         """Issue 30: "now" of retention decisions (the floor check, a sweep without
         ``now``); tests inject a fake clock."""
@@ -266,6 +272,18 @@ class MemoryService:
                 raise
         return call()
 
+    def at(self, known_at: datetime | None) -> MemoryService:
+        """Issue 31: this service reading the fabric as recorded at ``known_at`` (a
+        shallow copy whose ``store`` is :attr:`known_at_store`'s), or itself for
+        ``None``. Raises ``NotSupportedError`` when the backend keeps no versions."""
+        if known_at is None:
+            return self
+        if self.known_at_store is None:
+            raise NotSupportedError("known_at: this backend keeps no note versions")
+        view = copy.copy(self)
+        view.store = self.known_at_store(known_at)
+        return view
+
     def recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None, *,
                only: Collection[UUID] | None = None) -> RecallResult:
         """Ranked live notes visible from ``scope`` (see ``Notes.recall``); ``access``
@@ -273,12 +291,12 @@ class MemoryService:
         these aggregates (issue 32: the notes about an entity) among the candidates,
         fetching ``ONLY_OVERSAMPLE`` times as many per list as there are of them (at most
         ``ONLY_MAX``): in a scope of more notes an entity's note far from the query in
-        both lists can be missed."""
-        return self.adopting(lambda: self._recall(scope, query, access, only))
+        both lists can be missed; ``query.known_at`` (issue 31): as recorded then."""
+        return self.adopting(lambda: self.at(query.known_at)._recall(scope, query, access, only))  # noqa: SLF001
 
     def _recall(self, scope: Scope, query: RecallInput, access: AccessFilter | None = None,
                 only: Collection[UUID] | None = None) -> RecallResult:
-        as_of = query.as_of or datetime.now(timezone.utc)
+        as_of = query.as_of or query.known_at or datetime.now(timezone.utc)
         limit = max(query.top_k * OVERSAMPLE, MIN_CANDIDATES, min(ONLY_MAX, ONLY_OVERSAMPLE * len(only or ())))
         embedding = self.embed([query.query])[0] if query.mode != "lexical" else None
         candidates = self.store.recall(
@@ -332,16 +350,17 @@ class MemoryService:
 
     def list_notes(self, scope: Scope, args: ListInput, access: AccessFilter | None = None) -> NotePage:
         """One keyset page of the notes visible from ``scope`` (see ``Notes.list``)."""
-        page = browse.page(self.store, self.list_query(scope, args, access), cursor=args.cursor,
+        svc = self.at(args.known_at)
+        page = browse.page(svc.store, self.list_query(scope, args, access), cursor=args.cursor,
                            limit=args.limit)
         page = dataclasses.replace(page, served_by=served_by(self.store))
         if any(n.supersedes and n.scope != scope for n in page.items):
-            page = dataclasses.replace(page, items=history.hide_predecessors(self, scope, list(page.items)))
+            page = dataclasses.replace(page, items=history.hide_predecessors(svc, scope, list(page.items)))
         return page
 
     def count_notes(self, scope: Scope, args: ListInput, access: AccessFilter | None = None) -> int:
         """How many notes ``Notes.list`` would list over every page."""
-        return self.store.count_notes(self.list_query(scope, args, access))
+        return self.at(args.known_at).store.count_notes(self.list_query(scope, args, access))
 
     def release_hold(self, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
         """Lift a legal hold (see :func:`memfabric.domain.lifecycle.release_hold`)."""
@@ -360,9 +379,10 @@ class MemoryService:
         """The working value of exactly ``scope`` (see ``Notes.working_value``)."""
         return working.working_value(self.store.working_blocks(scope))
 
-    def get(self, scope: Scope, note_id: str) -> MemoryNote:
-        """The note ``note_id`` of ``scope`` (``NoteNotFoundError`` when absent)."""
-        return history.get(self, scope, note_id)
+    def get(self, scope: Scope, note_id: str, known_at: datetime | None = None) -> MemoryNote:
+        """The note ``note_id`` of ``scope`` (``NoteNotFoundError`` when absent); with
+        ``known_at``, as recorded then (issue 31)."""
+        return history.get(self.at(known_at), scope, note_id)
 
     def history(self, scope: Scope, note_id: str) -> list[HistoryEntry]:
         """Every event of the note in version order."""

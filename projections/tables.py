@@ -40,6 +40,10 @@ NOTE_SCOPE = "mf_note_scope"
 WORKING_VALUE = "mf_working_value"
 LINK_GRAPH = "mf_link_graph"
 RETENTION = "mf_retention"
+NOTE_VERSIONS = "mf_note_versions"
+"""Issue 31: every recallable state of every note with its transaction-time range."""
+LINK_VERSIONS = "mf_link_versions"
+"""Issue 31: the link edges of each row of :data:`NOTE_VERSIONS`."""
 
 
 def tracking(projection: str) -> str:
