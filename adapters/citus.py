@@ -2,7 +2,8 @@
 
 Citus is not installable on the machines memfabric is developed on: nothing here is run
 against a Citus cluster. :func:`citus_ddl` generates the statements an operator runs on
-the coordinator after memfabric created its tables (``open_fabric`` once, as owner), and
+the coordinator after memfabric created its tables (``open_fabric`` once, as owner, and
+one governed call if principals are used: ``mf_access_log`` is made by the first), and
 ``tests/unit/test_citus_layout.py`` checks them against the tables memfabric's own DDL
 creates: every table is placed exactly once, every distributed table is distributed on
 a tenant column its DDL has, and every primary key / unique index of a distributed table
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 from memfabric.projections import tables
 from memfabric.projections.ledger import ENTRIES, OBSERVATIONS, THREADS
+from memfabric.projections.entities import ENTITIES, KEYS as ENTITY_KEYS, NOTES as ENTITY_NOTES
 from memfabric.projections.principals import GRANTS, PRINCIPALS
 
 ACCESS_LOG = "mf_access_log"
 """``memfabric.adapters.access_log.TABLE`` (issue 33; not imported: that module needs cryptography)."""
 
 PROJECTIONS = ("recall_index", "working_value", "note_scope", "consolidation", "link_graph", "ledger",
-               "retention", "principals")
+               "retention", "principals", "entities", "note_versions")
 """The projections whose tracking tables exist (``ProjectionEngine`` names)."""
 
 DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -41,13 +43,25 @@ DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
     tables.RETENTION: ("tenant_id", ("tenant_id", "aggregate_id")),
     GRANTS: ("tenant_id", ("tenant_id", "principal", "aggregate_id")),
     ACCESS_LOG: ("tenant_id", ("tenant_id", "id")),
+    tables.NOTE_VERSIONS: ("tenant_id", ("tenant_id", "aggregate_id", "version")),
+    tables.LINK_VERSIONS: ("tenant_id", ("tenant_id", "from_aggregate_id", "from_version", "to_aggregate_id",
+                                         "relation")),
+    ENTITIES: ("tenant_id", ("tenant_id", "aggregate_id")),
+    ENTITY_NOTES: ("tenant_id", ("tenant_id", "aggregate_id")),
+    ENTITY_KEYS: ("tenant_id", ("tenant_id", "aggregate_id", "kind", "digest", "source")),
 }
 """Table → (distribution column, primary key rebuilt to lead with it)."""
 
 UNIQUE_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
     tables.EVENTS: (f"{tables.EVENTS}_notification_id_idx", ("tenant", "notification_id")),
+    ENTITY_KEYS: (f"{ENTITY_KEYS}_ident", ("tenant_id", "grp", "digest")),
 }
-"""Unique indexes of distributed tables, rebuilt with the distribution column: name → columns."""
+"""Unique indexes of distributed tables, rebuilt with the distribution column: table →
+(index, columns); :data:`PARTIAL` gives an index's predicate."""
+
+PARTIAL: dict[str, str] = {f"{ENTITY_KEYS}_ident": "kind = 'id'"}
+"""Index → the ``WHERE`` of a partial unique index (an entity identifier is unique per
+visibility group, issue 32)."""
 
 COORDINATOR: dict[str, str] = {
     tables.FABRIC_SECRET: "one row: the fabric secret (event tags, tombstone hashes); read once per process",
@@ -85,7 +99,8 @@ def citus_ddl() -> list[str]:
         out.append(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey, ADD PRIMARY KEY ({', '.join(key)})")
     for table, (index, columns) in UNIQUE_INDEXES.items():
         out.append(f"DROP INDEX {index}")
-        out.append(f"CREATE UNIQUE INDEX {index} ON {table} ({', '.join(columns)})")
+        where = f" WHERE {PARTIAL[index]}" if index in PARTIAL else ""
+        out.append(f"CREATE UNIQUE INDEX {index} ON {table} ({', '.join(columns)}){where}")
     for table, (column, _) in DISTRIBUTED.items():
         colocate = "'none'" if table == tables.EVENTS else f"'{tables.EVENTS}'"
         out.append(f"SELECT create_distributed_table('{table}', '{column}', colocate_with => {colocate})")

@@ -104,12 +104,17 @@ class PostgresUnitOfWork:
 
     def _end_pipeline(self, conn: Connection[Any], pipeline: Any) -> None:
         """End the transaction and leave pipeline mode: COMMIT when :meth:`commit` ran
-        and nothing failed, else ROLLBACK. A failure the final sync reports (a
-        statement's error surfaces there in pipeline mode) leaves the session in a
-        failed transaction block: it is rolled back before the error propagates."""
+        and nothing failed, else roll back (psycopg's ``rollback()``, after the Sync). A
+        failure the final Sync reports (a statement's error surfaces there in pipeline
+        mode) leaves the session in a failed transaction block: it is rolled back before
+        the error propagates."""
         failed = self._ending
-        if failed is None:
-            conn.execute(b"COMMIT" if self._committed else b"ROLLBACK")
+        if failed is None and self._committed:
+            conn.execute(b"COMMIT")
+        # Otherwise psycopg's own ``rollback()`` below, after the Sync: a ``ROLLBACK`` sent
+        # as a statement makes psycopg forget its prepared statements and defer the
+        # server's ``DEALLOCATE ALL`` past the next statement it prepares ("prepared
+        # statement _pg3_N does not exist" on that connection's next use).
         try:
             pipeline.__exit__(type(failed) if failed else None, failed, None)
         finally:

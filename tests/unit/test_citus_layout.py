@@ -24,6 +24,8 @@ from memfabric.projections.recall_index import RecallIndexProjection
 from memfabric.projections.retention_index import RetentionIndexProjection
 from memfabric.projections.working_value import WorkingValueProjection
 from memfabric.projections.principals import PrincipalsProjection
+from memfabric.projections.entities import EntitiesProjection
+from memfabric.projections.note_versions import NoteVersionsProjection
 from memfabric.adapters import access_log
 
 EVENTS_COLUMNS = {"originator_id", "originator_version", "topic", "state", "notification_id"}
@@ -56,7 +58,8 @@ def created_columns() -> dict[str, set[str]]:
     cur = Recorder()
     for projection in (RecallIndexProjection(384, "hash-384"), WorkingValueProjection(), NoteScopeProjection(),
                        ConsolidationIndexProjection(384, "hash-384"), LinkGraphProjection(), LedgerProjection(),
-                       RetentionIndexProjection(), PrincipalsProjection()):
+                       RetentionIndexProjection(), PrincipalsProjection(), EntitiesProjection(),
+                       NoteVersionsProjection(384, "hash-384", None)):
         projection.create(cur)  # type: ignore[arg-type]
     for ddl in (KEYS_DDL, SECRETS_DDL, SECRETS_FORMAT_DDL, EMBEDDER_DDL, ERRORS_DDL, CHAIN_DDL, RETENTION_DDL,
                 quarantine.DDL, *access_log.DDL):
@@ -97,8 +100,8 @@ def test_the_ddl_names_the_tenant_column_of_every_distributed_table() -> None:
         colocate = "'none'" if table == tables.EVENTS else f"'{tables.EVENTS}'"
         assert f"SELECT create_distributed_table('{table}', '{column}', colocate_with => {colocate})" in ddl
         assert f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey, ADD PRIMARY KEY ({', '.join(key)})" in ddl
-    for index, columns in citus.UNIQUE_INDEXES.values():
-        assert columns[0] == "tenant" and f"DROP INDEX {index}" in ddl
+    for table, (index, columns) in citus.UNIQUE_INDEXES.items():
+        assert columns[0] == citus.DISTRIBUTED[table][0] and f"DROP INDEX {index}" in ddl
 
 
 def test_a_table_without_a_tenant_column_is_a_listed_gap() -> None:
