@@ -378,7 +378,7 @@ def open_fabric(
     replicas: Sequence[Annotated[str, StringConstraints(min_length=1)]] | None = None,
     replica_max_wait: Annotated[float, Field(ge=0, le=30)] = 0.2,
     replica_max_lag: Annotated[float, Field(gt=0, le=3600)] = 5.0,
-    partitions: Annotated[int, Field(ge=1, le=MAX_PARTITIONS)] | None = None,
+    partitions: Annotated[int, Field(strict=True, ge=1, le=MAX_PARTITIONS)] | None = None,
 ) -> Fabric:
     """Open a fabric.
 

@@ -16,7 +16,7 @@ from memfabric.domain.notes import Notes
 def entities_step(console: Console, notes: Notes) -> dict[str, Any]:
     """Run the step on ``notes``; returns what the demo's test checks."""
     console.print()
-    console.print(Text("16. entities: an alias resolves to one person; a merge shows in lineage", style="bold"))
+    console.print(Text("17. entities: an alias resolves to one person; a merge shows in lineage", style="bold"))
     console.print(Text("names live only in the entity's sealed events; the index keeps keyed digests",
                        style="dim"))
     maria = notes.entities.upsert("Maria Lopez", type="person", identifiers=[("email", "maria@acme.example")])

@@ -243,8 +243,15 @@ class PrincipalNotes:
 
     def context_provider(self, *args: Any, **kwargs: Any) -> Any:
         """``Notes.context_provider`` whose working value and recall go through this
-        principal's checks (each call of the provider is recorded)."""
+        principal's checks (each call of the provider is recorded). As for ``recall``,
+        without ``kinds`` it asks for the default kinds the profile may read, and without
+        ``include_working`` it reads the working value only when the profile may."""
         from memfabric.domain.context import ContextProvider  # noqa: PLC0415
+        profile = self._profile()
+        if "kinds" not in kwargs:
+            kwargs["kinds"] = _kinds(None, ("fact", "file"), profile)
+        if not args and "include_working" not in kwargs and "working" not in profile.read_kinds:
+            kwargs["include_working"] = False
         plain = self._notes.context_provider(*args, **kwargs)
         return ContextProvider(_Guarded(self), self.scope, plain.options)  # type: ignore[arg-type]
 

@@ -191,3 +191,17 @@ def test_a_predecessor_outside_the_profile_is_not_named(fab: Any) -> None:
     assert [n.supersedes for n in bot.list().items] == [None]
     fab.scope("acme", "u1", "t1").grant(old.id, "bot")
     assert bot.get(new.id).supersedes == old.id
+
+
+def test_a_fact_only_principal_gets_its_context_without_naming_kinds(fab: Any) -> None:
+    """Fresh-user finding: ``context_provider()`` asked for the working value and files a
+    fact-only profile may not read, and was denied; like ``recall`` it now asks for
+    what the profile may read."""
+    fab.principals.define("facts", {"read_kinds": ["fact"], "recall_scope": ["acme/u1/*"]})
+    notes = fab.scope("acme", "u1", "t1")
+    notes.remember(kind="fact", content="the units are metric")
+    notes.remember(kind="working", block="plan", content="a private plan")
+    context = notes.as_principal("facts").context_provider()("units")
+    assert "the units are metric" in str(context) and "a private plan" not in str(context)
+    with pytest.raises(AccessDenied):
+        notes.as_principal("facts").context_provider(include_working=True)("units")

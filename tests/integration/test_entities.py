@@ -288,7 +288,7 @@ def test_demo_shows_an_alias_and_a_merge(dsn: str) -> None:
     out = io.StringIO()
     summary = run_demo(Console(file=out, width=200), dsn=dsn)["entities"]
     assert summary == {"alias": True, "superseded": True, "merge_in_history": True}
-    assert "16. entities" in out.getvalue() and "NoteEntityRepointed (merge:" in out.getvalue()
+    assert "17. entities" in out.getvalue() and "NoteEntityRepointed (merge:" in out.getvalue()
 
 
 def test_a_forgotten_note_is_not_repointed_and_leaves_no_row(backend: Backend) -> None:

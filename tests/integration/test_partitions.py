@@ -64,7 +64,7 @@ def test_an_unpartitioned_database_still_opens(dsn: str) -> None:
         open_fabric(dsn, partitions=8)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 257, "four", 2.5])
+@pytest.mark.parametrize("bad", [0, -1, 257, "four", 2.5, True, "4", 4.0])
 def test_a_bad_partition_count_is_refused_before_anything_is_made(dsn: str, bad: Any) -> None:
     with pytest.raises(ValidationError):
         open_fabric(dsn, partitions=bad)
