@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters import Fabric, open_fabric, open_memory_fabric
 from memfabric.adapters.embedded import EmbeddedPostgres
 
 TEMPLATE = "mf_test_template"
@@ -80,6 +80,18 @@ def dsn(pg_server: str, _template: str) -> Iterator[str]:
         yield url
     finally:
         drop_database(pg_server, url)
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def fab(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An open fabric on each backend in turn (default settings): in memory, then on a
+    fresh PostgreSQL database. Test modules that need other settings define their own."""
+    if request.param == "memory":
+        with open_memory_fabric() as f:
+            yield f
+    else:
+        with open_fabric(request.getfixturevalue("dsn")) as f:
+            yield f
 
 
 @pytest.fixture

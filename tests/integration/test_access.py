@@ -3,30 +3,18 @@ backends (real embedded PostgreSQL and the in-memory reference)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from memfabric.adapters import open_fabric
-from memfabric.adapters.memory import open_memory_fabric
 from memfabric.domain.errors import AccessDenied, NoteNotFoundError, PrincipalNotFoundError
 from memfabric.domain.principal import AccessFilter, ScopePattern
 from memfabric.domain.ports import NoteFilter
 from memfabric.projections import recall_index
 
 READER = {"read_kinds": ["fact", "file"], "recall_scope": ["acme/u1/*"], "visibility": ["resource", "tenant"]}
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def fab(request: pytest.FixtureRequest) -> Iterator[Any]:
-    if request.param == "memory":
-        with open_memory_fabric() as f:
-            yield f
-    else:
-        with open_fabric(request.getfixturevalue("dsn")) as f:
-            yield f
 
 
 def events(fab: Any) -> int:

@@ -4,7 +4,6 @@ keyed hash (its text only on opt-in), nothing without principals; the CLI."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -12,20 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from memfabric.adapters import cli, open_fabric
-from memfabric.adapters.memory import open_memory_fabric
 from memfabric.domain.errors import AccessDenied, NoteNotFoundError
 
 PROFILE = {"read_kinds": ["fact"], "recall_scope": ["acme/u1/*"]}
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def fab(request: pytest.FixtureRequest) -> Iterator[Any]:
-    if request.param == "memory":
-        with open_memory_fabric() as f:
-            yield f
-    else:
-        with open_fabric(request.getfixturevalue("dsn")) as f:
-            yield f
 
 
 def test_every_call_is_recorded_once_with_its_outcome(fab: Any) -> None:

@@ -12,14 +12,11 @@ exactly when the profile allows it, and a refused one writes nothing.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from memfabric.adapters import open_fabric
-from memfabric.adapters.memory import open_memory_fabric
 from memfabric.domain import visibility
 from memfabric.domain.errors import AccessDenied, NoteNotFoundError
 from memfabric.domain.principal import MemoryProfile
@@ -82,16 +79,6 @@ def may_write(p: MemoryProfile, scope: Scope, kind: str, vis: str) -> bool:
         return any(pt.tenant in (None, t) and pt.resource in (None, r) and pt.thread is None
                    for pt in p.patterns())
     return p.covers(scope)
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def fab(request: pytest.FixtureRequest) -> Iterator[Any]:
-    if request.param == "memory":
-        with open_memory_fabric() as f:
-            yield f
-    else:
-        with open_fabric(request.getfixturevalue("dsn")) as f:
-            yield f
 
 
 def _write_notes(fab: Any, rng: random.Random, model: Model, n: int) -> None:
