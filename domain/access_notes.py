@@ -372,6 +372,16 @@ class PrincipalNotes:
         """Refused (rule ``operation``)."""
         return self._refused("revoke")
 
+    def counts(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused (rule ``operation``): the counts by state cover every kind of the
+        scope prefix, the host's view (a principal counts with ``count``)."""
+        return self._refused("counts")
+
+    @property
+    def entities(self) -> Any:
+        """Refused (rule ``operation``): entities are not governed by memory profiles yet."""
+        return self._refused("entities")
+
     def verify_content(self, *args: Any, **kwargs: Any) -> Any:
         """Refused (rule ``operation``): an auditor's check, made on a plain handle."""
         return self._refused("verify_content")

@@ -193,3 +193,14 @@ def test_a_fact_only_principal_gets_its_context_without_naming_kinds(fab: Any) -
     assert "the units are metric" in str(context) and "a private plan" not in str(context)
     with pytest.raises(AccessDenied):
         notes.as_principal("facts").context_provider(include_working=True)("units")
+
+
+def test_host_operations_are_refused_by_name_on_a_principal_handle(fab: Any) -> None:
+    """Fresh-user finding: ``counts()`` and ``entities`` on a principal handle were a
+    builtin ``AttributeError``; they are refused like ``grant``, with rule ``operation``."""
+    fab.principals.define("facts", {"read_kinds": ["fact"], "recall_scope": ["acme/u1/*"]})
+    bot = fab.scope("acme", "u1", "t1").as_principal("facts")
+    for operation in (lambda: bot.counts(), lambda: bot.entities):
+        with pytest.raises(AccessDenied) as denied:
+            operation()
+        assert denied.value.rule == "operation"
