@@ -24,20 +24,12 @@ from psycopg.rows import tuple_row
 from memfabric.adapters.audit import plain_fields
 from memfabric.domain.results import NoteCounts
 from memfabric.projections import tables
+from memfabric.projections.base import prefix_where
 
 FORGOTTEN_TOPIC = "memfabric.domain.note:Note.Forgotten"
 """The stored topic of ``Note.Forgotten`` (stable: old logs keep it)."""
 
 
-def _prefix(tenant_id: str, resource_id: str | None, thread_id: str | None) -> tuple[str, list[Any]]:
-    where, params = "tenant_id = %s", [tenant_id]
-    if resource_id is not None:
-        where += " AND resource_id = %s"
-        params.append(resource_id)
-    if thread_id is not None:
-        where += " AND thread_id = %s"
-        params.append(thread_id)
-    return where, params
 
 
 def scope_counts(cur: Cursor[Any], mapper: Any, tenant_id: str, resource_id: str | None,
@@ -46,7 +38,7 @@ def scope_counts(cur: Cursor[Any], mapper: Any, tenant_id: str, resource_id: str
     notes without one), every kind, by state. ``mapper``: the log's sealing mapper
     (reads the clear fields of a stored ``Forgotten`` state)."""
     cur = cur.connection.cursor(row_factory=tuple_row)
-    where, params = _prefix(tenant_id, resource_id, thread_id)
+    where, params = prefix_where(tenant_id, resource_id, thread_id)
     row = cur.execute(
         "SELECT count(*) FILTER (WHERE NOT held AND NOT superseded),"  # noqa: S608 - fixed names
         " count(*) FILTER (WHERE NOT held AND superseded), count(*) FILTER (WHERE held)"

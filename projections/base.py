@@ -229,6 +229,20 @@ def batch_rows(p: object) -> bool:
     return bool(getattr(p, "batch_rows", False))
 
 
+def prefix_where(tenant_id: str, resource_id: str | None,
+                 thread_id: str | None) -> tuple[str, list[Any]]:
+    """``("tenant_id = %s AND ...", params)``: the rows of a scope prefix (``None`` =
+    every resource / thread), for tables with ``tenant_id, resource_id, thread_id``."""
+    where, params = "tenant_id = %s", [tenant_id]
+    if resource_id is not None:
+        where += " AND resource_id = %s"
+        params.append(resource_id)
+    if thread_id is not None:
+        where += " AND thread_id = %s"
+        params.append(thread_id)
+    return where, params
+
+
 def in_pipeline(cur: Cursor[Any]) -> bool:
     """Whether ``cur``'s connection is in pipeline mode (a unit of work's: no COPY)."""
     return cur.connection._pipeline is not None  # noqa: SLF001 - psycopg has no public flag

@@ -26,7 +26,7 @@ from psycopg import Cursor, sql
 from memfabric.domain.ledger import Conversation, Entry
 from memfabric.domain.search_terms import search_terms
 from memfabric.projections import base, partitions
-from memfabric.projections.base import copy_rows
+from memfabric.projections.base import copy_rows, prefix_where
 
 NAME = "ledger"
 THREADS = "mf_ledger_threads"
@@ -317,13 +317,8 @@ def threads_in_prefix(cur: Cursor[Any], tenant_id: str, resource_id: str | None,
                       thread_id: str | None) -> list[tuple[UUID, str, str | None, str]]:
     """Conversations of a scope prefix (``None`` = any): ``(aggregate_id, tenant,
     resource, thread)``, only those with something left to erase."""
-    where, params = "live AND tenant_id = %s", [tenant_id]
-    if resource_id is not None:
-        where += " AND resource_id = %s"
-        params.append(resource_id)
-    if thread_id is not None:
-        where += " AND thread_id = %s"
-        params.append(thread_id)
+    prefix, params = prefix_where(tenant_id, resource_id, thread_id)
+    where = "live AND " + prefix
     rows = cur.execute(f"SELECT aggregate_id, tenant_id, resource_id, thread_id FROM {THREADS}"  # noqa: S608
                        f" WHERE {where} ORDER BY aggregate_id", params).fetchall()
     return [(_get(r, "aggregate_id"), _get(r, "tenant_id", 1), _get(r, "resource_id", 2) or None,

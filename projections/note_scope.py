@@ -25,7 +25,7 @@ from memfabric.domain.ports import NoteRef
 from memfabric.domain.scope import Scope
 from memfabric.projections import partitions, tables
 from memfabric.domain.visibility import Visibility, of_consent
-from memfabric.projections.base import add_visibility, copy_rows, split_rows, write_rows
+from memfabric.projections.base import add_visibility, copy_rows, prefix_where, split_rows, write_rows
 
 NAME = "note_scope"
 TABLE = tables.NOTE_SCOPE
@@ -109,16 +109,6 @@ class NoteScopeProjection:
         return copy_rows(cur, TABLE + table_suffix, COLUMNS, _TYPES, rows)
 
 
-def _prefix(tenant_id: str, resource_id: str | None, thread_id: str | None) -> tuple[str, list[Any]]:
-    where = "tenant_id = %s"
-    params: list[Any] = [tenant_id]
-    if resource_id is not None:
-        where += " AND resource_id = %s"
-        params.append(resource_id)
-    if thread_id is not None:
-        where += " AND thread_id = %s"
-        params.append(thread_id)
-    return where, params
 
 
 def select_page(
@@ -127,7 +117,7 @@ def select_page(
 ) -> list[NoteRef]:
     """Up to ``limit`` un-forgotten notes of a scope prefix (``None`` = any resource /
     thread), keyset-paged by ``(resource_id, thread_id, aggregate_id)`` after ``after``."""
-    where, params = _prefix(tenant_id, resource_id, thread_id)
+    where, params = prefix_where(tenant_id, resource_id, thread_id)
     if after is not None:
         where += " AND (resource_id, thread_id, aggregate_id) > (%s, %s, %s)"
         params += [after.scope.resource_id or "", after.scope.thread_id or "", after.aggregate_id]
