@@ -1,4 +1,4 @@
-"""Issue 27 items 4, 6 and 7: the CLI does what the README says, run as a subprocess
+"""Issue 27 items 4, 6 and 7: the CLI does what docs/api.md says (the README until issue 34), run as a subprocess
 (``release``, ``--json`` on every command, ``list`` paging, the ``recall --tenant``
 hint, ``status``, the runner's lines, ``ProjectionAdmin`` importable)."""
 

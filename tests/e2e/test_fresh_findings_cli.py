@@ -6,8 +6,8 @@ failed before its fix.
 5. ``memfabric status`` on the embedded default said ``(the --dsn server)`` and its JSON
    ``"embedded": null``: admin commands start the embedded server themselves and open
    the fabric on its DSN, so the fabric did not know it.
-6. ``memfabric sweep --tenant nosuch`` exited 0 ("0 notes changed"); the README says an
-   unknown ``--tenant`` is exit 2, as ``recall`` and ``erase-scope`` answer.
+6. ``memfabric sweep --tenant nosuch`` exited 0 ("0 notes changed"); docs/api.md (the README
+   until issue 34) says an unknown ``--tenant`` is exit 2, as ``recall`` and ``erase-scope`` answer.
 """
 
 from __future__ import annotations

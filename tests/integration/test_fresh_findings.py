@@ -7,8 +7,8 @@
    waited for itself until the pool's timeout (a raw ``OperationalError`` after 30 s);
    with the default pool, 16 writing threads exhausted it under a catch-up's exclusive
    lock, and every other process's ``open_fabric`` and writes failed with
-   ``LockTimeoutError`` after ``lock_timeout``. The README says a pool of one
-   connection suffices.
+   ``LockTimeoutError`` after ``lock_timeout``. docs/api.md (the README until issue 34)
+   says a pool of one connection suffices.
 3. ``memfabric reembed`` right after ``projections rebuild --blue-green`` (on a fabric of
    many tenants) failed with a raw ``ProgrammingError: the last operation didn't produce
    records (command status: INSERT 0 1)``: in pipeline mode a writer caught up a

@@ -1,6 +1,6 @@
 """Issue 16: visibility that follows the user across threads, against PostgreSQL.
 
-The README's table "who sees what from which scope" is checked row by row
+The table "who sees what from which scope" (docs/api.md, moved from the README) is checked row by row
 (:data:`TABLE`: recall AND get from every column's scope), then the consolidation
 groups across threads (fold, supersede, thread-only, tenant-wide, batch), the group
 locks under real concurrency (spawned writers in different threads), actions by id
@@ -42,13 +42,13 @@ TABLE: dict[str | None, dict[str, bool]] = {
     "tenant": {"(T,R,th1)": True, "(T,R,th2)": True, "(T,R)": True, "(T,R2,*)": True,
                "(T,R2)": True, "(T)": True, "(T2,...)": False},
 }
-"""The README table: written with visibility (row) from ``HOME``, seen from (column)."""
+"""The docs/api.md table: written with visibility (row) from ``HOME``, seen from (column)."""
 TABLE[None] = TABLE["resource"]  # a fact written without consent: the default
 
 
 @pytest.mark.parametrize("vis", ["thread", "resource", "tenant", None])
 def test_visibility_table_row(fabric: Fabric, vis: str | None) -> None:
-    """One row of the README table: recall and get from every column's scope."""
+    """One row of the docs/api.md table: recall and get from every column's scope."""
     consent = {"visibility": vis} if vis else None
     n = fabric.scope(*HOME).remember(kind="fact", content="Alice prefers aisle seats on flights",
                                      consent=consent)
@@ -329,7 +329,7 @@ UPPER: dict[tuple[str, str], set[str]] = {
     ("(T)", "resource"): {"(T)"},
     ("(T)", "tenant"): {"(T,R,th1)", "(T,R,th2)", "(T,R)", "(T,R2,*)", "(T,R2)", "(T)"},
 }
-"""The README table's rows for notes written from (T, R) and from (T): who sees them."""
+"""The docs/api.md table's rows for notes written from (T, R) and from (T): who sees them."""
 
 
 @pytest.mark.parametrize(("home", "vis"), sorted(UPPER))
