@@ -114,3 +114,11 @@ def test_readme_test_command_is_the_one_ci_runs() -> None:
     assert command.endswith("-m pytest"), command
     readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert command in [line.strip() for line in readme]
+
+
+def test_every_doc_page_is_linked_from_the_readme() -> None:
+    """A page under docs/ that the README does not link is a page a newcomer never finds."""
+    readme = prose((ROOT / "README.md").read_text(encoding="utf-8"))
+    linked = {t.partition("#")[0] for t in LINK.findall(readme)}
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages - linked == set(), "add a line for each to the README's '## Docs' list"
