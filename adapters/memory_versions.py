@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from memfabric.adapters.memory_store import InMemoryNoteStore
 from memfabric.domain import replay
 from memfabric.domain.bitemporal import KnownAtStore
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
@@ -26,7 +27,7 @@ from memfabric.domain.scope import Scope
 from memfabric.projections import link_graph, recall_index
 
 Put = Callable[[dict[UUID, dict[str, Any]], UUID, Sequence[str], "tuple[Any, ...] | None"], None]
-"""The memory backend's row writer (``memfabric.adapters.memory._put``)."""
+"""The memory backend's row writer (:func:`memfabric.adapters.memory_rows.put`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +90,6 @@ class MemoryKnownAtStore(KnownAtStore):
     """The in-memory read side as recorded at ``known_at`` (see the module doc)."""
 
     def _store(self) -> Any:
-        from memfabric.adapters.memory import InMemoryNoteStore  # noqa: PLC0415 - a cycle otherwise
-
         log = self.store.log
         rows: dict[UUID, dict[str, Any]] = {}
         edges: dict[UUID, list[dict[str, Any]]] = {}
