@@ -16,9 +16,9 @@ from typing import Annotated, Any
 import psycopg
 from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
-from memfabric.adapters.embedder_record import (  # noqa: F401 - EMBEDDER_DDL, recorded_embedder: public here too
-    EMBEDDER_DDL, check_dim, choose_embedder, record_embedder, recorded_embedder,
-)
+from memfabric.adapters.embedder_record import EMBEDDER_DDL as EMBEDDER_DDL  # re-exported
+from memfabric.adapters.embedder_record import check_dim, choose_embedder, record_embedder
+from memfabric.adapters.embedder_record import recorded_embedder as recorded_embedder  # re-exported
 from memfabric.adapters.embedders import embedder_from_name
 from memfabric.adapters.entities_pg import PostgresEntityStore
 from memfabric.adapters.ledger_pg import PostgresLedgerStore

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from memfabric.adapters.memory_log import InMemoryEventLog
 from memfabric.adapters.memory_rows import home
 from memfabric.domain.ports import DueRef
 from memfabric.domain.retention import DECAY_KINDS, ERASABLE, RetentionConfig, Windows
@@ -16,7 +17,7 @@ from memfabric.domain.retention import DECAY_KINDS, ERASABLE, RetentionConfig, W
 class InMemoryRetentionStore:
     """``RetentionStore`` on the in-memory log: ``retention_index.select_due`` in Python."""
 
-    def __init__(self, log: Any) -> None:
+    def __init__(self, log: InMemoryEventLog) -> None:
         self.log = log
 
     def config(self, *, cached: bool = False) -> RetentionConfig:

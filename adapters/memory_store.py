@@ -132,7 +132,8 @@ class InMemoryNoteStore:
         return resolve_note(self.log, scope, note_id)
 
     def load(self, aggregate_id: UUID) -> Note | None:
-        return self.log.replay(aggregate_id)
+        found: Note | None = self.log.replay(aggregate_id)
+        return found
 
     def stored_events(self, aggregate_id: UUID) -> Iterator[Any]:
         yield from self.log.events(aggregate_id)
