@@ -32,7 +32,8 @@ from typing import Any
 
 from memfabric.domain.errors import FabricError
 from memfabric.projections import (
-    consolidation_index, link_graph, note_scope, recall_index, retention_index, tables, working_value,
+    consolidation_index, entities, ledger, link_graph, note_scope, note_versions, principals, recall_index,
+    retention_index, tables, working_value,
 )
 from memfabric.projections.base import NoteProjection
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
@@ -96,13 +97,13 @@ REGISTRY: list[Registration] = [
                  vectors=True, memory=_one(consolidation_index)),
     Registration(link_graph.NAME, lambda s: LinkGraphProjection(),
                  memory=(MemoryTable(link_graph.TABLE, link_graph.COLUMNS, link_graph.rows_for, many=True),)),
-    Registration("ledger", lambda s: LedgerProjection(), memory="InMemoryLedgerStore (replays the Conversation)"),
+    Registration(ledger.NAME, lambda s: LedgerProjection(), memory="InMemoryLedgerStore (replays the Conversation)"),
     Registration(retention_index.NAME, lambda s: RetentionIndexProjection(), memory=_one(retention_index)),
-    Registration("principals", lambda s: PrincipalsProjection(),
+    Registration(principals.NAME, lambda s: PrincipalsProjection(),
                  memory="InMemoryPrincipalStore (replays the Principal)"),
-    Registration("entities", lambda s: EntitiesProjection(),  # issue 32
+    Registration(entities.NAME, lambda s: EntitiesProjection(),  # issue 32
                  memory="InMemoryEntityStore (log.projectors)"),
-    Registration("note_versions", lambda s: NoteVersionsProjection(s.dim, s.embedder_id, s.mapper),  # issue 31
+    Registration(note_versions.NAME, lambda s: NoteVersionsProjection(s.dim, s.embedder_id, s.mapper),  # issue 31
                  vectors=True, memory="memory_versions.record (every append)"),
 ]
 """Every projection, in engine order (the order writers apply them and take their locks)."""
