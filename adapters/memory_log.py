@@ -200,14 +200,18 @@ class InMemoryEventLog:
             for aid in doomed:
                 self._vault.pop(aid, None)
                 self._contrib.pop(aid, None)
-            self._project([*notes, *others])
+            self._project_all([*notes, *others])
             for projector in self.projectors:
                 projector([*notes, *others])
             memory_versions.record(self, list(dict.fromkeys(
                 [n.id for n in notes if isinstance(n, Note)] + [a for a in doomed if a in self.version_rows])), put)
             return self.position
 
-    def _project(self, aggregates: Sequence[Any]) -> None:
+    def _project(self, note: Note) -> None:
+        """The in-memory tables' rows of one note (:meth:`_project_all`)."""
+        self._project_all([note])
+
+    def _project_all(self, aggregates: Sequence[Any]) -> None:
         """Each registered projection's in-memory tables, for the aggregates it accepts."""
         for projection, table in self._memory:
             rows = self.tables[table.table]
