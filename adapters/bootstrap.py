@@ -5,23 +5,28 @@ Following cosmicpython's ``bootstrap``: the only place that knows every adapter.
 
 from __future__ import annotations
 
-import json
 import dataclasses
 import logging
 import os
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import psycopg
 from memfabric.adapters.conninfo import CONNINFO_ENV
 from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
-from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
+from memfabric.adapters.embedder_record import EMBEDDER_DDL as EMBEDDER_DDL  # re-exported
+from memfabric.adapters.embedder_record import check_dim, choose_embedder, record_embedder
+from memfabric.adapters.embedder_record import recorded_embedder as recorded_embedder  # re-exported
+from memfabric.adapters.embedders import embedder_from_name
 from memfabric.adapters.entities_pg import PostgresEntityStore
 from memfabric.adapters.ledger_pg import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresFactory, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
+from memfabric.adapters.reembed import ReembedReport, reembed, new_projections
+from memfabric.adapters.replaying import ReplayingMapper
+from memfabric.adapters.roles import copy_privileges
 from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env, safe_dsn
 from memfabric.adapters.retention_pg import PostgresRetentionStore
 from memfabric.domain.consolidation import Consolidation
@@ -36,25 +41,13 @@ from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 from memfabric.projections import quarantine, tables
-from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
-from memfabric.projections.link_graph import LinkGraphProjection
-from memfabric.projections.entities import EntitiesProjection
-from memfabric.projections.ledger import LedgerProjection
-from memfabric.projections.principals import PrincipalsProjection
 from memfabric.adapters.principals_store import wire_postgres
-from memfabric.projections.note_scope import NoteScopeProjection
 from memfabric.projections.partitions import MAX_PARTITIONS, count as partition_count
-from memfabric.projections.note_versions import NoteVersionsProjection
 from memfabric.adapters.known_at_pg import PostgresKnownAtStore
-from memfabric.projections.recall_index import RecallIndexProjection
-from memfabric.projections.retention_index import RetentionIndexProjection
-from memfabric.projections.working_value import WorkingValueProjection
+from memfabric.projections.registry import default_projections
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
-
-if TYPE_CHECKING:
-    from memfabric.adapters.reembed import ReembedReport
 
 _log = logging.getLogger(__name__)
 
@@ -174,6 +167,10 @@ class Fabric:
         self.embedded_server: EmbeddedPostgres | None = embedded
         """The embedded server this fabric reads (also when a caller started it, as the
         admin commands do); closed by :meth:`close` only when ``open_fabric`` started it."""
+        self.replay_mapper = ReplayingMapper(log.sealing_mapper)
+        """What rebuild and verify replay the log with (``memfabric.projections.replay.ReplayMapper``)."""
+        self.copy_privileges = copy_privileges
+        """What a blue-green switch gives each new table (``ProjectionAdmin``, issue 27)."""
         self._closed = False
         self.read_only = False
         """``open_fabric(read_only=True)``, or a role that may not write the log: every
@@ -260,7 +257,6 @@ class Fabric:
         :func:`~memfabric.adapters.embedders.embedder_from_name`. Returns a
         :class:`~memfabric.adapters.reembed.ReembedReport`; errors: see
         :func:`memfabric.adapters.reembed.reembed`."""
-        from memfabric.adapters.reembed import reembed  # noqa: PLC0415
         try:
             target = embedder_from_name(embedder) if isinstance(embedder, str) else embedder
         except ValueError as exc:
@@ -285,8 +281,7 @@ class Fabric:
         recorded = recorded_embedder(self.dsn)
         if recorded is None or recorded["id"] == str(self.service.embedder.id):
             return False
-        from memfabric.adapters.reembed import new_projections  # noqa: PLC0415
-        embedder = _choose_embedder(None, recorded)
+        embedder = choose_embedder(None, recorded)
         self.use_embedder(embedder, new_projections(embedder, self.log.sealing_mapper))
         return True
 
@@ -481,7 +476,7 @@ def open_fabric(
                 _require_log(dsn)
             partitions = fabric_partitions(ddl_lock, partitions)
             recorded = recorded_embedder(dsn)
-            embedder = _choose_embedder(embedder, recorded)
+            embedder = choose_embedder(embedder, recorded)
             log = NoteLog({**_env_from_dsn(dsn, pool_size, max_overflow, read_only),
                            PostgresFactory.PARTITIONS: str(partitions)})
             store = PostgresNoteStore(log)
@@ -492,23 +487,18 @@ def open_fabric(
                                              max_lag=replica_max_lag)
             engine = ProjectionEngine(
                 log.datastore, log.name, tables.EVENTS,
-                [RecallIndexProjection(embedder.dim, str(embedder.id)), WorkingValueProjection(),
-                 NoteScopeProjection(), ConsolidationIndexProjection(embedder.dim, str(embedder.id)),
-                 LinkGraphProjection(), LedgerProjection(), RetentionIndexProjection(),
-                 PrincipalsProjection(),
-                 EntitiesProjection(),  # issue 32: the entity index
-                 NoteVersionsProjection(embedder.dim, str(embedder.id), log.sealing_mapper)],  # issue 31
+                default_projections(embedder, ReplayingMapper(log.sealing_mapper)),  # issue 34: the registry
                 quarantine.quarantining(cursor_loader(log), log.sealing_mapper),  # issue 28
             )
             engine.prepare = store.vectors.ensure  # catch-up connections need pgvector's types
             engine.inline_all = inline_projections
-            _check_dim(log.datastore, embedder.dim)
+            check_dim(log.datastore, embedder.dim)
             if read_only:
                 store.read_only = True
                 log.sealing_mapper.read_only = True  # tags unchecked without the secret (see crypto)
             else:
                 if recorded is None:
-                    _record_embedder(dsn, embedder)
+                    record_embedder(dsn, embedder)
                 engine.create()
                 with log.datastore.transaction(commit=True) as cur:
                     quarantine.create(cur)
@@ -570,72 +560,3 @@ def fabric_partitions(conn: psycopg.Connection[Any], requested: int | None) -> i
             f"this database was created with partitions={existing}; open_fabric(partitions={requested}) cannot "
             "change it (open it without partitions, or with partitions=" + str(existing) + ")")
     return existing or requested or 1
-
-
-EMBEDDER_DDL = (
-    f"CREATE TABLE IF NOT EXISTS {tables.FABRIC_EMBEDDER} ("
-    " singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),"
-    " embedder_id text NOT NULL, dim integer NOT NULL, params jsonb NOT NULL DEFAULT '{}',"
-    " recorded_at timestamptz NOT NULL DEFAULT now())"
-)
-
-
-def recorded_embedder(dsn: str) -> dict[str, Any] | None:
-    """The embedder recorded in the database (``{"id", "dim", "params"}``), or ``None``
-    for a database opened for the first time (or by a version before the record)."""
-    with psycopg.connect(dsn) as conn:
-        exists = conn.execute("SELECT to_regclass(%s)", (tables.FABRIC_EMBEDDER,)).fetchone()
-        if not exists or exists[0] is None:
-            return None
-        row = conn.execute(
-            f"SELECT embedder_id, dim, params FROM {tables.FABRIC_EMBEDDER}"  # noqa: S608
-        ).fetchone()
-    return None if row is None else {"id": row[0], "dim": int(row[1]), "params": dict(row[2] or {})}
-
-
-def _record_embedder(dsn: str, embedder: Embedder) -> None:
-    from memfabric.adapters.reembed import embedder_params  # noqa: PLC0415
-    params = embedder_params(embedder)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(EMBEDDER_DDL)
-        conn.execute(
-            f"INSERT INTO {tables.FABRIC_EMBEDDER} (embedder_id, dim, params) VALUES (%s, %s, %s)"  # noqa: S608
-            " ON CONFLICT DO NOTHING",
-            (str(embedder.id), int(embedder.dim), json.dumps(params)),
-        )
-
-
-def _choose_embedder(embedder: Embedder | None, recorded: dict[str, Any] | None) -> Embedder:
-    """The given embedder (refused when it is not the recorded one), else the recorded
-    one built from its id, else ``HashEmbedder()``."""
-    if recorded is None:
-        return embedder or HashEmbedder()
-    if embedder is None:
-        try:
-            return embedder_from_name(recorded["id"])
-        except ValueError:
-            raise FabricError(
-                f"the database records embedder {recorded['id']} (dimension {recorded['dim']}), which memfabric "
-                "cannot build by itself; pass that embedder to open_fabric(embedder=...)") from None
-        except ImportError as exc:
-            raise FabricError(
-                f"the database records embedder {recorded['id']}, whose package is not installed: {exc}") from None
-    if str(embedder.id) != recorded["id"]:
-        raise FabricError(
-            f"embedder {embedder.id} (dimension {embedder.dim}) does not match the database's recorded embedder "
-            f"{recorded['id']} (dimension {recorded['dim']}); open it with the recorded one or without an embedder")
-    return embedder
-
-
-def _check_dim(datastore: Any, dim: int) -> None:
-    with datastore.get_connection() as conn:
-        row = conn.execute(
-            "SELECT format_type(a.atttypid, a.atttypmod) AS t FROM pg_attribute a"  # noqa: S608
-            " JOIN pg_class c ON c.oid = a.attrelid"
-            " WHERE c.relname = '" + tables.RECALL_INDEX + "' AND a.attname = 'embedding'"  # noqa: S608
-        ).fetchone()
-    if row is not None and row["t"] != f"vector({dim})":
-        raise FabricError(
-            f"embedder dimension {dim} does not match the recall index ({row['t']}); "
-            "migrate the embedder or use the original one"
-        )

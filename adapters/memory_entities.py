@@ -1,7 +1,7 @@
 """The entity index in memory (issue 32): the ``EntityStore`` port of
 :mod:`memfabric.domain.entities` on the rows of :mod:`memfabric.projections.entities`
 (the same pure row functions), kept in dicts and updated with every append of the
-in-memory log (:attr:`memfabric.adapters.memory.InMemoryEventLog.projectors`)."""
+in-memory log (:attr:`memfabric.adapters.memory_log.InMemoryEventLog.projectors`)."""
 
 from __future__ import annotations
 

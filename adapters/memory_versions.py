@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from memfabric.adapters.memory_store import InMemoryNoteStore
 from memfabric.domain import replay
 from memfabric.domain.bitemporal import KnownAtStore
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
@@ -26,7 +27,7 @@ from memfabric.domain.scope import Scope
 from memfabric.projections import link_graph, recall_index
 
 Put = Callable[[dict[UUID, dict[str, Any]], UUID, Sequence[str], "tuple[Any, ...] | None"], None]
-"""The memory backend's row writer (``memfabric.adapters.memory._put``)."""
+"""The memory backend's row writer (:func:`memfabric.adapters.memory_rows.put`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +89,7 @@ class _Recorded:
 class MemoryKnownAtStore(KnownAtStore):
     """The in-memory read side as recorded at ``known_at`` (see the module doc)."""
 
-    def _store(self) -> Any:
-        from memfabric.adapters.memory import InMemoryNoteStore  # noqa: PLC0415 - a cycle otherwise
-
+    def _store(self) -> InMemoryNoteStore:
         log = self.store.log
         rows: dict[UUID, dict[str, Any]] = {}
         edges: dict[UUID, list[dict[str, Any]]] = {}
@@ -101,21 +100,21 @@ class MemoryKnownAtStore(KnownAtStore):
                     rows[aid] = hit.row
                     if hit.edges:
                         edges[aid] = hit.edges
-        return InMemoryNoteStore(_Recorded(rows, edges))  # type: ignore[arg-type]
+        return InMemoryNoteStore(_Recorded(rows, edges))
 
     def recall(self, scope: Scope, *, embedding: Any, query: str | None, kinds: Sequence[str],
                as_of: datetime, limit: int, require_consent: bool, filters: NoteFilter | None = None,
                expand: int = 0) -> list[Candidate]:
-        return self._store().recall(scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,  # type: ignore[no-any-return]
+        return self._store().recall(scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
                                     limit=limit, require_consent=require_consent, filters=filters,
                                     expand=expand)
 
     def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID],
                   filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
-        return self._store().hit_links(scope, aggregate_ids, filters)  # type: ignore[no-any-return]
+        return self._store().hit_links(scope, aggregate_ids, filters)
 
     def list_notes(self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int) -> list[Candidate]:
-        return self._store().list_notes(query, after=after, limit=limit)  # type: ignore[no-any-return]
+        return self._store().list_notes(query, after=after, limit=limit)
 
     def count_notes(self, query: ListQuery) -> int:
-        return self._store().count_notes(query)  # type: ignore[no-any-return]
+        return self._store().count_notes(query)

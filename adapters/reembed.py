@@ -42,7 +42,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import numpy as np
@@ -51,20 +51,23 @@ from eventsourcing.utils import get_topic
 from psycopg import Cursor, sql
 
 from memfabric.adapters.crypto import TransactionKeys
+from memfabric.adapters.embedder_record import embedder_params
 from memfabric.adapters.postgres import select_notes
 from memfabric.domain.errors import EmbedderError, FabricError
 from memfabric.domain.note import Note, vector_for
 from memfabric.domain.ports import Embedder
 from memfabric.domain.scope import Scope
 from memfabric.projections import tables
+from memfabric.adapters.replaying import ReplayingMapper
 from memfabric.projections.base import NoteProjection
-from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.rebuild import ProjectionAdmin, RebuildReport, Reporter
-from memfabric.projections.note_versions import NoteVersionsProjection
-from memfabric.projections.recall_index import RecallIndexProjection
+from memfabric.projections.registry import vector_projections
 
-if TYPE_CHECKING:
-    from memfabric.adapters.bootstrap import Fabric
+__all__ = ["ReembedReport", "Reembedder", "embedder_params", "new_projections", "reembed"]
+
+Fabric = Any
+"""An open ``memfabric.adapters.bootstrap.Fabric`` (not imported: bootstrap imports this
+module; issue 34 removed the cycle)."""
 
 KINDS = ("fact", "procedure", "file")
 
@@ -109,20 +112,15 @@ class _Quiet:
         return lambda n: None
 
 
-def embedder_params(embedder: Embedder) -> dict[str, Any]:
-    """What ``mf_fabric_embedder.params`` records of an embedder: its plain public
-    attributes (``vector_weight``, ``batch_size`` ...), without ``id`` and ``dim``."""
-    attrs = {"vector_weight": getattr(embedder, "vector_weight", None), **getattr(embedder, "__dict__", {})}
-    return {k: v for k, v in attrs.items()
-            if not k.startswith("_") and isinstance(v, str | int | float | bool) and k not in ("id", "dim")}
-
-
 def new_projections(embedder: Embedder, mapper: Any = None) -> list[NoteProjection]:
-    """The projections that store vectors, configured for ``embedder`` (``mapper``: the
-    fabric's sealing mapper, with which the note versions replay notes, issue 31)."""
-    return [RecallIndexProjection(int(embedder.dim), str(embedder.id)),
-            ConsolidationIndexProjection(int(embedder.dim), str(embedder.id)),
-            NoteVersionsProjection(int(embedder.dim), str(embedder.id), mapper)]
+    """The registered projections that store vectors
+    (:func:`memfabric.projections.registry.vector_projections`), configured for
+    ``embedder``; ``mapper``: the fabric's sealing mapper (wrapped in a
+    :class:`~memfabric.adapters.replaying.ReplayingMapper` unless it is one), with which
+    the note versions replay notes (issue 31)."""
+    if mapper is not None and not hasattr(mapper, "batch_keys"):
+        mapper = ReplayingMapper(mapper)
+    return vector_projections(embedder, mapper)
 
 
 def _needs(note: Note, embedder_id: str) -> bool:

@@ -154,8 +154,6 @@ def replay_events(cur: Cursor[Any], mapper: Any, upto: dict[UUID, int]) -> dict[
     """The decoded events of each aggregate in ``upto`` with a version at or below its
     value, in version order, read on ``cur``'s connection (its transaction and
     snapshot; keys read in the same one, so a key destroyed in it reads erased)."""
-    from memfabric.adapters.crypto import BatchKeys  # noqa: PLC0415 - the sealing side
-
     ids = list(upto)
     if not ids:
         return {}
@@ -163,7 +161,7 @@ def replay_events(cur: Cursor[Any], mapper: Any, upto: dict[UUID, int]) -> dict[
         sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
                 " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version").format(
             t=sql.Identifier(tables.EVENTS)), (ids,)).fetchall()
-    keys = BatchKeys()
+    keys = mapper.batch_keys()  # the replay mapper (memfabric.projections.replay.ReplayMapper)
     keys.load(cur.connection, ids)
     local = mapper.bound(keys)
     out: dict[UUID, list[Any]] = {i: [] for i in ids}

@@ -28,12 +28,11 @@ position is set to the replayed head, all in one transaction per rebuild.
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
 import dataclasses
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 from uuid import UUID
@@ -41,16 +40,18 @@ from uuid import UUID
 import psycopg
 from eventsourcing.persistence import StoredEvent
 from psycopg import Connection, Cursor, sql
-from psycopg.rows import tuple_row
 
-from memfabric.adapters.crypto import BatchKeys
-from memfabric.domain import replay
-from memfabric.adapters.roles import copy_privileges
 from memfabric.domain.errors import FabricError, ProjectionError
-from memfabric.domain.note import Note
-from memfabric.projections import partitions, quarantine
+from memfabric.projections import catalog, partitions, quarantine
 from memfabric.projections.base import NoteProjection, accepted
 from memfabric.projections.engine import ProjectionEngine, bounded_locks
+from memfabric.projections.replay import Cut, ReplayMapper, replay_notes
+from memfabric.projections.verify import MIGRATION_ROW, RowDifference, VerifyReport, compare, tracking_problem
+
+__all__ = [
+    "BG_SUFFIX", "MIGRATION_ROW", "VERIFY_SUFFIX", "Cut", "PrivilegeCopy", "ProjectionAdmin", "ProjectionStatus",
+    "RebuildReport", "Reporter", "RowDifference", "VerifyReport", "replay_notes", "tracking_problem",
+]
 
 BG_SUFFIX = "_bg"
 """Suffix of the tables a blue-green rebuild fills before the switch."""
@@ -63,6 +64,11 @@ Connect = Callable[[], AbstractContextManager[Connection[Any]]]
 
 SwitchCheck = Callable[[Cursor[Any]], bool]
 """Runs first in a blue-green switch's transaction; ``False`` refuses (rolls back) the switch."""
+
+PrivilegeCopy = Callable[[Cursor[Any], str, str], None]
+"""``copy(cur, table, new)``: give table ``new`` the owner and every grant of ``table``
+(issue 27); supplied by the adapter that owns the roles
+(``memfabric.adapters.roles.copy_privileges``)."""
 
 
 @contextmanager
@@ -143,147 +149,6 @@ class RebuildReport:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class RowDifference:
-    """One differing row: ``key`` (primary key values), ``kind`` (``missing``: only in
-    the replay, ``extra``: only in the live table, ``changed``) and, for ``changed``,
-    ``columns`` mapping each differing column to ``(live, replayed)`` text values."""
-
-    key: dict[str, Any]
-    kind: str
-    columns: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """Verify outcome of one table of one projection at ``position``: row counts of the
-    live table and of the replay, the number of differing rows and the first ones.
-    ``problem``: ``None``, or why the tracked position itself is wrong (issue 28: a
-    position past the log head, :func:`tracking_problem`); ``ok`` only when neither."""
-
-    projection: str
-    table: str
-    position: int
-    head: int
-    live_rows: int
-    replayed_rows: int
-    differences: int
-    first: list[RowDifference]
-    problem: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.differences == 0 and self.problem is None
-
-
-MIGRATION_ROW = "__migration__"
-"""The row eventsourcing's single-row tracking table is created with (position 1, the
-table layout's version, not an event): never a projection's position."""
-
-
-def tracking_problem(cur: Cursor[Any], table: str, name: str, head: int) -> str | None:
-    """Why projection ``name``'s tracking (table ``table``: its floor row and its
-    per-tenant rows) cannot be right against the log whose last notification id is
-    ``head``, else ``None``: a row past the head (moved ahead in SQL) makes the replay
-    and the live table agree while later writes of the projection fail (their positions
-    are not above it)."""
-    row = cur.execute(
-        sql.SQL("SELECT application_name, notification_id FROM {t} WHERE notification_id > %s"
-                " AND application_name <> %s ORDER BY notification_id DESC LIMIT 1").format(
-            t=sql.Identifier(table)), (head, MIGRATION_ROW)).fetchone()
-    if row is None:
-        return None
-    app, position = (row["application_name"], row["notification_id"]) if isinstance(row, dict) else row
-    return (f"tracked position {position} (row {app!r}) is past the log head {head}: the tracking of "
-            f"{name} was changed; writes fail until it is rebuilt (memfabric projections rebuild)")
-
-
-# ------------------------------------------------------------------------ replay
-def replay_notes(
-    conn: Connection[Any],
-    events_table: str,
-    mapper: Any,
-    upto: int,
-    *,
-    batch: int = 2000,
-    label: str = "replay",
-    advance: Callable[[int], None] | None = None,
-    cut: Cut | None = None,
-    skip: Collection[UUID] = (),
-    skipped: set[UUID] | None = None,
-) -> Iterator[list[Note]]:
-    """Final ``Note`` states of every aggregate with events at positions ``<= upto``
-    (with ``cut``: the events each tenant's tracking row covers, see :class:`Cut`).
-
-    Must run inside a transaction on ``conn`` (a server-side cursor streams the events
-    in ``batch``-sized fetches); yields lists of completed aggregates between fetches, so
-    the caller may use ``conn`` (for ``COPY``) while consuming. ``mapper`` is the sealing
-    mapper (anything with ``keys`` and ``to_domain_event``); keys are read per batch in
-    the same snapshot. ``advance(n)`` is called with the number of events per batch.
-
-    Raises ``ProjectionError(label, notification_id, topic, error)`` on the first event
-    that cannot be decoded or applied, unless its aggregate is in ``skip`` (the
-    quarantine, :mod:`memfabric.projections.quarantine`) and the error is one of
-    :data:`~memfabric.projections.quarantine.UNTRUSTED`: that aggregate is then left out
-    (and added to ``skipped``).
-    """
-    keys = BatchKeys()
-    local = mapper.bound(keys)
-    name = "mf_replay_" + uuid.uuid4().hex[:8]
-    with conn.cursor(name=name, row_factory=tuple_row, binary=True) as cur:
-        cur.itersize = batch
-        where, params = _upto(upto, cut)
-        cur.execute(
-            sql.SQL(
-                "SELECT notification_id, originator_id, originator_version, topic, state FROM {t} e"
-                " WHERE {w} ORDER BY originator_id, originator_version"
-            ).format(t=sql.Identifier(events_table), w=where),
-            params,
-        )
-        current: Any = None
-        current_id: UUID | None = None
-        dropped: UUID | None = None
-        while rows := cur.fetchmany(batch):
-            keys.load(conn, list({r[1] for r in rows}))
-            done: list[Note] = []
-            for nid, oid, version, topic, state in rows:
-                if oid != current_id:
-                    if current is not None:
-                        done.append(current)
-                    current, current_id = None, oid
-                if oid == dropped:
-                    continue
-                try:
-                    event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-                    current = replay.step(event, current)
-                except quarantine.UNTRUSTED as exc:
-                    if oid not in skip:  # name the event, never skip it unless quarantined
-                        raise ProjectionError(label, nid, topic, repr(exc)) from exc
-                    current, dropped = None, oid
-                    if skipped is not None:
-                        skipped.add(oid)
-                except Exception as exc:  # name the event, never skip it
-                    raise ProjectionError(label, nid, topic, repr(exc)) from exc
-            if advance is not None:
-                advance(len(rows))
-            if done:
-                yield done
-        if current is not None:
-            yield [current]
-
-
-# ----------------------------------------------------------------- SQL helpers
-@dataclass(frozen=True)
-class Cut:
-    """What a projection with per-tenant tracking rows contains: the events at or below
-    its floor, and each tenant's events at or below that tenant's row
-    (``projections/engine.py``). ``tracking``: its tracking table; ``prefix``: the
-    tenant rows' ``application_name`` prefix."""
-
-    tracking: str
-    prefix: str
-
-
 SWITCH_LOCK_TIMEOUT = "200ms"
 """How long a blue-green switch waits for each of its locks before it rolls back and
 tries again: below the server's ``deadlock_timeout`` (1 s by default), so a writer
@@ -318,104 +183,30 @@ def _switch_locks(cur: Cursor[Any], engine: ProjectionEngine, selected: Sequence
     return True
 
 
-def _upto(upto: int, cut: Cut | None) -> tuple[sql.Composable, list[Any]]:
-    """The ``WHERE`` of the events (aliased ``e``) a replay to ``upto`` reads."""
-    if cut is None:
-        return sql.SQL("e.notification_id <= %s"), [upto]
-    return sql.SQL(
-        "(e.notification_id <= %s OR e.notification_id <= (SELECT t.notification_id FROM {t} t"
-        " WHERE t.application_name = %s || e.tenant))").format(t=sql.Identifier(cut.tracking)), [upto, cut.prefix]
-
-
-def _head(cur: Cursor[Any], events_table: str) -> int:
-    row = cur.execute(
-        sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {t}").format(t=sql.Identifier(events_table))
-    ).fetchone()
-    return int(_first(row))
-
-
-def _first(row: Any) -> Any:
-    if row is None:
-        return None
-    return next(iter(row.values())) if isinstance(row, dict) else row[0]
-
-
-def _count_upto(cur: Cursor[Any], events_table: str, upto: int, cut: Cut | None = None) -> int:
-    where, params = _upto(upto, cut)
-    row = cur.execute(
-        sql.SQL("SELECT count(*) FROM {t} e WHERE {w}").format(t=sql.Identifier(events_table), w=where), params,
-    ).fetchone()
-    return int(_first(row))
-
-
-def _secondary_indexes(cur: Cursor[Any], table: str) -> list[str]:
-    """Indexes of ``table`` that back no constraint (safe to drop before a bulk load)."""
-    rows = cur.execute(
-        "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid"
-        " WHERE x.indrelid = to_regclass(%s)"
-        " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid)",
-        (table,),
-    ).fetchall()
-    return [_first(r) for r in rows]
-
-
-def _all_indexes(cur: Cursor[Any], table: str) -> list[str]:
-    rows = cur.execute(
-        "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid"
-        " WHERE x.indrelid = to_regclass(%s)",
-        (table,),
-    ).fetchall()
-    return [_first(r) for r in rows]
-
-
-def _drop_secondary_indexes(cur: Cursor[Any], table: str) -> None:
-    for index in _secondary_indexes(cur, table):
-        cur.execute(sql.SQL("DROP INDEX {i}").format(i=sql.Identifier(index)))
-
-
-def _columns(cur: Cursor[Any], table: str) -> list[str]:
-    rows = cur.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s)"
-        " AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        (table,),
-    ).fetchall()
-    return [_first(r) for r in rows]
-
-
-def _primary_key(cur: Cursor[Any], table: str) -> list[str]:
-    rows = cur.execute(
-        "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
-        " JOIN pg_attribute a ON a.attnum = k.attnum"
-        " WHERE i.indrelid = to_regclass(%s) AND i.indisprimary AND a.attrelid = i.indrelid"
-        " ORDER BY k.n",
-        (table,),
-    ).fetchall()
-    return [_first(r) for r in rows]
-
-
-def _set_work_mem(cur: Cursor[Any], maintenance_work_mem: str | None) -> None:
-    if maintenance_work_mem:
-        cur.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
-
-
 # ------------------------------------------------------------------------ admin
 class ProjectionAdmin:
     """Status, rebuild, verify and the runner for every projection of an engine.
 
-    ``engine``: the fabric's :class:`ProjectionEngine`; ``mapper``: its sealing mapper;
-    ``connect``: a pooled-connection context manager with pgvector types registered
-    (``fabric.store.connection``). :meth:`for_fabric` wires all three from a fabric.
+    ``engine``: the fabric's :class:`ProjectionEngine`; ``mapper``: its
+    :class:`~memfabric.projections.replay.ReplayMapper`; ``connect``: a
+    pooled-connection context manager with pgvector types registered
+    (``fabric.store.connection``); ``copy_privileges``: the :data:`PrivilegeCopy` a
+    blue-green switch gives each new table. :meth:`for_fabric` wires them from a fabric.
     """
 
-    def __init__(self, engine: ProjectionEngine, mapper: Any, connect: Connect) -> None:
+    def __init__(self, engine: ProjectionEngine, mapper: ReplayMapper, connect: Connect, *,
+                 copy_privileges: PrivilegeCopy) -> None:
         self.engine = engine
         self.mapper = mapper
         self.connect = connect
+        self.copy_privileges = copy_privileges
 
     @classmethod
     def for_fabric(cls, fabric: Any) -> ProjectionAdmin:
-        """The admin of an open ``memfabric.adapters.Fabric``."""
-        return cls(fabric.engine, fabric.log.sealing_mapper, fabric.store.connection)
+        """The admin of an open ``memfabric.adapters.Fabric`` (its ``engine``,
+        ``replay_mapper``, ``store.connection`` and ``copy_privileges``)."""
+        return cls(fabric.engine, fabric.replay_mapper, fabric.store.connection,
+                   copy_privileges=fabric.copy_privileges)
 
     @property
     def names(self) -> list[str]:
@@ -442,7 +233,7 @@ class ProjectionAdmin:
         t = sql.Identifier(self.engine.events_table)
         out = []
         with self.connect() as conn, conn.cursor() as cur:
-            head = _head(cur, self.engine.events_table)
+            head = catalog.head(cur, self.engine.events_table)
             for p in self.engine.projections:
                 pos = self.engine.position(p.name, cur)
                 lag = self.engine.unapplied(p.name, cur)
@@ -514,7 +305,7 @@ class ProjectionAdmin:
         self, conn: Connection[Any], cur: Cursor[Any], selected: list[NoteProjection], upto: int,
         suffix: str, batch: int, reporter: Reporter, label: str, cut: Cut | None = None,
     ) -> tuple[int, int, dict[str, int]]:
-        total = _count_upto(cur, self.engine.events_table, upto, cut)
+        total = catalog.count_upto(cur, self.engine.events_table, upto, cut)
         advance = reporter.task(label, total)
         rows = {p.name: 0 for p in selected}
         notes = 0
@@ -535,7 +326,7 @@ class ProjectionAdmin:
         maintenance_work_mem: str | None,
     ) -> float:
         t0 = time.perf_counter()
-        _set_work_mem(cur, maintenance_work_mem)
+        catalog.set_work_mem(cur, maintenance_work_mem)
         advance = reporter.task("indexes", len(selected), "indexes")
         for p in selected:
             p.create_indexes(cur, table_suffix=suffix)
@@ -550,10 +341,10 @@ class ProjectionAdmin:
             safe = self._safe_bound(selected)
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                upto = _head(cur, self.engine.events_table) if safe is None else safe
+                upto = catalog.head(cur, self.engine.events_table) if safe is None else safe
                 for p in selected:
                     for table in p.tables:
-                        _drop_secondary_indexes(cur, table)
+                        catalog.drop_secondary_indexes(cur, table)
                         cur.execute(sql.SQL("TRUNCATE {t}").format(t=sql.Identifier(table)))
                 t0 = time.perf_counter()
                 events, notes, rows = self._load(conn, cur, selected, upto, "", batch, reporter, "replay")
@@ -597,7 +388,7 @@ class ProjectionAdmin:
                     cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table + BG_SUFFIX)))
                 p.create(cur, table_suffix=BG_SUFFIX)
                 for table in p.tables:
-                    _drop_secondary_indexes(cur, table + BG_SUFFIX)
+                    catalog.drop_secondary_indexes(cur, table + BG_SUFFIX)
             t0 = time.perf_counter()
             events, notes, rows = self._load(conn, cur, selected, upto, BG_SUFFIX, batch, reporter, "replay")
             load_s = time.perf_counter() - t0
@@ -623,12 +414,12 @@ class ProjectionAdmin:
             for p in selected:
                 for table in p.tables:
                     new = table + BG_SUFFIX
-                    copy_privileges(cur, table, new)  # every role keeps its grants (issue 27)
+                    self.copy_privileges(cur, table, new)  # every role keeps its grants (issue 27)
                     cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table)))
                     cur.execute(sql.SQL("ALTER TABLE {a} RENAME TO {b}").format(
                         a=sql.Identifier(new), b=sql.Identifier(table)))
                     partitions.rename_children(cur, new, table)  # issue 25: <table>_bg_p<i> -> <table>_p<i>
-                    for index in _all_indexes(cur, table):
+                    for index in catalog.all_indexes(cur, table):
                         if index.startswith(new):
                             cur.execute(sql.SQL("ALTER INDEX {a} RENAME TO {b}").format(
                                 a=sql.Identifier(index), b=sql.Identifier(table + index[len(new):])))
@@ -701,7 +492,7 @@ class ProjectionAdmin:
             # Scratch tables are temporary tables (pg_temp first in the search path makes
             # it the creation schema): a role with SELECT and TEMP, no CREATE, can verify.
             cur.execute("SELECT set_config('search_path', 'pg_temp, ' || current_setting('search_path'), true)")
-            head = _head(cur, self.engine.events_table)
+            head = catalog.head(cur, self.engine.events_table)
             by_position: dict[tuple[int, str], list[NoteProjection]] = {}
             cuts: dict[tuple[int, str], Cut | None] = {}
             for p in selected:
@@ -722,70 +513,14 @@ class ProjectionAdmin:
                             t=sql.Identifier(table + VERIFY_SUFFIX)))
                     p.create(cur, table_suffix=VERIFY_SUFFIX)
                     for table in p.tables:
-                        _drop_secondary_indexes(cur, table + VERIFY_SUFFIX)
+                        catalog.drop_secondary_indexes(cur, table + VERIFY_SUFFIX)
                 self._load(conn, cur, group, position, VERIFY_SUFFIX, batch, reporter, f"replay to {position}", cut)
                 for p in group:
                     for table in p.tables:
-                        report = self._compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show)
+                        report = compare(cur, p.name, table, table + VERIFY_SUFFIX, position, head, show)
                         problem = tracking_problem(cur, self.engine.trackers[p.name].tracking_table_name, p.name, head)
                         out.append(dataclasses.replace(report, problem=problem))
         return out
-
-    def _compare(
-        self, cur: Cursor[Any], name: str, live: str, scratch: str, position: int, head: int, show: int
-    ) -> VerifyReport:
-        cols = _columns(cur, live)
-        keys = _primary_key(cur, live) or ["_row_md5"]
-        lt, st = sql.Identifier(live), sql.Identifier(scratch)
-        row_text = sql.SQL("md5(ROW({c})::text)").format(c=sql.SQL(", ").join(map(sql.Identifier, cols)))
-        key_list = sql.SQL(", ").join(map(sql.Identifier, keys))
-        if keys == ["_row_md5"]:  # no primary key: compare the multisets of row hashes
-
-            def side(t: sql.Identifier) -> sql.Composed:
-                return sql.SQL("SELECT {h} AS _row_md5, count(*) AS v FROM {t} GROUP BY 1").format(h=row_text, t=t)
-        else:
-
-            def side(t: sql.Identifier) -> sql.Composed:
-                return sql.SQL("SELECT {k}, {h} AS v FROM {t}").format(k=key_list, h=row_text, t=t)
-
-        diff = sql.SQL(
-            "SELECT {k}, a.v AS live, b.v AS replayed FROM ({a}) a FULL JOIN ({b}) b USING ({k})"
-            " WHERE a.v IS DISTINCT FROM b.v"
-        ).format(k=key_list, a=side(lt), b=side(st))
-        count = int(_first(cur.execute(sql.SQL("SELECT count(*) FROM ({d}) d").format(d=diff)).fetchone()))
-        first: list[RowDifference] = []
-        if count:
-            rows = cur.execute(sql.SQL("{d} ORDER BY {o} LIMIT %s").format(d=diff, o=key_list), (show,)).fetchall()
-            for row in rows:
-                key = {k: row[k] for k in keys}
-                if row["live"] is None:
-                    first.append(RowDifference(key, "missing"))
-                elif row["replayed"] is None:
-                    first.append(RowDifference(key, "extra"))
-                elif keys == ["_row_md5"]:
-                    first.append(RowDifference(key, "changed", {"count": (row["live"], row["replayed"])}))
-                else:
-                    first.append(RowDifference(key, "changed", self._column_diff(cur, lt, st, keys, key)))
-        live_rows = int(_first(cur.execute(sql.SQL("SELECT count(*) FROM {t}").format(t=lt)).fetchone()))
-        replayed = int(_first(cur.execute(sql.SQL("SELECT count(*) FROM {t}").format(t=st)).fetchone()))
-        return VerifyReport(name, live, position, head, live_rows, replayed, count, first)
-
-    @staticmethod
-    def _column_diff(
-        cur: Cursor[Any], lt: sql.Identifier, st: sql.Identifier, keys: list[str], key: dict[str, Any]
-    ) -> dict[str, tuple[Any, Any]]:
-        where = sql.SQL(" AND ").join(
-            sql.SQL("{k} = %s").format(k=sql.Identifier(k)) for k in keys
-        )
-        params = [key[k] for k in keys]
-        query = sql.SQL("SELECT to_jsonb(t) FROM {t} t WHERE {w}")
-        live = _first(cur.execute(query.format(t=lt, w=where), params).fetchone())
-        new = _first(cur.execute(query.format(t=st, w=where), params).fetchone())
-        return {
-            c: (live.get(c), new.get(c))
-            for c in sorted(set(live) | set(new))
-            if live.get(c) != new.get(c)
-        }
 
     # ---------------------------------------------------------------- runner
     def run(
