@@ -62,6 +62,7 @@ from memfabric.domain.retention import DECAY_KINDS, ERASABLE, RetentionConfig, W
 from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.results import EraseResult, NoteCounts
 from memfabric.domain.scope import Scope
+from memfabric.domain.shredding import shreds_keys
 from memfabric.domain.service import MemoryService
 from memfabric.domain.working import BlockEntry, WorkingValidator, block_entry
 from memfabric.projections import consolidation_index, link_graph, note_scope, recall_index, retention_index
@@ -451,9 +452,16 @@ class InMemoryUnitOfWork:
 
     # ----------------------------------------------------------------- writes
     def add(self, note: Note) -> None:
-        self._check()
-        self._events.extend(note.collect_events())
+        """Hold ``note``'s pending events; a shredding one (a tombstone) dooms its keys."""
+        self._collect(note)
         self._aggregates[note.id] = note
+
+    def _collect(self, aggregate: Any) -> None:
+        self._check()
+        events = aggregate.collect_events()
+        self._events.extend(events)
+        if shreds_keys(events):
+            self._doomed.add(aggregate.id)
 
     def shred(self, note: Note) -> None:
         self._check()
@@ -474,8 +482,7 @@ class InMemoryUnitOfWork:
         return self.load_aggregate(aggregate_id)  # in memory a replay is the head
 
     def add_aggregate(self, aggregate: Any) -> None:
-        self._check()
-        self._events.extend(aggregate.collect_events())
+        self._collect(aggregate)
         self._others[aggregate.id] = aggregate
 
     def shred_aggregate(self, aggregate: Any) -> None:
