@@ -267,55 +267,23 @@ class SealingMapper(Mapper[UUID]):
         (n,) = _U32.unpack_from(data, 3)
         state: dict[str, Any] = self.transcoder.decode(data[7 : 7 + n])
         rest = data[7 + n :]
-        erased: list[str] = []
         sealed_optional = set(state.pop(SEALED_OPTIONAL, None) or ())
+        oid = _originator(stored)
         if isinstance(state.get("contributed"), dict):
-            oid0 = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
-            state["contributed"] = self._open_contribution(
-                state["contributed"], oid0, stored.originator_version)
-        if rest:
-            (gen,) = _U32.unpack_from(rest, 0)
-            nonce, sealed = rest[4:16], rest[16:]
-            oid = stored.originator_id if isinstance(stored.originator_id, UUID) else UUID(str(stored.originator_id))
-            key = self.keys.key_for_read(oid, gen)
-            cls = resolve_topic(stored.topic)
-            target = state
-            if isinstance(cls, type) and issubclass(cls, CanSnapshotAggregate):
-                target = state["state"] = dict(state["state"])
-                fields = list(target.pop("_sealed", []))
-                sealed_optional |= set(fields)  # a snapshot lists what it sealed
-            else:
-                fields = [f for f in PROTECTED_FIELDS
-                          if f in getattr(cls, "__dataclass_fields__", {}) and f not in state]
-            if key is None and not self.keys.shredded(oid, gen):
-                raise EventIntegrityError(
-                    f"event {stored.originator_version} of aggregate {oid}: key fault: its data "
-                    f"key (generation {gen}) is missing although the note was never forgotten")
-            if key is None:
-                # an optional field is listed (history shows ERASED) only where this event
-                # sealed it: events of 0.1.0 never had one
-                erased = [f for f in fields if f not in OPTIONAL_PROTECTED or f in sealed_optional]
-                for f in fields:
-                    target[f] = ([] if f == "keywords" else
-                                 None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED)
-            else:
-                try:
-                    payload = AESGCM(key).decrypt(
-                        nonce, sealed, oid.bytes + _AAD.pack(stored.originator_version)
-                    )
-                except InvalidTag:
-                    raise EventIntegrityError(
-                        f"event {stored.originator_version} of aggregate {oid} failed "
-                        f"authentication with its data key (generation {gen}): key fault or "
-                        "changed bytes (the key row or the event's stored bytes were altered)"
-                    ) from None
-                payload = unpack_payload(payload)
-                (m,) = _U32.unpack_from(payload, 0)
-                target.update(json.loads(payload[4 : 4 + m]))
-                if "embedding" in fields:
-                    emb = payload[4 + m :]
-                    target["embedding"] = bytes(emb) if emb else None
-        return state, erased
+            state["contributed"] = self._open_contribution(state["contributed"], oid, stored.originator_version)
+        if not rest:
+            return state, []
+        (gen,) = _U32.unpack_from(rest, 0)
+        key = self.keys.key_for_read(oid, gen)
+        target, fields = _sealed_fields(state, resolve_topic(stored.topic), sealed_optional)
+        if key is None and not self.keys.shredded(oid, gen):
+            raise EventIntegrityError(
+                f"event {stored.originator_version} of aggregate {oid}: key fault: its data "
+                f"key (generation {gen}) is missing although the note was never forgotten")
+        if key is None:
+            return state, erase_fields(target, fields, sealed_optional)
+        target.update(_unseal(key, rest, oid, stored.originator_version, gen, "embedding" in fields))
+        return state, []
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         cls = resolve_topic(stored_event.topic)
@@ -327,3 +295,53 @@ class SealingMapper(Mapper[UUID]):
         event = object.__new__(cls)
         object.__setattr__(event, "__dict__", state)
         return event
+
+
+def _originator(stored: StoredEvent) -> UUID:
+    """The stored event's originator id as a ``UUID``."""
+    oid = stored.originator_id
+    return oid if isinstance(oid, UUID) else UUID(str(oid))
+
+
+def _sealed_fields(state: dict[str, Any], cls: Any, sealed_optional: set[str]) -> tuple[dict[str, Any], list[str]]:
+    """Where the unsealed fields go and which they are: a snapshot's inner ``state``
+    and the names its ``_sealed`` entry lists (added to ``sealed_optional``: a snapshot
+    lists what it sealed), else the event's own fields and the protected fields of its
+    class missing from its plain part."""
+    if isinstance(cls, type) and issubclass(cls, CanSnapshotAggregate):
+        target = state["state"] = dict(state["state"])
+        fields = list(target.pop("_sealed", []))
+        sealed_optional |= set(fields)
+        return target, fields
+    declared = getattr(cls, "__dataclass_fields__", {})
+    return state, [f for f in PROTECTED_FIELDS if f in declared and f not in state]
+
+
+def erase_fields(target: dict[str, Any], fields: list[str], sealed_optional: set[str]) -> list[str]:
+    """Set the sealed ``fields`` of a shredded event as they read once erased
+    (``keywords`` ``[]``, ``embedding`` and the optional ones ``None``, the rest
+    :data:`ERASED`); returns the names listed as erased: an optional field only where the
+    event sealed it (``sealed_optional``; events of 0.1.0 never had one)."""
+    for f in fields:
+        target[f] = [] if f == "keywords" else None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED
+    return [f for f in fields if f not in OPTIONAL_PROTECTED or f in sealed_optional]
+
+
+def _unseal(key: bytes, rest: bytes, oid: UUID, version: int, gen: int, embedding: bool) -> dict[str, Any]:
+    """The protected fields of the sealed part ``rest`` (``u32 gen | nonce | ciphertext``)
+    under ``key``, with the raw ``embedding`` bytes when the event has that field
+    (``None`` when empty); ``EventIntegrityError`` when authentication fails."""
+    try:
+        payload = AESGCM(key).decrypt(rest[4:16], rest[16:], oid.bytes + _AAD.pack(version))
+    except InvalidTag:
+        raise EventIntegrityError(
+            f"event {version} of aggregate {oid} failed authentication with its data key (generation "
+            f"{gen}): key fault or changed bytes (the key row or the event's stored bytes were altered)"
+        ) from None
+    payload = unpack_payload(payload)
+    (m,) = _U32.unpack_from(payload, 0)
+    fields: dict[str, Any] = json.loads(payload[4 : 4 + m])
+    if embedding:
+        emb = payload[4 + m :]
+        fields["embedding"] = bytes(emb) if emb else None
+    return fields
