@@ -36,7 +36,6 @@ KEYS_DDL = (
 )
 
 
-
 class KeyStore:
     """The fabric's data keys in ``mf_note_keys``, read side, with a per-process cache.
 
@@ -149,8 +148,6 @@ def shredding_topics() -> list[str]:
     :class:`~memfabric.domain.shredding.Shredding` (``Note.Forgotten``,
     ``Conversation.Erased``, ``Entity.EntityForgotten``), derived from the classes."""
     return shredding.shredding_topics()
-
-
 
 
 def forgotten_versions(conn: Connection[Any], originator_ids: list[UUID]) -> dict[UUID, int]:
