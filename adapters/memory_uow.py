@@ -27,6 +27,7 @@ from memfabric.domain.errors import FabricError
 from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
+from memfabric.domain.shredding import shreds_keys
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index
 
@@ -205,9 +206,16 @@ class InMemoryUnitOfWork:
 
     # ----------------------------------------------------------------- writes
     def add(self, note: Note) -> None:
-        self._check()
-        self._events.extend(note.collect_events())
+        """Hold ``note``'s pending events; a shredding one (a tombstone) dooms its keys."""
+        self._collect(note)
         self._aggregates[note.id] = note
+
+    def _collect(self, aggregate: Any) -> None:
+        self._check()
+        events = aggregate.collect_events()
+        self._events.extend(events)
+        if shreds_keys(events):
+            self._doomed.add(aggregate.id)
 
     def shred(self, note: Note) -> None:
         self._check()
@@ -228,8 +236,7 @@ class InMemoryUnitOfWork:
         return self.load_aggregate(aggregate_id)  # in memory a replay is the head
 
     def add_aggregate(self, aggregate: Any) -> None:
-        self._check()
-        self._events.extend(aggregate.collect_events())
+        self._collect(aggregate)
         self._others[aggregate.id] = aggregate
 
     def shred_aggregate(self, aggregate: Any) -> None:

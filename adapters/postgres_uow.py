@@ -39,6 +39,7 @@ from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.errors import ConflictError, FabricError, LockTimeoutError, TrackingError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
+from memfabric.domain.shredding import shreds_keys
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index, note_scope, tables, working_value
 from memfabric.projections.engine import ProjectionEngine, bounded_locks, lock_timed_out
@@ -223,8 +224,15 @@ class PostgresUnitOfWork:
 
     # ----------------------------------------------------------------- writes
     def add(self, note: Note) -> None:
-        self._events.extend(note.collect_events())
+        """Hold ``note``'s pending events; a shredding one (a tombstone) dooms its keys."""
+        self._collect(note)
         self._aggregates[note.id] = note
+
+    def _collect(self, aggregate: Any) -> None:
+        events = aggregate.collect_events()
+        self._events.extend(events)
+        if shreds_keys(events):
+            self.keys.doomed.add(aggregate.id)
 
     def shred(self, note: Note) -> None:
         self.keys.doomed.add(note.id)
@@ -247,7 +255,7 @@ class PostgresUnitOfWork:
 
     def add_aggregate(self, aggregate: Any) -> None:
         """Like :meth:`add` for an aggregate that is not a note."""
-        self._events.extend(aggregate.collect_events())
+        self._collect(aggregate)
         self._others[aggregate.id] = aggregate
 
     def shred_aggregate(self, aggregate: Any) -> None:

@@ -30,6 +30,7 @@ from eventsourcing.domain import Aggregate
 
 from memfabric.domain.errors import FabricError
 from memfabric.domain.scope import Scope
+from memfabric.domain.shredding import Shredding
 
 _ENTITY_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/entity")
 
@@ -159,7 +160,7 @@ class Entity(Aggregate):
             e.identifiers = [i for i in e.identifiers if i not in took["identifiers"]]
             e.keys = [k for k in e.keys if k not in took["keys"]]
 
-    class EntityForgotten(Aggregate.Event):
+    class EntityForgotten(Aggregate.Event, Shredding):
         """The tombstone: the entity's data key is destroyed with this event, so its
         names and identifiers are erased from every earlier event."""
 
@@ -223,6 +224,11 @@ class Entity(Aggregate):
     def live(self) -> bool:
         """Neither forgotten nor merged into another entity."""
         return not self.forgotten and self.merged_into is None
+
+    @property
+    def listed(self) -> bool:
+        """Not forgotten (merged or not): the entity has an ``mf_entities`` row."""
+        return not self.forgotten
 
     def _check_live(self) -> None:
         if self.forgotten:

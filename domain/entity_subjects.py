@@ -92,24 +92,37 @@ def resolve_subjects(svc: MemoryService, uow: Any, scope: Scope, prepared: Mappi
     probes = {i: ek.probe(s) for i, s in asks.items()}
     exact = {i: {ctx.digest(t): t for t, (kind, _) in p.keys.items() if kind in ("id", "name", "alias")}
              for i, p in probes.items()}
-    wanted = sorted({d for ds in exact.values() for d in ds})
+    by_digest = _rows_by_digest(store, scope, uow, sorted({d for ds in exact.values() for d in ds}))
+    out = dict(prepared)
+    for i, digests in exact.items():
+        chosen = _pick(probes[i], digests, by_digest)
+        if chosen is not None:
+            out[i] = _named(prepared[i], chosen, keys.get(i))
+    return out
+
+
+def _rows_by_digest(store: Any, scope: Scope, uow: Any, wanted: list[str]) -> dict[str, list[Any]]:
+    """The entity-key rows of the digests ``wanted`` (one index lookup, ``PER_KEY`` rows
+    each; none asked when empty), by digest."""
     rows = store.keys(scope, [(d, PER_KEY) for d in wanted], None, uow) if wanted else []
     by_digest: dict[str, list[Any]] = {}
     for r in rows:
         by_digest.setdefault(r.digest, []).append(r)
-    out = dict(prepared)
-    for i, digests in exact.items():
-        hits = [(r.entity_id, text, r.source, r.ntok) for d, text in digests.items() for r in by_digest.get(d, [])]
-        ranked = []
-        for entity_id, m in ek.collect(probes[i], hits).items():
-            got = ek.score(probes[i], m)
-            if got is not None:
-                ranked.append((entity_id, got[0], got[1]))
-        ranked.sort(key=lambda c: (-c[2], ek.TIERS.index(c[1]), c[0]))
-        chosen = ek.auto_pick(ranked)
-        if chosen is not None:
-            out[i] = _named(prepared[i], chosen, keys.get(i))
-    return out
+    return by_digest
+
+
+def _pick(probe: ek.Probe, digests: Mapping[str, str], by_digest: Mapping[str, list[Any]]) -> str | None:
+    """The entity id the exact-key matches of one subject (``digests``: digest -> key text)
+    resolve to: the candidates scored (``entity_keys.score``), ranked by score, tier and
+    id, and picked only when one wins clearly (``entity_keys.auto_pick``), else ``None``."""
+    hits = [(r.entity_id, text, r.source, r.ntok) for d, text in digests.items() for r in by_digest.get(d, [])]
+    ranked = []
+    for entity_id, m in ek.collect(probe, hits).items():
+        got = ek.score(probe, m)
+        if got is not None:
+            ranked.append((entity_id, got[0], got[1]))
+    ranked.sort(key=lambda c: (-c[2], ek.TIERS.index(c[1]), c[0]))
+    return ek.auto_pick(ranked)
 
 
 def _named(p: P, entity_id: str, stated: SubjectKey | None = None) -> P:

@@ -213,7 +213,7 @@ def lineage(svc: MemoryService, scope: Scope, note_id: str) -> Lineage:
     events = history(svc, scope, note_id)
     tomb = None
     if note.forgotten or note.held:  # the latest tombstone (a block can be rewritten)
-        tomb = next((h.fields for h in reversed(events) if h.type == "Forgotten"), None)
+        tomb = next((h.fields for h in reversed(events) if h.type == Note.Forgotten.__name__), None)
     shown_target = target_visible(svc, scope, note.scope)
     chain = [_chain_row(n, shown_target) for n in [*reversed(preds), note, *succs]]
     return Lineage(id=note_id, predecessors=[n.note_id for n in preds],

@@ -23,6 +23,7 @@ from eventsourcing.domain import Aggregate
 
 from memfabric.domain.errors import FabricError
 from memfabric.domain.scope import Scope
+from memfabric.domain.shredding import Shredding
 
 _CONVERSATION_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/conversation")
 
@@ -154,7 +155,7 @@ class Conversation(Aggregate):
                 e.retracted = True
             c.retracted_ids.append(self.entry_id)
 
-    class Erased(Aggregate.Event):
+    class Erased(Aggregate.Event, Shredding):
         """The tombstone: every text of the conversation is shredded with its key."""
 
         requested_by: str

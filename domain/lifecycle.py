@@ -126,8 +126,6 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
         note.forget(content_hmac=digest, reason="legal_hold" if hold else "forgotten",
                     requested_by=requested_by, cause=cause, approval=None if hold else approval)
         uow.add(note)
-        if not hold:
-            uow.shred(note)
         (tally.held if hold else tally.deleted).append(note.note_id)
     return tally
 

@@ -14,131 +14,28 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from uuid import NAMESPACE_URL, UUID, uuid5
 
 from eventsourcing.domain import Aggregate
 
+from memfabric.domain import note_state as state
 from memfabric.domain import retention as rules
 from memfabric.domain.errors import NoteForgottenError, NotHeldError, RetentionError
-from memfabric.domain.scope import Scope
-
-_NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
-
-PROTECTED_FIELDS: tuple[str, ...] = (
-    "content", "context", "keywords", "embedding", "text", "path", "from_path", "to_path",
-    "inferred_subject", "decision",
+from memfabric.domain.inputs import RECALLABLE_KINDS
+from memfabric.domain.note_fields import (
+    ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, SUCCESSOR_VALUES, note_uuid, replaced_decision,
 )
-"""Event (and snapshot) fields sealed with the note's data key; erased for good when the
-key is destroyed. ``path`` is protected because a file note without content stores its
-path as its content. Scope ids, ``subject``, ``tags``, ``source_entry_ids``, link ids,
-times and consent stay plain: they are metadata, not content (see ``docs/erasure.md``)."""
+from memfabric.domain.note_state import narrower_consent, vector_for
+from memfabric.domain.scope import Scope
+from memfabric.domain.shredding import Shredding
 
-OPTIONAL_PROTECTED: frozenset[str] = frozenset({"inferred_subject", "decision"})
-"""Protected fields added after 0.1.0 (with defaults): derived from the content (the
-inferred subject key and values, why a write folded or superseded), so sealed like it;
-once the key is destroyed they read as ``None`` in the replayed state and, where the event
-sealed one (a plain marker names them), are listed as erased, so ``history`` shows them as
-:data:`ERASED` like content; events of 0.1.0 never had them and list none."""
+__all__ = [
+    "ERASED", "LEGAL_HOLD", "OPTIONAL_PROTECTED", "PROTECTED_FIELDS", "SUCCESSOR_VALUES", "Note",
+    "narrower_consent", "note_uuid", "replaced_decision", "vector_for",
+]
 
-ERASED = "<erased>"
-"""What a protected field reads as once its note's key has been destroyed."""
-
-SUCCESSOR_VALUES: frozenset[str] = frozenset({"new_value"})
-"""Keys of a supersession decision that hold a value read from the *successor* (issue 28,
-defect 4): a replaced note's ``Superseded`` event never stores them (they live in the
-successor's own ``decision``, under the successor's key), so forgetting the successor
-leaves none of its values readable through the replaced note."""
-
-
-def replaced_decision(decision: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``decision`` as a replaced note's ``Superseded`` event keeps it: without the
-    :data:`SUCCESSOR_VALUES` keys (``None`` stays ``None``). Also applied when reading
-    events written before this rule."""
-    if not decision or not SUCCESSOR_VALUES & decision.keys():
-        return decision
-    return {k: v for k, v in decision.items() if k not in SUCCESSOR_VALUES}
-
-
-def note_uuid(scope: Scope, note_id: str) -> UUID:
-    """Aggregate id of note ``note_id`` in ``scope`` (UUIDv5, so the same 12-hex id in
-    two scopes is two aggregates)."""
-    return uuid5(_NOTE_NAMESPACE, f"{scope.key}#{note_id}")
-
-
-def _union(old: list[Any], new: list[Any]) -> list[Any]:
-    out = list(old)
-    for item in new:
-        if item not in out:
-            out.append(item)
-    return out
-
-
-def _union_links(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_key = {(link["id"], link.get("relation", "related")): link for link in old}
-    for link in new:
-        by_key[(link["id"], link.get("relation", "related"))] = link
-    return list(by_key.values())
-
-
-def _contributions(note: Note) -> dict[str, dict[str, Any]]:
-    """The evolution patches a note holds, by source aggregate id (older snapshots
-    have no such attribute)."""
-    found = getattr(note, "contributions", None)
-    if found is None:
-        found = note.contributions = {}
-    return found
-
-
-def _vectors(note: Note) -> dict[str, bytes]:
-    """The note's vectors by embedder id other than its write-time one (issue 19; older
-    snapshots have no such attribute)."""
-    found = getattr(note, "vectors", None)
-    if found is None:
-        found = note.vectors = {}
-    return found
-
-
-def vector_for(note: Note, embedder_id: str | None) -> bytes | None:
-    """The note's float32 vector for embedder ``embedder_id``: the write-time one when it
-    was written by that embedder (or when ``embedder_id`` is ``None``), else the one a
-    ``Reembedded`` event gave it, else ``None``."""
-    if embedder_id is None or note.embedder_id == embedder_id or note.embedding is None:
-        return note.embedding
-    return _vectors(note).get(embedder_id)
-
-
-_VISIBILITY_ORDER = {"thread": 0, "resource": 1, "tenant": 2}
-
-
-def narrower_consent(
-    old: dict[str, Any] | None, new: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """Merge consents on a fold without ever widening visibility or granting more.
-
-    Visibility becomes the narrower of the two; ``granted`` is True only if both are;
-    purposes are intersected when both are given.
-    """
-    if new is None:
-        return old
-    if old is None:
-        return new
-    vis = min(
-        (old.get("visibility", "thread"), new.get("visibility", "thread")),
-        key=lambda v: _VISIBILITY_ORDER[v],
-    )
-    granted_old, granted_new = old.get("granted"), new.get("granted")
-    if granted_old is False or granted_new is False:
-        granted: bool | None = False
-    elif granted_old is None or granted_new is None:
-        granted = None
-    else:
-        granted = True
-    purposes_old, purposes_new = old.get("purposes") or [], new.get("purposes") or []
-    if purposes_old and purposes_new:
-        purposes = [p for p in purposes_old if p in purposes_new]
-    else:
-        purposes = purposes_old or purposes_new
-    return {"visibility": vis, "granted": granted, "purposes": purposes}
+LEGAL_HOLD = "legal_hold"
+"""The ``reason`` of a ``Forgotten`` event that puts the note under legal hold: content
+and keys kept, never recalled (:meth:`Note.Forgotten.keeps_keys`)."""
 
 
 class Note(Aggregate):
@@ -209,31 +106,7 @@ class Note(Aggregate):
         decision: dict[str, Any] | None = None
 
         def apply(self, note: Note) -> None:
-            note.content = self.content
-            if self.context is not None:
-                note.context = self.context
-            note.keywords = _union(note.keywords, self.keywords)
-            note.tags = _union(note.tags, self.tags)
-            note.source_entry_ids = _union(note.source_entry_ids, self.source_entry_ids)
-            note.links = _union_links(note.links, self.links)
-            if self.embedding is not None:
-                note.embedding = self.embedding
-                note.embedder_id = self.embedder_id
-                note.vectors = {}  # the content changed: vectors of other embedders are stale
-            note.token_count = self.token_count
-            if self.importance is not None:
-                note.importance = self.importance
-            note.consent = narrower_consent(note.consent, self.consent)
-            if self.t_ref is not None:
-                note.t_ref = self.t_ref
-            # A repeat extends the window to cover both; a bound not given keeps the note's.
-            if self.valid_from is not None and note.valid_from is not None:
-                note.valid_from = min(note.valid_from, self.valid_from)
-            if self.valid_to is not None and note.valid_to is not None:
-                note.valid_to = max(note.valid_to, self.valid_to)
-            note.fold_count += 1
-            note.updated_at = self.timestamp
-            note.written_at = self.timestamp
+            state.fold(note, self)
 
     class Reembedded(Aggregate.Event):
         """Issue 19: the note's content embedded by another embedder (an embedder
@@ -250,7 +123,7 @@ class Note(Aggregate):
 
         def apply(self, note: Note) -> None:
             if self.embedding is not None and self.embedder_id is not None:
-                _vectors(note)[self.embedder_id] = self.embedding
+                state.vectors(note)[self.embedder_id] = self.embedding
 
     class Superseded(Aggregate.Event):
         """A newer note replaced this one: its window closes at ``valid_to``."""
@@ -274,7 +147,7 @@ class Note(Aggregate):
         cause: str
 
         def apply(self, note: Note) -> None:
-            note.links = _union_links(note.links, self.links)
+            note.links = state.union_links(note.links, self.links)
             note.updated_at = self.timestamp
 
     class Unlinked(Aggregate.Event):
@@ -306,18 +179,7 @@ class Note(Aggregate):
         contributed: dict[str, Any] | None = None
 
         def apply(self, note: Note) -> None:
-            if self.context is not None:
-                note.context = self.context
-            note.keywords = _union(note.keywords, self.keywords)
-            note.tags = _union(note.tags, self.tags)
-            if self.source is not None and isinstance(self.contributed, dict):
-                patch = self.contributed
-                contributions = _contributions(note)
-                contributions[self.source] = patch
-                note.keywords = _union(note.keywords, list(patch.get("keywords") or []))
-                if note.context is None and patch.get("context"):
-                    note.context = patch["context"]
-            note.updated_at = self.timestamp
+            state.evolve(note, self)
 
     class Contributed(Aggregate.Event):
         """This note's evolution patches went to the notes ``note_ids`` (same scope);
@@ -327,7 +189,7 @@ class Note(Aggregate):
         cause: str
 
         def apply(self, note: Note) -> None:
-            note.contributed_to = _union(list(getattr(note, "contributed_to", [])), self.note_ids)
+            note.contributed_to = state.union(list(getattr(note, "contributed_to", [])), self.note_ids)
             note.updated_at = self.timestamp
 
     class Withdrawn(Aggregate.Event):
@@ -338,15 +200,7 @@ class Note(Aggregate):
         cause: str
 
         def apply(self, note: Note) -> None:
-            contributions = _contributions(note)
-            patch = contributions.pop(self.source, None)
-            if patch:
-                kept = {k for other in contributions.values() for k in other.get("keywords") or []}
-                drop = set(patch.get("keywords") or []) - kept
-                note.keywords = [k for k in note.keywords if k not in drop]
-                if patch.get("context") is not None and note.context == patch["context"]:
-                    note.context = None
-            note.updated_at = self.timestamp
+            state.withdraw(note, self)
 
     class Repointed(Aggregate.Event):
         """A ``file`` note follows its file to a new path (nothing re-embedded)."""
@@ -391,12 +245,13 @@ class Note(Aggregate):
             note.written_at = self.timestamp
             note.expired_at = None
 
-    class Forgotten(Aggregate.Event):
+    class Forgotten(Aggregate.Event, Shredding):
         """The tombstone: content erased (or kept under legal hold), lineage kept.
 
         ``content_hmac`` is HMAC-SHA256(fabric secret, content) in hex, so an auditor
         holding a candidate text can check it (``verify_content``) while short texts
-        cannot be guessed from the log.
+        cannot be guessed from the log. A shredding event (the unit of work destroys the
+        note's keys with it) unless ``reason`` is :data:`LEGAL_HOLD`.
         """
 
         note_id: str
@@ -416,23 +271,16 @@ class Note(Aggregate):
         """Issue 30: the approval reference of a legal erasure before a regulated floor
         (absent in older logs)."""
 
+        def keeps_keys(self) -> bool:
+            """A legal hold keeps the content and its keys."""
+            return self.reason == LEGAL_HOLD
+
         def apply(self, note: Note) -> None:
             note.updated_at = self.timestamp
-            if self.reason == "legal_hold":
+            if self.keeps_keys():
                 note.held = True
-                return
-            note.forgotten = True
-            note.forgotten_at = self.timestamp
-            note.content_hmac = self.content_hmac
-            note.content = None
-            note.context = None
-            note.keywords = []
-            note.embedding = None
-            note.vectors = {}
-            note.path = None
-            note.contributions = {}
-            if note.kind == "working":
-                note.block_version += 1
+            else:
+                state.erase(note, self)
 
     class HoldReleased(Aggregate.Event):
         """A legal hold was lifted: the note is live again (recalled, listed, a fold
@@ -494,38 +342,17 @@ class Note(Aggregate):
             note.decayed_at = self.at
 
     def __init__(  # noqa: PLR0913 - the Remembered event's fields
-        self,
-        *,
-        tenant_id: str,
-        resource_id: str | None,
-        thread_id: str | None,
-        note_id: str,
-        kind: str,
-        content: str | None,
-        path: str | None,
-        block: str | None,
-        subject: str | None,
-        t_ref: datetime | None,
-        valid_from: datetime | None,
-        valid_to: datetime | None,
-        keywords: list[str],
-        tags: list[str],
-        source_entry_ids: list[str],
-        context: str | None,
-        links: list[dict[str, Any]],
-        supersedes: str | None,
-        importance: float,
-        consent: dict[str, Any] | None,
-        embedding: bytes | None,
-        embedder_id: str | None,
-        dim: int,
-        token_count: int,
-        cause: str,
-        inferred_subject: dict[str, Any] | None = None,
-        decision: dict[str, Any] | None = None,
-        promoted_from: dict[str, Any] | None = None,
+        self, *, tenant_id: str, resource_id: str | None, thread_id: str | None, note_id: str, kind: str,
+        content: str | None, path: str | None, block: str | None, subject: str | None,
+        t_ref: datetime | None, valid_from: datetime | None, valid_to: datetime | None,
+        keywords: list[str], tags: list[str], source_entry_ids: list[str], context: str | None,
+        links: list[dict[str, Any]], supersedes: str | None, importance: float,
+        consent: dict[str, Any] | None, embedding: bytes | None, embedder_id: str | None, dim: int,
+        token_count: int, cause: str, inferred_subject: dict[str, Any] | None = None,
+        decision: dict[str, Any] | None = None, promoted_from: dict[str, Any] | None = None,
         retention: str | None = None,
     ) -> None:
+        """The state of a new note from its ``Remembered`` fields (``cause`` is not kept)."""
         self.tenant_id = tenant_id
         self.resource_id = resource_id
         self.thread_id = thread_id
@@ -610,8 +437,27 @@ class Note(Aggregate):
 
     @property
     def live(self) -> bool:
-        """Neither forgotten nor held: eligible for recall, folds and links."""
+        """Neither forgotten nor held: eligible for recall, folds and links (the link
+        graph, consolidation and note-versions rows)."""
         return not self.forgotten and not self.held
+
+    @property
+    def erased(self) -> bool:
+        """Its content is shredded: a ``Forgotten`` tombstone that is not a legal hold is
+        in effect (a working block written again after it is not erased)."""
+        return self.forgotten
+
+    @property
+    def listed(self) -> bool:
+        """Not erased: the note has a note-scope (and retention) row, held or not."""
+        return not self.erased
+
+    @property
+    def recallable(self) -> bool:
+        """A recall-index row: a recallable kind (``RECALLABLE_KINDS``), live (neither
+        erased nor held) and with content. Superseded and expired notes stay recallable
+        (their windows close, so ``as_of`` reads inside them still find them)."""
+        return self.kind in RECALLABLE_KINDS and self.live and self.content is not None
 
     def _check_live(self) -> None:
         if self.forgotten:
@@ -657,7 +503,7 @@ class Note(Aggregate):
 
     def withdraw(self, *, source: Note, cause: str) -> None:
         """Drop what ``source`` contributed (it is being forgotten)."""
-        if self.forgotten or str(source.id) not in _contributions(self):
+        if self.forgotten or str(source.id) not in state.contributions(self):
             return
         self.trigger_event(self.Withdrawn, source=str(source.id), cause=cause)
 

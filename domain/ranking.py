@@ -100,29 +100,45 @@ class _Scored:
 def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
     """Ranked hits and their parallel explain rows (see the module doc)."""
     best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
+    direct, hit_relevance, weak = _direct(candidates, how, best_lex)
+    expanded = (s for s in (_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None)
+                if s.link >= max(how.min_relevance, 1e-12) or s.evidence >= how.min_relevance)
+    linked = sorted([*expanded, *weak], key=_order)[: how.expand]
+    return _within_budget(sorted([*direct, *linked], key=_order), how.budget)
 
-    def order(s: _Scored) -> tuple[float, object, str]:
-        return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
 
+def _order(s: _Scored) -> tuple[float, object, str]:
+    """Best score first; ties: earlier ``ingested_at``, then note id."""
+    return (-s.total, s.cand.fields["ingested_at"], s.cand.note_id)
+
+
+def _direct(candidates: Sequence[Candidate], how: Ranking,
+            best_lex: float) -> tuple[list[_Scored], dict[UUID, float], list[_Scored]]:
+    """``(direct hits, relevance of each seed hit by aggregate id, list candidates below
+    the floor admitted by their link)``: the list candidates (no link of their own)
+    passing the floor, boosted by their links to the seed hits when recall expands,
+    sorted and cut at ``top_k``."""
     scored = [_score(c, how, best_lex) for c in candidates if c.link is None]
-    listed = sorted((s for s in scored if s.evidence >= how.min_relevance), key=order)
+    listed = sorted((s for s in scored if s.evidence >= how.min_relevance), key=_order)
     hit_relevance = {s.cand.aggregate_id: s.relevance for s in listed[: how.top_k]}
     weak: list[_Scored] = []
     if how.expand > 0:  # list candidates linked to a seed hit gain the link term too
-        listed = sorted((_boost(s, how, hit_relevance) for s in listed), key=order)
+        listed = sorted((_boost(s, how, hit_relevance) for s in listed), key=_order)
         # below the floor, a list candidate is reached through its link, like an expansion
         weak = [b for b in (_boost(s, how, hit_relevance, via_link=True) for s in scored
                             if s.evidence < how.min_relevance) if b.link >= how.min_relevance]
-    direct = listed[: how.top_k]
-    expanded = (s for s in (_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None)
-                if s.link >= max(how.min_relevance, 1e-12) or s.evidence >= how.min_relevance)
-    linked = sorted([*expanded, *weak], key=order)[: how.expand]
+    return listed[: how.top_k], hit_relevance, weak
+
+
+def _within_budget(ranked: Sequence[_Scored], budget: int | None) -> RecallResult:
+    """The hits of ``ranked`` in order up to ``budget`` summed tokens (``None``: all); the
+    first hit is always kept, and ranking stops at the first that would not fit."""
     hits: list[MemoryNote] = []
     explain: list[Explain] = []
     used = 0
-    for s in sorted([*direct, *linked], key=order):
+    for s in ranked:
         tokens = int(s.cand.fields["token_count"])
-        if how.budget is not None and hits and used + tokens > how.budget:
+        if budget is not None and hits and used + tokens > budget:
             break
         used += tokens
         hits.append(candidate_view(s.cand))

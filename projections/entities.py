@@ -57,7 +57,7 @@ def group_key(e: Entity) -> str:
 
 def entity_row(e: Entity) -> tuple[Any, ...] | None:
     """The ``mf_entities`` row of an entity, ``None`` once forgotten."""
-    if e.forgotten:
+    if not e.listed:
         return None
     return (e.id, e.tenant_id, e.resource_id or "", e.thread_id or "", e.visibility, e.entity_id,
             e.type, e.merged_into, len(e.names), len(e.identifiers))
@@ -82,7 +82,7 @@ def key_rows(e: Entity) -> list[tuple[Any, ...]]:
 
 def note_row(note: Note) -> tuple[Any, ...] | None:
     """The ``mf_entity_notes`` row of a note about an entity, ``None`` otherwise."""
-    entity_id = None if note.forgotten else note_entity(note)
+    entity_id = note_entity(note) if note.listed else None
     if entity_id is None:
         return None
     return (note.id, note.tenant_id, note.resource_id or "", note.thread_id or "",
@@ -136,7 +136,7 @@ def apply_notes(cur: Cursor[Any], notes: Sequence[Note]) -> None:
     """Upsert the rows of notes about an entity; delete those of forgotten notes (a note
     loses its entity only when it is forgotten, so no other note needs a statement)."""
     rows = [r for r in map(note_row, notes) if r is not None]
-    gone = [n.id for n in notes if n.forgotten]
+    gone = [n.id for n in notes if not n.listed]
     if gone:
         cur.execute(_delete(NOTES), (gone,))
     if rows:

@@ -39,7 +39,7 @@ COLUMNS: tuple[str, ...] = (
 
 def row_for(note: Note) -> tuple[Any, ...] | None:
     """The row of a note, or ``None`` once it is forgotten."""
-    if note.forgotten:
+    if not note.listed:
         return None
     return (
         note.id,

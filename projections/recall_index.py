@@ -145,7 +145,7 @@ def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[A
     (forgotten, held, or not a recallable kind). ``embedder_id``: the embedder whose
     vector the row carries (issue 19; ``None``: the write-time one), see
     :func:`memfabric.projections.base.embedding_for` (``EmbedderChangedError``)."""
-    if note.kind not in RECALLABLE or note.forgotten or note.held or note.content is None:
+    if not note.recallable or note.content is None:  # (content: narrows the type)
         return None
     embedding = base.embedding_for(note, embedder_id, dim)
     if embedding is None:

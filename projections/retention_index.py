@@ -44,7 +44,7 @@ _TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "bool", "times
 
 def row_for(note: Note) -> tuple[Any, ...] | None:
     """The row of a note, or ``None`` once it is forgotten."""
-    if note.forgotten:
+    if not note.listed:
         return None
     return (
         note.id, note.tenant_id, note.resource_id or "", note.thread_id or "", note.note_id,
