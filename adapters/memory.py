@@ -50,6 +50,7 @@ import numpy as np
 from pydantic import Field, TypeAdapter
 from memfabric.adapters import memory_versions
 from memfabric.adapters.embedders import HashEmbedder
+from memfabric.adapters.tools import MemoryTools
 from memfabric.domain import link_terms, links, replay, visibility
 from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.consolidation import Consolidation, Neighbour, NeighbourQuery
@@ -867,7 +868,8 @@ class MemoryFabric:
 
     def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
-        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id))
+        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id),
+                     tools=MemoryTools)
 
     def erase_scope(
         self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,
