@@ -13,7 +13,7 @@ from memfabric.domain.attach import attach as attach_session
 from memfabric.domain.bitemporal import known_at_arg
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.context import ContextProvider
-from memfabric.domain.errors import ScopeError
+from memfabric.domain.errors import NotSupportedError, ScopeError
 from memfabric.domain.inputs import (
     AppendBlockInput,
     Consent,
@@ -76,9 +76,7 @@ class _ConsolidateArg(BaseModel):
 
 def no_tools(handle: Any, service: Any, root: Any, *, max_file_bytes: int) -> Any:
     """The tools factory of a handle built without one: raises ``NotSupportedError``."""
-    from memfabric.domain.errors import NotSupportedError  # noqa: PLC0415
-    raise NotSupportedError("this handle was built without a tools factory "
-                            "(the fabric's handles use memfabric.adapters.tools.MemoryTools)")
+    raise NotSupportedError("this handle was built without a tools factory (the fabric's use MemoryTools)")
 
 
 class Notes:
@@ -96,9 +94,7 @@ class Notes:
         self._service = service
         self.scope = scope
         self.actor = actor
-        self._tools = tools
-        """What :meth:`tools` builds: ``tools(handle, service, root, max_file_bytes=...)``
-        (the fabric passes ``memfabric.adapters.tools.MemoryTools``; default :func:`no_tools`)."""
+        self._tools = tools  # tools(handle, service, root, max_file_bytes=...): the fabric's MemoryTools
 
     def as_principal(self, agent_id: str) -> Any:
         """Issue 33: this scope's handle for principal ``agent_id``: every call checked
@@ -146,9 +142,8 @@ class Notes:
                               provider=self.context_provider(), signal=signal)
 
     def tools(self, root: Any = None, *, max_file_bytes: int = 50 * 1024) -> Any:
-        """The five inert memory tools of this scope (see :mod:`memfabric.adapters.tools`),
-        built by the factory the fabric gave this handle. Raises ``NotSupportedError`` for
-        a handle built without one."""
+        """The five inert memory tools of this scope (see :mod:`memfabric.adapters.tools`), built
+        by the factory the fabric gave this handle (else ``NotSupportedError``)."""
         return self._tools(self, self._service, root, max_file_bytes=max_file_bytes)
 
     @property
