@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from memfabric.adapters.audit import EVENTS_TABLE, REMEMBERED_TOPIC, plain_fields
+from memfabric.adapters.event_rows import EVENTS_TABLE, REMEMBERED_TOPIC, plain_fields
 from memfabric.adapters.bootstrap import Fabric, open_fabric, read_only_reason, recorded_embedder
 from memfabric.adapters.cli_common import HANDLED, env_read_only, fail, quiet_fallback
 from memfabric.adapters.embedded import resolve_dsn
