@@ -1,4 +1,13 @@
-"""The ``memfabric`` command line (typer + rich).
+"""The ``memfabric`` command line (typer + rich): the app, its four core commands
+(``remember``, ``recall``, ``lineage``, ``demo``) and the registration of the others.
+
+The command modules import only leaves, never this module (issue 34: no import
+cycle): :mod:`~memfabric.adapters.cli_common` (options, errors, opening a fabric),
+:mod:`~memfabric.adapters.cli_render` (tables) and :mod:`~memfabric.adapters.cli_fabric`
+(what the admin commands share). ``cli_admin.register`` attaches the admin and auditor
+commands (``cli_projections``, ``cli_audit``, ``cli_lifecycle``); ``cli_replica``,
+``cli_mcp``, ``cli_console``, ``cli_access`` and ``cli_entities`` register their own.
+The shared names stay importable from here (``from memfabric.adapters.cli import fail``).
 
 Every command takes ``--dsn`` (default ``$MEMFABRIC_DSN``; with neither, the embedded
 PostgreSQL in ``--data-dir`` or ``$MEMFABRIC_HOME``).
