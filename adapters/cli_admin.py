@@ -68,9 +68,21 @@ from memfabric.adapters.cli_projections import RunLog, projections_app, reembed_
 from memfabric.adapters.log_versions import check_versions
 from memfabric.domain.errors import FabricError
 
+from memfabric.adapters.cli_audit import (
+    audit_checkpoint_command, audit_verify_command, roles_create_command, roles_sql_command,
+)
+from memfabric.adapters.cli_fabric import (
+    EveryOpt, JsonOpt, KnownAtOpt, NoteIdArg, ProjectionOpt, RecordedEmbedder, RequestedByOpt, ResourceOpt, TenantOpt,
+    ThreadOpt, err, require_writable,
+)
+from memfabric.adapters.cli_projections import rebuild_command, run_command, status_command, verify_command
+
 __all__ = [  # importable from here as before the split into cli_fabric, cli_projections, ...
-    "RunLog", "admin_fabric", "adopt_stand_in", "can_write", "list_notes", "note_scope", "notes_fabric",
-    "read_log", "register", "require_tenant",
+    "EveryOpt", "JsonOpt", "KnownAtOpt", "NoteIdArg", "ProjectionOpt", "RecordedEmbedder", "RequestedByOpt",
+    "ResourceOpt", "RunLog", "TenantOpt", "ThreadOpt", "admin_fabric", "adopt_stand_in", "audit_checkpoint_command",
+    "audit_verify_command", "can_write", "err", "list_notes", "note_scope", "notes_fabric", "read_log",
+    "rebuild_command", "register", "require_tenant", "require_writable", "roles_create_command",
+    "roles_sql_command", "run_command", "status_command", "verify_command",
 ]
 
 

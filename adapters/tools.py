@@ -55,7 +55,9 @@ from memfabric.adapters.tool_args import (
     NoteRefArgs,
     ReadArgs,
     RecallToolArgs,
+    Text,
     ToolArgs,
+    ToolPath,
     ViewArgs,
 )
 from memfabric.domain.attach import NotAttachedError, gate_for
@@ -82,6 +84,9 @@ __all__ = [
     "NoteRefArgs",
     "ReadArgs",
     "RecallToolArgs",
+    "Text",
+    "ToolArgs",
+    "ToolPath",
     "ToolDefinition",
     "UnknownToolError",
     "ViewArgs",
