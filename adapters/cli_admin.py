@@ -52,30 +52,25 @@ from typing import Annotated, NoReturn
 import typer
 
 from memfabric.adapters.audit import LogEntry, export_jsonl, read_log
-from memfabric.adapters.cli_audit import audit_app, roles_app
-from memfabric.adapters.cli_fabric import can_write
+from memfabric.adapters.cli_audit import (
+    audit_app, audit_checkpoint_command, audit_verify_command, roles_app, roles_create_command, roles_sql_command,
+)
 from memfabric.adapters.cli_common import parse_time
 from memfabric.adapters.cli_fabric import (
-    HANDLED, UNREADABLE, DataDirOpt, DsnOpt, TenantFilterOpt, admin_fabric, adopt_stand_in,
-    check_filters, console, fail, note_scope, notes_fabric, plural, print_json,
-    progress_bar, require_tenant,
+    HANDLED, UNREADABLE, DataDirOpt, DsnOpt, EveryOpt, JsonOpt, KnownAtOpt, NoteIdArg, ProjectionOpt,
+    RecordedEmbedder, RequestedByOpt, ResourceOpt, TenantFilterOpt, TenantOpt, ThreadOpt, admin_fabric,
+    adopt_stand_in, can_write, check_filters, console, err, fail, note_scope, notes_fabric, plural, print_json,
+    progress_bar, require_tenant, require_writable,
 )
 from memfabric.adapters.cli_lifecycle import (
     erase_scope_command, forget_command, get_command, history_command, hold_command, list_command,
     list_notes, release_command, status_top_command, sweep_command,
 )
-from memfabric.adapters.cli_projections import RunLog, projections_app, reembed_command
+from memfabric.adapters.cli_projections import (
+    RunLog, projections_app, rebuild_command, reembed_command, run_command, status_command, verify_command,
+)
 from memfabric.adapters.log_versions import check_versions
 from memfabric.domain.errors import FabricError
-
-from memfabric.adapters.cli_audit import (
-    audit_checkpoint_command, audit_verify_command, roles_create_command, roles_sql_command,
-)
-from memfabric.adapters.cli_fabric import (
-    EveryOpt, JsonOpt, KnownAtOpt, NoteIdArg, ProjectionOpt, RecordedEmbedder, RequestedByOpt, ResourceOpt, TenantOpt,
-    ThreadOpt, err, require_writable,
-)
-from memfabric.adapters.cli_projections import rebuild_command, run_command, status_command, verify_command
 
 __all__ = [  # importable from here as before the split into cli_fabric, cli_projections, ...
     "EveryOpt", "JsonOpt", "KnownAtOpt", "NoteIdArg", "ProjectionOpt", "RecordedEmbedder", "RequestedByOpt",
@@ -103,6 +98,7 @@ def register(app: typer.Typer) -> None:
     app.command("erase-scope")(erase_scope_command)
     app.command("sweep")(sweep_command)
     app.command("reembed")(reembed_command)
+
 
 # ---------------------------------------------------------------- the log
 def _reason(exc: BaseException) -> str:

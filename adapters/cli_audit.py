@@ -14,7 +14,7 @@ from rich.text import Text
 from memfabric.adapters.audit import CHAIN_TABLE, verify_chain
 from memfabric.adapters.bootstrap import Fabric
 from memfabric.adapters.cli_fabric import (
-    HANDLED, DataDirOpt, DsnOpt, EveryOpt, JsonOpt, admin_fabric, console, fail, plural, print_json,
+    DataDirOpt, DsnOpt, EveryOpt, HANDLED, JsonOpt, admin_fabric, console, fail, plural, print_json,
     progress_bar,
 )
 from memfabric.adapters.embedded import resolve_dsn

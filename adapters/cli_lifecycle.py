@@ -20,9 +20,9 @@ from rich.table import Table
 from memfabric.adapters.bootstrap import Fabric
 from memfabric.adapters.cli_common import parse_time
 from memfabric.adapters.cli_fabric import (
-    HANDLED, DataDirOpt, DsnOpt, JsonOpt, KnownAtOpt, NoteIdArg, RequestedByOpt, ResourceOpt, TenantFilterOpt, TenantOpt, ThreadOpt, admin_fabric, check_filters, console, err, fail, note_dict, note_scope, notes_fabric, plural, print_json,
-    require_tenant,
-    seconds_text, states_text,
+    DataDirOpt, DsnOpt, HANDLED, JsonOpt, KnownAtOpt, NoteIdArg, RequestedByOpt, ResourceOpt, TenantFilterOpt,
+    TenantOpt, ThreadOpt, admin_fabric, check_filters, console, err, fail, note_dict, note_scope, notes_fabric,
+    plural, print_json, require_tenant, seconds_text, states_text,
 )
 from memfabric.adapters.cli_replica import ReplicaOpt, topology_table
 from memfabric.adapters.serialize import jsonable

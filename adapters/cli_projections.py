@@ -17,10 +17,9 @@ from rich.text import Text
 from memfabric.adapters.bootstrap import open_fabric, recorded_embedder
 from memfabric.adapters.cli_common import make_embedder, quiet_fallback
 from memfabric.adapters.cli_fabric import (
-    HANDLED, DataDirOpt, DsnOpt, JsonOpt, ProjectionOpt,
-    admin_fabric, adopt_stand_in,
-    console, err, fail, print_json,
-    progress_reporter, projection_stopped, RecordedEmbedder, require_writable, seconds_text, shorten,
+    DataDirOpt, DsnOpt, HANDLED, JsonOpt, ProjectionOpt, RecordedEmbedder, admin_fabric, adopt_stand_in,
+    console, err, fail, print_json, progress_reporter, projection_stopped, require_writable, seconds_text,
+    shorten,
 )
 from memfabric.adapters.cli_replica import ReplicaOpt, topology, topology_table
 from memfabric.adapters.embedded import resolve_dsn
