@@ -29,6 +29,7 @@ from memfabric.adapters.replaying import ReplayingMapper
 from memfabric.adapters.roles import copy_privileges
 from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env, safe_dsn
 from memfabric.adapters.retention_pg import PostgresRetentionStore
+from memfabric.adapters.tools import MemoryTools
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError, PartitionsMismatchError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -180,7 +181,8 @@ class Fabric:
 
     def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
-        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id))
+        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id),
+                     tools=MemoryTools)
 
     def erase_scope(
         self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,

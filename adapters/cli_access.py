@@ -23,7 +23,8 @@ def record_json(record: Any) -> dict[str, Any]:
 
 def register(app: typer.Typer) -> None:
     """Add the ``access-log`` command to ``app``."""
-    from memfabric.adapters.cli import HANDLED, DataDirOpt, DsnOpt, JsonOpt, _open, console, fail, parse_time
+    from memfabric.adapters.cli_common import HANDLED, DataDirOpt, DsnOpt, JsonOpt, console, fail, parse_time
+    from memfabric.adapters.cli_common import open_for_command as _open
 
     @app.command("access-log")
     def access_log(

@@ -14,7 +14,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the ``console`` command to ``app``."""
-    from memfabric.adapters.cli import HANDLED, DataDirOpt, DsnOpt, fail
+    from memfabric.adapters.cli_common import HANDLED, DataDirOpt, DsnOpt, fail
 
     @app.command("console")
     def console_command(
@@ -52,7 +52,7 @@ def console_fabric(dsn: Optional[str], data_dir: Optional[str], *, read_only: bo
     catch-up on open (a stopped projection can still be inspected), read-only when asked
     or when the role cannot write the log (``open_fabric(read_only=True)``)."""
     from memfabric.adapters.bootstrap import open_fabric
-    from memfabric.adapters.cli_admin import can_write
+    from memfabric.adapters.cli_fabric import can_write
     from memfabric.adapters.embedded import resolve_dsn
 
     url, embedded = resolve_dsn(dsn, data_dir, read=True)

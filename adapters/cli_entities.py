@@ -37,8 +37,8 @@ def register(app: typer.Typer) -> None:
 def _run(dsn: str | None, data_dir: str | None, tenant: str, resource: str | None, thread: str | None,
          *, read: bool, as_json: bool, call: Any) -> Any:
     """``call(notes.entities)`` on a fabric opened for the command; errors are one line."""
-    from memfabric.adapters.cli import HANDLED, fail  # noqa: PLC0415
-    from memfabric.adapters.cli_admin import notes_fabric  # noqa: PLC0415
+    from memfabric.adapters.cli_common import HANDLED, fail  # noqa: PLC0415
+    from memfabric.adapters.cli_fabric import notes_fabric  # noqa: PLC0415
 
     try:
         with notes_fabric(dsn, data_dir, read=read) as fabric:

@@ -14,16 +14,16 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the ``mcp`` command to ``app``."""
-    from memfabric.adapters.cli import (
+    from memfabric.adapters.cli_common import (
         HANDLED,
         DataDirOpt,
         DsnOpt,
         ResourceOpt,
         TenantOpt,
         ThreadOpt,
-        _open,
         fail,
     )
+    from memfabric.adapters.cli_common import open_for_command as _open
 
     @app.command("mcp")
     def mcp_command(

@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(exc: BaseException | str) -> None:
-    from memfabric.adapters.cli import fail  # noqa: PLC0415
+    from memfabric.adapters.cli_common import fail  # noqa: PLC0415
 
     fail(exc)
 

@@ -21,7 +21,7 @@ from typing import Any
 from psycopg import Cursor
 from psycopg.rows import tuple_row
 
-from memfabric.adapters.audit import plain_fields
+from memfabric.adapters.event_rows import plain_fields
 from memfabric.domain.results import NoteCounts
 from memfabric.projections import tables
 from memfabric.projections.base import prefix_where

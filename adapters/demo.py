@@ -174,7 +174,7 @@ def run_demo(console: Console, *, dsn: str | None = None, data_dir: str | None =
              embedder: Any = None) -> dict[str, Any]:
     """Run the demo; returns a summary dict (used by tests). Each run uses a fresh user
     and thread."""
-    from memfabric.adapters.cli import lineage_summary, lineage_table, recall_table
+    from memfabric.adapters.cli_render import lineage_summary, lineage_table, recall_table
 
     run = uuid.uuid4().hex[:6]
     thread = f"demo-{run}"

@@ -35,6 +35,7 @@ from memfabric.adapters.memory_recall import ENGLISH_STOP_WORDS, lexical_terms
 from memfabric.adapters.memory_retention import InMemoryRetentionStore
 from memfabric.adapters.memory_store import InMemoryNoteStore
 from memfabric.adapters.memory_uow import InMemoryUnitOfWork
+from memfabric.adapters.tools import MemoryTools
 from memfabric.domain import links
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.inputs import EraseScopeInput, Limits
@@ -75,7 +76,8 @@ class MemoryFabric:
 
     def scope(self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None) -> Notes:
         """The handle of one scope; raises ``pydantic.ValidationError`` for bad ids."""
-        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id))
+        return Notes(self.service, Scope(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id),
+                     tools=MemoryTools)
 
     def erase_scope(
         self, tenant_id: str, resource_id: str | None = None, thread_id: str | None = None,

@@ -223,7 +223,7 @@ def backfill_tenants(datastore: Any, mapper: Any, events_table: str, batch: int 
     aggregate's tenant from the plain fields of its first event (the scope is not
     sealed). Returns how many aggregates were filled. Idempotent; cheap (one indexed
     probe) when nothing is missing."""
-    from memfabric.adapters.audit import plain_fields  # noqa: PLC0415 - audit imports this module
+    from memfabric.adapters.event_rows import plain_fields  # noqa: PLC0415
     t = sql.Identifier(events_table)
     done = 0
     while True:

@@ -88,7 +88,7 @@ def roles_sql(database: str = "memfabric", *, schema: str = "public", owner: str
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {sch} GRANT SELECT ON TABLES TO {a};",
     ]
     if checkpoints:
-        from memfabric.adapters.audit import CHAIN_DDL  # noqa: PLC0415
+        from memfabric.adapters.event_rows import CHAIN_DDL  # noqa: PLC0415
 
         lines += ["-- optional: the auditor may also write audit checkpoints ('audit verify' then checkpoints)",
                   f"SET search_path = {sch};",

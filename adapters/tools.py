@@ -37,8 +37,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 from memfabric.adapters.jail import (
     DEFAULT_MAX_FILE_BYTES,
@@ -50,28 +49,24 @@ from memfabric.adapters.jail import (
     check_max_file_bytes,
 )
 from memfabric.adapters.serialize import jsonable
+from memfabric.adapters.tool_args import (
+    ForgetToolArgs,
+    InsertArgs,
+    NoteRefArgs,
+    ReadArgs,
+    RecallToolArgs,
+    Text,
+    ToolArgs,
+    ToolPath,
+    ViewArgs,
+)
 from memfabric.domain.attach import NotAttachedError, gate_for
 from memfabric.domain.errors import CapacityError, FabricError, NoteForgottenError, NoteNotFoundError
 from memfabric.domain.inputs import (
     DEFAULT_MAX_ENTRY_TEXT_CHARS,
-    BlockLabel,
-    Budget,
-    NoteId,
-    QueryText,
-    Instant,
-    RecallKinds,
-    TopK,
-    reject_nul,
 )
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    StrictBool,
-    StringConstraints,
     ValidationError,
-    field_validator,
-    model_validator,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +84,9 @@ __all__ = [
     "NoteRefArgs",
     "ReadArgs",
     "RecallToolArgs",
+    "Text",
+    "ToolArgs",
+    "ToolPath",
     "ToolDefinition",
     "UnknownToolError",
     "ViewArgs",
@@ -116,109 +114,6 @@ def provider_name(name: str) -> str:
     return name.replace(".", "_")
 
 
-# ------------------------------------------------------------------ arguments
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be blank")
-    return value
-
-
-ToolPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
-Text = Annotated[str, StringConstraints(min_length=1), AfterValidator(_not_blank)]
-
-
-class _ToolArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        return reject_nul(value)
-
-
-class ViewArgs(_ToolArgs):
-    """``memory.view``: ``path`` of a directory inside the root (default the root)."""
-
-    path: Annotated[str, StringConstraints(max_length=MAX_PATH_CHARS)] | None = None
-
-
-class ReadArgs(_ToolArgs):
-    """``memory.read``: ``path`` of a file inside the root."""
-
-    path: ToolPath
-
-
-class InsertArgs(_ToolArgs):
-    """``memory.insert``: non-blank ``text`` and exactly one of ``block`` (a working
-    block label) or ``path`` (a file inside the root)."""
-
-    text: Text
-    block: BlockLabel | None = None
-    path: ToolPath | None = None
-
-    @model_validator(mode="after")
-    def _one_target(self) -> InsertArgs:
-        if (self.block is None) == (self.path is None):
-            raise ValueError("block: give exactly one of block or path")
-        return self
-
-
-class RecallToolArgs(_ToolArgs):
-    """``memory.recall``: the arguments of ``Notes.recall`` a model may set."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
-
-    query: QueryText
-    kinds: RecallKinds | None = None
-    top_k: TopK | None = None
-    as_of: Instant | None = None
-    known_at: Instant | None = None
-    budget: Budget | None = None
-
-    @field_validator("top_k", "budget", mode="before")
-    @classmethod
-    def _int_only(cls, value: Any) -> Any:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError("must be an integer")
-        return value
-
-    @field_validator("as_of", "known_at", mode="before")
-    @classmethod
-    def _text_time(cls, value: Any) -> Any:
-        """An ISO 8601 date-time; without an offset it is read as UTC (models send
-        such dates; the CLI reads them alike)."""
-        if value is None:
-            return None
-        if not isinstance(value, str | datetime):
-            raise ValueError("must be an ISO 8601 date-time")
-        if isinstance(value, str):
-            try:
-                value = datetime.fromisoformat(value)
-            except ValueError:
-                raise ValueError("must be an ISO 8601 date-time") from None
-        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
-
-
-class ForgetToolArgs(_ToolArgs):
-    """``memory.forget``: exactly one of ``id`` (12 hex) or ``block``; ``hold``."""
-
-    id: NoteId | None = None
-    block: BlockLabel | None = None
-    hold: StrictBool = False
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> ForgetToolArgs:
-        if (self.id is None) == (self.block is None):
-            raise ValueError("id: give exactly one of id or block")
-        return self
-
-
-class NoteRefArgs(_ToolArgs):
-    """``memory.history`` / ``memory.lineage``: a note ``id`` (12 hex)."""
-
-    id: NoteId
-
-
 # --------------------------------------------------------------- definitions
 @dataclass(frozen=True, slots=True)
 class ToolDefinition:
@@ -228,7 +123,7 @@ class ToolDefinition:
     name: str
     description: str
     input_schema: dict[str, Any]
-    args: type[_ToolArgs]
+    args: type[ToolArgs]
     read_only: bool
 
     @property

@@ -87,8 +87,7 @@ class PrincipalNotes:
 
     def _filtered(self, profile: MemoryProfile) -> Notes:
         """A handle of this scope whose recall, list and count carry the access filter."""
-        from memfabric.domain.notes import Notes  # noqa: PLC0415
-        inner = Notes(self._service, self.scope, actor=self.agent_id)
+        inner = self._handle(self.scope)
         inner._access = rules.access_filter(  # noqa: SLF001 - the handle this one owns
             self._principals.store, self.agent_id, profile, self.scope)
         return inner
@@ -346,8 +345,12 @@ class PrincipalNotes:
         return self._governed("delete_path", ("file",), run, lambda r: ())
 
     def _scoped(self, address: Scope) -> Notes:
-        from memfabric.domain.notes import Notes  # noqa: PLC0415
-        return self._notes if address == self.scope else Notes(self._service, address, actor=self.agent_id)
+        return self._notes if address == self.scope else self._handle(address)
+
+    def _handle(self, address: Scope) -> Notes:
+        """A plain handle of ``address`` acting as this principal, of the wrapped handle's
+        class (this module does not import :mod:`memfabric.domain.notes`: it is imported by it)."""
+        return type(self._notes)(self._service, address, actor=self.agent_id)
 
     # ------------------------------------------------- sessions, tools, refused
     def attach(self, session: Any, *, signal: Any = None) -> Any:
@@ -356,8 +359,8 @@ class PrincipalNotes:
 
     def tools(self, root: Any = None, *, max_file_bytes: int = 50 * 1024) -> Any:
         """The memory tools of this scope, every call through this principal."""
-        from memfabric.adapters.tools import MemoryTools  # noqa: PLC0415
-        return MemoryTools(self, self._service, root, max_file_bytes=max_file_bytes)  # type: ignore[arg-type]
+        factory = self._notes._tools  # noqa: SLF001 - the factory of the handle it wraps
+        return factory(self, self._service, root, max_file_bytes=max_file_bytes)
 
     def _refused(self, operation: str) -> Any:
         def run(p: MemoryProfile) -> Any:

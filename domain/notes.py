@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -13,7 +13,7 @@ from memfabric.domain.attach import attach as attach_session
 from memfabric.domain.bitemporal import known_at_arg
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.context import ContextProvider
-from memfabric.domain.errors import ScopeError
+from memfabric.domain.errors import NotSupportedError, ScopeError
 from memfabric.domain.inputs import (
     AppendBlockInput,
     Consent,
@@ -74,6 +74,11 @@ class _ConsolidateArg(BaseModel):
     consolidate: StrictBool | Consolidation | None = None
 
 
+def no_tools(handle: Any, service: Any, root: Any, *, max_file_bytes: int) -> Any:
+    """The tools factory of a handle built without one: raises ``NotSupportedError``."""
+    raise NotSupportedError("this handle was built without a tools factory (the fabric's use MemoryTools)")
+
+
 class Notes:
     """Every read and write of one scope. Never sees another scope's notes.
 
@@ -84,10 +89,12 @@ class Notes:
     """Issue 33: the principal filter a :class:`~memfabric.domain.access_notes.PrincipalNotes`
     puts on the handle it reads through (``None``: a plain handle)."""
 
-    def __init__(self, service: MemoryService, scope: Scope, *, actor: str = "caller") -> None:
+    def __init__(self, service: MemoryService, scope: Scope, *, actor: str = "caller",
+                 tools: Callable[..., Any] = no_tools) -> None:
         self._service = service
         self.scope = scope
         self.actor = actor
+        self._tools = tools  # tools(handle, service, root, max_file_bytes=...): the fabric's MemoryTools
 
     def as_principal(self, agent_id: str) -> Any:
         """Issue 33: this scope's handle for principal ``agent_id``: every call checked
@@ -135,9 +142,9 @@ class Notes:
                               provider=self.context_provider(), signal=signal)
 
     def tools(self, root: Any = None, *, max_file_bytes: int = 50 * 1024) -> Any:
-        """The five inert memory tools of this scope (see :mod:`memfabric.adapters.tools`)."""
-        from memfabric.adapters.tools import MemoryTools
-        return MemoryTools(self, self._service, root, max_file_bytes=max_file_bytes)
+        """The five inert memory tools of this scope (see :mod:`memfabric.adapters.tools`), built
+        by the factory the fabric gave this handle (else ``NotSupportedError``)."""
+        return self._tools(self, self._service, root, max_file_bytes=max_file_bytes)
 
     @property
     def entities(self) -> Any:

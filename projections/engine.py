@@ -36,7 +36,6 @@ position of tenant T is ``greatest(floor, row(T))``.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -48,10 +47,14 @@ from eventsourcing.postgres import PostgresTrackingRecorder
 import psycopg
 from psycopg import Cursor, sql
 
-from memfabric.domain.errors import LockTimeoutError, ProjectionError
+from memfabric.domain.errors import ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections import tables
 from memfabric.projections.base import BatchCursor, NoteProjection, RowBatch, accepted, batch_rows
+from memfabric.projections.locks import LOCK_TIMEOUT, advisory_key, bounded_locks, keyed_advisory_key, lock_timed_out
+
+__all__ = ["ERRORS_DDL", "LOCK_TIMEOUT", "SAFE_HEAD_TIMEOUT", "TENANT_SEPARATOR", "LoadNotes", "ProjectionEngine",
+           "advisory_key", "bounded_locks", "keyed_advisory_key", "lock_timed_out"]
 
 LoadNotes = Callable[[Cursor[Any], Sequence[UUID]], list[Note]]
 """Replays aggregates by id in the transaction of the given cursor."""
@@ -64,37 +67,8 @@ ERRORS_DDL = (
 """Where a projection that stopped on an event is recorded (cleared once it gets past)."""
 
 
-def advisory_key(name: str) -> int:
-    """Stable signed 63-bit advisory-lock key for ``name`` (BLAKE2b)."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
-
-
 TENANT_SEPARATOR = "|"
 """Between the application name and the tenant id in a per-tenant tracking row."""
-
-
-def keyed_advisory_key(secret: bytes, name: str) -> int:
-    """The advisory-lock key of ``name`` keyed by the fabric secret (BLAKE2b with
-    ``key=secret``): a session that cannot read the secret cannot predict it, so it
-    cannot take a writer's lock to stall it (issue 28, defect 7)."""
-    digest = hashlib.blake2b(name.encode(), digest_size=8, key=secret[:64]).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-LOCK_TIMEOUT = 30.0
-"""Default seconds any memfabric lock wait may last (``open_fabric(lock_timeout=...)``)."""
-
-
-@contextmanager
-def bounded_locks(name: str) -> Iterator[None]:
-    """Turn PostgreSQL's ``lock_not_available`` (a ``lock_timeout`` ran out), raised
-    directly or wrapped by eventsourcing, into ``LockTimeoutError`` naming ``name``."""
-    try:
-        yield
-    except Exception as exc:
-        if lock_timed_out(exc):
-            raise LockTimeoutError(f"{name}: a lock wait ran out ({exc}); nothing was written by this call") from exc
-        raise
 
 
 def _tracking_check(i: int, name: str) -> str:
@@ -103,16 +77,6 @@ def _tracking_check(i: int, name: str) -> str:
     message = sql.Literal(f"memfabric: failed to record tracking of {name}: ").as_string(None)
     count = f"(SELECT count(*) FROM t{i})"  # noqa: S608 - a CTE name
     return f"CASE WHEN {count} = 0 THEN ({message} || {count})::int END"
-
-
-def lock_timed_out(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or an exception it was raised from) is ``lock_not_available``."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, psycopg.errors.LockNotAvailable):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
 
 
 SAFE_HEAD_TIMEOUT = 60.0

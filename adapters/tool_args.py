@@ -1,0 +1,134 @@
+"""The argument models of the memory tools (:mod:`memfabric.adapters.tools`, which
+re-exports them): each validates one tool call's JSON arguments, strictly (no extra
+keys, no NUL characters); a bad call raises ``pydantic.ValidationError``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    StrictBool,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from memfabric.adapters.jail import MAX_PATH_CHARS
+from memfabric.domain.inputs import (
+    BlockLabel,
+    Budget,
+    Instant,
+    NoteId,
+    QueryText,
+    RecallKinds,
+    TopK,
+    reject_nul,
+)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+ToolPath = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS)]
+Text = Annotated[str, StringConstraints(min_length=1), AfterValidator(_not_blank)]
+
+
+class ToolArgs(BaseModel):
+    """What every tool's arguments share: no extra keys, strict types, no NUL."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return reject_nul(value)
+
+
+class ViewArgs(ToolArgs):
+    """``memory.view``: ``path`` of a directory inside the root (default the root)."""
+
+    path: Annotated[str, StringConstraints(max_length=MAX_PATH_CHARS)] | None = None
+
+
+class ReadArgs(ToolArgs):
+    """``memory.read``: ``path`` of a file inside the root."""
+
+    path: ToolPath
+
+
+class InsertArgs(ToolArgs):
+    """``memory.insert``: non-blank ``text`` and exactly one of ``block`` (a working
+    block label) or ``path`` (a file inside the root)."""
+
+    text: Text
+    block: BlockLabel | None = None
+    path: ToolPath | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> InsertArgs:
+        if (self.block is None) == (self.path is None):
+            raise ValueError("block: give exactly one of block or path")
+        return self
+
+
+class RecallToolArgs(ToolArgs):
+    """``memory.recall``: the arguments of ``Notes.recall`` a model may set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    query: QueryText
+    kinds: RecallKinds | None = None
+    top_k: TopK | None = None
+    as_of: Instant | None = None
+    known_at: Instant | None = None
+    budget: Budget | None = None
+
+    @field_validator("top_k", "budget", mode="before")
+    @classmethod
+    def _int_only(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError("must be an integer")
+        return value
+
+    @field_validator("as_of", "known_at", mode="before")
+    @classmethod
+    def _text_time(cls, value: Any) -> Any:
+        """An ISO 8601 date-time; without an offset it is read as UTC (models send
+        such dates; the CLI reads them alike)."""
+        if value is None:
+            return None
+        if not isinstance(value, str | datetime):
+            raise ValueError("must be an ISO 8601 date-time")
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError("must be an ISO 8601 date-time") from None
+        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+class ForgetToolArgs(ToolArgs):
+    """``memory.forget``: exactly one of ``id`` (12 hex) or ``block``; ``hold``."""
+
+    id: NoteId | None = None
+    block: BlockLabel | None = None
+    hold: StrictBool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ForgetToolArgs:
+        if (self.id is None) == (self.block is None):
+            raise ValueError("id: give exactly one of id or block")
+        return self
+
+
+class NoteRefArgs(ToolArgs):
+    """``memory.history`` / ``memory.lineage``: a note ``id`` (12 hex)."""
+
+    id: NoteId
