@@ -15,7 +15,7 @@ the projections iterates it:
   functions, at every append; a registration whose in-memory form is a twin of its own
   (``memory`` a string naming it: the ledger, principals and entity stores, the note
   versions) is served by that twin;
-- :func:`memfabric.projections.tables.projection_tables` lists every projection table.
+- :func:`projection_tables` lists every projection table.
 
 Adding a projection is one class (``NoteProjection``: ``name``, ``tables``,
 ``write_side``, ``create``, ``create_indexes``, ``apply``, ``copy``) and one line here::

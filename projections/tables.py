@@ -4,7 +4,7 @@ The event log and key tables belong to the write side (``memfabric.adapters``); 
 read model owns its tables (``memfabric.projections.<name>``) and tracks its position
 in ``mf_<name>_tracking`` (eventsourcing's tracking table). Which tables the
 projections own is not listed here but derived from the one projection registry
-(:mod:`memfabric.projections.registry`): :func:`projection_tables`.
+(:func:`memfabric.projections.registry.projection_tables`).
 """
 
 from __future__ import annotations
@@ -52,10 +52,3 @@ def tracking(projection: str) -> str:
     """The tracking table of projection ``projection``."""
     return f"mf_{projection}_tracking"
 
-
-def projection_tables() -> list[str]:
-    """Every table the registered projections own, then their tracking tables
-    (:func:`memfabric.projections.registry.projection_tables`)."""
-    from memfabric.projections.registry import projection_tables as derived  # noqa: PLC0415 - registry imports this module
-
-    return derived()

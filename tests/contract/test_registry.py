@@ -121,7 +121,7 @@ def test_registry_order_and_vector_projections() -> None:
 
 
 def test_the_table_list_derives_from_the_registry() -> None:
-    owned = tables.projection_tables()
+    owned = registry.projection_tables()
     for table in ("mf_ledger_threads", "mf_ledger_entries", "mf_ledger_observations", "mf_recall_index",
                   "mf_note_versions", "mf_link_versions", "mf_ledger_tracking"):
         assert table in owned
