@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
     from memfabric.domain.consolidation import LocalIndex, Neighbour
     from memfabric.domain.ports import UnitOfWork
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 DEFAULT_FLOOR = 0.3
 """Least cosine similarity of a linked / patched neighbour."""
@@ -128,7 +128,7 @@ class EvolutionSettings(BaseModel):
 def worker_settings(linker: LinkerSettings | dict[str, Any] | None,
                     evolution: EvolutionSettings | dict[str, Any] | None,
                     passive: bool) -> dict[str, Any]:
-    """``configure_workers`` arguments from ``open_fabric``'s ``linker``/``evolution``
+    """The worker arguments of :meth:`memfabric.domain.deps.Deps.build` from ``open_fabric``'s ``linker``/``evolution``
     (``pydantic.ValidationError`` for a bad setting)."""
     return {
         "linker": linker if isinstance(linker, LinkerSettings) else LinkerSettings.model_validate(linker or {}),
@@ -168,13 +168,13 @@ def _missing_target(uow: UnitOfWork, scope: Scope, home: Scope, from_id: str, to
     return NoteNotFoundError(f"to_id: no note {to_id!r} in scope {home}")
 
 
-def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation: str,
+def link(deps: Deps, scope: Scope, from_id: str, to_id: str, *, relation: str,
          weight: float) -> MemoryNote:
     """Add the edge ``from_id -> to_id`` (see the module doc)."""
     if from_id == to_id:
         raise LinkError(f"to_id: note {from_id!r} cannot link to itself")
-    home, vis = locate(svc, scope, from_id)
-    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+    home, vis = locate(deps, scope, from_id)
+    with deps.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
         if uow.load(home, to_id) is None or _target_hidden(uow, scope, home, to_id):
             raise _missing_target(uow, scope, home, from_id, to_id)
@@ -182,15 +182,15 @@ def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation
         source.link([{"id": to_id, "relation": relation, "weight": float(weight)}], cause="caller")
         uow.add(source)
         uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return note_view(source, "linked")
 
 
-def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
+def unlink(deps: Deps, scope: Scope, from_id: str, to_id: str, *,
            relation: str) -> MemoryNote:
     """Remove the edge ``from_id -> to_id`` of ``relation`` (absent: nothing written)."""
-    home, vis = locate(svc, scope, from_id)
-    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+    home, vis = locate(deps, scope, from_id)
+    with deps.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
         if uow.load(home, to_id) is None or _target_hidden(uow, scope, home, to_id):
             raise _missing_target(uow, scope, home, from_id, to_id)
@@ -198,7 +198,7 @@ def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
             source.unlink([{"id": to_id, "relation": relation}], cause="caller")
             uow.add(source)
             uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return note_view(source, "unlinked")
 
 
@@ -306,16 +306,16 @@ def adjacent_edge(linker: LinkerSettings, note: Note, previous: Note | None) -> 
     return {"id": previous.note_id, "relation": "follows", "weight": round(linker.adjacent, 6)}
 
 
-def workers_for(svc: MemoryService, scope: Scope) -> Workers | None:
+def workers_for(deps: Deps, scope: Scope) -> Workers | None:
     """The live workers of a write to ``scope``: ``None`` unless one is enabled, the
     fabric is not passive and a session is attached to ``scope`` (the attach gate)."""
-    linker: LinkerSettings | None = getattr(svc, "linker", None)
-    evolution: EvolutionSettings | None = getattr(svc, "evolution", None)
+    linker: LinkerSettings | None = getattr(deps, "linker", None)
+    evolution: EvolutionSettings | None = getattr(deps, "evolution", None)
     linker = linker if linker is not None and linker.enabled else None
     evolution = evolution if evolution is not None and evolution.enabled else None
-    if (linker is None and evolution is None) or getattr(svc, "passive", False):
+    if (linker is None and evolution is None) or getattr(deps, "passive", False):
         return None
-    if not gate_for(svc).any_attached(scope.key):
+    if not gate_for(deps).any_attached(scope.key):
         return None
     return Workers(linker, evolution)
 

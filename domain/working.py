@@ -40,7 +40,8 @@ from memfabric.domain.scope import Scope
 
 if TYPE_CHECKING:
     from memfabric.domain.ports import UnitOfWork
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
+    from memfabric.domain.inputs import AppendBlockInput
 
 FABRIC_KEY = "_fabric"
 
@@ -155,6 +156,18 @@ def check_working_value(
         )
 
 
+def append_block(deps: Deps, scope: Scope, item: AppendBlockInput) -> MemoryNote:
+    """Append ``item.text`` to the working block ``item.block`` of ``scope`` in one unit
+    of work (``item.expected_version``: see :meth:`BlockWriter.change`, whose errors it
+    raises) and wait until the write is readable."""
+    with deps.unit_of_work([scope]) as uow:
+        view = BlockWriter(deps, uow, scope).change(
+            item.block, append=item.text, expected_version=item.expected_version)
+        uow.commit()
+    deps.store.await_position(uow.position)
+    return view
+
+
 class BlockWriter:
     """Writes and appends working blocks of one scope inside a unit of work.
 
@@ -162,8 +175,8 @@ class BlockWriter:
     land one after the other. The working value a host validator sees is the committed
     one (read once per unit of work) plus the blocks this unit of work changed."""
 
-    def __init__(self, svc: MemoryService, uow: UnitOfWork, scope: Scope) -> None:
-        self.svc, self.uow, self.scope = svc, uow, scope
+    def __init__(self, deps: Deps, uow: UnitOfWork, scope: Scope) -> None:
+        self.deps, self.uow, self.scope = deps, uow, scope
         self._value: dict[str, BlockEntry] | None = None
 
     def change(
@@ -210,15 +223,15 @@ class BlockWriter:
         """``(appended text, new block content)``; a newline separates an append from
         existing content unless the text starts with one."""
         if append is None:
-            new = self.svc.redact(content) or ""
+            new = self.deps.redact(content) or ""
             return new, new
-        text = self.svc.redact(append) or ""
+        text = self.deps.redact(append) or ""
         if current and not text.startswith("\n"):
             text = "\n" + text
         return text, (current or "") + text
 
     def _check_cap(self, label: str, new: str, replacing: bool) -> None:
-        cap = self.svc.limits.max_entry_text_chars
+        cap = self.deps.limits.max_entry_text_chars
         if len(new) > cap:
             raise CapacityError(
                 f"{'content' if replacing else 'text'}: block {label!r} would hold {len(new)} "
@@ -230,11 +243,11 @@ class BlockWriter:
             content=content, path=None, block=label, subject=None, t_ref=None, valid_from=None,
             valid_to=None, keywords=[], tags=[], source_entry_ids=[], context=None, links=[],
             supersedes=None, importance=0.5, consent=None, embedding=None, embedder_id=None,
-            dim=self.svc.embedder.dim, token_count=tokens, cause="caller",
+            dim=self.deps.embedder.dim, token_count=tokens, cause="caller",
         )
 
     def _validate(self, label: str, note: Note) -> None:
-        validator = self.svc.working_validator
+        validator = self.deps.working_validator
         if validator is None:
             return
         if self._value is None:
