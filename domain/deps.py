@@ -30,13 +30,12 @@ from memfabric.domain.errors import (ConflictError, EmbedderChangedError, Embedd
                                      SettingsError)
 from memfabric.domain.group_commit import GroupCommit
 from memfabric.domain.inputs import Limits, RememberInput
-from memfabric.domain.links import EvolutionSettings, LinkerSettings
 from memfabric.domain.ports import Embedder, NoteStore, RetentionStore, UnitOfWorkFactory
 from memfabric.domain.results import MemoryNote
 from memfabric.domain.subjects import RuleSubjectExtractor, SubjectExtractor
-from memfabric.domain.working import WorkingValidator
+from memfabric.domain.settings import EvolutionSettings, LinkerSettings, WorkingValidator
 
-__all__ = ["Deps", "EmbedderSlot", "utc_now"]
+__all__ = ["Deps", "EmbedderSlot", "WorkingValidator", "utc_now"]
 
 _T = TypeVar("_T")
 

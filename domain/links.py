@@ -51,11 +51,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from memfabric.domain import link_terms, visibility
 from memfabric.domain.attach import gate_for
@@ -64,6 +63,11 @@ from memfabric.domain.history import locate, lock_scopes
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
+from memfabric.domain.settings import DEFAULT_FLOOR as DEFAULT_FLOOR  # re-exported names
+from memfabric.domain.settings import MAX_WORKER_CAP as MAX_WORKER_CAP
+from memfabric.domain.settings import EvolutionSettings as EvolutionSettings
+from memfabric.domain.settings import LinkerSettings as LinkerSettings
+from memfabric.domain.settings import worker_settings as worker_settings
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -71,12 +75,6 @@ if TYPE_CHECKING:
     from memfabric.domain.consolidation import LocalIndex, Neighbour
     from memfabric.domain.ports import UnitOfWork
     from memfabric.domain.deps import Deps
-
-DEFAULT_FLOOR = 0.3
-"""Least cosine similarity of a linked / patched neighbour."""
-
-MAX_WORKER_CAP = 32
-"""Upper bound of ``top_k`` and ``max_patches``."""
 
 
 class LinkError(FabricError):
@@ -87,55 +85,6 @@ class LinkScopeError(LinkError):
     """The link target is visible from the caller's scope but lives in another scope
     than the source: a link joins two notes of one scope (its target id is resolved in
     the source's scope), so links across threads are not made."""
-
-
-class LinkerSettings(BaseModel):
-    """The linker worker: ``enabled`` (default False), ``top_k`` edges per new note
-    (1-32, default 3), ``floor`` (least similarity, default 0.3) and ``by``: which
-    neighbours it links, ``"similarity"`` (default: the nearest vectors, weight = cosine)
-    or ``"terms"`` (the notes sharing the most rare terms, weight from their IDF, see
-    :mod:`memfabric.domain.link_terms`; suits conversational turns, whose related turns
-    share a name or a thing rather than wording).
-
-    ``adjacent`` (0-1, default 0: none) is the weight of one more edge, relation
-    ``follows``, from a new note to the newest live, current note of exactly its scope
-    and kind, the one inserted just before it (the previous turn of a conversation: an
-    answer follows its question), when the two are at most ``adjacent_window`` seconds
-    apart (default 3600; each note's time is its ``t_ref``, else its write time). It
-    comes on top of the ``top_k`` edges. For conversations:
-    ``{"by": "terms", "top_k": 8, "adjacent": 0.5}`` (``scripts/eval_links.py``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    enabled: bool = False
-    top_k: int = Field(default=3, ge=1, le=MAX_WORKER_CAP)
-    floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
-    by: Literal["similarity", "terms"] = "similarity"
-    adjacent: float = Field(default=0.0, ge=0.0, le=1.0)
-    adjacent_window: float = Field(default=3600.0, gt=0.0, le=366 * 86400.0)
-
-
-class EvolutionSettings(BaseModel):
-    """The evolution worker: ``enabled`` (default False), ``max_patches`` per new note
-    (1-32, default 8), ``max_bytes`` per patch (64-4096, default 512) and ``floor``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    enabled: bool = False
-    max_patches: int = Field(default=8, ge=1, le=MAX_WORKER_CAP)
-    max_bytes: int = Field(default=512, ge=64, le=4096)
-    floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
-
-
-def worker_settings(linker: LinkerSettings | dict[str, Any] | None,
-                    evolution: EvolutionSettings | dict[str, Any] | None,
-                    passive: bool) -> dict[str, Any]:
-    """The worker arguments of :meth:`memfabric.domain.deps.Deps.build` from ``open_fabric``'s ``linker``/``evolution``
-    (``pydantic.ValidationError`` for a bad setting)."""
-    return {
-        "linker": linker if isinstance(linker, LinkerSettings) else LinkerSettings.model_validate(linker or {}),
-        "evolution": (evolution if isinstance(evolution, EvolutionSettings)
-                      else EvolutionSettings.model_validate(evolution or {})),
-        "passive": passive,
-    }
 
 
 # ------------------------------------------------------------------- commands

@@ -33,7 +33,7 @@ from memfabric.domain.inputs import (
     RecallInput,
     RememberInput,
 )
-from memfabric.domain.links import EvolutionSettings, LinkerSettings
+from memfabric.domain.settings import EvolutionSettings, LinkerSettings
 from memfabric.domain.ports import Embedder, ListQuery, NoteStore, RetentionStore, UnitOfWork
 from memfabric.domain.results import (
     EraseResult,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,13 +37,37 @@ from memfabric.domain.inputs import block_id_mark
 from memfabric.domain.note import Note
 from memfabric.domain.results import MemoryNote, Outcome, note_view
 from memfabric.domain.scope import Scope
+from memfabric.domain.settings import WorkingValidator as WorkingValidator  # re-exported
 
 if TYPE_CHECKING:
-    from memfabric.domain.ports import UnitOfWork
-    from memfabric.domain.deps import Deps
-    from memfabric.domain.inputs import AppendBlockInput
+    from memfabric.domain.inputs import AppendBlockInput, Limits
+    from memfabric.domain.ports import Embedder, NoteStore, UnitOfWork, UnitOfWorkFactory
 
 FABRIC_KEY = "_fabric"
+
+
+class BlockDeps(Protocol):
+    """What block writes use of the handlers' dependencies (a
+    :class:`memfabric.domain.deps.Deps`): the unit of work, the read side (to await
+    a write), the limits, the host's validator, the embedder (its ``dim``) and the
+    redactor."""
+
+    @property
+    def unit_of_work(self) -> UnitOfWorkFactory: ...
+
+    @property
+    def store(self) -> NoteStore: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def working_validator(self) -> WorkingValidator | None: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def redact(self, text: str | None) -> str | None: ...
 
 
 class BlockEntry(TypedDict):
@@ -53,10 +77,6 @@ class BlockEntry(TypedDict):
     updated_at: datetime
     version: int
 
-
-WorkingValidator = type[BaseModel] | Callable[[dict[str, Any]], Any]
-"""A host's check of the working value: a pydantic model class (validated with
-``model_validate``) or a callable that raises or returns ``False`` to reject."""
 
 
 def block_note_id(scope: Scope, label: str) -> str:
@@ -156,7 +176,7 @@ def check_working_value(
         )
 
 
-def append_block(deps: Deps, scope: Scope, item: AppendBlockInput) -> MemoryNote:
+def append_block(deps: BlockDeps, scope: Scope, item: AppendBlockInput) -> MemoryNote:
     """Append ``item.text`` to the working block ``item.block`` of ``scope`` in one unit
     of work (``item.expected_version``: see :meth:`BlockWriter.change`, whose errors it
     raises) and wait until the write is readable."""
@@ -175,7 +195,7 @@ class BlockWriter:
     land one after the other. The working value a host validator sees is the committed
     one (read once per unit of work) plus the blocks this unit of work changed."""
 
-    def __init__(self, deps: Deps, uow: UnitOfWork, scope: Scope) -> None:
+    def __init__(self, deps: BlockDeps, uow: UnitOfWork, scope: Scope) -> None:
         self.deps, self.uow, self.scope = deps, uow, scope
         self._value: dict[str, BlockEntry] | None = None
 
