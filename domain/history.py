@@ -147,20 +147,8 @@ def _hide_ids(entry: HistoryEntry, seen: Callable[[str], bool], home: Scope) -> 
     ``supersession``) and ``source`` (the aggregate id of a contributing note:
     ``None`` unless it is the note the cause names and that one is seen)."""
     fields = dict(entry.fields)
-    links = fields.get("links")
-    if isinstance(links, list) and links:
-        fields["links"] = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
-    for name in ("note_ids", "link_ids"):
-        ids = fields.get(name)
-        if isinstance(ids, list) and ids:
-            fields[name] = [i for i in ids if seen(str(i))]
-    for name in ("supersedes", "superseded_by", "successor_id"):
-        other = fields.get(name)
-        if isinstance(other, str) and other and not seen(other):
-            fields[name] = None
-    decision = fields.get("decision")
-    if isinstance(decision, dict) and isinstance(decision.get("note_id"), str) and not seen(decision["note_id"]):
-        fields["decision"] = _unnamed(decision, decision["note_id"])
+    _hide_listed(fields, seen)
+    _hide_named(fields, seen)
     named = _cause_note(fields.get("cause"))
     if named is not None and not seen(named):
         fields["cause"] = str(fields["cause"]).split(":", 1)[0]
@@ -169,6 +157,31 @@ def _hide_ids(entry: HistoryEntry, seen: Callable[[str], bool], home: Scope) -> 
             fields["source"] = None
     return entry if fields == entry.fields else dataclasses.replace(
         entry, fields=fields, cause=str(fields.get("cause", entry.cause)))
+
+
+def _hide_listed(fields: dict[str, Any], seen: Callable[[str], bool]) -> None:
+    """In place: the ``links`` items (``{"id": ...}``), ``note_ids`` and ``link_ids``
+    of an event's ``fields`` that ``seen`` refuses taken out."""
+    links = fields.get("links")
+    if isinstance(links, list) and links:
+        fields["links"] = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
+    for name in ("note_ids", "link_ids"):
+        ids = fields.get(name)
+        if isinstance(ids, list) and ids:
+            fields[name] = [i for i in ids if seen(str(i))]
+
+
+def _hide_named(fields: dict[str, Any], seen: Callable[[str], bool]) -> None:
+    """In place: ``supersedes`` / ``superseded_by`` / ``successor_id`` that ``seen``
+    refuses set to ``None``, and the decision's ``note_id`` (with its ``old_value``)
+    taken out."""
+    for name in ("supersedes", "superseded_by", "successor_id"):
+        other = fields.get(name)
+        if isinstance(other, str) and other and not seen(other):
+            fields[name] = None
+    decision = fields.get("decision")
+    if isinstance(decision, dict) and isinstance(decision.get("note_id"), str) and not seen(decision["note_id"]):
+        fields["decision"] = _unnamed(decision, decision["note_id"])
 
 
 def _cause_note(cause: Any) -> str | None:

@@ -351,22 +351,46 @@ def linker_edges(linker: LinkerSettings, uow: UnitOfWork, scope: Scope, note: No
     """The linker's edges of the new ``note``: up to ``top_k`` ``related`` ones (shared
     terms, or the nearest ``targets`` at similarity ≥ ``floor``), then the ``follows``
     edge (:func:`adjacent_edge`). Every target is loaded live and current, in one query."""
-    previous = terms.previous(note.kind) if terms is not None and linker.adjacent > 0.0 else None
-    previous = None if previous in skip else previous
-    by_terms = linker.by == "terms" and terms is not None
-    found = terms.edges(note, linker.top_k, skip) if by_terms and terms is not None else []
-    if terms is not None and not by_terms:
+    previous = _previous(linker, terms, note, skip)
+    found: list[tuple[str, float]] = []
+    if linker.by == "terms" and terms is not None:
+        found = terms.edges(note, linker.top_k, skip)
+    elif terms is not None:
         terms.record(note)
-    found_ids = {nid for nid, _ in found}
-    wanted = [*found, *([(previous, 0.0)] if previous and previous not in found_ids else [])]
-    loaded = [(t, w) for t, w in (_live_targets(uow, scope, wanted) if wanted else []) if linkable(note, t)]
+    loaded = _loaded(uow, scope, note, found, previous)
     before = next((t for t, _ in loaded if t.note_id == previous), None)
-    linked = ([(t, w) for t, w in loaded if t.note_id in found_ids] if by_terms
-              else [(t, sim) for t, sim in targets if sim >= linker.floor and linkable(note, t)])
-    edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, w)), 6)}
-             for t, w in linked][: linker.top_k]
+    if linker.by == "terms" and terms is not None:
+        found_ids = {nid for nid, _ in found}
+        linked = [(t, w) for t, w in loaded if t.note_id in found_ids]
+    else:
+        linked = [(t, sim) for t, sim in targets if sim >= linker.floor and linkable(note, t)]
+    edges = [related_edge(t, w) for t, w in linked][: linker.top_k]
     follows = adjacent_edge(linker, note, before)
     return [*edges, follows] if follows is not None else edges
+
+
+def _previous(linker: LinkerSettings, terms: BatchTerms | None, note: Note, skip: set[str]) -> str | None:
+    """The id of the note a ``follows`` edge may go to (the newest of ``note``'s kind
+    before it, :meth:`BatchTerms.previous`), or ``None``: adjacency off, no postings, or
+    that note is in ``skip``."""
+    previous = terms.previous(note.kind) if terms is not None and linker.adjacent > 0.0 else None
+    return None if previous in skip else previous
+
+
+def _loaded(uow: UnitOfWork, scope: Scope, note: Note, found: list[tuple[str, float]],
+            previous: str | None) -> list[tuple[Note, float]]:
+    """The ``found`` targets and ``previous`` (weight 0), loaded live and current in
+    one query, keeping those ``note`` may link to (:func:`linkable`)."""
+    found_ids = {nid for nid, _ in found}
+    wanted = [*found, *([(previous, 0.0)] if previous and previous not in found_ids else [])]
+    if not wanted:
+        return []
+    return [(t, w) for t, w in _live_targets(uow, scope, wanted) if linkable(note, t)]
+
+
+def related_edge(target: Note, weight: float) -> dict[str, Any]:
+    """A ``related`` edge to ``target``, its weight clipped to [0, 1] and rounded to 6 places."""
+    return {"id": target.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, weight)), 6)}
 
 
 def _size(patch: dict[str, Any]) -> int:
