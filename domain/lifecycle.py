@@ -56,7 +56,7 @@ Guard = Callable[[Note], "datetime | None"]
 
 def floor_guard(deps: Deps, approval: str | None) -> Guard | None:
     """The guard of an erasure: none with an ``approval`` reference (a legal erasure),
-    else the recorded retention settings' floor at the service clock. The record is read
+    else the recorded retention settings' floor at ``deps.clock()``. The record is read
     here, so build the guard *before* the unit of work: read inside it, the record took a
     second pooled connection while the write held its locks (a pool of one waited for
     itself; a fresh user's finding, ``tests/integration/test_fresh_findings.py``)."""

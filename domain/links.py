@@ -12,7 +12,7 @@ it raises.
 
 Workers (model-free, off by default, inert until attached). They run inline after a
 write, inside the write's unit of work, only while a session is attached to the
-written scope (``gate_for(service).any_attached(scope.key)``) and the fabric is not
+written scope (``deps.gate.any_attached(scope.key)``) and the fabric is not
 ``passive``:
 
 - **linker** (``LinkerSettings``: ``enabled``, ``top_k`` 1-32, ``floor``): a new note
@@ -57,7 +57,6 @@ from uuid import UUID
 import numpy as np
 
 from memfabric.domain import link_terms, visibility
-from memfabric.domain.attach import gate_for
 from memfabric.domain.errors import EventIntegrityError, FabricError, NoteForgottenError, NoteNotFoundError
 from memfabric.domain.history import locate, lock_scopes
 from memfabric.domain.note import Note, note_uuid
@@ -258,13 +257,11 @@ def adjacent_edge(linker: LinkerSettings, note: Note, previous: Note | None) -> 
 def workers_for(deps: Deps, scope: Scope) -> Workers | None:
     """The live workers of a write to ``scope``: ``None`` unless one is enabled, the
     fabric is not passive and a session is attached to ``scope`` (the attach gate)."""
-    linker: LinkerSettings | None = getattr(deps, "linker", None)
-    evolution: EvolutionSettings | None = getattr(deps, "evolution", None)
-    linker = linker if linker is not None and linker.enabled else None
-    evolution = evolution if evolution is not None and evolution.enabled else None
-    if (linker is None and evolution is None) or getattr(deps, "passive", False):
+    linker = deps.linker if deps.linker.enabled else None
+    evolution = deps.evolution if deps.evolution.enabled else None
+    if (linker is None and evolution is None) or deps.passive:
         return None
-    if not gate_for(deps).any_attached(scope.key):
+    if not deps.gate.any_attached(scope.key):
         return None
     return Workers(linker, evolution)
 

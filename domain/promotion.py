@@ -14,7 +14,7 @@ unknown, unbound or still-open reflection (``LedgerError``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 
@@ -26,6 +26,9 @@ from memfabric.domain.remember import new_note_id, vector_bytes
 from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import stored_consent
+
+if TYPE_CHECKING:
+    from memfabric.domain.deps import Deps
 
 
 class PromoteInput(BaseModel):
@@ -42,7 +45,7 @@ class PromoteInput(BaseModel):
         return self
 
 
-def promote(deps: Any, scope: Scope, *, kind: str, reflection_id: Any, content: Any,
+def promote(deps: Deps, scope: Scope, *, kind: str, reflection_id: Any, content: Any,
             fields: dict[str, Any]) -> MemoryNote:
     """Write the promoted note (see the module doc)."""
     args = PromoteInput(kind=kind, reflection_id=reflection_id, content=content)
@@ -62,7 +65,7 @@ def promote(deps: Any, scope: Scope, *, kind: str, reflection_id: Any, content: 
         item = deps.validate_remember({"kind": args.kind, "content": reflection.text, **fields})
         if item.id is not None and uow.exists(scope, item.id):
             raise NoteExistsError(f"id: note {item.id!r} already exists in scope {scope}")
-        text = deps.redact(item.text)
+        text = deps.redact(item.text) or ""
         embedding = deps.embed([text])[0]
         note = Note.remember(
             scope=scope, note_id=item.id or new_note_id(), kind=item.kind, content=text,

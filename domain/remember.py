@@ -105,7 +105,7 @@ def remember_many(
 
 
 GROUP_ITEMS = 16
-"""Writes of at most this many items go through the service's group commit (issue 24,
+"""Writes of at most this many items go through the dependencies' group commit (issue 24,
 :mod:`memfabric.domain.group_commit`); larger batches are their own transaction."""
 
 

@@ -25,6 +25,7 @@ from memfabric.domain import sweep as sweeping
 from memfabric.domain.attach import AttachConfig, Gate
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.deps import Deps, EmbedderSlot
+from memfabric.domain.group_commit import GroupCommit
 from memfabric.domain.inputs import (
     AppendBlockInput,
     EraseScopeInput,
@@ -131,6 +132,11 @@ class MemoryService:
     def evolution(self) -> EvolutionSettings:
         """The evolution worker's settings (issue 15)."""
         return self.deps.evolution
+
+    @property
+    def group_commit(self) -> GroupCommit[RememberInput, MemoryNote] | None:
+        """The group commit of small concurrent writes (issue 24; ``None``: each alone)."""
+        return self.deps.group_commit
 
     @property
     def ledger_store(self) -> Any:

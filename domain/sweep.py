@@ -188,7 +188,7 @@ class _Run:
 def sweep(deps: Deps, now: datetime | None = None, *, tenant: str | None = None,
           limit: int | None = None, dry_run: bool = False, batch_size: int = BATCH_SIZE,
           progress: Progress | None = None) -> SweepResult:
-    """Apply the retention rules at ``now`` (default: the service clock, UTC) to the
+    """Apply the retention rules at ``now`` (default: ``deps.clock()``, UTC) to the
     notes of ``tenant`` (``None``: every tenant), examining at most ``limit`` due notes
     in this call (``None``: all), ``batch_size`` (1-10000) per unit of work. See the
     module doc; returns :class:`SweepResult`. Raises ``SettingsError`` for a naive
