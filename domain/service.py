@@ -63,7 +63,7 @@ class MemoryService:
     changed dependencies. Construct it through ``memfabric.adapters.open_fabric``
     (PostgreSQL) or ``memfabric.adapters.memory.open_memory_fabric`` (in memory)."""
 
-    __slots__ = ("deps",)
+    __slots__ = ("__weakref__", "deps")
 
     deps: Deps
 

@@ -89,3 +89,26 @@ def test_the_dependencies_are_frozen_and_replace_gives_a_new_service() -> None:
     other = fabric.service.replace(require_consent=True)
     assert other.require_consent and not fabric.service.require_consent
     assert other.deps.gate is deps.gate and other.deps.embedders is deps.embedders  # shared run-time state
+
+
+def test_the_embedder_slot_is_what_changes_and_adopting_retries_once() -> None:
+    from memfabric.adapters.embedders import HashEmbedder  # noqa: PLC0415
+    from memfabric.domain.deps import EmbedderSlot  # noqa: PLC0415
+    from memfabric.domain.errors import EmbedderChangedError  # noqa: PLC0415
+
+    fabric = open_memory_fabric()
+    new = HashEmbedder(256)
+    slot = EmbedderSlot(fabric.service.embedder, lambda: (slot.use(new), True)[1])
+    service = fabric.service.replace(embedders=slot)
+    calls: list[int] = []
+
+    def once() -> int:
+        calls.append(service.embedder.dim)
+        if len(calls) == 1:
+            raise EmbedderChangedError("the index was migrated")
+        return len(calls)
+
+    assert service.adopting(once) == 2 and calls == [384, 256] and service.embedder is new
+    assert fabric.service.embedder.dim == 384  # another slot: the first service is unchanged
+    with pytest.raises(EmbedderChangedError):  # no adopter: raised as it is
+        fabric.service.adopting(lambda: (_ for _ in ()).throw(EmbedderChangedError("x")))
