@@ -40,6 +40,7 @@ from memfabric.domain.results import EraseResult
 from memfabric.domain.retention import RetentionConfig
 from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.scope import Scope
+from memfabric.domain.deps import Deps, EmbedderSlot
 from memfabric.domain.service import MemoryService
 from memfabric.projections import quarantine, tables
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
@@ -223,7 +224,7 @@ class Fabric:
         n = self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
                                       args.requested_by)
         from memfabric.domain.entity_commands import erase_entities  # noqa: PLC0415 - issue 32
-        erase_entities(self.service, args.tenant_id, args.resource_id, args.thread_id, args.requested_by)
+        erase_entities(self.service.deps, args.tenant_id, args.resource_id, args.thread_id, args.requested_by)
         return dataclasses.replace(result, conversations=n)
 
     def _erase_conversations(self, tenant_id: str, resource_id: str | None,
@@ -231,7 +232,7 @@ class Fabric:
         """Issue 14: erasing a scope prefix also shreds the conversation ledgers of its
         threads (``Erased`` tombstone, key destroyed). Returns how many were erased."""
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
-        return erase_conversations(self.service, tenant_id, resource_id, thread_id, requested_by)
+        return erase_conversations(self.service.deps, tenant_id, resource_id, thread_id, requested_by)
 
     def sweep(self, now: datetime | None = None, *, tenant: str | None = None, limit: int | None = None,
               dry_run: bool = False, batch_size: int = BATCH_SIZE,
@@ -273,7 +274,7 @@ class Fabric:
         ``reembed`` calls right after its switch commits."""
         by_name = {p.name: p for p in projections}
         self.engine.projections = [by_name.get(p.name, p) for p in self.engine.projections]
-        self.service.embedder = embedder
+        self.service.embedders.use(embedder)
 
     def adopt_recorded_embedder(self) -> bool:
         """Read the embedder the database records and, when another process migrated the
@@ -376,6 +377,7 @@ def open_fabric(
     replica_max_wait: Annotated[float, Field(ge=0, le=30)] = 0.2,
     replica_max_lag: Annotated[float, Field(gt=0, le=3600)] = 5.0,
     partitions: Annotated[int, Field(strict=True, ge=1, le=MAX_PARTITIONS)] | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> Fabric:
     """Open a fabric.
 
@@ -450,6 +452,8 @@ def open_fabric(
       many partitions (1..256; 1, the default, is the plain layout). Fixed at creation:
       ``None`` (default) opens a database with the layout it has, another count than
       it has raises ``PartitionsMismatchError`` before anything is written.
+    - ``clock``: "now" of retention decisions (the floor check, a sweep without
+      ``now``); default: the wall clock, UTC. Tests pass a fake one.
 
     Raises ``FabricError`` when pgvector is missing or the embedder's dimension differs
     from the index; ``pydantic.ValidationError`` for bad settings.
@@ -523,26 +527,26 @@ def open_fabric(
                 uow.router = store.router
                 return uow
 
-            service = MemoryService(
-                unit_of_work=unit_of_work, store=store, embedder=embedder,
+            retention_store = PostgresRetentionStore(log, dsn)  # issue 30
+            deps = Deps.build(
+                unit_of_work=unit_of_work, store=store,
+                embedder=EmbedderSlot(embedder, lambda: fabric.adopt_recorded_embedder()),
                 consolidation=consolidation, limits=limits_model, redactor=redactor,
                 require_consent=require_consent, working_validator=working_validator,
-                subject_extractor=subjects, session_id=session_id,
+                subject_extractor=subjects, session_id=session_id, clock=clock, **workers,
+                known_at_store=lambda known_at: PostgresKnownAtStore(store, known_at),  # issue 31
+                ledger_store=PostgresLedgerStore(log, store.router),  # issue 14: the conversation ledger
+                retention_store=retention_store,
+                entity_store=PostgresEntityStore(log),  # issue 32
             )
-            service.configure_workers(**workers)
-            service.known_at_store = lambda known_at: PostgresKnownAtStore(store, known_at)  # issue 31
-            service.ledger_store = PostgresLedgerStore(log, store.router)  # issue 14: the conversation ledger
-            service.retention_store = PostgresRetentionStore(log, dsn)  # issue 30
-            wire_postgres(service, store)  # issue 33: principals and the access log
-            service.entity_store = PostgresEntityStore(log)  # issue 32
+            service = MemoryService(deps.replace(access=wire_postgres(deps, store)))  # issue 33
             if retention_config is not None and not read_only:
-                service.retention_store.record(retention_config)
+                retention_store.record(retention_config)
             if catch_up and not read_only:
                 engine.catch_up()
             fabric = Fabric(service, log, store, engine, dsn, embedded)
             fabric.read_only = read_only
             fabric.read_only_reason = reason
-            service.adopt_embedder = fabric.adopt_recorded_embedder
             return fabric
     except BaseException:
         if embedded is not None:

@@ -145,7 +145,7 @@ def admin_fabric(dsn: str | None, data_dir: str | None, *, read: bool = False) -
             raise ReadOnlyError(f"this command writes, and {why}: run it as the owner/admin role")
         with open_fabric(dsn, embedder=stand_in, inline_projections=False, catch_up=False,
                          read_only=read_only) as fabric:
-            fabric.service.adopt_embedder = lambda: adopt_stand_in(fabric)  # admin work never embeds
+            fabric.service.embedders.adopter = lambda: adopt_stand_in(fabric)  # admin work never embeds
             fabric.embedded_server = embedded  # started here, not by open_fabric: `status` names it
             yield fabric
     finally:

@@ -45,6 +45,7 @@ from memfabric.domain.retention import RetentionConfig
 from memfabric.domain.sweep import BATCH_SIZE, Progress, SweepResult
 from memfabric.domain.results import EraseResult
 from memfabric.domain.scope import Scope
+from memfabric.domain.deps import Deps
 from memfabric.domain.service import MemoryService
 from memfabric.domain.working import WorkingValidator
 
@@ -94,10 +95,10 @@ class MemoryFabric:
         if args.hold:
             return result
         from memfabric.domain.conversation import erase_conversations  # noqa: PLC0415
-        n = erase_conversations(self.service, args.tenant_id, args.resource_id, args.thread_id,
+        n = erase_conversations(self.service.deps, args.tenant_id, args.resource_id, args.thread_id,
                                 args.requested_by)  # issue 14
         from memfabric.domain.entity_commands import erase_entities  # noqa: PLC0415
-        erase_entities(self.service, args.tenant_id, args.resource_id, args.thread_id,
+        erase_entities(self.service.deps, args.tenant_id, args.resource_id, args.thread_id,
                        args.requested_by)  # issue 32
         return dataclasses.replace(result, conversations=n)
 
@@ -146,11 +147,13 @@ def open_memory_fabric(
     passive: bool = False,
     retention: RetentionConfig | dict[str, Any] | None = None,
     partitions: int | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> MemoryFabric:
     """An in-memory fabric with ``open_fabric``'s settings (no ``dsn``, no projections
     runner: projections always update with the write). ``partitions`` (issue 25) is
     validated like ``open_fabric``'s (1..256) and reported by ``partitions()``; it lays
-    nothing out (there are no tables). Raises ``pydantic.ValidationError`` for bad
+    nothing out (there are no tables). ``clock``: "now" of retention decisions
+    (default: the wall clock, UTC; tests pass a fake one). Raises ``pydantic.ValidationError`` for bad
     ``consolidate`` / ``limits`` / ``retention`` / ``partitions`` settings."""
     count = _PARTITIONS.validate_python(1 if partitions is None else partitions)
     consolidation = Consolidation.of(consolidate)
@@ -162,21 +165,22 @@ def open_memory_fabric(
     def unit_of_work(scopes: Sequence[Scope]) -> InMemoryUnitOfWork:
         return InMemoryUnitOfWork(log, scopes)
 
-    service = MemoryService(
+    from memfabric.adapters.memory_entities import InMemoryEntityStore  # noqa: PLC0415
+    from memfabric.adapters.memory_ledger import InMemoryLedgerStore  # noqa: PLC0415
+    from memfabric.adapters.principals_store import wire_memory  # noqa: PLC0415
+    retention_store = InMemoryRetentionStore(log)  # issue 30
+    deps = Deps.build(
         unit_of_work=unit_of_work, store=store, embedder=embedder or HashEmbedder(),
         consolidation=consolidation, limits=limits_model, redactor=redactor,
-        require_consent=require_consent, working_validator=working_validator,
+        require_consent=require_consent, working_validator=working_validator, clock=clock,
+        **links.worker_settings(linker, evolution, passive),
+        ledger_store=InMemoryLedgerStore(log),  # issue 14: the conversation ledger
+        retention_store=retention_store,
+        entity_store=InMemoryEntityStore(log),  # issue 32: the entity index
+        known_at_store=lambda known_at: memory_versions.MemoryKnownAtStore(store, known_at),  # issue 31
     )
-    service.configure_workers(**links.worker_settings(linker, evolution, passive))
-    from memfabric.adapters.memory_ledger import InMemoryLedgerStore  # noqa: PLC0415
-    service.ledger_store = InMemoryLedgerStore(log)  # issue 14: the conversation ledger
-    service.retention_store = InMemoryRetentionStore(log)  # issue 30
-    service.retention_store.record(retention_config)
-    from memfabric.adapters.memory_entities import InMemoryEntityStore  # noqa: PLC0415
-    service.entity_store = InMemoryEntityStore(log)  # issue 32: the entity index
-    from memfabric.adapters.principals_store import wire_memory  # noqa: PLC0415
-    wire_memory(service, log)  # issue 33: principals and the access log
-    service.known_at_store = lambda known_at: memory_versions.MemoryKnownAtStore(store, known_at)
+    retention_store.record(retention_config)
+    service = MemoryService(deps.replace(access=wire_memory(deps, log)))  # issue 33: principals, access log
     fabric = MemoryFabric(service, log, store)
     fabric.partition_count = count
     return fabric

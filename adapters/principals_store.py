@@ -92,18 +92,15 @@ class InMemoryPrincipalStore:
                              thread_id=r["thread_id"] or None) for r in rows), key=lambda s: s.key)
 
 
-def wire_postgres(service: Any, store: Any) -> Principals:
-    """``fabric.principals`` of a PostgreSQL fabric: the projection's store and the
-    access log in ``mf_access_log`` (made at its first record)."""
+def wire_postgres(deps: Any, store: Any) -> Principals:
+    """``fabric.principals`` of a PostgreSQL fabric over ``deps`` (its note store and
+    unit of work): the projection's store and the access log in ``mf_access_log``
+    (made at its first record)."""
     sink = PostgresAccessSink(store.connection, Sealer(store.secret))
-    registry = Principals(service, PostgresPrincipalStore(store), BufferedAccessLog(sink))
-    service.access = registry
-    return registry
+    return Principals(deps, PostgresPrincipalStore(store), BufferedAccessLog(sink))
 
 
-def wire_memory(service: Any, log: Any) -> Principals:
-    """``fabric.principals`` of an in-memory fabric."""
+def wire_memory(deps: Any, log: Any) -> Principals:
+    """``fabric.principals`` of an in-memory fabric over ``deps``."""
     sink = MemoryAccessSink(Sealer(lambda: log.secret))
-    registry = Principals(service, InMemoryPrincipalStore(log), BufferedAccessLog(sink))
-    service.access = registry
-    return registry
+    return Principals(deps, InMemoryPrincipalStore(log), BufferedAccessLog(sink))

@@ -35,7 +35,7 @@ from memfabric.domain.retention import default_class
 from memfabric.domain.scope import Scope
 
 if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 Outcome = Literal["served", "denied", "error"]
 
@@ -133,8 +133,8 @@ class Principals:
     ``log_query_text`` (default False): whether access records keep the query text
     (else only its keyed hash)."""
 
-    def __init__(self, service: MemoryService, store: PrincipalStore, log: AccessLogPort) -> None:
-        self._service = service
+    def __init__(self, deps: Deps, store: PrincipalStore, log: AccessLogPort) -> None:
+        self._deps = deps
         self.store = store
         self.log = log
         self.log_query_text = False
@@ -147,7 +147,7 @@ class Principals:
         written then. Returns the principal as the projection now holds it."""
         args = _DefineArgs.model_validate({"agent_id": agent_id, "profile": profile, "by": by})
         lock = Scope(tenant_id=PRINCIPAL_LOCK_TENANT, resource_id=args.agent_id)
-        with self._service.unit_of_work([lock]) as uow:
+        with self._deps.unit_of_work([lock]) as uow:
             found = uow.load_aggregate(principal_uuid(args.agent_id))  # type: ignore[attr-defined]
             if isinstance(found, Principal):
                 changed = found.change(args.profile, args.by)
@@ -158,7 +158,7 @@ class Principals:
                 uow.add_aggregate(aggregate)  # type: ignore[attr-defined]
                 uow.commit()
         if changed:
-            self._service.store.await_position(uow.position)
+            self._deps.store.await_position(uow.position)
         view = self.store.principal(args.agent_id)
         assert view is not None
         return view
@@ -200,11 +200,11 @@ class Principals:
     def _change_grant(self, owner: Scope, note_id: str, agent_id: str, right: str, *, by: str,
                       grant: bool) -> bool:
         who, _ = _AGENT.validate_python(agent_id), _RIGHT.validate_python(right)
-        home, _vis = history.locate(self._service, owner, note_id)
+        home, _vis = history.locate(self._deps, owner, note_id)
         if home != owner:
             raise NoteNotFoundError(f"no note {note_id!r} of scope {owner} (grant from the note's own scope)")
         lock = Scope(tenant_id=PRINCIPAL_LOCK_TENANT, resource_id=who)
-        with self._service.unit_of_work(sorted([owner, lock], key=lambda s: s.key)) as uow:
+        with self._deps.unit_of_work(sorted([owner, lock], key=lambda s: s.key)) as uow:
             note = uow.load(owner, note_id)
             if note is None:
                 raise NoteNotFoundError(f"no note {note_id!r} in scope {owner}")
@@ -219,7 +219,7 @@ class Principals:
                 uow.add_aggregate(principal)  # type: ignore[attr-defined]
                 uow.commit()
         if changed:
-            self._service.store.await_position(uow.position)
+            self._deps.store.await_position(uow.position)
         return changed
 
 
@@ -312,14 +312,14 @@ def readable_note(agent_id: str, profile: MemoryProfile, reader: Scope, home: Sc
     return f.admits(row, visibility.visible(home, vis, reader))  # type: ignore[arg-type]
 
 
-def homes_of(svc: MemoryService, store: PrincipalStore, agent_id: str, reader: Scope,
+def homes_of(deps: Deps, store: PrincipalStore, agent_id: str, reader: Scope,
              note_id: str) -> list[tuple[Scope, str, bool]]:
     """Where note ``note_id`` addressed by the principal from ``reader`` may live:
     ``(home, visibility, granted)`` for the note visible from ``reader`` and every
     granted note of that id in ``reader``'s tenant."""
     out: list[tuple[Scope, str, bool]] = []
     granted = store.granted_homes(agent_id, reader.tenant_id, note_id)
-    found = svc.store.resolve(reader, note_id)
+    found = deps.store.resolve(reader, note_id)
     if found:
         home, vis = found[0]
         out.append((home, vis, home in granted))

@@ -100,7 +100,7 @@ class PrincipalNotes:
         ``note``)."""
         note_id = NoteRefArgs(id=note_id).id
         rules.check_read(self.agent_id, profile, self.scope, ())
-        homes = rules.homes_of(self._service, self._principals.store, self.agent_id, self.scope, note_id)
+        homes = rules.homes_of(self._service.deps, self._principals.store, self.agent_id, self.scope, note_id)
         if not homes:
             raise NoteNotFoundError(f"no note {note_id!r} in scope {self.scope}")
         grants = self._principals.store.grants(self.agent_id, self.scope.tenant_id)
@@ -252,7 +252,7 @@ class PrincipalNotes:
         if not args and "include_working" not in kwargs and "working" not in profile.read_kinds:
             kwargs["include_working"] = False
         plain = self._notes.context_provider(*args, **kwargs)
-        return ContextProvider(_Guarded(self), self.scope, plain.options)  # type: ignore[arg-type]
+        return ContextProvider(_Guarded(self), self.scope, plain.options)
 
     # ----------------------------------------------------------------- writes
     def remember(self, *, kind: str, **fields: Any) -> MemoryNote:

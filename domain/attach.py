@@ -12,11 +12,11 @@ A *session* is any object with a string ``id``; when it has an ``entries`` attri
 that must be callable (a transcript accessor, e.g. an agent SDK's session). Anything
 else fails closed with :class:`SessionError`.
 
-A host or composition root may pin the one session allowed with
-``service.attach_config = AttachConfig(session_id=..., settings=...)``; the settings
-are filled by ``open_fabric(linker=..., evolution=..., passive=...)``
-(``MemoryService.configure_workers``). Without a pinned session any valid session may
-attach.
+A composition root pins the one session allowed with the dependencies'
+``attach_config = AttachConfig(session_id=..., settings=...)``
+(``open_fabric(session_id=..., linker=..., evolution=..., passive=...)``, built by
+:meth:`memfabric.domain.deps.Deps.build`). Without a pinned session any valid session
+may attach.
 
 Pure module: no I/O, no threads.
 """
@@ -225,7 +225,12 @@ _GATES_LOCK = threading.Lock()
 
 
 def gate_for(owner: object) -> Gate:
-    """The gate of one fabric (keyed by its service object; created empty on first use)."""
+    """The gate of one fabric: ``owner.gate`` when it holds one (the fabric's
+    :class:`~memfabric.domain.deps.Deps` and its service do), else one keyed by
+    ``owner`` (created empty on first use)."""
+    own = getattr(owner, "gate", None)
+    if isinstance(own, Gate):
+        return own
     with _GATES_LOCK:
         gate = _GATES.get(owner)
         if gate is None:

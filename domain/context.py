@@ -22,15 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from memfabric.domain.inputs import ContextOptions, RecallInput
-from memfabric.domain.results import MemoryNote
+from memfabric.domain.results import MemoryNote, RecallResult
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import FABRIC_KEY
 
-if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+
+class ContextSource(Protocol):
+    """What a provider reads: the working value of a scope and a recall from it (the
+    fabric's service, or a principal's checked handle)."""
+
+    def working_value(self, scope: Scope) -> dict[str, Any]: ...
+
+    def recall(self, scope: Scope, query: RecallInput) -> RecallResult: ...
 
 Messages = Sequence[Mapping[str, Any]]
 """Chat messages ``{"role": ..., "content": str | [{"type": "text", "text": str}, ...]}``."""
@@ -94,15 +100,15 @@ class ContextProvider:
     of a user message is cut to its last 8000 characters.
     """
 
-    def __init__(self, service: MemoryService, scope: Scope, options: ContextOptions) -> None:
-        self._service = service
+    def __init__(self, source: ContextSource, scope: Scope, options: ContextOptions) -> None:
+        self._source = source
         self._scope = scope
         self.options = options
 
     def __call__(self, current: str | Messages | None = None) -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
         if self.options.include_working:
-            blocks = self._service.working_value(self._scope)[FABRIC_KEY]["blocks"]
+            blocks = self._source.working_value(self._scope)[FABRIC_KEY]["blocks"]
             out += [
                 {"type": "working-memory", "text": render_block(label, entry)}
                 for label, entry in blocks.items()
@@ -116,7 +122,7 @@ class ContextProvider:
                     top_k=self.options.top_k, budget=self.options.budget,
                     min_relevance=self.options.min_relevance,
                 )
-                result = self._service.recall(self._scope, recall)
+                result = self._source.recall(self._scope, recall)
                 out += [{"type": "semantic-memory", "text": render_note(n)} for n in result.hits]
         return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar, cast
 from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -28,6 +28,9 @@ from memfabric.domain.ledger import (
 )
 from memfabric.domain.scope import Scope
 from memfabric.domain.search_terms import search_terms
+
+if TYPE_CHECKING:
+    from memfabric.domain.deps import Deps
 
 T = TypeVar("T")
 
@@ -444,17 +447,17 @@ class Ledger:
         return SearchResult(tuple(hits), scanned, tuple(words))
 
 
-def erase_conversations(service: Any, tenant_id: str, resource_id: str | None,
+def erase_conversations(deps: Deps, tenant_id: str, resource_id: str | None,
                         thread_id: str | None, requested_by: str) -> int:
     """Erase (``Erased`` tombstone, key destroyed) every conversation of a scope prefix
     with something left in it; returns how many. ``erase_scope`` calls it."""
-    store = service.ledger_store
+    store = deps.ledger_store
     if store is None:
         return 0
     n = 0
     for _, tenant, resource, thread in store.threads(tenant_id, resource_id, thread_id):
         scope = Scope(tenant_id=tenant, resource_id=resource, thread_id=thread)
-        Ledger(service.unit_of_work, store, scope).erase(requested_by=requested_by,
+        Ledger(deps.unit_of_work, store, scope).erase(requested_by=requested_by,
                                                          cause="erase_scope")
         n += 1
     return n

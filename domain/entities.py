@@ -43,7 +43,7 @@ from memfabric.domain.subject_key import MAX_KEY_CHARS
 from memfabric.domain.visibility import Visibility
 
 if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 DIGEST_CHARS = 32
 """Hex characters kept of a key's HMAC-SHA256 (128 bits)."""
@@ -217,9 +217,9 @@ class EntityUnitOfWork(Protocol):
     def position(self) -> int: ...
 
 
-def open_uow(svc: MemoryService, locks: Sequence[Scope]) -> EntityUnitOfWork:
+def open_uow(deps: Deps, locks: Sequence[Scope]) -> EntityUnitOfWork:
     """A unit of work holding ``locks`` (sorted), typed for entity writes."""
-    return cast(EntityUnitOfWork, svc.unit_of_work(sorted(locks, key=lambda s: s.key)))
+    return cast(EntityUnitOfWork, deps.unit_of_work(sorted(locks, key=lambda s: s.key)))
 
 
 class EntityStore(Protocol):
@@ -267,16 +267,16 @@ def new_entity_id() -> str:
 
 @dataclass
 class EntityContext:
-    """What one call works with: the service, the reader's scope, the unit of work."""
+    """What one call works with: the dependencies, the reader's scope, the unit of work."""
 
-    svc: MemoryService
+    deps: Deps
     scope: Scope
     uow: Any = None
     digests: dict[str, str] = field(default_factory=dict)
 
     @property
     def store(self) -> EntityStore:
-        store = getattr(self.svc, "entity_store", None)
+        store = getattr(self.deps, "entity_store", None)
         if store is None:
             raise EntityError("this fabric has no entity index")
         return store  # type: ignore[no-any-return]
@@ -284,7 +284,7 @@ class EntityContext:
     def digest(self, text: str) -> str:
         found = self.digests.get(text)
         if found is None:
-            source = self.uow if self.uow is not None else self.svc.store
+            source = self.uow if self.uow is not None else self.deps.store
             found = self.digests[text] = source.content_hmac(text)[:DIGEST_CHARS]
         return found
 
@@ -380,7 +380,7 @@ def repoint_notes(ctx: EntityContext, *, source: str, target: str, merge_id: str
             return total, batches
         locks = {s for r in rows for s in visibility.write_locks(
             r.scope, visibility.of_consent({"visibility": r.visibility}))}
-        with open_uow(ctx.svc, list(locks)) as uow:
+        with open_uow(ctx.deps, list(locks)) as uow:
             moved = 0
             for note in uow.load_ids([r.aggregate_id for r in rows]):
                 if note.forgotten or note_entity(note) != source:
@@ -391,7 +391,7 @@ def repoint_notes(ctx: EntityContext, *, source: str, target: str, merge_id: str
                 uow.add(note)
                 moved += 1
             uow.commit()
-        ctx.svc.store.await_position(uow.position)
+        ctx.deps.store.await_position(uow.position)
         total, batches = total + moved, batches + 1
         if moved == 0:
             return total, batches  # rows the index still lists but the log has moved on

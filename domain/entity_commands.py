@@ -36,19 +36,19 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import Visibility
 
 if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 
 class Entities:
     """Resolve, upsert, merge, undo and forget the entities visible from one scope."""
 
-    def __init__(self, service: MemoryService, scope: Scope, actor: str = "caller") -> None:
-        self._svc = service
+    def __init__(self, deps: Deps, scope: Scope, actor: str = "caller") -> None:
+        self._deps = deps
         self.scope = scope
         self.actor = actor
 
     def _ctx(self, uow: Any = None) -> EntityContext:
-        return EntityContext(self._svc, self.scope, uow)
+        return EntityContext(self._deps, self.scope, uow)
 
     # ------------------------------------------------------------------ reads
     def resolve(self, surface: str, *, type: str | None = None,  # noqa: A002 - public API name
@@ -107,7 +107,7 @@ class Entities:
         args = UpsertInput(surface=surface, type=type, identifiers=list(identifiers), visibility=visibility)
         pairs = _pairs(args)
         locks = visibility_locks(self.scope, args.visibility)
-        with open_uow(self._svc, locks) as uow:
+        with open_uow(self._deps, locks) as uow:
             ctx = self._ctx(uow)
             ranked = rank(ctx, args.surface, args.type, pairs)
             pick = _pick(ctx, ranked, pairs, args.type)
@@ -121,7 +121,7 @@ class Entities:
             if e.pending_events:
                 uow.add_aggregate(e)
             uow.commit()
-        self._svc.store.await_position(uow.position)
+        self._deps.store.await_position(uow.position)
         return UpsertResult(view(e), outcome, tier, others, tuple(added))
 
     def merge(self, winner: str, loser: str, *, reason: str = "caller",
@@ -149,7 +149,7 @@ class Entities:
 
     def _merge_names(self, args: MergeInput, w: Any, lo: Any) -> str:
         """Step one of a merge (or the merge id of the one already done)."""
-        with open_uow(self._svc, visibility_locks(w.scope, w.visibility)) as uow:
+        with open_uow(self._deps, visibility_locks(w.scope, w.visibility)) as uow:
             ctx = self._ctx(uow)
             winner, loser = load_entity(ctx, w), load_entity(ctx, lo)
             if loser.merged_into == winner.entity_id and loser.merge_id is not None:
@@ -162,7 +162,7 @@ class Entities:
             uow.add_aggregate(winner)
             uow.add_aggregate(loser)
             uow.commit()
-        self._svc.store.await_position(uow.position)
+        self._deps.store.await_position(uow.position)
         return merge_id
 
     def undo_merge(self, loser: str, *, batch: int = 200) -> MergeResult:
@@ -173,7 +173,7 @@ class Entities:
         args = MergeInput(winner=loser, loser=loser, batch=batch)
         ctx = self._ctx()
         lo = locate(ctx, args.loser)
-        with open_uow(self._svc, visibility_locks(lo.scope, lo.visibility)) as uow:
+        with open_uow(self._deps, visibility_locks(lo.scope, lo.visibility)) as uow:
             uctx = self._ctx(uow)
             lost = load_entity(uctx, lo)
             done = getattr(lost, "last_undone", None)
@@ -189,7 +189,7 @@ class Entities:
                 assert done is not None
                 merge_id, winner_id = done
             uow.commit()
-        self._svc.store.await_position(uow.position)
+        self._deps.store.await_position(uow.position)
         n, batches = repoint_notes(ctx, source=winner_id, target=args.loser, merge_id=merge_id,
                                    moved_by=merge_id, cause=f"undo_merge:{merge_id}", batch=args.batch)
         return MergeResult(merge_id, winner_id, args.loser, n, batches, undone=True)
@@ -201,7 +201,7 @@ class Entities:
         Notes about it keep its id only. ``EntityNotFoundError`` when not visible."""
         args = MergeInput(winner=entity_id, loser=entity_id)
         ref = locate(self._ctx(), args.winner)
-        with open_uow(self._svc, visibility_locks(ref.scope, ref.visibility)) as uow:
+        with open_uow(self._deps, visibility_locks(ref.scope, ref.visibility)) as uow:
             e = load_entity(self._ctx(uow), ref)
             if e.forgotten:
                 return False
@@ -209,23 +209,23 @@ class Entities:
             uow.add_aggregate(e)
             uow.shred_aggregate(e)
             uow.commit()
-        self._svc.store.await_position(uow.position)
+        self._deps.store.await_position(uow.position)
         return True
 
 
-def erase_entities(svc: MemoryService, tenant_id: str, resource_id: str | None, thread_id: str | None,
+def erase_entities(deps: Deps, tenant_id: str, resource_id: str | None, thread_id: str | None,
                    requested_by: str, batch: int = 100) -> int:
     """Tombstone (key destroyed) every entity homed in a scope prefix, ``batch`` per
     transaction: ``erase_scope`` erases the names and identifiers of a scope too.
     Returns how many were forgotten."""
-    store = getattr(svc, "entity_store", None)
+    store = getattr(deps, "entity_store", None)
     total = 0
     while store is not None:
         refs = store.homed(tenant_id, resource_id, thread_id, batch)
         if not refs:
             return total
         locks = {lock for r in refs for lock in visibility_locks(r.scope, r.visibility)}
-        with open_uow(svc, list(locks)) as uow:
+        with open_uow(deps, list(locks)) as uow:
             for r in refs:
                 e = uow.load_aggregate(r.aggregate_id)
                 if isinstance(e, Entity) and not e.forgotten:
@@ -234,7 +234,7 @@ def erase_entities(svc: MemoryService, tenant_id: str, resource_id: str | None, 
                     uow.shred_aggregate(e)
                     total += 1
             uow.commit()
-        svc.store.await_position(uow.position)
+        deps.store.await_position(uow.position)
     return total
 
 

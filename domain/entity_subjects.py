@@ -29,7 +29,7 @@ from memfabric.domain.subject_key import SubjectKey
 from memfabric.domain.subject_text import norm_value
 
 if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
     from memfabric.domain.scope import Scope
 
 P = TypeVar("P")
@@ -53,11 +53,11 @@ def _surface(item: Any, key: SubjectKey | None) -> str | None:
     return key.entity
 
 
-def identifier_subject(svc: MemoryService, p: Any) -> tuple[str, SubjectKey] | None:
+def identifier_subject(deps: Deps, p: Any) -> tuple[str, SubjectKey] | None:
     """A fact stated under a leading identifier ("maria@acme.example works at Initech",
     "@mlopez moved to Porto"), which no extractor rule reads as a name: the identifier
     and the key the extractor gives with a placeholder name in its place."""
-    extractor = svc.subject_extractor
+    extractor = deps.subject_extractor
     if extractor is None or p.item.kind != "fact" or p.item.subject is not None or p.query.inferred is not None:
         return None
     head, _, rest = p.text.strip().partition(" ")
@@ -70,25 +70,25 @@ def identifier_subject(svc: MemoryService, p: Any) -> tuple[str, SubjectKey] | N
     return head, key
 
 
-def resolve_subjects(svc: MemoryService, uow: Any, scope: Scope, prepared: Mapping[int, P]) -> dict[int, P]:
+def resolve_subjects(deps: Deps, uow: Any, scope: Scope, prepared: Mapping[int, P]) -> dict[int, P]:
     """``prepared`` (``remember._Prepared`` by item index) with the subject keys of the
     items whose subject resolves to one entity naming that entity (see the module doc);
     unchanged without an entity index or when nothing resolves. One index lookup."""
-    store = getattr(svc, "entity_store", None)
+    store = getattr(deps, "entity_store", None)
     if store is None:
         return dict(prepared)
     asks: dict[int, str] = {}
     keys: dict[int, SubjectKey] = {}
     for i, p in prepared.items():
         surface = _surface(p.item, p.query.inferred)  # type: ignore[attr-defined]
-        stated = identifier_subject(svc, p) if surface is None else None
+        stated = identifier_subject(deps, p) if surface is None else None
         if stated is not None:
             surface, keys[i] = stated
         if surface is not None:
             asks[i] = surface
     if not asks:
         return dict(prepared)
-    ctx = EntityContext(svc, scope, uow)
+    ctx = EntityContext(deps, scope, uow)
     probes = {i: ek.probe(s) for i, s in asks.items()}
     exact = {i: {ctx.digest(t): t for t, (kind, _) in p.keys.items() if kind in ("id", "name", "alias")}
              for i, p in probes.items()}

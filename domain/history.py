@@ -15,19 +15,19 @@ from memfabric.domain.results import HistoryEntry, Lineage, MemoryNote, note_vie
 from memfabric.domain.scope import Scope
 
 if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 _ENVELOPE = ("originator_id", "originator_version", "timestamp", "originator_topic")
 
 
-def locate(svc: MemoryService, scope: Scope, note_id: str) -> tuple[Scope, visibility.Visibility]:
+def locate(deps: Deps, scope: Scope, note_id: str) -> tuple[Scope, visibility.Visibility]:
     """Issue 16: where note ``note_id``, addressed from ``scope``, lives: ``(home,
     visibility)`` of the un-forgotten note of that id visible from ``scope``
     (``scope``'s own note first), else ``(scope, "thread")``, so a forgotten note is
     still addressed (its tombstone) from its own scope and an invisible one is not
     found. Raises ``ScopeError`` when several other scopes' notes visible from
     ``scope`` share the id (explicit ids): address it from its own scope then."""
-    found = svc.store.resolve(scope, note_id)
+    found = deps.store.resolve(scope, note_id)
     if not found:
         return scope, visibility.LEGACY_VISIBILITY
     (home, vis), *rest = found
@@ -45,17 +45,17 @@ def lock_scopes(home: Scope, vis: visibility.Visibility) -> list[Scope]:
     return sorted(visibility.write_locks(home, vis), key=lambda s: s.key)
 
 
-def load(svc: MemoryService, scope: Scope, note_id: str) -> Note:
+def load(deps: Deps, scope: Scope, note_id: str) -> Note:
     """The note ``note_id`` visible from ``scope`` (:func:`locate`); raises
     ``NoteNotFoundError`` when there is none."""
-    home, _ = locate(svc, scope, note_id)
-    note = svc.store.load(note_uuid(home, note_id))
+    home, _ = locate(deps, scope, note_id)
+    note = deps.store.load(note_uuid(home, note_id))
     if note is None:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
     return note
 
 
-def target_visible(svc: MemoryService, reader: Scope, home: Scope,
+def target_visible(deps: Deps, reader: Scope, home: Scope,
                    resolve: Callable[[Scope, str], Sequence[tuple[Scope, Any]]] | None = None,
                    ) -> Callable[[str], bool]:
     """``seen(to_id)``: whether the link target ``to_id`` of a note of ``home`` is visible
@@ -69,12 +69,12 @@ def target_visible(svc: MemoryService, reader: Scope, home: Scope,
         if reader == home:
             return True
         if to_id not in known:
-            known[to_id] = any(h == home for h, _ in (resolve or svc.store.resolve)(reader, to_id))
+            known[to_id] = any(h == home for h, _ in (resolve or deps.store.resolve)(reader, to_id))
         return known[to_id]
     return seen
 
 
-def shown(svc: MemoryService, reader: Scope, home: Scope, view: MemoryNote,
+def shown(deps: Deps, reader: Scope, home: Scope, view: MemoryNote,
           resolve: Callable[[Scope, str], Sequence[tuple[Scope, Any]]] | None = None) -> MemoryNote:
     """``view`` (of a note of ``home``) as ``reader`` may see it: its ``links`` as
     :func:`target_visible` allows, and ``supersedes`` (with the decision's ``note_id``)
@@ -82,7 +82,7 @@ def shown(svc: MemoryService, reader: Scope, home: Scope, view: MemoryNote,
     that replaced a thread-only note of its thread does not name it elsewhere)."""
     if home == reader or not (view.links or view.supersedes):
         return view
-    seen = target_visible(svc, reader, home, resolve)  # a writer passes its unit of work's
+    seen = target_visible(deps, reader, home, resolve)  # a writer passes its unit of work's
     view = dataclasses.replace(view, links=tuple(lk for lk in view.links if seen(lk.id)))
     return unnamed_predecessor(view, seen)
 
@@ -95,11 +95,11 @@ def unnamed_predecessor(view: MemoryNote, seen: Callable[[str], bool]) -> Memory
     return view
 
 
-def hide_predecessors(svc: MemoryService, reader: Scope, views: list[MemoryNote]) -> list[MemoryNote]:
+def hide_predecessors(deps: Deps, reader: Scope, views: list[MemoryNote]) -> list[MemoryNote]:
     """Recall hits / list items as ``reader`` may see them: a note of another scope
     names the note it replaced only when that one is visible from ``reader`` (one
     lookup per such hit; hits of ``reader``'s own scope are untouched)."""
-    return [unnamed_predecessor(v, target_visible(svc, reader, v.scope))
+    return [unnamed_predecessor(v, target_visible(deps, reader, v.scope))
             if v.supersedes and v.scope != reader else v for v in views]
 
 
@@ -110,26 +110,26 @@ def _unnamed(decision: dict[str, Any] | None, note_id: str) -> dict[str, Any] | 
     return {k: v for k, v in decision.items() if k not in ("note_id", "old_value")}
 
 
-def get(svc: MemoryService, scope: Scope, note_id: str) -> MemoryNote:
+def get(deps: Deps, scope: Scope, note_id: str) -> MemoryNote:
     """The note ``note_id`` visible from ``scope`` (``NoteNotFoundError`` when absent);
     its ``links`` as :func:`target_visible` allows."""
-    note = load(svc, scope, note_id)
-    return shown(svc, scope, note.scope, note_view(note, "read"))
+    note = load(deps, scope, note_id)
+    return shown(deps, scope, note.scope, note_view(note, "read"))
 
 
-def history(svc: MemoryService, scope: Scope, note_id: str) -> list[HistoryEntry]:
+def history(deps: Deps, scope: Scope, note_id: str) -> list[HistoryEntry]:
     """Every event of the note visible from ``scope`` (:func:`locate`) in version order
     (``NoteNotFoundError`` when absent; ``EventIntegrityError`` naming the note and the
     version when one is missing from the middle of its events)."""
-    home, _ = locate(svc, scope, note_id)
-    events = list(svc.store.stored_events(note_uuid(home, note_id)))
+    home, _ = locate(deps, scope, note_id)
+    events = list(deps.store.stored_events(note_uuid(home, note_id)))
     if not events:
         raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
     replay.check_versions(f"note {note_id!r} of scope {home}", (e.originator_version for e in events))
     entries = _timed([_entry(event) for event in events], events)
     if home == scope:
         return entries
-    seen = target_visible(svc, scope, home)
+    seen = target_visible(deps, scope, home)
     return [_hide_ids(e, seen, home) for e in entries]
 
 
@@ -147,20 +147,8 @@ def _hide_ids(entry: HistoryEntry, seen: Callable[[str], bool], home: Scope) -> 
     ``supersession``) and ``source`` (the aggregate id of a contributing note:
     ``None`` unless it is the note the cause names and that one is seen)."""
     fields = dict(entry.fields)
-    links = fields.get("links")
-    if isinstance(links, list) and links:
-        fields["links"] = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
-    for name in ("note_ids", "link_ids"):
-        ids = fields.get(name)
-        if isinstance(ids, list) and ids:
-            fields[name] = [i for i in ids if seen(str(i))]
-    for name in ("supersedes", "superseded_by", "successor_id"):
-        other = fields.get(name)
-        if isinstance(other, str) and other and not seen(other):
-            fields[name] = None
-    decision = fields.get("decision")
-    if isinstance(decision, dict) and isinstance(decision.get("note_id"), str) and not seen(decision["note_id"]):
-        fields["decision"] = _unnamed(decision, decision["note_id"])
+    _hide_listed(fields, seen)
+    _hide_named(fields, seen)
     named = _cause_note(fields.get("cause"))
     if named is not None and not seen(named):
         fields["cause"] = str(fields["cause"]).split(":", 1)[0]
@@ -169,6 +157,31 @@ def _hide_ids(entry: HistoryEntry, seen: Callable[[str], bool], home: Scope) -> 
             fields["source"] = None
     return entry if fields == entry.fields else dataclasses.replace(
         entry, fields=fields, cause=str(fields.get("cause", entry.cause)))
+
+
+def _hide_listed(fields: dict[str, Any], seen: Callable[[str], bool]) -> None:
+    """In place: the ``links`` items (``{"id": ...}``), ``note_ids`` and ``link_ids``
+    of an event's ``fields`` that ``seen`` refuses taken out."""
+    links = fields.get("links")
+    if isinstance(links, list) and links:
+        fields["links"] = [lk for lk in links if not isinstance(lk, dict) or seen(str(lk.get("id")))]
+    for name in ("note_ids", "link_ids"):
+        ids = fields.get(name)
+        if isinstance(ids, list) and ids:
+            fields[name] = [i for i in ids if seen(str(i))]
+
+
+def _hide_named(fields: dict[str, Any], seen: Callable[[str], bool]) -> None:
+    """In place: ``supersedes`` / ``superseded_by`` / ``successor_id`` that ``seen``
+    refuses set to ``None``, and the decision's ``note_id`` (with its ``old_value``)
+    taken out."""
+    for name in ("supersedes", "superseded_by", "successor_id"):
+        other = fields.get(name)
+        if isinstance(other, str) and other and not seen(other):
+            fields[name] = None
+    decision = fields.get("decision")
+    if isinstance(decision, dict) and isinstance(decision.get("note_id"), str) and not seen(decision["note_id"]):
+        fields["decision"] = _unnamed(decision, decision["note_id"])
 
 
 def _cause_note(cause: Any) -> str | None:
@@ -202,19 +215,19 @@ def _entry(event: Any) -> HistoryEntry:
                         fields=fields, erased=erased)
 
 
-def lineage(svc: MemoryService, scope: Scope, note_id: str) -> Lineage:
+def lineage(deps: Deps, scope: Scope, note_id: str) -> Lineage:
     """Predecessors and successors along ``supersedes`` (both directions), folds,
     links and the tombstone of ``note_id``. Cycles cannot arise: a note can only
     supersede a note that existed before it, and each step is checked."""
-    note = load(svc, scope, note_id)
+    note = load(deps, scope, note_id)
     seen = {note.note_id}
-    preds = _walk(svc, scope, note, seen, lambda n: n.supersedes)
-    succs = _walk(svc, scope, note, seen, lambda n: n.superseded_by)
-    events = history(svc, scope, note_id)
+    preds = _walk(deps, scope, note, seen, lambda n: n.supersedes)
+    succs = _walk(deps, scope, note, seen, lambda n: n.superseded_by)
+    events = history(deps, scope, note_id)
     tomb = None
     if note.forgotten or note.held:  # the latest tombstone (a block can be rewritten)
         tomb = next((h.fields for h in reversed(events) if h.type == Note.Forgotten.__name__), None)
-    shown_target = target_visible(svc, scope, note.scope)
+    shown_target = target_visible(deps, scope, note.scope)
     chain = [_chain_row(n, shown_target) for n in [*reversed(preds), note, *succs]]
     return Lineage(id=note_id, predecessors=[n.note_id for n in preds],
                    successors=[n.note_id for n in succs],
@@ -223,7 +236,7 @@ def lineage(svc: MemoryService, scope: Scope, note_id: str) -> Lineage:
                    promoted_from=getattr(note, "promoted_from", None))
 
 
-def _walk(svc: MemoryService, scope: Scope, start: Note, seen: set[str], step: Any) -> list[Note]:
+def _walk(deps: Deps, scope: Scope, start: Note, seen: set[str], step: Any) -> list[Note]:
     """The notes along ``step`` from ``start``, each resolved from ``scope`` (issue 16:
     a chain may cross threads); the walk stops before a note ``scope`` cannot see."""
     out: list[Note] = []
@@ -231,7 +244,7 @@ def _walk(svc: MemoryService, scope: Scope, start: Note, seen: set[str], step: A
     while (nxt := step(cur)) and nxt not in seen:
         seen.add(nxt)
         try:
-            cur = load(svc, scope, nxt)
+            cur = load(deps, scope, nxt)
         except NoteNotFoundError:
             break
         out.append(cur)

@@ -36,7 +36,7 @@ from memfabric.domain.visibility import LEGACY_VISIBILITY, write_locks
 if TYPE_CHECKING:
     from uuid import UUID
 
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 
 @dataclass
@@ -54,20 +54,20 @@ Guard = Callable[[Note], "datetime | None"]
 """Issue 30: the end of a note's regulated floor when it forbids erasing it now, else ``None``."""
 
 
-def floor_guard(svc: MemoryService, approval: str | None) -> Guard | None:
+def floor_guard(deps: Deps, approval: str | None) -> Guard | None:
     """The guard of an erasure: none with an ``approval`` reference (a legal erasure),
-    else the recorded retention settings' floor at the service clock. The record is read
+    else the recorded retention settings' floor at ``deps.clock()``. The record is read
     here, so build the guard *before* the unit of work: read inside it, the record took a
     second pooled connection while the write held its locks (a pool of one waited for
     itself; a fresh user's finding, ``tests/integration/test_fresh_findings.py``)."""
-    if approval is not None or svc.retention_store is None:
+    if approval is not None or deps.retention_store is None:
         return None
-    config = svc.retention_store.config()
+    config = deps.retention_store.config()
 
     def guard(note: Note) -> datetime | None:
         if not retention.regulated_label(note):
             return None
-        return retention.under_floor(note, config.for_tenant(note.tenant_id), svc.clock())
+        return retention.under_floor(note, config.for_tenant(note.tenant_id), deps.clock())
     return guard
 
 
@@ -130,7 +130,7 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
     return tally
 
 
-def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
+def forget(deps: Deps, scope: Scope, note_id: str, *, hold: bool, requested_by: str,
            block: str | None = None, approval: str | None = None) -> ForgetResult:
     """Tombstone (or hold) one note visible from ``scope`` (issue 16: resolved by
     :func:`memfabric.domain.history.locate`; a block: of exactly ``scope``). Absent or
@@ -138,9 +138,9 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
     unchanged. Issue 30: a note with the regulated label before its floor raises
     ``RetentionFloorError`` naming the floor (nothing written) unless ``approval``
     names the legal erasure's approval reference (recorded in the tombstone)."""
-    home, vis = (scope, LEGACY_VISIBILITY) if block is not None else locate(svc, scope, note_id)
-    guard = floor_guard(svc, approval)  # before the unit of work: it reads the record
-    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+    home, vis = (scope, LEGACY_VISIBILITY) if block is not None else locate(deps, scope, note_id)
+    guard = floor_guard(deps, approval)  # before the unit of work: it reads the record
+    with deps.unit_of_work(lock_scopes(home, vis)) as uow:
         if block is not None:  # issue 27: a block written before its id got its mark keeps its id
             note_id = working.erasure_block_id(uow, home, block)
         readable, unreadable, failed = load_for_erasure(uow, [note_uuid(home, note_id)])
@@ -163,61 +163,61 @@ def forget(svc: MemoryService, scope: Scope, note_id: str, *, hold: bool, reques
                 f"{until.isoformat()} unless the erasure names an approval reference (approval=...)",
                 floor=until)
         uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return ForgetResult(id=note_id if block is None else None, block=block,
                         deleted=len(tally.deleted), held=bool(tally.held or tally.already_held))
 
 
-def release_hold(svc: MemoryService, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
+def release_hold(deps: Deps, scope: Scope, note_id: str, *, requested_by: str) -> MemoryNote:
     """Lift the legal hold of note ``note_id``: one ``HoldReleased`` event; in the same
     unit of work its projection rows come back, so it is recalled and listed again.
     The hold's ``Forgotten`` event stays in the history. Raises ``NoteNotFoundError``
     (absent), ``NoteForgottenError`` (tombstoned), ``NotHeldError`` (not held). The
     note is any one visible from ``scope`` (issue 16)."""
-    home, vis = locate(svc, scope, note_id)
-    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+    home, vis = locate(deps, scope, note_id)
+    with deps.unit_of_work(lock_scopes(home, vis)) as uow:
         note = uow.load(home, note_id)
         if note is None:
             raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
         note.release_hold(requested_by=requested_by)
         uow.add(note)
         uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return note_view(note, "released")
 
 
-def set_retention(svc: MemoryService, scope: Scope, note_id: str, target: str, *, requested_by: str,
+def set_retention(deps: Deps, scope: Scope, note_id: str, target: str, *, requested_by: str,
                   approval: str | None = None) -> MemoryNote:
     """Issue 30: move note ``note_id`` (any one visible from ``scope``) to retention
     class ``target``: one ``RetentionChanged`` event (none when it already has that
     class). Raises ``NoteNotFoundError`` (absent), ``NoteForgottenError``
     (tombstoned), ``RetentionError`` (a note with the regulated label into a longer
     class without ``approval``, recorded in the event when given)."""
-    home, vis = locate(svc, scope, note_id)
-    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+    home, vis = locate(deps, scope, note_id)
+    with deps.unit_of_work(lock_scopes(home, vis)) as uow:
         note = uow.load(home, note_id)
         if note is None:
             raise NoteNotFoundError(f"no note {note_id!r} in scope {scope}")
         note.change_retention(retention=target, requested_by=requested_by, approval=approval)
         uow.add(note)
         uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return note_view(note, "retained")
 
 
-def forget_block(svc: MemoryService, scope: Scope, label: str, *, hold: bool,
+def forget_block(deps: Deps, scope: Scope, label: str, *, hold: bool,
                  requested_by: str, approval: str | None = None) -> ForgetResult:
     """Tombstone (or hold) working block ``label`` of ``scope`` (floor as in :func:`forget`)."""
-    return forget(svc, scope, working.block_note_id(scope, label), hold=hold,
+    return forget(deps, scope, working.block_note_id(scope, label), hold=hold,
                   requested_by=requested_by, block=label, approval=approval)
 
 
-def delete_path(svc: MemoryService, scope: Scope, path: str, *, hold: bool,
+def delete_path(deps: Deps, scope: Scope, path: str, *, hold: bool,
                 requested_by: str) -> PathForgetResult:
     """Tombstone (or hold) every ``file`` note of ``scope`` recorded against ``path``
     (``RetentionFloorError``, nothing written, when one is regulated before its floor)."""
-    guard = floor_guard(svc, None)  # before the unit of work: it reads the record
-    with svc.unit_of_work([scope]) as uow:
+    guard = floor_guard(deps, None)  # before the unit of work: it reads the record
+    with deps.unit_of_work([scope]) as uow:
         notes = _by_path(uow, scope, path)
         tally = tombstone(uow, notes, hold=hold, requested_by=requested_by, cause="delete_path",
                           guard=guard)
@@ -227,22 +227,22 @@ def delete_path(svc: MemoryService, scope: Scope, path: str, *, hold: bool,
                                       f"its floor ends at {until.isoformat()} (forget it with approval=...)",
                                       floor=until)
         uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return PathForgetResult(path=path, deleted=tuple(tally.deleted),
                             held=tuple(tally.held + tally.already_held))
 
 
-def repoint(svc: MemoryService, scope: Scope, from_path: str, to_path: str) -> RepointResult:
+def repoint(deps: Deps, scope: Scope, from_path: str, to_path: str) -> RepointResult:
     """Move the live ``file`` notes of ``scope`` on ``from_path`` to ``to_path``
     (one ``Repointed`` event each, nothing re-embedded); held notes stay."""
-    with svc.unit_of_work([scope]) as uow:
+    with deps.unit_of_work([scope]) as uow:
         notes = _by_path(uow, scope, from_path)
         moved = [n for n in notes if n.live and n.kind == "file"]
         for note in moved:
             note.repoint(to_path=to_path)
             uow.add(note)
         uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return RepointResult(from_path=from_path, to_path=to_path,
                          repointed=tuple(n.note_id for n in moved),
                          held=tuple(n.note_id for n in notes if n.held))
@@ -253,7 +253,7 @@ def _by_path(uow: UnitOfWork, scope: Scope, path: str) -> list[Note]:
     return [n for n in found if n is not None]
 
 
-def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
+def erase_scope(deps: Deps, args: EraseScopeInput) -> EraseResult:
     """Tombstone (or hold) every un-forgotten note of a scope prefix, ``batch_size``
     notes per unit of work (each holding the write locks of the scopes it touches and
     of their consolidation groups, ``visibility.write_locks``). Issue 30: regulated
@@ -261,12 +261,12 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
     ``args.approval`` names a legal erasure's approval reference."""
     t, r, th = args.tenant_id, args.resource_id, args.thread_id
     deleted = held = already_held = batches = floor_kept = 0
-    guard = None if args.hold else floor_guard(svc, args.approval)
+    guard = None if args.hold else floor_guard(deps, args.approval)
     states = {"live": 0, "superseded": 0, "held": 0}
     unread: list[str] = []
     failed: list[str] = []
     after = None
-    while page := svc.store.notes_in_scope(t, r, th, after=after, limit=args.batch_size):
+    while page := deps.store.notes_in_scope(t, r, th, after=after, limit=args.batch_size):
         after = page[-1]
         already_held += sum(1 for ref in page if ref.held)
         targets = [ref for ref in page if not ref.held]
@@ -275,7 +275,7 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         # issue 16: with the group locks of every visibility, so no writer of another
         # thread folds into a note while its batch tombstones it
         locks = {lock for ref in targets for lock in write_locks(ref.scope, "tenant")}
-        with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
+        with deps.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
             notes, bad, lost = load_for_erasure(uow, [ref.aggregate_id for ref in targets])
             for note in (*notes, *bad):
                 states[_state(note)] += 1
@@ -289,13 +289,13 @@ def erase_scope(svc: MemoryService, args: EraseScopeInput) -> EraseResult:
         failed += [names[a] for a in lost]
         for attr in ("deleted", "held", "already_held"):
             getattr(tally, attr).extend(getattr(bad_tally, attr))
-        svc.store.await_position(uow.position)
+        deps.store.await_position(uow.position)
         batches += 1
         floor_kept += len(tally.floor) + len(bad_tally.floor)
         deleted += len(tally.deleted)
         held += len(tally.held)
         already_held += len(tally.already_held)  # held by someone else meanwhile
-    left = svc.store.counts_in_scope(t, r, th)
+    left = deps.store.counts_in_scope(t, r, th)
     found = NoteCounts(live=states["live"], superseded=states["superseded"], held=already_held, forgotten=deleted)
     return EraseResult(tenant_id=t, resource_id=r, thread_id=th, deleted=deleted, held=held,
                        already_held=already_held, remaining=left.live + left.superseded, batches=batches,
@@ -310,13 +310,13 @@ def _state(note: Note) -> str:
     return "superseded" if note.superseded_by else "live"
 
 
-def verify_content(svc: MemoryService, scope: Scope, note_id: str, text: str) -> bool:
+def verify_content(deps: Deps, scope: Scope, note_id: str, text: str) -> bool:
     """True when ``text`` matches the tombstone's keyed hash (constant-time compare).
     Raises ``NoteNotFoundError`` when the note is absent, ``FabricError`` when it has
     no tombstone."""
-    tomb = next((h.fields for h in reversed(history(svc, scope, note_id)) if h.type == "Forgotten"), None)
+    tomb = next((h.fields for h in reversed(history(deps, scope, note_id)) if h.type == "Forgotten"), None)
     if tomb is None:
         raise FabricError(f"id: note {note_id!r} has no tombstone")
     expected = tomb.get("content_hmac") or ""
-    return hmac.compare_digest(expected, svc.store.content_hmac(text))
+    return hmac.compare_digest(expected, deps.store.content_hmac(text))
 

@@ -12,7 +12,7 @@ it raises.
 
 Workers (model-free, off by default, inert until attached). They run inline after a
 write, inside the write's unit of work, only while a session is attached to the
-written scope (``gate_for(service).any_attached(scope.key)``) and the fabric is not
+written scope (``deps.gate.any_attached(scope.key)``) and the fabric is not
 ``passive``:
 
 - **linker** (``LinkerSettings``: ``enabled``, ``top_k`` 1-32, ``floor``): a new note
@@ -51,32 +51,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from memfabric.domain import link_terms, visibility
-from memfabric.domain.attach import gate_for
 from memfabric.domain.errors import EventIntegrityError, FabricError, NoteForgottenError, NoteNotFoundError
 from memfabric.domain.history import locate, lock_scopes
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
+from memfabric.domain.settings import DEFAULT_FLOOR as DEFAULT_FLOOR  # re-exported names
+from memfabric.domain.settings import MAX_WORKER_CAP as MAX_WORKER_CAP
+from memfabric.domain.settings import EvolutionSettings as EvolutionSettings
+from memfabric.domain.settings import LinkerSettings as LinkerSettings
+from memfabric.domain.settings import worker_settings as worker_settings
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from memfabric.domain.consolidation import LocalIndex, Neighbour
     from memfabric.domain.ports import UnitOfWork
-    from memfabric.domain.service import MemoryService
-
-DEFAULT_FLOOR = 0.3
-"""Least cosine similarity of a linked / patched neighbour."""
-
-MAX_WORKER_CAP = 32
-"""Upper bound of ``top_k`` and ``max_patches``."""
+    from memfabric.domain.deps import Deps
 
 
 class LinkError(FabricError):
@@ -87,55 +84,6 @@ class LinkScopeError(LinkError):
     """The link target is visible from the caller's scope but lives in another scope
     than the source: a link joins two notes of one scope (its target id is resolved in
     the source's scope), so links across threads are not made."""
-
-
-class LinkerSettings(BaseModel):
-    """The linker worker: ``enabled`` (default False), ``top_k`` edges per new note
-    (1-32, default 3), ``floor`` (least similarity, default 0.3) and ``by``: which
-    neighbours it links, ``"similarity"`` (default: the nearest vectors, weight = cosine)
-    or ``"terms"`` (the notes sharing the most rare terms, weight from their IDF, see
-    :mod:`memfabric.domain.link_terms`; suits conversational turns, whose related turns
-    share a name or a thing rather than wording).
-
-    ``adjacent`` (0-1, default 0: none) is the weight of one more edge, relation
-    ``follows``, from a new note to the newest live, current note of exactly its scope
-    and kind, the one inserted just before it (the previous turn of a conversation: an
-    answer follows its question), when the two are at most ``adjacent_window`` seconds
-    apart (default 3600; each note's time is its ``t_ref``, else its write time). It
-    comes on top of the ``top_k`` edges. For conversations:
-    ``{"by": "terms", "top_k": 8, "adjacent": 0.5}`` (``scripts/eval_links.py``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    enabled: bool = False
-    top_k: int = Field(default=3, ge=1, le=MAX_WORKER_CAP)
-    floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
-    by: Literal["similarity", "terms"] = "similarity"
-    adjacent: float = Field(default=0.0, ge=0.0, le=1.0)
-    adjacent_window: float = Field(default=3600.0, gt=0.0, le=366 * 86400.0)
-
-
-class EvolutionSettings(BaseModel):
-    """The evolution worker: ``enabled`` (default False), ``max_patches`` per new note
-    (1-32, default 8), ``max_bytes`` per patch (64-4096, default 512) and ``floor``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    enabled: bool = False
-    max_patches: int = Field(default=8, ge=1, le=MAX_WORKER_CAP)
-    max_bytes: int = Field(default=512, ge=64, le=4096)
-    floor: float = Field(default=DEFAULT_FLOOR, ge=0.0, le=1.0)
-
-
-def worker_settings(linker: LinkerSettings | dict[str, Any] | None,
-                    evolution: EvolutionSettings | dict[str, Any] | None,
-                    passive: bool) -> dict[str, Any]:
-    """``configure_workers`` arguments from ``open_fabric``'s ``linker``/``evolution``
-    (``pydantic.ValidationError`` for a bad setting)."""
-    return {
-        "linker": linker if isinstance(linker, LinkerSettings) else LinkerSettings.model_validate(linker or {}),
-        "evolution": (evolution if isinstance(evolution, EvolutionSettings)
-                      else EvolutionSettings.model_validate(evolution or {})),
-        "passive": passive,
-    }
 
 
 # ------------------------------------------------------------------- commands
@@ -168,13 +116,13 @@ def _missing_target(uow: UnitOfWork, scope: Scope, home: Scope, from_id: str, to
     return NoteNotFoundError(f"to_id: no note {to_id!r} in scope {home}")
 
 
-def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation: str,
+def link(deps: Deps, scope: Scope, from_id: str, to_id: str, *, relation: str,
          weight: float) -> MemoryNote:
     """Add the edge ``from_id -> to_id`` (see the module doc)."""
     if from_id == to_id:
         raise LinkError(f"to_id: note {from_id!r} cannot link to itself")
-    home, vis = locate(svc, scope, from_id)
-    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+    home, vis = locate(deps, scope, from_id)
+    with deps.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
         if uow.load(home, to_id) is None or _target_hidden(uow, scope, home, to_id):
             raise _missing_target(uow, scope, home, from_id, to_id)
@@ -182,15 +130,15 @@ def link(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *, relation
         source.link([{"id": to_id, "relation": relation, "weight": float(weight)}], cause="caller")
         uow.add(source)
         uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return note_view(source, "linked")
 
 
-def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
+def unlink(deps: Deps, scope: Scope, from_id: str, to_id: str, *,
            relation: str) -> MemoryNote:
     """Remove the edge ``from_id -> to_id`` of ``relation`` (absent: nothing written)."""
-    home, vis = locate(svc, scope, from_id)
-    with svc.unit_of_work(lock_scopes(home, vis)) as uow:
+    home, vis = locate(deps, scope, from_id)
+    with deps.unit_of_work(lock_scopes(home, vis)) as uow:
         source = _live(uow, home, from_id, "from_id")
         if uow.load(home, to_id) is None or _target_hidden(uow, scope, home, to_id):
             raise _missing_target(uow, scope, home, from_id, to_id)
@@ -198,7 +146,7 @@ def unlink(svc: MemoryService, scope: Scope, from_id: str, to_id: str, *,
             source.unlink([{"id": to_id, "relation": relation}], cause="caller")
             uow.add(source)
             uow.commit()
-    svc.store.await_position(uow.position)
+    deps.store.await_position(uow.position)
     return note_view(source, "unlinked")
 
 
@@ -306,16 +254,14 @@ def adjacent_edge(linker: LinkerSettings, note: Note, previous: Note | None) -> 
     return {"id": previous.note_id, "relation": "follows", "weight": round(linker.adjacent, 6)}
 
 
-def workers_for(svc: MemoryService, scope: Scope) -> Workers | None:
+def workers_for(deps: Deps, scope: Scope) -> Workers | None:
     """The live workers of a write to ``scope``: ``None`` unless one is enabled, the
     fabric is not passive and a session is attached to ``scope`` (the attach gate)."""
-    linker: LinkerSettings | None = getattr(svc, "linker", None)
-    evolution: EvolutionSettings | None = getattr(svc, "evolution", None)
-    linker = linker if linker is not None and linker.enabled else None
-    evolution = evolution if evolution is not None and evolution.enabled else None
-    if (linker is None and evolution is None) or getattr(svc, "passive", False):
+    linker = deps.linker if deps.linker.enabled else None
+    evolution = deps.evolution if deps.evolution.enabled else None
+    if (linker is None and evolution is None) or deps.passive:
         return None
-    if not gate_for(svc).any_attached(scope.key):
+    if not deps.gate.any_attached(scope.key):
         return None
     return Workers(linker, evolution)
 
@@ -402,22 +348,46 @@ def linker_edges(linker: LinkerSettings, uow: UnitOfWork, scope: Scope, note: No
     """The linker's edges of the new ``note``: up to ``top_k`` ``related`` ones (shared
     terms, or the nearest ``targets`` at similarity ≥ ``floor``), then the ``follows``
     edge (:func:`adjacent_edge`). Every target is loaded live and current, in one query."""
-    previous = terms.previous(note.kind) if terms is not None and linker.adjacent > 0.0 else None
-    previous = None if previous in skip else previous
-    by_terms = linker.by == "terms" and terms is not None
-    found = terms.edges(note, linker.top_k, skip) if by_terms and terms is not None else []
-    if terms is not None and not by_terms:
+    previous = _previous(linker, terms, note, skip)
+    found: list[tuple[str, float]] = []
+    if linker.by == "terms" and terms is not None:
+        found = terms.edges(note, linker.top_k, skip)
+    elif terms is not None:
         terms.record(note)
-    found_ids = {nid for nid, _ in found}
-    wanted = [*found, *([(previous, 0.0)] if previous and previous not in found_ids else [])]
-    loaded = [(t, w) for t, w in (_live_targets(uow, scope, wanted) if wanted else []) if linkable(note, t)]
+    loaded = _loaded(uow, scope, note, found, previous)
     before = next((t for t, _ in loaded if t.note_id == previous), None)
-    linked = ([(t, w) for t, w in loaded if t.note_id in found_ids] if by_terms
-              else [(t, sim) for t, sim in targets if sim >= linker.floor and linkable(note, t)])
-    edges = [{"id": t.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, w)), 6)}
-             for t, w in linked][: linker.top_k]
+    if linker.by == "terms" and terms is not None:
+        found_ids = {nid for nid, _ in found}
+        linked = [(t, w) for t, w in loaded if t.note_id in found_ids]
+    else:
+        linked = [(t, sim) for t, sim in targets if sim >= linker.floor and linkable(note, t)]
+    edges = [related_edge(t, w) for t, w in linked][: linker.top_k]
     follows = adjacent_edge(linker, note, before)
     return [*edges, follows] if follows is not None else edges
+
+
+def _previous(linker: LinkerSettings, terms: BatchTerms | None, note: Note, skip: set[str]) -> str | None:
+    """The id of the note a ``follows`` edge may go to (the newest of ``note``'s kind
+    before it, :meth:`BatchTerms.previous`), or ``None``: adjacency off, no postings, or
+    that note is in ``skip``."""
+    previous = terms.previous(note.kind) if terms is not None and linker.adjacent > 0.0 else None
+    return None if previous in skip else previous
+
+
+def _loaded(uow: UnitOfWork, scope: Scope, note: Note, found: list[tuple[str, float]],
+            previous: str | None) -> list[tuple[Note, float]]:
+    """The ``found`` targets and ``previous`` (weight 0), loaded live and current in
+    one query, keeping those ``note`` may link to (:func:`linkable`)."""
+    found_ids = {nid for nid, _ in found}
+    wanted = [*found, *([(previous, 0.0)] if previous and previous not in found_ids else [])]
+    if not wanted:
+        return []
+    return [(t, w) for t, w in _live_targets(uow, scope, wanted) if linkable(note, t)]
+
+
+def related_edge(target: Note, weight: float) -> dict[str, Any]:
+    """A ``related`` edge to ``target``, its weight clipped to [0, 1] and rounded to 6 places."""
+    return {"id": target.note_id, "relation": "related", "weight": round(min(1.0, max(0.0, weight)), 6)}
 
 
 def _size(patch: dict[str, Any]) -> int:

@@ -151,7 +151,7 @@ class Notes:
         """Issue 32: the :class:`~memfabric.domain.entity_commands.Entities` of this scope
         (resolve, upsert, merge, undo_merge, forget; see ``docs/entities.md``)."""
         from memfabric.domain.entity_commands import Entities  # noqa: PLC0415
-        return Entities(self._service, self.scope, self.actor)
+        return Entities(self._service.deps, self.scope, self.actor)
 
     # ----------------------------------------------------------------- writes
     def remember(
@@ -218,7 +218,7 @@ class Notes:
         if reflection_id is not None:  # issue 14: promotion (memfabric.domain.promotion)
             from memfabric.domain.promotion import promote  # noqa: PLC0415
             rest = {k: v for k, v in given.items() if v is not None and k not in ("kind", "content")}
-            return promote(self._service, self.scope, kind=kind, reflection_id=reflection_id,
+            return promote(self._service.deps, self.scope, kind=kind, reflection_id=reflection_id,
                            content=content, fields=rest)
         if kind == "episode":  # issue 14: an observation of the ledger, read (never written)
             from memfabric.domain.episodes import read_episode  # noqa: PLC0415
@@ -416,7 +416,7 @@ class Notes:
             data["scoring"] = scoring
         if entity is not None:  # issue 32: the notes about one entity, stated under any alias
             from memfabric.domain.entity_recall import recall_entity  # noqa: PLC0415
-            return recall_entity(self._service, self.scope, RecallInput.model_validate(data), entity,
+            return recall_entity(self._service.deps, self.scope, RecallInput.model_validate(data), entity,
                                  access=self._access)
         return self._service.recall(self.scope, RecallInput.model_validate(data), access=self._access)
 

@@ -14,7 +14,7 @@ unknown, unbound or still-open reflection (``LedgerError``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 
@@ -26,6 +26,9 @@ from memfabric.domain.remember import new_note_id, vector_bytes
 from memfabric.domain.results import MemoryNote, note_view
 from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import stored_consent
+
+if TYPE_CHECKING:
+    from memfabric.domain.deps import Deps
 
 
 class PromoteInput(BaseModel):
@@ -42,7 +45,7 @@ class PromoteInput(BaseModel):
         return self
 
 
-def promote(svc: Any, scope: Scope, *, kind: str, reflection_id: Any, content: Any,
+def promote(deps: Deps, scope: Scope, *, kind: str, reflection_id: Any, content: Any,
             fields: dict[str, Any]) -> MemoryNote:
     """Write the promoted note (see the module doc)."""
     args = PromoteInput(kind=kind, reflection_id=reflection_id, content=content)
@@ -52,27 +55,27 @@ def promote(svc: Any, scope: Scope, *, kind: str, reflection_id: Any, content: A
         if fields.get(name) is not None:
             raise NotSupportedError(f"{name}: not supported with reflection_id")
     aggregate_id = conversation_uuid(scope)
-    if svc.ledger_store is None:
+    if deps.ledger_store is None:
         raise NotSupportedError("this backend has no conversation ledger")
-    with svc.unit_of_work([scope]) as uow:
+    with deps.unit_of_work([scope]) as uow:
         conv = cast(Any, uow).load_aggregate(aggregate_id)
         if not isinstance(conv, Conversation):
             raise LedgerError(f"unknown reflection {args.reflection_id}")
         reflection, scope_id = conv.promotable(args.reflection_id)
-        item = svc.validate_remember({"kind": args.kind, "content": reflection.text, **fields})
+        item = deps.validate_remember({"kind": args.kind, "content": reflection.text, **fields})
         if item.id is not None and uow.exists(scope, item.id):
             raise NoteExistsError(f"id: note {item.id!r} already exists in scope {scope}")
-        text = svc.redact(item.text)
-        embedding = svc.embed([text])[0]
+        text = deps.redact(item.text) or ""
+        embedding = deps.embed([text])[0]
         note = Note.remember(
             scope=scope, note_id=item.id or new_note_id(), kind=item.kind, content=text,
             path=None, block=None, subject=item.subject, t_ref=item.t_ref,
             valid_from=item.valid_from, valid_to=item.valid_to, keywords=list(item.keywords),
             tags=list(item.tags), source_entry_ids=list(item.source_entry_ids) or list(reflection.source_ids),
-            context=svc.redact(item.context), links=[], supersedes=None,
+            context=deps.redact(item.context), links=[], supersedes=None,
             importance=0.5 if item.importance is None else item.importance,
             consent=stored_consent(item.kind, item.consent.model_dump() if item.consent else None),
-            embedding=vector_bytes(embedding), embedder_id=svc.embedder.id, dim=svc.embedder.dim,
+            embedding=vector_bytes(embedding), embedder_id=deps.embedder.id, dim=deps.embedder.dim,
             token_count=policy.count_tokens(text), cause="promotion",
             promoted_from={"reflection_id": args.reflection_id, "scope_id": scope_id},
             retention=item.retention,

@@ -36,7 +36,7 @@ from memfabric.domain.results import MemoryNote, Outcome, note_view
 from memfabric.domain.scope import Scope
 
 if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 
 def new_note_id() -> str:
@@ -69,7 +69,7 @@ items to bound how long other tenants' writers wait (issue 17 defect 2)."""
 
 
 def remember_many(
-    svc: MemoryService, scope: Scope, items: Sequence[RememberInput], *,
+    deps: Deps, scope: Scope, items: Sequence[RememberInput], *,
     consolidate: bool | consolidation.Consolidation | None = None,
     chunk_size: int | None = CHUNK_SIZE,
 ) -> list[MemoryNote]:
@@ -91,44 +91,44 @@ def remember_many(
     if chunk_size is not None and len(items) > chunk_size:
         out: list[MemoryNote] = []
         for start in range(0, len(items), chunk_size):
-            out += remember_many(svc, scope, items[start:start + chunk_size],
+            out += remember_many(deps, scope, items[start:start + chunk_size],
                                  consolidate=consolidate, chunk_size=None)
         return out
     settings = (consolidate if isinstance(consolidate, consolidation.Consolidation)
-                else svc.consolidation if consolidate is None
-                else svc.consolidation.model_copy(update={"enabled": bool(consolidate)}))
-    group = svc.group_commit
+                else deps.consolidation if consolidate is None
+                else deps.consolidation.model_copy(update={"enabled": bool(consolidate)}))
+    group = deps.group_commit
     if group is None or len(items) > GROUP_ITEMS:
-        return _write_now(svc, scope, items, settings)
+        return _write_now(deps, scope, items, settings)
     return group.submit((scope.key, settings.model_dump_json()), items,
-                        lambda batch: _write_now(svc, scope, batch, settings))
+                        lambda batch: _write_now(deps, scope, batch, settings))
 
 
 GROUP_ITEMS = 16
-"""Writes of at most this many items go through the service's group commit (issue 24,
+"""Writes of at most this many items go through the dependencies' group commit (issue 24,
 :mod:`memfabric.domain.group_commit`); larger batches are their own transaction."""
 
 
-def _write_now(svc: MemoryService, scope: Scope, items: Sequence[RememberInput],
+def _write_now(deps: Deps, scope: Scope, items: Sequence[RememberInput],
                settings: consolidation.Consolidation) -> list[MemoryNote]:
     """One unit of work for ``items``, and read-your-writes before returning."""
     # issue 19: embedded again (and written once more) when a reembed switched the fabric
     # to another embedder between the embedding and the commit
-    results, position = svc.adopting(lambda: _write_chunk(svc, scope, items, settings))
-    svc.store.await_position(position)
+    results, position = deps.adopting(lambda: _write_chunk(deps, scope, items, settings))
+    deps.store.await_position(position)
     return results
 
 
-def _write_chunk(svc: MemoryService, scope: Scope, items: Sequence[RememberInput],
+def _write_chunk(deps: Deps, scope: Scope, items: Sequence[RememberInput],
                  settings: consolidation.Consolidation) -> tuple[list[MemoryNote], int]:
     """Embed and write one chunk in one unit of work; returns the notes and the position."""
-    prepared = _prepare(svc, items, settings.enabled)
-    targets = _supersede_targets(svc, scope, items)
+    prepared = _prepare(deps, items, settings.enabled)
+    targets = _supersede_targets(deps, scope, items)
     locks = {*lock_scopes(scope, items), *(lock for _, locked in targets.values() for lock in locked)}
-    with svc.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
+    with deps.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
         now = datetime.now(timezone.utc)
-        prepared = resolve_subjects(svc, uow, scope, prepared)  # issue 32: keys naming entities
-        writer = _Writer(svc, uow, scope, now, prepared, settings.threshold)
+        prepared = resolve_subjects(deps, uow, scope, prepared)  # issue 32: keys naming entities
+        writer = _Writer(deps, uow, scope, now, prepared, settings.threshold)
         writer.homes = {nid: home for nid, (home, _) in targets.items()}
         results = [writer.write(i, item) for i, item in enumerate(items)]
         uow.commit()
@@ -148,14 +148,14 @@ def lock_scopes(scope: Scope, items: Sequence[RememberInput]) -> list[Scope]:
     return sorted(out, key=lambda s: s.key)
 
 
-def _supersede_targets(svc: MemoryService, scope: Scope, items: Sequence[RememberInput],
+def _supersede_targets(deps: Deps, scope: Scope, items: Sequence[RememberInput],
                        ) -> dict[str, tuple[Scope, list[Scope]]]:
     """Issue 16: the home of each explicit ``supersedes`` target (any note visible from
     ``scope``, :func:`memfabric.domain.history.locate`) and the locks changing it takes."""
     out: dict[str, tuple[Scope, list[Scope]]] = {}
     for item in items:
         if item.supersedes is not None and item.supersedes not in out:
-            home, vis = history.locate(svc, scope, item.supersedes)
+            home, vis = history.locate(deps, scope, item.supersedes)
             out[item.supersedes] = (home, history.lock_scopes(home, vis))
     return out
 
@@ -181,13 +181,13 @@ def _stored_decision(why: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in why.items() if k != "old_value"}
 
 
-def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> dict[int, _Prepared]:
+def _prepare(deps: Deps, items: Sequence[RememberInput], on: bool) -> dict[int, _Prepared]:
     """Redact, embed (one call) and hash every non-working item, by item index."""
     picked = [(i, item) for i, item in enumerate(items) if item.kind != "working"]
-    texts = [svc.redact(item.text) or "" for _, item in picked]
-    vectors = svc.embed(texts) if texts else np.zeros((0, svc.embedder.dim), np.float32)
+    texts = [deps.redact(item.text) or "" for _, item in picked]
+    vectors = deps.embed(texts) if texts else np.zeros((0, deps.embedder.dim), np.float32)
     out = {}
-    extractor = svc.subject_extractor
+    extractor = deps.subject_extractor
     for n, ((i, item), text) in enumerate(zip(picked, texts, strict=True)):
         inferred = (extractor.extract(text, kind=item.kind)
                     if extractor is not None and item.subject is None and item.kind == "fact" else None)
@@ -201,21 +201,21 @@ def _prepare(svc: MemoryService, items: Sequence[RememberInput], on: bool) -> di
 class _Writer:
     """Decides and records the items of one write inside its unit of work."""
 
-    def __init__(self, svc: MemoryService, uow: UnitOfWork, scope: Scope, now: datetime,
+    def __init__(self, deps: Deps, uow: UnitOfWork, scope: Scope, now: datetime,
                  prepared: dict[int, _Prepared], threshold: float) -> None:
-        self.svc, self.uow, self.scope, self.now = svc, uow, scope, now
+        self.deps, self.uow, self.scope, self.now = deps, uow, scope, now
         self.prepared = prepared
         # issue 15: live workers reuse this lookup (every item asks, top-k nearest)
-        self.workers = links.workers_for(svc, scope)
+        self.workers = links.workers_for(deps, scope)
         asking = [p for p in prepared.values() if p.consolidate or self.workers is not None]
         wanted = {} if self.workers is None else {"per_query": max(3, self.workers.neighbours_wanted)}
         found = uow.neighbours(scope, [p.query for p in asking], now=now, **wanted) if asking else []
         self.stored = {p.index: cands for p, cands in zip(asking, found, strict=True)}
         self.threshold = threshold
-        self.local = LocalIndex(svc.embedder.dim, len(prepared), scope=scope)
+        self.local = LocalIndex(deps.embedder.dim, len(prepared), scope=scope)
         if len(asking) > 1:
             self.local.prepare(np.stack([p.query.embedding for p in prepared.values()]), self.threshold)
-        self.blocks = working.BlockWriter(svc, uow, scope)
+        self.blocks = working.BlockWriter(deps, uow, scope)
         self.homes: dict[str, Scope] = {}
         """Home scope of each explicit ``supersedes`` target (default: the writer's)."""
         self.terms = (links.BatchTerms.lookup(uow, scope, [(p.item.kind, p.text) for p in prepared.values()], now,
@@ -314,10 +314,10 @@ class _Writer:
     def _fold(self, p: _Prepared, old: Note, why: dict[str, Any] | None) -> MemoryNote:
         item = p.item
         old.fold(
-            content=p.text, context=self.svc.redact(item.context), keywords=list(item.keywords),
+            content=p.text, context=self.deps.redact(item.context), keywords=list(item.keywords),
             tags=list(item.tags), source_entry_ids=list(item.source_entry_ids),
             links=[link.model_dump() for link in item.links],
-            embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
+            embedding=vector_bytes(p.query.embedding), embedder_id=self.deps.embedder.id,
             token_count=policy.count_tokens(p.text), importance=item.importance,
             consent=_consent(item) if item.consent else None,
             t_ref=item.t_ref, valid_from=item.valid_from, valid_to=item.valid_to, cause="fold",
@@ -326,7 +326,7 @@ class _Writer:
         if item.retention is not None:  # issue 30: a repeat naming another class changes it
             old.change_retention(retention=item.retention, requested_by="caller", cause="fold")
         self._track(old, p)
-        return history.shown(self.svc, self.scope, old.scope, note_view(old, "folded", decision=why),
+        return history.shown(self.deps, self.scope, old.scope, note_view(old, "folded", decision=why),
                              self.uow.resolve)  # on the unit of work's connection
 
     def _insert(self, p: _Prepared, outcome: consolidation.FoldOutcome, old: Note | None,
@@ -340,13 +340,13 @@ class _Writer:
             scope=self.scope, note_id=note_id, kind=item.kind, content=p.text, path=item.path,
             block=None, subject=item.subject, t_ref=item.t_ref, valid_from=valid_from,
             valid_to=item.valid_to, keywords=list(item.keywords), tags=list(item.tags),
-            source_entry_ids=list(item.source_entry_ids), context=self.svc.redact(item.context),
+            source_entry_ids=list(item.source_entry_ids), context=self.deps.redact(item.context),
             links=[link.model_dump() for link in item.links],
             supersedes=old.note_id if old is not None else None,
             importance=0.5 if item.importance is None else item.importance,
             consent=_consent(item),
-            embedding=vector_bytes(p.query.embedding), embedder_id=self.svc.embedder.id,
-            dim=self.svc.embedder.dim, token_count=policy.count_tokens(p.text), cause="caller",
+            embedding=vector_bytes(p.query.embedding), embedder_id=self.deps.embedder.id,
+            dim=self.deps.embedder.dim, token_count=policy.count_tokens(p.text), cause="caller",
             inferred_subject=consolidation.key_to_dict(p.query.inferred), decision=_stored_decision(why),
             retention=item.retention,
         )

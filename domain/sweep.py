@@ -42,7 +42,7 @@ from memfabric.domain.sweep_ledger import sweep_conversations
 from memfabric.domain.visibility import write_locks
 
 if TYPE_CHECKING:
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.deps import Deps
 
 _SWEEP_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/sweep")
 
@@ -170,7 +170,7 @@ def _totals(counts: dict[str, dict[str, int]]) -> dict[str, int]:
 
 @dataclass
 class _Run:
-    svc: MemoryService
+    deps: Deps
     now: datetime
     tenant_id: str | None
     dry_run: bool
@@ -185,10 +185,10 @@ class _Run:
     conversations: int = 0
 
 
-def sweep(svc: MemoryService, now: datetime | None = None, *, tenant: str | None = None,
+def sweep(deps: Deps, now: datetime | None = None, *, tenant: str | None = None,
           limit: int | None = None, dry_run: bool = False, batch_size: int = BATCH_SIZE,
           progress: Progress | None = None) -> SweepResult:
-    """Apply the retention rules at ``now`` (default: the service clock, UTC) to the
+    """Apply the retention rules at ``now`` (default: ``deps.clock()``, UTC) to the
     notes of ``tenant`` (``None``: every tenant), examining at most ``limit`` due notes
     in this call (``None``: all), ``batch_size`` (1-10000) per unit of work. See the
     module doc; returns :class:`SweepResult`. Raises ``SettingsError`` for a naive
@@ -196,19 +196,19 @@ def sweep(svc: MemoryService, now: datetime | None = None, *, tenant: str | None
     for a malformed tenant id; nothing is written then."""
     if tenant is not None:
         Scope(tenant_id=tenant)  # the tenant id rules (ValidationError)
-    now = svc.clock() if now is None else now
+    now = deps.clock() if now is None else now
     if now.tzinfo is None:
         raise SettingsError("now: give a timezone-aware datetime")
     if limit is not None and limit < 1:
         raise SettingsError("limit: must be at least 1")
     if not 1 <= batch_size <= 10000:
         raise SettingsError("batch_size: must be between 1 and 10000")
-    store = svc.retention_store
+    store = deps.retention_store
     if store is None:
         raise SettingsError("this fabric has no retention store")
-    run = _Run(svc, now, tenant, dry_run, batch_size, progress, store.config())
+    run = _Run(deps, now, tenant, dry_run, batch_size, progress, store.config())
     if not dry_run:
-        run.record = _load_record(svc, tenant, now)
+        run.record = _load_record(deps, tenant, now)
         if run.record is not None and run.record.complete:
             return _result(run, complete=True)
     cursor = run.record.cursor if run.record is not None else None
@@ -221,7 +221,7 @@ def sweep(svc: MemoryService, now: datetime | None = None, *, tenant: str | None
 def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -> bool:
     """Page and process the due notes from ``cursor``; ``True`` when all were seen,
     ``False`` when ``limit`` notes were examined first."""
-    store = run.svc.retention_store
+    store = run.deps.retention_store
     assert store is not None
     budget = limit
     start = cursor[0] if cursor else None
@@ -252,9 +252,9 @@ def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -
 
 def _tenants(run: _Run, after: str | None) -> list[str]:
     """Every tenant with notes or a live conversation, sorted, after ``after``."""
-    store = run.svc.retention_store
+    store = run.deps.retention_store
     assert store is not None
-    ledgers = run.svc.ledger_store
+    ledgers = run.deps.ledger_store
     found = set(store.tenants(after=after)) | set(ledgers.live_tenants(after=after) if ledgers else ())
     return sorted(found)
 
@@ -264,7 +264,7 @@ def _batch(run: _Run, tenant_id: str, windows: rules.Windows, refs: list[DueRef]
     counts = rules.empty_counts()
     locks = [] if run.dry_run else sorted(
         {lock for ref in refs for lock in write_locks(ref.scope, "tenant")}, key=lambda s: s.key)
-    with run.svc.unit_of_work(locks) as uow:
+    with run.deps.unit_of_work(locks) as uow:
         readable, unreadable, lost = load_for_erasure(uow, [ref.aggregate_id for ref in refs])
         names = {ref.aggregate_id: ref.note_id for ref in refs}
         run.failed += [names[a] for a in lost]
@@ -277,7 +277,7 @@ def _batch(run: _Run, tenant_id: str, windows: rules.Windows, refs: list[DueRef]
             uow.commit()
             run.record = record
     if not run.dry_run:
-        run.svc.store.await_position(uow.position)
+        run.deps.store.await_position(uow.position)
         run.changed += changed
     for cls, outcomes in counts.items():
         for outcome, n in outcomes.items():
@@ -320,8 +320,8 @@ def _apply(uow: UnitOfWork, notes: list[Note], windows: rules.Windows, now: date
     return changed
 
 
-def _load_record(svc: MemoryService, tenant_id: str | None, now: datetime) -> Sweep | None:
-    with svc.unit_of_work([]) as uow:
+def _load_record(deps: Deps, tenant_id: str | None, now: datetime) -> Sweep | None:
+    with deps.unit_of_work([]) as uow:
         found = uow.load_aggregate(sweep_uuid(tenant_id, now))  # type: ignore[attr-defined]
     return found if isinstance(found, Sweep) else None
 
@@ -332,7 +332,7 @@ def _add_record(uow: UnitOfWork, record: Sweep) -> None:
 
 def _finish(run: _Run) -> None:
     """Record that the sweep is complete."""
-    with run.svc.unit_of_work([]) as uow:
+    with run.deps.unit_of_work([]) as uow:
         record = run.record
         assert record is not None
         record.finish()

@@ -58,7 +58,7 @@ def sweep_conversations(run: _Run, tenant_id: str, windows: rules.Windows,
                         cursor_id: UUID | None) -> None:
     """Erase the due conversations of ``tenant_id`` (see the module doc); ``cursor_id``:
     the note cursor the progress records keep. Counts go to ``run.conversations``."""
-    store = run.svc.ledger_store
+    store = run.deps.ledger_store
     span = windows.window(windows.ledger)
     if store is None or span is None or windows.ledger == "durable":
         return
@@ -77,7 +77,7 @@ def _batch(run: _Run, tenant_id: str, windows: rules.Windows,
     scopes = sorted({Scope(tenant_id=tenant_id, resource_id=r, thread_id=th) for _, r, th in page},
                     key=lambda s: s.key)
     uow: Any
-    with run.svc.unit_of_work([] if run.dry_run else scopes) as uow:
+    with run.deps.unit_of_work([] if run.dry_run else scopes) as uow:
         erased = 0
         for aggregate_id, _, _ in page:
             conv = uow.load_aggregate(aggregate_id)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,12 +37,37 @@ from memfabric.domain.inputs import block_id_mark
 from memfabric.domain.note import Note
 from memfabric.domain.results import MemoryNote, Outcome, note_view
 from memfabric.domain.scope import Scope
+from memfabric.domain.settings import WorkingValidator as WorkingValidator  # re-exported
 
 if TYPE_CHECKING:
-    from memfabric.domain.ports import UnitOfWork
-    from memfabric.domain.service import MemoryService
+    from memfabric.domain.inputs import AppendBlockInput, Limits
+    from memfabric.domain.ports import Embedder, NoteStore, UnitOfWork, UnitOfWorkFactory
 
 FABRIC_KEY = "_fabric"
+
+
+class BlockDeps(Protocol):
+    """What block writes use of the handlers' dependencies (a
+    :class:`memfabric.domain.deps.Deps`): the unit of work, the read side (to await
+    a write), the limits, the host's validator, the embedder (its ``dim``) and the
+    redactor."""
+
+    @property
+    def unit_of_work(self) -> UnitOfWorkFactory: ...
+
+    @property
+    def store(self) -> NoteStore: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def working_validator(self) -> WorkingValidator | None: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def redact(self, text: str | None) -> str | None: ...
 
 
 class BlockEntry(TypedDict):
@@ -52,10 +77,6 @@ class BlockEntry(TypedDict):
     updated_at: datetime
     version: int
 
-
-WorkingValidator = type[BaseModel] | Callable[[dict[str, Any]], Any]
-"""A host's check of the working value: a pydantic model class (validated with
-``model_validate``) or a callable that raises or returns ``False`` to reject."""
 
 
 def block_note_id(scope: Scope, label: str) -> str:
@@ -155,6 +176,18 @@ def check_working_value(
         )
 
 
+def append_block(deps: BlockDeps, scope: Scope, item: AppendBlockInput) -> MemoryNote:
+    """Append ``item.text`` to the working block ``item.block`` of ``scope`` in one unit
+    of work (``item.expected_version``: see :meth:`BlockWriter.change`, whose errors it
+    raises) and wait until the write is readable."""
+    with deps.unit_of_work([scope]) as uow:
+        view = BlockWriter(deps, uow, scope).change(
+            item.block, append=item.text, expected_version=item.expected_version)
+        uow.commit()
+    deps.store.await_position(uow.position)
+    return view
+
+
 class BlockWriter:
     """Writes and appends working blocks of one scope inside a unit of work.
 
@@ -162,8 +195,8 @@ class BlockWriter:
     land one after the other. The working value a host validator sees is the committed
     one (read once per unit of work) plus the blocks this unit of work changed."""
 
-    def __init__(self, svc: MemoryService, uow: UnitOfWork, scope: Scope) -> None:
-        self.svc, self.uow, self.scope = svc, uow, scope
+    def __init__(self, deps: BlockDeps, uow: UnitOfWork, scope: Scope) -> None:
+        self.deps, self.uow, self.scope = deps, uow, scope
         self._value: dict[str, BlockEntry] | None = None
 
     def change(
@@ -210,15 +243,15 @@ class BlockWriter:
         """``(appended text, new block content)``; a newline separates an append from
         existing content unless the text starts with one."""
         if append is None:
-            new = self.svc.redact(content) or ""
+            new = self.deps.redact(content) or ""
             return new, new
-        text = self.svc.redact(append) or ""
+        text = self.deps.redact(append) or ""
         if current and not text.startswith("\n"):
             text = "\n" + text
         return text, (current or "") + text
 
     def _check_cap(self, label: str, new: str, replacing: bool) -> None:
-        cap = self.svc.limits.max_entry_text_chars
+        cap = self.deps.limits.max_entry_text_chars
         if len(new) > cap:
             raise CapacityError(
                 f"{'content' if replacing else 'text'}: block {label!r} would hold {len(new)} "
@@ -230,11 +263,11 @@ class BlockWriter:
             content=content, path=None, block=label, subject=None, t_ref=None, valid_from=None,
             valid_to=None, keywords=[], tags=[], source_entry_ids=[], context=None, links=[],
             supersedes=None, importance=0.5, consent=None, embedding=None, embedder_id=None,
-            dim=self.svc.embedder.dim, token_count=tokens, cause="caller",
+            dim=self.deps.embedder.dim, token_count=tokens, cause="caller",
         )
 
     def _validate(self, label: str, note: Note) -> None:
-        validator = self.svc.working_validator
+        validator = self.deps.working_validator
         if validator is None:
             return
         if self._value is None:

@@ -181,8 +181,8 @@ def test_tenant_filter_and_per_tenant_windows(make: Open) -> None:
 
 
 def test_regulated_floor_refuses_forget_unless_an_approval_is_named(make: Open) -> None:
-    fabric = make(retention=RETENTION)
-    fabric.service.clock = lambda: at(1)
+    now = [at(1)]
+    fabric = make(retention=RETENTION, clock=lambda: now[0])  # the service is immutable: a fake clock
     notes = fabric.scope("acme")
     reg = notes.remember(kind="fact", content="kyc file of carol", retention="regulated")
     with pytest.raises(RetentionFloorError, match="floor") as err:
@@ -198,7 +198,7 @@ def test_regulated_floor_refuses_forget_unless_an_approval_is_named(make: Open) 
     tomb = notes.history(reg.id)[-1].fields
     assert tomb["approval"] == "LEGAL-2026-17" and tomb["reason"] == "forgotten"
     other = notes.remember(kind="fact", content="aml record of dave", retention="regulated")
-    fabric.service.clock = lambda: at(8)  # past the floor: an ordinary forget works
+    now[0] = at(8)  # past the floor: an ordinary forget works
     assert notes.forget(id=other.id).deleted == 1
 
 

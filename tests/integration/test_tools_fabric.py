@@ -18,6 +18,7 @@ from memfabric.domain.attach import (
     SessionError,
 )
 from memfabric.domain.errors import CapacityError, ConflictError
+from memfabric.domain.notes import Notes
 from pydantic import ValidationError
 
 from tests.conftest import event_count
@@ -124,10 +125,10 @@ def test_attach_fails_closed(fabric: Fabric) -> None:
     for bad in ("sess-1", None, type("X", (), {"id": "a", "entries": 3})()):
         with pytest.raises(SessionError):
             notes.attach(bad)
-    fabric.service.attach_config = AttachConfig(session_id="the-one")  # type: ignore[attr-defined]
+    pinned = Notes(fabric.service.replace(attach_config=AttachConfig(session_id="the-one")), notes.scope)
     with pytest.raises(SessionError):
-        notes.attach(S)
-    with notes.attach(Session("the-one")) as att:
+        pinned.attach(S)
+    with pinned.attach(Session("the-one")) as att:
         assert att.active
 
 
