@@ -48,6 +48,9 @@ RANK: dict[str, int] = {"ephemeral": 0, "operational": 1, "regulated": 2, "durab
 ERASABLE: frozenset[str] = frozenset({"ephemeral", "operational", "regulated"})
 """Classes whose closed window means erasure (``regulated``: at its ceiling)."""
 
+SWEEP_REQUESTED_BY = "retention-sweep"
+"""``requested_by`` of the tombstones and erasures a retention sweep writes."""
+
 OUTCOMES: tuple[str, ...] = ("expired", "forgotten", "skipped_held", "skipped_floor", "decayed")
 """What a sweep did with a due note: ``expired`` (a ``Note.Expired`` event only),
 ``forgotten`` (``Expired`` and a ``Forgotten`` tombstone, key destroyed),

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 _SWEEP_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/sweep")
 
-REQUESTED_BY = "retention-sweep"
+REQUESTED_BY = rules.SWEEP_REQUESTED_BY
 """``requested_by`` of the tombstones a sweep writes (their cause is ``retention``)."""
 
 BATCH_SIZE = 200
@@ -183,6 +183,10 @@ class _Run:
     batches: int = 0
     failed: list[str] = field(default_factory=list)
     conversations: int = 0
+
+    def open_record(self) -> Sweep:
+        """The sweep's progress record: the one loaded or started, else a new one."""
+        return self.record or Sweep.start(self.tenant_id, self.now)
 
 
 def sweep(deps: Deps, now: datetime | None = None, *, tenant: str | None = None,

@@ -72,8 +72,6 @@ def sweep_conversations(run: _Run, tenant_id: str, windows: rules.Windows,
 
 def _batch(run: _Run, tenant_id: str, windows: rules.Windows,
            page: list[tuple[UUID, str | None, str]], cursor_id: UUID | None) -> None:
-    from memfabric.domain.sweep import REQUESTED_BY, Sweep, _add_record  # noqa: PLC0415 - cycle
-
     scopes = sorted({Scope(tenant_id=tenant_id, resource_id=r, thread_id=th) for _, r, th in page},
                     key=lambda s: s.key)
     uow: Any
@@ -85,13 +83,13 @@ def _batch(run: _Run, tenant_id: str, windows: rules.Windows,
                 continue
             erased += 1
             if not run.dry_run:
-                conv.erase(requested_by=REQUESTED_BY, cause=CAUSE)
+                conv.erase(requested_by=rules.SWEEP_REQUESTED_BY, cause=CAUSE)
                 uow.add_aggregate(conv)
                 uow.shred_aggregate(conv)
         if erased and not run.dry_run:
-            record = run.record or Sweep.start(run.tenant_id, run.now)
+            record = run.open_record()
             record.record_conversations(tenant_id, cursor_id, erased)
-            _add_record(uow, record)
+            uow.add_aggregate(record)
             uow.commit()
             run.record = record
     run.conversations += erased
