@@ -20,7 +20,7 @@ from memfabric.adapters.memory import open_memory_fabric
 
 DOMAIN = Path(__file__).resolve().parents[2] / "domain"
 
-FACADES = {"service", "notes", "access_notes", "__init__"}
+FACADES = {"service", "notes", "notes_lifecycle", "access_notes", "__init__"}
 """The modules that wrap the service (``Notes``, a principal's handle) or export it."""
 
 
