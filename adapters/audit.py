@@ -46,7 +46,7 @@ from psycopg.rows import tuple_row
 from memfabric.domain.errors import EventIntegrityError, SettingsError
 from memfabric.projections.engine import advisory_key
 from memfabric.adapters.audit_log import LogEntry, export_jsonl, read_log
-from memfabric.adapters.event_rows import (
+from memfabric.adapters.postgres.event_rows import (
     CHAIN_DDL, CHAIN_TABLE, EVENTS_TABLE, GENESIS, LEAF_SQL, REMEMBERED_TOPIC, leaf_hash, plain_fields,
 )
 
@@ -100,7 +100,7 @@ def _first_col(row: Any) -> Any:
 
 def create_chain_table(datastore: Any) -> None:
     """Create ``mf_audit_chain`` (idempotent), with the log's owner and readers (issue 27)."""
-    from memfabric.adapters.roles import share_new_tables  # noqa: PLC0415
+    from memfabric.adapters.postgres.roles import share_new_tables  # noqa: PLC0415
     with datastore.transaction(commit=True) as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
         cur.execute(CHAIN_DDL)

@@ -22,7 +22,7 @@ from psycopg.rows import tuple_row
 
 from memfabric.domain.errors import EventIntegrityError
 from memfabric.domain.note import ERASED
-from memfabric.adapters.event_rows import (
+from memfabric.adapters.postgres.event_rows import (
     CHAIN_TABLE, EVENTS_TABLE, REMEMBERED_TOPIC, leaf_hash, plain_fields,
 )
 

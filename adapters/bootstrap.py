@@ -14,21 +14,21 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import psycopg
-from memfabric.adapters.conninfo import CONNINFO_ENV
-from memfabric.adapters.embedded import EmbeddedPostgres, resolve_dsn
-from memfabric.adapters.embedder_record import EMBEDDER_DDL as EMBEDDER_DDL  # re-exported
-from memfabric.adapters.embedder_record import check_dim, choose_embedder, record_embedder
-from memfabric.adapters.embedder_record import recorded_embedder as recorded_embedder  # re-exported
+from memfabric.adapters.postgres.conninfo import CONNINFO_ENV
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres, resolve_dsn
+from memfabric.adapters.postgres.embedder_record import EMBEDDER_DDL as EMBEDDER_DDL  # re-exported
+from memfabric.adapters.postgres.embedder_record import check_dim, choose_embedder, record_embedder
+from memfabric.adapters.postgres.embedder_record import recorded_embedder as recorded_embedder  # re-exported
 from memfabric.adapters.embedders import embedder_from_name
-from memfabric.adapters.entities_pg import PostgresEntityStore
-from memfabric.adapters.ledger_pg import PostgresLedgerStore
+from memfabric.adapters.postgres.entities import PostgresEntityStore
+from memfabric.adapters.postgres.ledger import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresFactory, PostgresNoteStore, backfill_tenants
-from memfabric.adapters.postgres_uow import PostgresUnitOfWork, cursor_loader
+from memfabric.adapters.postgres.uow import PostgresUnitOfWork, cursor_loader
 from memfabric.adapters.reembed import ReembedReport, reembed, new_projections
 from memfabric.adapters.replaying import ReplayingMapper
-from memfabric.adapters.roles import copy_privileges
-from memfabric.adapters.replicas import ReplicaRouter, replicas_from_env, safe_dsn
-from memfabric.adapters.retention_pg import PostgresRetentionStore
+from memfabric.adapters.postgres.roles import copy_privileges
+from memfabric.adapters.postgres.replicas import ReplicaRouter, replicas_from_env, safe_dsn
+from memfabric.adapters.postgres.retention import PostgresRetentionStore
 from memfabric.adapters.tools import MemoryTools
 from memfabric.domain.consolidation import Consolidation
 from memfabric.domain.errors import FabricError, PartitionsMismatchError, ReadOnlyError, SettingsError
@@ -46,7 +46,7 @@ from memfabric.projections import quarantine, tables
 from memfabric.projections.engine import LOCK_TIMEOUT, ProjectionEngine, advisory_key, bounded_locks
 from memfabric.adapters.principals_store import wire_postgres
 from memfabric.projections.partitions import MAX_PARTITIONS, count as partition_count
-from memfabric.adapters.known_at_pg import PostgresKnownAtStore
+from memfabric.adapters.postgres.known_at import PostgresKnownAtStore
 from memfabric.projections.registry import default_projections
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_call
@@ -91,9 +91,9 @@ def read_only_reason(conn: psycopg.Connection[Any]) -> str | None:
 def keep_grants(conn: psycopg.Connection[Any]) -> list[str]:
     """Issue 27, on every writable open: a memfabric table with no grant while the log
     has some (created after the roles' grants, e.g. by a newer version) gets the log's
-    owner and ``SELECT`` grants (:func:`memfabric.adapters.roles.share_new_tables`).
+    owner and ``SELECT`` grants (:func:`memfabric.adapters.postgres.roles.share_new_tables`).
     Returns the tables shared; a role that may not change them shares nothing."""
-    from memfabric.adapters.roles import share_new_tables  # noqa: PLC0415
+    from memfabric.adapters.postgres.roles import share_new_tables  # noqa: PLC0415
     try:
         with conn.transaction(), conn.cursor() as cur:
             return share_new_tables(cur)
@@ -132,7 +132,7 @@ def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool =
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
         "CREATE_TABLE": "no" if read_only else "yes",
         "MEMFABRIC_READ_ONLY": "yes" if read_only else "no",
-        CONNINFO_ENV: dsn,  # the pool connects with the whole DSN (adapters/conninfo.py)
+        CONNINFO_ENV: dsn,  # the pool connects with the whole DSN (adapters/postgres/conninfo.py)
     }
 
 
@@ -223,7 +223,7 @@ class Fabric:
             return result
         n = self._erase_conversations(args.tenant_id, args.resource_id, args.thread_id,
                                       args.requested_by)
-        from memfabric.domain.entity_commands import erase_entities  # noqa: PLC0415 - issue 32
+        from memfabric.domain.entities.commands import erase_entities  # noqa: PLC0415 - issue 32
         erase_entities(self.service.deps, args.tenant_id, args.resource_id, args.thread_id, args.requested_by)
         return dataclasses.replace(result, conversations=n)
 
@@ -383,7 +383,7 @@ def open_fabric(
 
     - ``dsn``: libpq URI/DSN of a PostgreSQL 15+ server with pgvector (every parameter,
       ``application_name``, ``options``, ``sslmode`` ..., is used by every connection,
-      the event-log pool included: :mod:`memfabric.adapters.conninfo`); default
+      the event-log pool included: :mod:`memfabric.adapters.postgres.conninfo`); default
       ``$MEMFABRIC_DSN``; with neither, the embedded PostgreSQL 18 in ``data_dir``
       (default ``$MEMFABRIC_HOME/pg`` or the user data dir) is started or joined.
     - ``embedder``: any object with ``id``, ``dim``, ``embed(texts)``; default
@@ -446,7 +446,7 @@ def open_fabric(
       ``replica_max_lag`` seconds (default 5) is skipped and retried after 2 s. Writes
       and the reads a write decides on stay on the primary. ``Fabric.served_by()``,
       ``RecallResult.served_by`` and ``NotePage.served_by`` say where a read was served
-      (``adapters/replicas.py``).
+      (``adapters/postgres/replicas.py``).
     - ``partitions`` (issue 25, :mod:`memfabric.projections.partitions`): at creation,
       hash-partition the events table and the projection tables by tenant into this
       many partitions (1..256; 1, the default, is the plain layout). Fixed at creation:

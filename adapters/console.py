@@ -364,7 +364,7 @@ def _prefix(q: Any) -> tuple[tuple[str, ...], Scope | None]:
 
 
 def _time(value: str | None, name: str) -> datetime | None:
-    from memfabric.adapters.cli_common import parse_time
+    from memfabric.adapters.serialize import parse_time
 
     return parse_time(value or None, name)
 
@@ -420,7 +420,7 @@ def _part(share: float, width: int = 240) -> int:
 
 
 def _errors(exc: BaseException) -> list[str]:
-    from memfabric.adapters.cli_common import error_lines
+    from memfabric.adapters.serialize import error_lines
 
     return error_lines(exc)
 

@@ -51,7 +51,7 @@ from eventsourcing.utils import get_topic
 from psycopg import Cursor, sql
 
 from memfabric.adapters.crypto import TransactionKeys
-from memfabric.adapters.embedder_record import embedder_params
+from memfabric.adapters.postgres.embedder_record import embedder_params
 from memfabric.adapters.postgres import select_notes
 from memfabric.domain.errors import EmbedderError, FabricError
 from memfabric.domain.note import Note, vector_for

@@ -51,8 +51,8 @@ def _topology(fabric: Fabric, replicas: list[str] | None) -> dict[str, Any]:
     each replica's ``{"name", "lag_s", "replayed_lsn", "state", "error"}`` (``replicas``
     or ``$MEMFABRIC_REPLICA_DSNS``, else those the fabric was opened with) and the
     tenant hash partitions (1: not partitioned)."""
-    from memfabric.adapters.cli_replica import topology  # noqa: PLC0415 - the CLI's, one health check
-    from memfabric.adapters.replicas import replicas_from_env  # noqa: PLC0415
+    from memfabric.adapters.postgres.replicas import topology  # noqa: PLC0415 - one health check
+    from memfabric.adapters.postgres.replicas import replicas_from_env  # noqa: PLC0415
 
     found = replicas_from_env(replicas or None)
     topo = topology(fabric.dsn, found) if found else fabric.topology()

@@ -133,9 +133,9 @@ class Notes(LifecycleMethods):
 
     @property
     def entities(self) -> Any:
-        """Issue 32: the :class:`~memfabric.domain.entity_commands.Entities` of this scope
+        """Issue 32: the :class:`~memfabric.domain.entities.commands.Entities` of this scope
         (resolve, upsert, merge, undo_merge, forget; see ``docs/entities.md``)."""
-        from memfabric.domain.entity_commands import Entities  # noqa: PLC0415
+        from memfabric.domain.entities.commands import Entities  # noqa: PLC0415
         return Entities(self._service.deps, self.scope, self.actor)
 
     # ----------------------------------------------------------------- writes
@@ -400,7 +400,7 @@ class Notes(LifecycleMethods):
         if scoring is not None:
             data["scoring"] = scoring
         if entity is not None:  # issue 32: the notes about one entity, stated under any alias
-            from memfabric.domain.entity_recall import recall_entity  # noqa: PLC0415
+            from memfabric.domain.entities.recall import recall_entity  # noqa: PLC0415
             return recall_entity(self._service.deps, self.scope, RecallInput.model_validate(data), entity,
                                  access=self._access)
         return self._service.recall(self.scope, RecallInput.model_validate(data), access=self._access)

@@ -1,6 +1,6 @@
 """Ports: what the domain needs from the outside world, as Protocols.
 
-Adapters implement them (``memfabric.adapters.postgres_uow`` / ``postgres`` on
+Adapters implement them (``memfabric.adapters.postgres.uow`` / ``postgres`` on
 PostgreSQL, ``memfabric.adapters.memory`` in memory); the domain imports none of them.
 
 - :class:`UnitOfWork`: one write transaction. Every read a write decision makes goes

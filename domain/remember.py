@@ -21,7 +21,7 @@ import numpy as np
 
 from memfabric.domain import consolidation, history, links, policy, retention, visibility, working
 from memfabric.domain.consolidation import LocalIndex, Neighbour, NeighbourQuery
-from memfabric.domain.entity_subjects import resolve_subjects
+from memfabric.domain.entities.subjects import resolve_subjects
 from memfabric.domain.errors import (
     NoteExistsError,
     NoteForgottenError,

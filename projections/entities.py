@@ -6,7 +6,7 @@
   No name: the names live only in the entity's sealed events.
 - ``mf_entity_keys``: one row per lookup key of a *live* (not merged, not forgotten)
   entity: the key's kind and its **keyed digest** (HMAC-SHA256 under the fabric
-  secret of :func:`memfabric.domain.entity_keys.digest_input`, computed by the writer
+  secret of :func:`memfabric.domain.entities.keys.digest_input`, computed by the writer
   and sealed in the entity's events), the name it came from (``source``) and that
   name's token count. btree ``(tenant_id, digest)``; a unique index on ``(grp,
   digest)`` for identifier keys makes an identifier unique per visibility group

@@ -68,7 +68,7 @@ SwitchCheck = Callable[[Cursor[Any]], bool]
 PrivilegeCopy = Callable[[Cursor[Any], str, str], None]
 """``copy(cur, table, new)``: give table ``new`` the owner and every grant of ``table``
 (issue 27); supplied by the adapter that owns the roles
-(``memfabric.adapters.roles.copy_privileges``)."""
+(``memfabric.adapters.postgres.roles.copy_privileges``)."""
 
 
 @contextmanager

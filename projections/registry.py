@@ -10,7 +10,7 @@ the projections iterates it:
   engine's projections) see every registered projection;
 - ``reembed`` and an embedder adoption rebuild :func:`vector_projections` (those built
   per embedder, ``vectors=True``);
-- the in-memory backend (``memfabric.adapters.memory_log``) keeps the rows of each
+- the in-memory backend (``memfabric.adapters.memory.log``) keeps the rows of each
   registration's :attr:`Registration.memory` tables, computed with the same pure row
   functions, at every append; a registration whose in-memory form is a twin of its own
   (``memory`` a string naming it: the ledger, principals and entity stores, the note

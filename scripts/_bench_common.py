@@ -227,7 +227,7 @@ def scratch_database(dsn: str | None, prefix: str) -> Iterator[str]:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from memfabric.adapters.embedded import EmbeddedPostgres
+    from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
     tmp = None if dsn else tempfile.TemporaryDirectory(prefix=prefix + "-")
     server = EmbeddedPostgres(Path(tmp.name) / "pg") if tmp else None

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from memfabric.adapters import open_fabric
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
 
 def writer(dsn: str, n: int, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]

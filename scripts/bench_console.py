@@ -46,7 +46,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from memfabric.adapters import open_fabric  # noqa: E402
 from memfabric.adapters.console import ConsoleSettings, build_app  # noqa: E402
-from memfabric.adapters.embedded import EmbeddedPostgres  # noqa: E402
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres  # noqa: E402
 from memfabric.projections.rebuild import ProjectionAdmin  # noqa: E402
 
 WORDS = ("coffee tea bike train Lisbon Porto Berlin piano chess budget invoice roadmap garden "

@@ -7,7 +7,7 @@ a ``CHECKPOINT``, against the raw row (content bytes + float32 vector).
 ``--compare`` runs the load twice in one invocation, each on its own fresh embedded
 server: ``before`` (the issue-19 cuts undone: sealed payloads never compressed, the
 server's WAL defaults) and ``after`` (as shipped: compressed sealed payloads, the
-embedded WAL settings of ``adapters/embedded.py``), and prints both side by side.
+embedded WAL settings of ``adapters/postgres/embedded.py``), and prints both side by side.
 
 Run (from the repository root)::
 

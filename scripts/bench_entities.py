@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_common import pct, scratch_database  # noqa: E402
 
-from memfabric.domain import entity_keys as ek  # noqa: E402
+from memfabric.domain.entities import keys as ek  # noqa: E402
 from memfabric.domain.entities import EntityContext, new_entity_id, open_uow  # noqa: E402
 from memfabric.domain.entity import Entity  # noqa: E402
-from memfabric.domain.entity_commands import visibility_locks  # noqa: E402
+from memfabric.domain.entities.commands import visibility_locks  # noqa: E402
 
 FIRST = ["maria", "john", "aiko", "li", "jose", "anna", "omar", "priya", "sven", "chloe", "kwame", "olga",
          "pedro", "fatima", "yuki", "lars", "amara", "diego", "elena", "hassan", "ingrid", "jamal", "keiko",

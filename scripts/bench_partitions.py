@@ -33,7 +33,7 @@ import psycopg  # noqa: E402
 from psycopg.conninfo import make_conninfo  # noqa: E402
 
 from memfabric.adapters import Fabric, HashEmbedder, open_fabric  # noqa: E402
-from memfabric.adapters.embedded import EmbeddedPostgres  # noqa: E402
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres  # noqa: E402
 
 
 def load(fabric: Fabric, ds: data.Dataset, tenants: int) -> float:

@@ -38,7 +38,7 @@ from rich.table import Table
 
 from memfabric.adapters import HashEmbedder, open_fabric
 from memfabric.projections import recall_index
-from memfabric.adapters.progress import RichReporter
+from memfabric.adapters.cli.progress import RichReporter
 from memfabric.projections.rebuild import ProjectionAdmin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -3,7 +3,7 @@
 
 Starts an embedded primary in a scratch directory, loads N notes (default 20,000, 10
 tenants, hash embedder, consolidation off, ``remember_many``), makes a hot standby with
-``memfabric.adapters.standby.create_standby`` (pg_basebackup -R) and prints recall p50 /
+``memfabric.adapters.postgres.standby.create_standby`` (pg_basebackup -R) and prints recall p50 /
 p95 (ms) on the primary (``open_fabric(dsn)``) and via the replica
 (``open_fabric(dsn, replicas=[standby])``), then the same for write-then-recall pairs
 (read-your-writes: the replica read waits for the write's LSN), and the replica / primary
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench_common as data  # noqa: E402
 
 from memfabric.adapters import HashEmbedder, open_fabric  # noqa: E402
-from memfabric.adapters import standby  # noqa: E402
-from memfabric.adapters.embedded import EmbeddedPostgres  # noqa: E402
+from memfabric.adapters.postgres import standby  # noqa: E402
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres  # noqa: E402
 
 
 def load(dsn: str, n: int) -> data.Dataset:

@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 
 from memfabric.adapters import open_fabric
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
 CHUNK = 1000
 

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from memfabric.adapters import open_fabric
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
 
 def _ms(samples: list[float]) -> dict[str, float]:

@@ -82,7 +82,7 @@ def main() -> None:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from memfabric.adapters.embedded import EmbeddedPostgres
+    from memfabric.adapters.postgres.embedded import EmbeddedPostgres
     runs = [p.split("=", 1) for p in a.python] or [["this", sys.executable]]
     tmp = tempfile.mkdtemp(prefix="memfabric-ab-")
     os.chmod(tmp, 0o755)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memfabric.adapters import open_fabric  # noqa: E402
 from memfabric.adapters.console import ConsoleSettings, build_app  # noqa: E402
-from memfabric.adapters.embedded import EmbeddedPostgres  # noqa: E402
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres  # noqa: E402
 from memfabric.domain.note import note_uuid  # noqa: E402
 from tests.e2e.test_console_browser import browser_paths, chrome, free_port, start_server  # noqa: E402
 

@@ -84,7 +84,7 @@ def main() -> int:
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 40
     server = None
     if dsn is None:
-        from memfabric.adapters.embedded import EmbeddedPostgres
+        from memfabric.adapters.postgres.embedded import EmbeddedPostgres
         server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mf-sup-")) / "pg")
         dsn = server.dsn
     pos = [json.loads(x) for x in (DATA / "positive.jsonl").read_text().splitlines() if x.strip()]

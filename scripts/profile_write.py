@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     dsn = a.dsn
     if dsn is None:
-        from memfabric.adapters.embedded import EmbeddedPostgres
+        from memfabric.adapters.postgres.embedded import EmbeddedPostgres
         server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="mf-profile-")) / "pg")
         dsn = server.dsn
     try:

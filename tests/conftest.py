@@ -5,7 +5,7 @@ Set ``MEMFABRIC_TEST_DSN`` to run the suite against another server instead (the 
 needs CREATEDB; the template needs ``CREATE EXTENSION vector`` rights once).
 
 The embedded server asks every role but its owner (``postgres``) for a password (issue
-27, ``memfabric.adapters.embedded.secure_hba``): a test that creates a login role gives
+27, ``memfabric.adapters.postgres.embedded.secure_hba``): a test that creates a login role gives
 it one and puts it in the DSN.
 """
 
@@ -24,7 +24,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from memfabric.adapters import Fabric, open_fabric, open_memory_fabric
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
 TEMPLATE = "mf_test_template"
 

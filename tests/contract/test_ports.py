@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from memfabric.adapters import open_fabric, open_memory_fabric
-from memfabric.adapters.ledger_pg import PostgresLedgerStore
-from memfabric.adapters.memory_ledger import InMemoryLedgerStore
-from memfabric.adapters.memory_uow import InMemoryUnitOfWork
-from memfabric.adapters.postgres_uow import PostgresUnitOfWork
+from memfabric.adapters.postgres.ledger import PostgresLedgerStore
+from memfabric.adapters.memory.ledger import InMemoryLedgerStore
+from memfabric.adapters.memory.uow import InMemoryUnitOfWork
+from memfabric.adapters.postgres.uow import PostgresUnitOfWork
 from memfabric.domain.scope import Scope
 
 from tests.conftest import event_count

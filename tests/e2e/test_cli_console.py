@@ -15,7 +15,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from memfabric.adapters import cli, open_fabric
+from memfabric.adapters import open_fabric
+from memfabric.adapters.cli import app as cli
 
 pytest.importorskip("starlette")
 
@@ -40,7 +41,7 @@ def test_console_command_serves_pages_until_stopped(dsn: str, flags: list[str]) 
         fabric.scope("acme", "u1", "t1").remember(kind="fact", content="User prefers metric units")
     port = free_port()
     proc = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-m", "memfabric.adapters.cli", "console", "--dsn", dsn, "--port", str(port),
+        [sys.executable, "-m", "memfabric.adapters.cli.app", "console", "--dsn", dsn, "--port", str(port),
          *flags], stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
         deadline = time.monotonic() + 60

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
 EXE = str(Path(sys.executable).with_name("memfabric"))
 ENV = {k: v for k, v in os.environ.items() if k not in ("MEMFABRIC_DSN", "MEMFABRIC_READ_ONLY")}

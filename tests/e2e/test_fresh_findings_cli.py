@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memfabric.adapters import cli
-from memfabric.adapters.embedded import EmbeddedPostgres
+from memfabric.adapters.cli.app import app as cli
+from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
 pytest.importorskip("starlette")
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memfabric.adapters import cli, open_fabric
+from memfabric.adapters import open_fabric
+from memfabric.adapters.cli import app as cli
 from memfabric.domain.errors import AccessDenied, NoteNotFoundError
 
 PROFILE = {"read_kinds": ["fact"], "recall_scope": ["acme/u1/*"]}
@@ -95,7 +96,7 @@ def test_the_demo_shows_one_served_and_one_denied_recall(dsn: str) -> None:
 
     from rich.console import Console
 
-    from memfabric.adapters.demo import run_demo
+    from memfabric.adapters.cli.demo import run_demo
     out = io.StringIO()
     summary = run_demo(Console(file=out, width=140), dsn=dsn)["access"]
     assert summary == {"served": 1, "denied_rule": "recall_scope", "log": ["served", "denied"]}

@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from memfabric.adapters import open_fabric
-from memfabric.adapters.cli_admin import register
+from memfabric.adapters.cli.admin import register
 from memfabric.domain.errors import FabricError
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import fetch

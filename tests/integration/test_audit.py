@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from memfabric.adapters.audit import LEAF_SQL, export_jsonl, leaf_hash, read_log, verify_chain
-from memfabric.adapters.cli_admin import register
+from memfabric.adapters.cli.admin import register
 from tests.conftest import event_count, fetch
 from tests.history import EVENT_TYPES, make_history
 

@@ -15,8 +15,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from typer.testing import CliRunner
 
 from memfabric.adapters import FabricError, ReadOnlyError, open_fabric
-from memfabric.adapters.cli import app
-from memfabric.adapters.roles import auditor_grants, roles_sql
+from memfabric.adapters.cli.app import app
+from memfabric.adapters.postgres.roles import auditor_grants, roles_sql
 
 runner = CliRunner()
 PASSWORD = "auditor-pw-27"  # the embedded server asks every role but its owner for a password

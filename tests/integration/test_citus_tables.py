@@ -1,4 +1,4 @@
-"""Issue 25: the Citus layout (``adapters/citus.py``) places every table a real fabric
+"""Issue 25: the Citus layout (``adapters/postgres/citus.py``) places every table a real fabric
 has, with the columns the server reports (catches a table the unit test's DDL list
 does not know about)."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import psycopg
 
-from memfabric.adapters import access_log, citus, open_fabric
+from memfabric.adapters import access_log, open_fabric
+from memfabric.adapters.postgres import citus
 from memfabric.adapters.audit import CHAIN_DDL
-from memfabric.adapters.retention_pg import RETENTION_DDL
+from memfabric.adapters.postgres.retention import RETENTION_DDL
 
 
 def test_the_layout_places_every_table_of_a_real_fabric(dsn: str) -> None:

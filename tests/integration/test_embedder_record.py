@@ -6,7 +6,8 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from memfabric.adapters import cli, open_fabric
+from memfabric.adapters import open_fabric
+from memfabric.adapters.cli import app as cli
 from memfabric.adapters.bootstrap import recorded_embedder
 from memfabric.adapters.embedders import HashEmbedder, embedder_from_name
 from memfabric.domain.errors import FabricError

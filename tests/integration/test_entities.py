@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from memfabric.adapters import open_fabric
 from memfabric.adapters.memory import open_memory_fabric
-from memfabric.adapters.memory_entities import InMemoryEntityStore
+from memfabric.adapters.memory.entities import InMemoryEntityStore
 from memfabric.domain import replay
 from memfabric.domain.entity import (
     Entity,
@@ -283,7 +283,7 @@ def test_demo_shows_an_alias_and_a_merge(dsn: str) -> None:
 
     from rich.console import Console
 
-    from memfabric.adapters.demo import run_demo
+    from memfabric.adapters.cli.demo import run_demo
 
     out = io.StringIO()
     summary = run_demo(Console(file=out, width=200), dsn=dsn)["entities"]

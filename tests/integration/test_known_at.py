@@ -134,7 +134,7 @@ def test_cli_recall_and_get_known_at(dsn: str) -> None:
 
     from typer.testing import CliRunner
 
-    from memfabric.adapters import cli
+    from memfabric.adapters.cli.app import app as cli
 
     runner = CliRunner()
     with open_fabric(dsn) as fabric:
@@ -191,7 +191,7 @@ def test_cli_log_until(dsn: str) -> None:
 
     from typer.testing import CliRunner
 
-    from memfabric.adapters import cli
+    from memfabric.adapters.cli.app import app as cli
 
     with open_fabric(dsn) as fabric:
         notes = fabric.scope("acme", "u1", "t1")
@@ -213,7 +213,7 @@ def test_the_demo_shows_a_known_at_recall_next_to_as_of(dsn: str) -> None:
 
     from rich.console import Console
 
-    from memfabric.adapters.demo import run_demo
+    from memfabric.adapters.cli.demo import run_demo
 
     out = io.StringIO()
     summary = run_demo(Console(file=out, width=200), dsn=dsn)

@@ -305,7 +305,7 @@ def test_promotion_from_a_closed_work_scope(fabric: Fabric) -> None:
 
 
 def test_appends_use_the_write_head_and_replay_identically(fabric: Fabric) -> None:
-    from memfabric.adapters.ledger_pg import select_head
+    from memfabric.adapters.postgres.ledger import select_head
     ledger = fabric.scope("acme", "u1", "t1").conversation()
     es = ledger.extend([{"role": "user", "text": f"line {i}"} for i in range(30)])
     ledger.retract(es[3].id)

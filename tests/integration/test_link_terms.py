@@ -129,7 +129,7 @@ def test_recall_gives_a_linked_list_candidate_the_link_term(terms_fabric: Fabric
 def test_demo_shows_a_link_expanded_recall(dsn: str) -> None:
     from rich.console import Console
 
-    from memfabric.adapters.demo import run_demo
+    from memfabric.adapters.cli.demo import run_demo
 
     out = io.StringIO()
     summary = run_demo(Console(file=out, width=200), dsn=dsn)["links"]

@@ -225,7 +225,7 @@ def test_read_your_writes_with_a_separate_runner(dsn: str) -> None:
 
     with open_fabric(dsn) as fab:  # create the tables first
         fab.scope("acme").remember(kind="fact", content="bootstrap note")
-    runner = subprocess.Popen([sys.executable, "-m", "memfabric.adapters.cli", "projections", "run",
+    runner = subprocess.Popen([sys.executable, "-m", "memfabric.adapters.cli.app", "projections", "run",
                                "--dsn", dsn, "--poll", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         with open_fabric(dsn, inline_projections=False) as fab:

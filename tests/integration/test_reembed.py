@@ -234,7 +234,7 @@ def test_reembed_resumes_after_sigkill_without_duplicate_events(dsn: str, tmp_pa
 def test_cli_reembed_prints_rows_per_second_and_json(dsn: str) -> None:
     from typer.testing import CliRunner
 
-    from memfabric.adapters import cli
+    from memfabric.adapters.cli.app import app as cli
 
     _fill(dsn, 25)
     runner = CliRunner()
@@ -253,7 +253,7 @@ def test_cli_reembed_prints_rows_per_second_and_json(dsn: str) -> None:
 
 
 def test_a_separate_runner_adopts_the_new_embedder(dsn: str) -> None:
-    from memfabric.adapters.cli_admin import admin_fabric
+    from memfabric.adapters.cli.admin import admin_fabric
 
     _fill(dsn, 20)
     stop = threading.Event()
@@ -268,7 +268,7 @@ def test_a_separate_runner_adopts_the_new_embedder(dsn: str) -> None:
                 failures.append(exc)
 
         def _adopt(fab: object) -> bool:
-            from memfabric.adapters.cli_admin import adopt_stand_in
+            from memfabric.adapters.cli.admin import adopt_stand_in
             return adopt_stand_in(fab)  # type: ignore[arg-type]
 
         thread = threading.Thread(target=run)

@@ -20,8 +20,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from memfabric.adapters import open_fabric
-from memfabric.adapters import standby
-from memfabric.adapters.replicas import PRIMARY
+from memfabric.adapters.postgres import standby
+from memfabric.adapters.postgres.replicas import PRIMARY
 
 
 PORT = 55432
@@ -39,7 +39,7 @@ def standby_dsn(pg_server: str) -> Iterator[tuple[str, Path]]:
     tmp.chmod(0o755)
     data_dir = tmp / "r"
     out = subprocess.run(
-        [sys.executable, "-m", "memfabric.adapters.cli", "replica", "create", "--data-dir", str(data_dir),
+        [sys.executable, "-m", "memfabric.adapters.cli.app", "replica", "create", "--data-dir", str(data_dir),
          "--port", str(PORT), "--primary-data-dir", str(primary_dir)],
         capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr + out.stdout
@@ -243,7 +243,7 @@ def test_a_lagging_replica_is_skipped(dsn: str, replica: str) -> None:
 
 def test_replica_status_command_shows_the_lag(dsn: str, replica: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "memfabric.adapters.cli", "replica", "status", "--dsn", dsn,
+        [sys.executable, "-m", "memfabric.adapters.cli.app", "replica", "status", "--dsn", dsn,
          "--replica", replica, "--json"], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     topo = json.loads(out.stdout)
@@ -256,7 +256,7 @@ def test_projections_status_shows_the_topology(dsn: str, replica: str) -> None:
     with open_fabric(dsn) as fabric:
         fabric.scope("acme").remember(kind="fact", content="one note for the status")
     out = subprocess.run(
-        [sys.executable, "-m", "memfabric.adapters.cli", "projections", "status", "--dsn", dsn,
+        [sys.executable, "-m", "memfabric.adapters.cli.app", "projections", "status", "--dsn", dsn,
          "--replica", replica], capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "COLUMNS": "250"})
     assert out.returncode == 0, out.stderr

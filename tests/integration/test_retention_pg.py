@@ -117,7 +117,7 @@ def test_raw_dump_after_a_retention_erasure_holds_none_of_the_content(dsn: str) 
 def test_the_demo_shows_one_sweep(dsn: str) -> None:
     from rich.console import Console  # noqa: PLC0415
 
-    from memfabric.adapters.demo import run_demo  # noqa: PLC0415
+    from memfabric.adapters.cli.demo import run_demo  # noqa: PLC0415
     summary = run_demo(Console(quiet=True), dsn=dsn)["retention"]
     expected = {"expired": 1, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0, "decayed": 0}
     assert summary == {"dry": expected, "totals": expected, "again": 0}

@@ -129,7 +129,7 @@ def test_batch_equals_one_by_one(dsn: str) -> None:
 def test_demo_supersession_still_works(dsn: str) -> None:
     from rich.console import Console
 
-    from memfabric.adapters.demo import run_demo
+    from memfabric.adapters.cli.demo import run_demo
     summary = run_demo(Console(quiet=True), dsn=dsn)
     assert summary["superseded"] and summary["fold_same_id"]
     # step 12, the agent-style tool session: refused before attach, four tool calls, a refused escape

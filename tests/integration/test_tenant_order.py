@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from memfabric.adapters import open_fabric
-from memfabric.adapters.postgres_uow import PostgresUnitOfWork
+from memfabric.adapters.postgres.uow import PostgresUnitOfWork
 from memfabric.projections.rebuild import ProjectionAdmin
 
 

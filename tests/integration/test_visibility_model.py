@@ -310,7 +310,7 @@ def test_the_demo_runs_twice_with_the_same_outcomes(dsn: str) -> None:
     into the previous run's (resource-visible) notes."""
     from rich.console import Console
 
-    from memfabric.adapters.demo import run_demo
+    from memfabric.adapters.cli.demo import run_demo
 
     first = run_demo(Console(quiet=True), dsn=dsn)
     second = run_demo(Console(quiet=True), dsn=dsn)

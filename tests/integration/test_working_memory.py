@@ -528,7 +528,7 @@ def test_demo_shows_a_working_block_and_context(dsn: str) -> None:
 
     from rich.console import Console
 
-    from memfabric.adapters.demo import run_demo
+    from memfabric.adapters.cli.demo import run_demo
 
     out = io.StringIO()
     summary = run_demo(Console(file=out, width=200), dsn=dsn)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from memfabric.adapters import Fabric, open_fabric
-from memfabric.adapters.cli import app
+from memfabric.adapters.cli.app import app
 from memfabric.domain.errors import NoteNotFoundError
 from tests.conftest import event_count, fetch, race_processes
 

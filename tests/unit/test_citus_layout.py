@@ -1,4 +1,4 @@
-"""Issue 25: the generated Citus DDL (``adapters/citus.py``) names the tenant column of
+"""Issue 25: the generated Citus DDL (``adapters/postgres/citus.py``) names the tenant column of
 every table memfabric creates, checked against memfabric's own DDL (recorded from the
 projections' ``create`` and the adapters' DDL constants, no server needed)."""
 
@@ -8,12 +8,12 @@ import re
 from typing import Any
 
 
-from memfabric.adapters import citus
+from memfabric.adapters.postgres import citus
 from memfabric.adapters.audit import CHAIN_DDL
 from memfabric.adapters.bootstrap import EMBEDDER_DDL
 from memfabric.adapters.crypto import KEYS_DDL
 from memfabric.adapters.postgres import SECRETS_DDL, SECRETS_FORMAT_DDL, add_tenant_column
-from memfabric.adapters.retention_pg import RETENTION_DDL
+from memfabric.adapters.postgres.retention import RETENTION_DDL
 from memfabric.projections import quarantine, tables
 from memfabric.projections.consolidation_index import ConsolidationIndexProjection
 from memfabric.projections.engine import ERRORS_DDL

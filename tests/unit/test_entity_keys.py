@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memfabric.domain import entity_keys as ek
+from memfabric.domain.entities import keys as ek
 
 
 @pytest.mark.parametrize(("raw", "norm"), [

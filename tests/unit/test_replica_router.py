@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from memfabric.adapters.replicas import PRIMARY, ReplicaRouter, lsn_int, replicas_from_env
+from memfabric.adapters.postgres.replicas import PRIMARY, ReplicaRouter, lsn_int, replicas_from_env
 
 
 class Conn:
@@ -112,7 +112,7 @@ def test_each_write_is_a_lag_sample() -> None:
 
 
 def test_replica_create_refuses_a_non_empty_directory(tmp_path: Any) -> None:
-    from memfabric.adapters import standby
+    from memfabric.adapters.postgres import standby
     from memfabric.domain.errors import FabricError
 
     (tmp_path / "r").mkdir()
@@ -125,7 +125,7 @@ def test_replica_create_refuses_a_non_empty_directory(tmp_path: Any) -> None:
 def test_replica_create_needs_exactly_one_primary(tmp_path: Any) -> None:
     from typer.testing import CliRunner
 
-    from memfabric.adapters.cli import app
+    from memfabric.adapters.cli.app import app
 
     res = CliRunner().invoke(app, ["replica", "create", "--data-dir", str(tmp_path / "r"), "--port", "55999"])
     assert res.exit_code == 2 and "exactly one of --primary-data-dir and --primary-dsn" in res.output

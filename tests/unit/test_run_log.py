@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memfabric.adapters.cli_admin import RunLog
+from memfabric.adapters.cli.admin import RunLog
 
 
 class Clock:

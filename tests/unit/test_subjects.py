@@ -1,4 +1,4 @@
-"""Subject inference (domain/subjects.py): one test per rule, the decision helper, and the
+"""Subject inference (domain/subjects/__init__.py): one test per rule, the decision helper, and the
 two supersession suites in tests/data/supersession (negative: 0 supersessions; positive:
 >= 95% recognised)."""
 
