@@ -12,7 +12,8 @@ from cryptography.exceptions import InvalidTag
 from rich.console import Console
 from typer.testing import CliRunner
 
-from memfabric.adapters import Fabric, cli, cli_admin
+from memfabric.adapters import Fabric
+from memfabric.adapters.cli import admin as cli_admin, app as cli
 
 runner = CliRunner()
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from memfabric.adapters import Fabric, cli
+from memfabric.adapters import Fabric
+from memfabric.adapters.cli import app as cli
 
 runner = CliRunner()
 SCOPE = ("--tenant", "acme", "--resource", "u1", "--thread", "t1")

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memfabric.adapters import Fabric, cli, embedded
+from memfabric.adapters import Fabric
+from memfabric.adapters.cli import app as cli
+from memfabric.adapters.postgres import embedded
 from memfabric.domain.errors import FabricError
 
 runner = CliRunner()

@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from memfabric.adapters import Fabric, cli, open_fabric
+from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.cli import app as cli
 from memfabric.domain.errors import EventIntegrityError
 from memfabric.domain.note import note_uuid
 from memfabric.domain.inputs import is_block_id

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memfabric.adapters import Fabric, cli, open_fabric
+from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.cli import app as cli
 from memfabric.domain.errors import FabricError, NoteExistsError, NoteNotFoundError
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import fetch, race_processes
