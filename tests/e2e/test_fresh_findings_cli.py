@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memfabric.adapters.cli.app import app as cli
+from memfabric.adapters.cli import app as cli
 from memfabric.adapters.postgres.embedded import EmbeddedPostgres
 
 pytest.importorskip("starlette")

@@ -134,7 +134,7 @@ def test_cli_recall_and_get_known_at(dsn: str) -> None:
 
     from typer.testing import CliRunner
 
-    from memfabric.adapters.cli.app import app as cli
+    from memfabric.adapters.cli import app as cli
 
     runner = CliRunner()
     with open_fabric(dsn) as fabric:
@@ -191,7 +191,7 @@ def test_cli_log_until(dsn: str) -> None:
 
     from typer.testing import CliRunner
 
-    from memfabric.adapters.cli.app import app as cli
+    from memfabric.adapters.cli import app as cli
 
     with open_fabric(dsn) as fabric:
         notes = fabric.scope("acme", "u1", "t1")

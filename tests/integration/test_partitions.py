@@ -192,7 +192,7 @@ class TestPartitionedContract(FabricContract):
 def test_status_shows_the_topology(dsn: str) -> None:
     from typer.testing import CliRunner  # noqa: PLC0415
 
-    from memfabric.adapters.cli.app import app as cli  # noqa: PLC0415
+    from memfabric.adapters.cli import app as cli  # noqa: PLC0415
 
     with open_fabric(dsn, partitions=4) as fab:
         fab.scope("acme", "u1").remember(kind="fact", content="the VPN needs a token")

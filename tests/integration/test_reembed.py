@@ -234,7 +234,7 @@ def test_reembed_resumes_after_sigkill_without_duplicate_events(dsn: str, tmp_pa
 def test_cli_reembed_prints_rows_per_second_and_json(dsn: str) -> None:
     from typer.testing import CliRunner
 
-    from memfabric.adapters.cli.app import app as cli
+    from memfabric.adapters.cli import app as cli
 
     _fill(dsn, 25)
     runner = CliRunner()

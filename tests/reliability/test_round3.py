@@ -276,7 +276,7 @@ def test_a_deleted_middle_event_is_a_named_integrity_error(fabric: Any, dsn: str
     naming it."""
     from typer.testing import CliRunner  # noqa: PLC0415
 
-    from memfabric.adapters.cli.app import app as cli  # noqa: PLC0415
+    from memfabric.adapters.cli import app as cli  # noqa: PLC0415
     from memfabric.domain.errors import EventIntegrityError  # noqa: PLC0415
     from memfabric.domain.note import note_uuid  # noqa: PLC0415
     notes = fabric.scope("acme", "u1")
@@ -324,7 +324,7 @@ def test_projections_verify_checks_tracking_positions_against_the_log(fabric: An
     projection then fails) makes ``projections verify`` fail, naming it (before: ok)."""
     from typer.testing import CliRunner  # noqa: PLC0415
 
-    from memfabric.adapters.cli.app import app as cli  # noqa: PLC0415
+    from memfabric.adapters.cli import app as cli  # noqa: PLC0415
     from memfabric.projections.rebuild import ProjectionAdmin  # noqa: PLC0415
     fabric.scope("acme", "u1").remember(kind="fact", content="User likes tea")
     assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify())
@@ -380,7 +380,7 @@ def test_mcp_token_from_a_file_stays_off_the_command_line(dsn: str, tmp_path: An
     import httpx  # noqa: PLC0415
     from typer.testing import CliRunner  # noqa: PLC0415
 
-    from memfabric.adapters.cli.app import app as cli  # noqa: PLC0415
+    from memfabric.adapters.cli import app as cli  # noqa: PLC0415
     res = CliRunner().invoke(cli.app, ["mcp", "--tenant", "acme", "--transport", "http",
                                        "--token-file", str(tmp_path / "absent"), "--dsn", dsn])
     assert res.exit_code == 2 and "token-file" in res.stderr, res.output
@@ -474,7 +474,7 @@ def test_one_unauthenticated_row_does_not_stop_other_tenants(dsn: str, inline: b
     rebuild and verify agree (before: every write raised ``ProjectionError``)."""
     from typer.testing import CliRunner  # noqa: PLC0415
 
-    from memfabric.adapters.cli.app import app as cli  # noqa: PLC0415
+    from memfabric.adapters.cli import app as cli  # noqa: PLC0415
     from memfabric.projections.rebuild import ProjectionAdmin  # noqa: PLC0415
     with open_fabric(dsn, inline_projections=inline, await_projections=False) as fab:
         fab.scope("acme", "u1").remember(kind="fact", content="Alice plays the cello")
