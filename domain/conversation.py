@@ -218,7 +218,6 @@ class LedgerUnitOfWork(Protocol):
 
     def add_aggregate(self, aggregate: Any) -> None: ...
 
-    def shred_aggregate(self, aggregate: Any) -> None: ...
 
     def commit(self) -> None: ...
 
@@ -275,8 +274,7 @@ class Ledger:
             raise NotSupportedError("this backend has no conversation ledger")
         return aggregate_id, self._store
 
-    def _write(self, change: Callable[[Conversation], T], *, shred: bool = False,
-               head: bool = False) -> T:
+    def _write(self, change: Callable[[Conversation], T], *, head: bool = False) -> T:
         """Run ``change`` on the conversation in one unit of work; ``head``: on its write
         head (appends and retractions: no replay, constant cost in the thread's length)."""
         aggregate_id, _ = self._ready()
@@ -289,8 +287,6 @@ class Ledger:
                 conv = Conversation.start(self.scope)
             out = change(conv)
             uow.add_aggregate(conv)
-            if shred:
-                uow.shred_aggregate(conv)
             uow.commit()
         return out
 
@@ -371,7 +367,7 @@ class Ledger:
             counts = conv.summary()
             conv.erase(requested_by=args.requested_by, cause=cause)
             return counts
-        return self._write(change, shred=True)
+        return self._write(change)  # Erased shreds: the unit of work destroys the key
 
     # ------------------------------------------------------------------- reads
     def session(self, session_id: str) -> LedgerSession:

@@ -162,9 +162,10 @@ class UnitOfWork(Protocol):
     :func:`memfabric.domain.visibility.write_locks`);
     every load and query below runs inside it. Aggregates passed to :meth:`add` are
     saved by :meth:`commit` in the order their events were added: their events are
-    appended to the log, the data keys of new notes are created, the keys of notes passed
-    to :meth:`shred` are destroyed, and the write-side projections (and, when the fabric
-    projects inline, every projection) are updated — all in one transaction. Leaving
+    appended to the log, the data keys of new notes are created, the keys of aggregates
+    with a pending shredding event (:mod:`memfabric.domain.shredding`: a tombstone) are
+    destroyed, and the write-side projections (and, when the fabric projects inline,
+    every projection) are updated — all in one transaction. Leaving
     the ``with`` block without :meth:`commit` (or with an exception) rolls everything
     back: nothing is written.
     """
@@ -240,10 +241,6 @@ class UnitOfWork(Protocol):
     def add(self, note: Note) -> None:
         """Take the aggregate's pending events (keeping decision order) and save and
         project it at commit."""
-        ...
-
-    def shred(self, note: Note) -> None:
-        """Destroy the note's data keys at commit (crypto-shredding)."""
         ...
 
     def commit(self) -> None:

@@ -84,8 +84,7 @@ def _batch(run: _Run, tenant_id: str, windows: rules.Windows,
             erased += 1
             if not run.dry_run:
                 conv.erase(requested_by=rules.SWEEP_REQUESTED_BY, cause=CAUSE)
-                uow.add_aggregate(conv)
-                uow.shred_aggregate(conv)
+                uow.add_aggregate(conv)  # Erased shreds: the unit of work destroys the key
         if erased and not run.dry_run:
             record = run.open_record()
             record.record_conversations(tenant_id, cursor_id, erased)

@@ -217,10 +217,6 @@ class InMemoryUnitOfWork:
         if shreds_keys(events):
             self._doomed.add(aggregate.id)
 
-    def shred(self, note: Note) -> None:
-        self._check()
-        self._doomed.add(note.id)
-
     # ------------------- issue 14: other aggregates (the ledger), saved, not projected
     def load_aggregate(self, aggregate_id: UUID) -> Any:
         self._check()
@@ -238,10 +234,6 @@ class InMemoryUnitOfWork:
     def add_aggregate(self, aggregate: Any) -> None:
         self._collect(aggregate)
         self._others[aggregate.id] = aggregate
-
-    def shred_aggregate(self, aggregate: Any) -> None:
-        self._check()
-        self._doomed.add(aggregate.id)
 
     def commit(self) -> None:
         self._check()

@@ -234,9 +234,6 @@ class PostgresUnitOfWork:
         if shreds_keys(events):
             self.keys.doomed.add(aggregate.id)
 
-    def shred(self, note: Note) -> None:
-        self.keys.doomed.add(note.id)
-
     # ------------------------------------------- other aggregates (the ledger)
     def load_aggregate(self, aggregate_id: UUID) -> Any:
         """Any aggregate by id (held in this unit of work, else replayed), or ``None``."""
@@ -257,10 +254,6 @@ class PostgresUnitOfWork:
         """Like :meth:`add` for an aggregate that is not a note."""
         self._collect(aggregate)
         self._others[aggregate.id] = aggregate
-
-    def shred_aggregate(self, aggregate: Any) -> None:
-        """Destroy the aggregate's data keys at commit."""
-        self.keys.doomed.add(aggregate.id)
 
     def tenant(self) -> str:
         """The tenant this unit of work writes (``FabricError`` when it writes several)."""

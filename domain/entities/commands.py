@@ -206,8 +206,7 @@ class Entities:
             if e.forgotten:
                 return False
             e.forget(reason="forgotten", requested_by=requested_by or self.actor)
-            uow.add_aggregate(e)
-            uow.shred_aggregate(e)
+            uow.add_aggregate(e)  # EntityForgotten shreds: the unit of work destroys the key
             uow.commit()
         self._deps.store.await_position(uow.position)
         return True
@@ -231,7 +230,6 @@ def erase_entities(deps: Deps, tenant_id: str, resource_id: str | None, thread_i
                 if isinstance(e, Entity) and not e.forgotten:
                     e.forget(reason="erase_scope", requested_by=requested_by)
                     uow.add_aggregate(e)
-                    uow.shred_aggregate(e)
                     total += 1
             uow.commit()
         deps.store.await_position(uow.position)

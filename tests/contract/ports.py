@@ -113,14 +113,13 @@ class UnitOfWorkContract(PortsContract):
         second = commit(ports, new_fact(HOME, "e" * 12, "second"))
         assert 0 < first < second
 
-    def test_shred_erases_the_content_of_every_event(self, ports: Ports) -> None:
+    def test_a_pending_tombstone_erases_the_content_of_every_event(self, ports: Ports) -> None:
         commit(ports, new_fact(HOME, "f" * 12, "secret plans for the launch"))
         with ports.unit_of_work([HOME]) as uow:
             note = uow.load(HOME, "f" * 12)
             assert note is not None
             note.forget(content_hmac=uow.content_hmac(note.content or ""), reason="test", requested_by="t")
-            uow.add(note)
-            uow.shred(note)
+            uow.add(note)  # no shred call: the pending Forgotten event shreds
             uow.commit()
         with ports.unit_of_work([HOME]) as uow:
             gone = uow.load(HOME, "f" * 12)
