@@ -84,6 +84,9 @@ class AccessSink(Protocol):
     def query(self, *, principal: str | None, since: datetime | None, until: datetime | None,
               outcome: str | None, limit: int, with_ids: bool) -> list[AccessRecord]: ...
 
+    def purge(self, cutoffs: dict[str, datetime], *, tenant_id: str | None,
+              exclude: Sequence[str] = (), dry_run: bool = False) -> int: ...
+
 
 class BufferedAccessLog:
     """The ``AccessLogPort`` over a sink (see the module doc)."""
@@ -164,6 +167,13 @@ class BufferedAccessLog:
         return self.sink.query(principal=principal, since=since, until=until, outcome=outcome,
                                limit=limit, with_ids=with_ids)
 
+    def purge(self, cutoffs: dict[str, datetime], *, tenant_id: str | None,
+              exclude: Sequence[str] = (), dry_run: bool = False) -> int:
+        """Flush, then delete the records each class's cutoff has passed (see
+        :meth:`memfabric.domain.access.AccessLogPort.purge`)."""
+        self.flush()
+        return self.sink.purge(cutoffs, tenant_id=tenant_id, exclude=exclude, dry_run=dry_run)
+
     def close(self) -> None:
         """Flush, then stop the writer thread."""
         self.flush()
@@ -193,6 +203,19 @@ class MemoryAccessSink:
                if (principal is None or r.principal == principal) and (since is None or r.at >= since)
                and (until is None or r.at < until) and (outcome is None or r.outcome == outcome)]
         return out[:limit]
+
+    def purge(self, cutoffs: dict[str, datetime], *, tenant_id: str | None,
+              exclude: Sequence[str] = (), dry_run: bool = False) -> int:
+        def due(r: AccessRecord) -> bool:
+            cutoff = cutoffs.get(r.retention)
+            mine = r.tenant_id == tenant_id if tenant_id is not None else r.tenant_id not in exclude
+            return cutoff is not None and mine and r.at < cutoff
+
+        with self._lock:
+            gone = sum(1 for r, _ in self.rows if due(r))
+            if not dry_run:
+                self.rows = [(r, s) for r, s in self.rows if not due(r)]
+        return gone
 
 
 _COLUMNS = ("at", "principal", "operation", "outcome", "tenant_id", "resource_id", "thread_id",
@@ -259,3 +282,27 @@ class PostgresAccessSink:
             out.append(self.sealer.unseal(rec, bytes(sealed) if sealed is not None else None)
                        if with_ids else rec)
         return out
+
+    def purge(self, cutoffs: dict[str, datetime], *, tenant_id: str | None,
+              exclude: Sequence[str] = (), dry_run: bool = False) -> int:
+        """One statement: ``DELETE`` (``dry_run``: ``count(*)``) of the records of each
+        class in ``cutoffs`` older than its cutoff, of ``tenant_id`` or of every tenant
+        not in ``exclude``; uses the ``at`` index."""
+        if not cutoffs:
+            return 0
+        classes, times = list(cutoffs), [cutoffs[c] for c in cutoffs]
+        who = (sql.SQL("tenant_id = {}").format(sql.Literal(tenant_id)) if tenant_id is not None
+               else sql.SQL("tenant_id <> ALL({})").format(sql.Literal(list(exclude))))
+        due = sql.SQL("FROM {t} l JOIN unnest({c}::text[], {a}::timestamptz[]) AS w(retention, cutoff)"
+                      " ON l.retention = w.retention WHERE l.at < w.cutoff AND {who}").format(
+            t=sql.Identifier(TABLE), c=sql.Literal(classes), a=sql.Literal(times), who=who)
+        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            found = cur.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (TABLE,)).fetchone()
+            if not (found and found["found"]):
+                return 0
+            if dry_run:
+                row = cur.execute(sql.SQL("SELECT count(*) AS n ") + due).fetchone()
+                return int(row["n"]) if row else 0
+            cur.execute(sql.SQL("DELETE FROM {t} WHERE id IN (SELECT l.id ").format(t=sql.Identifier(TABLE))
+                        + due + sql.SQL(")"))
+            return int(cur.rowcount)

@@ -97,6 +97,13 @@ class AccessLogPort(Protocol):
 
     def flush(self, timeout: float = 5.0) -> None: ...
 
+    def purge(self, cutoffs: dict[str, datetime], *, tenant_id: str | None,
+              exclude: Sequence[str] = (), dry_run: bool = False) -> int:
+        """Delete the records of each retention class in ``cutoffs`` recorded before
+        its cutoff, of ``tenant_id`` (``None``: of every tenant not in ``exclude``);
+        returns how many (``dry_run``: counted, nothing deleted)."""
+        ...
+
 
 class PrincipalStore(Protocol):
     """The principals projection, read side."""

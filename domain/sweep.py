@@ -138,7 +138,9 @@ class SweepResult:
     this ``now`` had committed batches; ``dry_run``: nothing was written (the counts
     are what a sweep would do now); ``failed``: ids of notes whose events could not be
     decoded (untouched); ``conversations``: conversation ledgers erased because their
-    class window closed (:mod:`memfabric.domain.sweep_ledger`)."""
+    class window closed (:mod:`memfabric.domain.sweep_ledger`); ``access_records``:
+    access-log records (issue 33) deleted because their class window (``operational``
+    by default) had closed, counted by the call that completed the sweep."""
 
     now: datetime
     tenant_id: str | None
@@ -151,6 +153,7 @@ class SweepResult:
     failed: tuple[str, ...] = ()
     totals: dict[str, int] = field(default_factory=dict)
     conversations: int = 0
+    access_records: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form (``now`` in ISO 8601)."""
@@ -183,6 +186,7 @@ class _Run:
     batches: int = 0
     failed: list[str] = field(default_factory=list)
     conversations: int = 0
+    access_records: int = 0
 
     def open_record(self) -> Sweep:
         """The sweep's progress record: the one loaded or started, else a new one."""
@@ -217,9 +221,33 @@ def sweep(deps: Deps, now: datetime | None = None, *, tenant: str | None = None,
             return _result(run, complete=True)
     cursor = run.record.cursor if run.record is not None else None
     complete = _walk(run, cursor, limit)
+    if complete:
+        run.access_records = _purge_access_log(run)
     if complete and not dry_run and run.record is not None:
         _finish(run)  # a sweep that found nothing due writes nothing
     return _result(run, complete=complete)
+
+
+def _purge_access_log(run: _Run) -> int:
+    """Issue 33: delete the access records whose class window closed before ``now``
+    (each record carries its class, ``operational`` by default; per-tenant windows
+    apply to their tenant). The access log is a side table, not an event: the delete
+    is the whole of it. ``0`` on a fabric without principals."""
+    access = run.deps.access
+    log = getattr(access, "log", None)
+    if log is None:
+        return 0
+
+    def cutoffs(tenant_id: str | None) -> dict[str, datetime]:
+        windows = run.config.for_tenant(tenant_id)
+        spans = {c: windows.window(c) for c in rules.ERASABLE}
+        return {c: run.now - span for c, span in spans.items() if span is not None}
+
+    if run.tenant_id is not None:
+        return int(log.purge(cutoffs(run.tenant_id), tenant_id=run.tenant_id, dry_run=run.dry_run))
+    overridden = sorted(run.config.tenants)
+    gone = sum(int(log.purge(cutoffs(t), tenant_id=t, dry_run=run.dry_run)) for t in overridden)
+    return gone + int(log.purge(cutoffs(None), tenant_id=None, exclude=overridden, dry_run=run.dry_run))
 
 
 def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -> bool:
@@ -354,4 +382,5 @@ def _result(run: _Run, *, complete: bool) -> SweepResult:
                      else run.conversations)
     return SweepResult(now=run.now, tenant_id=run.tenant_id, counts=counts, changed=run.changed,
                        batches=batches, complete=complete, resumed=resumed, dry_run=run.dry_run,
-                       failed=tuple(run.failed), totals=_totals(counts), conversations=conversations)
+                       failed=tuple(run.failed), totals=_totals(counts), conversations=conversations,
+                       access_records=run.access_records)

@@ -343,5 +343,6 @@ def sweep_command(
     console.print(_sweep_table(res))
     state = "complete" if res.complete else "stopped at --limit (run again with the same --now)"
     ledgers = f", {res.conversations} conversations erased" if res.conversations else ""
+    ledgers += f", {res.access_records} access records purged" if res.access_records else ""
     console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed{ledgers}, {res.batches} batches, "
                   f"{state}{', resumed' if res.resumed else ''}")
