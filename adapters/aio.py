@@ -191,6 +191,9 @@ class AsyncNotes:
         result: PathForgetResult = await self._run(self.notes.delete_path, path, **args)
         return result
 
+    async def check_write(self, kind: str, operation: str = "remember") -> None:
+        await self._run(self.notes.check_write, kind, operation)
+
 
 class AsyncFabric:
     """An open fabric for asyncio code (see the module doc). ``fabric`` is the sync

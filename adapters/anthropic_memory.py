@@ -118,6 +118,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         return decode_text(res.data, final=True)
 
     def _put(self, rel: str, text: str, *, exclusive: bool = False) -> None:
+        self.notes.check_write("file")  # a refused principal changes no file
         self.jail.write(rel, text.encode("utf-8"), exclusive=exclusive)
         self.tools.refresh_note(self.jail.relpath(self.jail.parts(rel)))
 
@@ -182,6 +183,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         if not self.jail.parts(rel, allow_root=True):
             raise ToolError(f"Error: cannot delete the {MEMORY_PREFIX} directory itself")
         files = self.jail.files_under(rel)
+        self.notes.check_write("file", "delete_path")
         self.jail.remove(rel)
         for path in files:
             self.notes.delete_path(path)
@@ -195,6 +197,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         src = self.jail.relpath(self.jail.parts(old))
         dst = self.jail.relpath(self.jail.parts(new))
         files = self.jail.files_under(src)
+        self.notes.check_write("file", "repoint")
         self.jail.rename(src, dst)
         for path in files:
             self.notes.repoint(path, dst + path[len(src):])

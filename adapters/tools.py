@@ -421,6 +421,7 @@ class MemoryTools:
     def insert_file(self, path: str, text: str) -> dict[str, Any]:
         """The path form of ``memory.insert`` (no gate check: callers check it)."""
         jail = self._require_jail()
+        self.notes.check_write("file")  # a refused principal changes no file
         appended = jail.append(path, text)
         note = self.refresh_note(appended.path)
         return {"path": appended.path, "bytes_written": appended.written,
@@ -483,6 +484,7 @@ class MemoryTools:
         later read or insert brings the text back. ``{id, block, deleted, held, path,
         file_removed}``."""
         jail = self._require_jail()
+        self.notes.check_write("file", "delete_path")
         jail.remove(path)
         res = self.notes.delete_path(path, hold=hold)
         return {"id": note_id, "block": None, "deleted": len(res.deleted), "held": bool(res.held),

@@ -255,6 +255,21 @@ class PrincipalNotes:
         return ContextProvider(_Guarded(self), self.scope, plain.options)
 
     # ----------------------------------------------------------------- writes
+    def check_write(self, kind: str, operation: str = "remember") -> None:
+        """Refuse now a write of ``kind`` the profile would refuse: ``AccessDenied``
+        naming the rule, recorded as a denied ``operation``. A host that changes
+        something outside the fabric before the write (the memory tools' files) asks
+        first, so a refused write changes nothing. Allowed: returns and records nothing
+        (the write itself is recorded)."""
+        profile = self._profile()
+        try:
+            rules.check_write(self.agent_id, profile, self.scope, kind)
+        except AccessDenied as exc:
+            record = rules.record_for(self.agent_id, operation, self.scope, (kind,),
+                                      at=datetime.now(timezone.utc))
+            self._principals.log.record(rules.finished(record, "denied", rule=exc.rule))
+            raise
+
     def remember(self, *, kind: str, **fields: Any) -> MemoryNote:
         """``Notes.remember`` checked by :func:`memfabric.domain.access.check_write`
         (and ``supersedes`` must name a note the principal may read)."""

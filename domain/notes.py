@@ -40,6 +40,8 @@ from memfabric.domain.principal import AccessFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 
+_KIND: TypeAdapter[Kind] = TypeAdapter(Kind)
+
 _ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
     list[Annotated[RememberInput, Strict()] | dict[str, Any]]
 )
@@ -139,6 +141,13 @@ class Notes(LifecycleMethods):
         return Entities(self._service.deps, self.scope, self.actor)
 
     # ----------------------------------------------------------------- writes
+    def check_write(self, kind: str, operation: str = "remember") -> None:
+        """Whether a write of ``kind`` would be refused before it is tried: a plain
+        handle writes every kind, so this returns; a principal's handle
+        (:meth:`as_principal`) raises ``AccessDenied``. Hosts that change something
+        outside the fabric first (the memory tools' files) call it."""
+        _KIND.validate_python(kind)
+
     def remember(
         self,
         *,

@@ -165,3 +165,25 @@ def test_every_command_method_checks_the_gate(fabric: Fabric, dsn: str, tmp_path
     assert (tmp_path / "old.md").read_text() == "Likes coffee\n"
     with notes.attach(S):
         assert commands[0][0](commands[0][1]) == "File created successfully at: /memories/a.md"  # type: ignore[operator]
+
+
+def test_the_memory_tool_over_a_principal_is_governed_and_logged(fabric: Fabric, tmp_path: Path) -> None:
+    """Issue 33: the Anthropic memory tool built on ``notes.as_principal(agent)`` checks
+    every command against the agent's profile: a profile that may read but not write
+    ``file`` notes gets a refused ``create`` (the model sees ``AccessDenied`` naming the
+    rule, no file, no event), a served ``view``; both calls are in the access log."""
+    notes = fabric.scope("acme", "u", "t")
+    with notes.attach(S):
+        FabricMemoryTool(notes, tmp_path, session=S).call(
+            {"command": "create", "path": "/memories/prefs.md", "file_text": "Likes coffee\n"})
+    fabric.principals.define("claude-reader", {"read_kinds": ["file"], "recall_scope": ["acme/u/*"]})
+    reader = notes.as_principal("claude-reader")
+    tool = FabricMemoryTool(reader, tmp_path, session=S)
+    with reader.attach(S):
+        with pytest.raises(ToolError, match="AccessDenied"):
+            tool.call({"command": "create", "path": "/memories/other.md", "file_text": "x"})
+        assert not (tmp_path / "other.md").exists()
+        assert "Likes coffee" in tool.call({"command": "view", "path": "/memories/prefs.md"})
+    outcomes = [(r.operation, r.outcome) for r in fabric.access_log(principal="claude-reader")]
+    assert ("remember", "denied") in outcomes
+    assert len(_live_file_notes(notes)) == 1

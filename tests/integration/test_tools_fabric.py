@@ -279,3 +279,31 @@ def test_tool_errors_never_echo_a_path(fabric: Fabric, tmp_path: Path) -> None:
             assert is_error, name
             text = json.dumps(result)
             assert "Zanzibar" not in text and "diagnosis" not in text and "0123456789ab" not in text, text
+
+
+def test_a_principal_refused_file_writes_changes_no_file(dsn: str, tmp_path: Path) -> None:
+    """Issue 33: the file forms of ``memory.insert`` and ``memory.forget`` on a
+    principal's tools ask the profile before touching the jail: a profile that may read
+    but not write ``file`` notes gets ``AccessDenied`` with no file created or removed and
+    no event, and the refusal is in the access log."""
+    from memfabric.domain.errors import AccessDenied
+
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("acme", "u", "t")
+        with notes.attach(S):
+            made = notes.tools(tmp_path).call("memory.insert", {"text": "User prefers metric units",
+                                                                "path": "prefs/units.md"}, session=S)
+        fabric.principals.define("reader", {"read_kinds": ["file"], "recall_scope": ["acme/u/*"]})
+        reader = notes.as_principal("reader")
+        tools = reader.tools(tmp_path)
+        n0 = event_count(dsn)
+        with reader.attach(S):
+            with pytest.raises(AccessDenied):
+                tools.call("memory.insert", {"text": "x", "path": "other.md"}, session=S)
+            assert not (tmp_path / "other.md").exists()
+            with pytest.raises(AccessDenied):
+                tools.call("memory.forget", {"id": made["note_id"]}, session=S)
+        assert (tmp_path / "prefs/units.md").read_text() == "User prefers metric units"
+        assert event_count(dsn) == n0
+        denied = [r for r in fabric.access_log(principal="reader") if r.outcome == "denied"]
+        assert [r.operation for r in denied][:1] == ["remember"] and len(denied) == 2
