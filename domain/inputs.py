@@ -93,8 +93,20 @@ def _utc_in_range(value: datetime) -> datetime:
     return value
 
 
-Instant = Annotated[AwareDatetime, AfterValidator(_utc_in_range)]
-"""A timezone-aware datetime whose UTC value lies within years 1-9999."""
+def _no_epoch(value: object) -> object:
+    """Refuse a number, or a string of one, where an instant is expected: pydantic would
+    read it as Unix seconds, so ``as_of=5`` or ``known_at="2026"`` (a year, meant) would
+    silently mean 1970."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError("give a timezone-aware datetime or an ISO 8601 time, not a number")
+    if isinstance(value, str) and value.strip().lstrip("+-").replace(".", "", 1).isdigit():
+        raise ValueError(f"{value!r} is a number, not an ISO 8601 time (e.g. 2026-01-31T12:00:00Z)")
+    return value
+
+
+Instant = Annotated[AwareDatetime, BeforeValidator(_no_epoch), AfterValidator(_utc_in_range)]
+"""A timezone-aware datetime (or an ISO 8601 time with a zone) whose UTC value lies
+within years 1-9999; numbers (Unix seconds to pydantic) are refused."""
 
 DEFAULT_MAX_ENTRY_TEXT_CHARS = 8000
 
