@@ -147,7 +147,7 @@ def value_json(value: Any) -> tuple[dict[str, Any], str]:
     if not _depth_ok(out):
         raise StoreValueError(f"value: nested more than {MAX_DEPTH} levels deep")
     try:
-        text = json.dumps(out, sort_keys=True, ensure_ascii=False)
+        text = json.dumps(out, sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StoreValueError(f"value: not representable as JSON ({exc})") from None
     return out, text

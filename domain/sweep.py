@@ -205,12 +205,12 @@ def sweep(deps: Deps, now: datetime | None = None, *, tenant: str | None = None,
     if tenant is not None:
         Scope(tenant_id=tenant)  # the tenant id rules (ValidationError)
     now = deps.clock() if now is None else now
-    if now.tzinfo is None:
-        raise SettingsError("now: give a timezone-aware datetime")
-    if limit is not None and limit < 1:
-        raise SettingsError("limit: must be at least 1")
-    if not 1 <= batch_size <= 10000:
-        raise SettingsError("batch_size: must be between 1 and 10000")
+    if not isinstance(now, datetime) or now.tzinfo is None:
+        raise SettingsError(f"now: give a timezone-aware datetime, not {now!r}")
+    if limit is not None and (not _is_int(limit) or limit < 1):
+        raise SettingsError(f"limit: a whole number of at least 1, not {limit!r}")
+    if not _is_int(batch_size) or not 1 <= batch_size <= 10000:
+        raise SettingsError(f"batch_size: a whole number between 1 and 10000, not {batch_size!r}")
     store = deps.retention_store
     if store is None:
         raise SettingsError("this fabric has no retention store")
@@ -248,6 +248,10 @@ def _purge_access_log(run: _Run) -> int:
     overridden = sorted(run.config.tenants)
     gone = sum(int(log.purge(cutoffs(t), tenant_id=t, dry_run=run.dry_run)) for t in overridden)
     return gone + int(log.purge(cutoffs(None), tenant_id=None, exclude=overridden, dry_run=run.dry_run))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -> bool:

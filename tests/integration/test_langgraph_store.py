@@ -265,6 +265,9 @@ def test_bad_values_are_typed_errors(store: MemfabricStore) -> None:
         store.put(("acme",), "deep", deep)
     with pytest.raises(StoreValueError, match="JSON"):
         store.put(("acme",), "obj", {"when": object()})
+    for bad in (float("nan"), float("inf"), -float("inf")):  # not JSON: they were stored as NaN / Infinity
+        with pytest.raises(StoreValueError, match="JSON"):
+            store.put(("acme",), "num", {"x": [1, bad]})
     assert store.fabric.scope("acme").count(include_superseded=True) == 0
     store.put(("acme",), "ok", {"x": {"y": [1, 2, {"z": None}]}})  # moderate nesting is fine
 

@@ -1,0 +1,26 @@
+"""``sweep``'s arguments are checked before anything runs: ``now`` a timezone-aware
+datetime, ``limit`` and ``batch_size`` whole numbers in range; anything else is a
+``SettingsError`` naming the argument (a string ``now`` or ``limit`` raised
+``AttributeError`` / ``TypeError`` before)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+import pytest
+
+from memfabric.adapters import open_memory_fabric
+from memfabric.domain.errors import SettingsError
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    ({"now": "2030-01-01T00:00:00Z"}, "now"), ({"now": 5}, "now"), ({"now": date(2030, 1, 1)}, "now"),
+    ({"now": datetime(2030, 1, 1)}, "now"), ({"limit": "5"}, "limit"), ({"limit": 0}, "limit"),
+    ({"limit": True}, "limit"), ({"batch_size": "10"}, "batch_size"), ({"batch_size": 2.5}, "batch_size"),
+])
+def test_bad_sweep_arguments_are_settings_errors(args: dict[str, object], named: str) -> None:
+    with open_memory_fabric() as fab:
+        fab.scope("acme", "u1").remember(kind="fact", content="User prefers metric units", retention="ephemeral")
+        with pytest.raises(SettingsError, match=named):
+            fab.sweep(**args)  # type: ignore[arg-type]
+        assert fab.scope("acme", "u1").count() == 1
