@@ -154,3 +154,6 @@ class AccessDenied(FabricError):  # noqa: N818 - the name the issue gives
 
 class PrincipalNotFoundError(FabricError, KeyError):
     """Issue 33: no principal of that id was defined."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "principal not found"

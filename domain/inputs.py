@@ -363,7 +363,7 @@ class RecallInput(_Input):
     """What ``Notes.recall(query, ...)`` accepts.
 
     - ``query``: non-empty text (at most 8000 characters); never echoed back.
-    - ``kinds``: non-empty subset of ``fact, procedure, file`` (default ``fact, file``).
+    - ``kinds``: non-empty subset of ``fact, procedure, file, episode`` (default ``fact, file``).
     - ``as_of``: timezone-aware instant; notes whose window ``[valid_from, valid_to)``
       does not contain it are omitted (default: now, or ``known_at`` when given).
     - ``known_at`` (issue 31): timezone-aware instant; recall what the fabric had

@@ -127,7 +127,7 @@ def recall(
     resource: ResourceOpt = None,
     thread: ThreadOpt = None,
     kind: Annotated[list[str] | None, typer.Option(
-        "--kind", metavar="KIND", help="Kind to search: fact, procedure or file (repeatable; default fact and file).")] = None,
+        "--kind", metavar="KIND", help="Kind to search: fact, procedure, file or episode (repeatable; default fact and file).")] = None,
     top_k: Annotated[int, typer.Option("--top-k", metavar="N", help="Most hits to return.")] = 10,
     budget: Annotated[int | None, typer.Option(
         metavar="TOKENS", help="Token budget: stop at the first hit that does not fit.")] = None,

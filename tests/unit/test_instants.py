@@ -38,3 +38,14 @@ def test_recall_refuses_a_number_for_as_of_and_known_at() -> None:
         for arg in ("as_of", "known_at"):
             with pytest.raises(ValidationError, match=arg):
                 notes.recall("metric units", **{arg: 5})
+
+
+def test_a_missing_principal_reads_as_its_message() -> None:
+    """``PrincipalNotFoundError`` is a ``KeyError`` (which quotes its argument): its text
+    is the message itself, as ``NoteNotFoundError``'s is."""
+    from memfabric.domain.errors import PrincipalNotFoundError
+
+    with open_memory_fabric() as fab:
+        with pytest.raises(PrincipalNotFoundError) as caught:
+            fab.principals.get("ghost")
+    assert str(caught.value).startswith("no principal 'ghost'")
