@@ -8,21 +8,14 @@ from typing import Any
 
 from memfabric.domain.note import ERASED, LEGAL_HOLD
 
-
-def _forget_in_uow(fab: Any, note_id: str, reason: str) -> None:
-    scope = fab.scope("acme", "u1", "t1").scope
-    with fab.service.unit_of_work([scope]) as uow:
-        note = uow.load(scope, note_id)
-        note.forget(content_hmac=None, reason=reason, requested_by="test")
-        uow.add(note)
-        uow.commit()
+from tests.unit.test_aggregate_rules import forget_in_uow
 
 
 def test_the_unit_of_work_shreds_from_pending_events_and_a_hold_keeps_the_keys(fab: Any) -> None:
     notes = fab.scope("acme", "u1", "t1")
     gone = notes.remember(kind="fact", content="The vault code is 4711").id
     kept = notes.remember(kind="fact", content="The audit is on Monday").id
-    _forget_in_uow(fab, gone, "forgotten")
-    _forget_in_uow(fab, kept, LEGAL_HOLD)
+    forget_in_uow(fab, gone, "forgotten")
+    forget_in_uow(fab, kept, LEGAL_HOLD)
     assert notes.history(gone)[0].fields["content"] == ERASED
     assert notes.history(kept)[0].fields["content"] == "The audit is on Monday"

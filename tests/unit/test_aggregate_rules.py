@@ -163,7 +163,7 @@ def test_a_forget_shreds_and_a_legal_hold_does_not() -> None:
 
 
 # ------------------------------------------------------ the unit of work shreds itself
-def _forget_in_uow(fab: Any, note_id: str, reason: str) -> None:
+def forget_in_uow(fab: Any, note_id: str, reason: str) -> None:
     """Tombstone a note through a unit of work the way a handler does, without ``shred``."""
     scope = fab.scope("acme", "u1", "t1").scope
     with fab.service.unit_of_work([scope]) as uow:
@@ -178,7 +178,7 @@ def test_the_in_memory_unit_of_work_shreds_a_forgotten_note_from_its_pending_eve
         notes = fab.scope("acme", "u1", "t1")
         gone = notes.remember(kind="fact", content="The vault code is 4711").id
         kept = notes.remember(kind="fact", content="The audit is on Monday").id
-        _forget_in_uow(fab, gone, "forgotten")
-        _forget_in_uow(fab, kept, LEGAL_HOLD)
+        forget_in_uow(fab, gone, "forgotten")
+        forget_in_uow(fab, kept, LEGAL_HOLD)
         assert notes.history(gone)[0].fields["content"] == ERASED
         assert notes.history(kept)[0].fields["content"] == "The audit is on Monday"
