@@ -23,6 +23,7 @@ from memfabric.adapters.embedders import embedder_from_name
 from memfabric.adapters.postgres.entities import PostgresEntityStore
 from memfabric.adapters.postgres.ledger import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresFactory, PostgresNoteStore, backfill_tenants
+from memfabric.adapters.postgres.tail import TailIndexer
 from memfabric.adapters.postgres.uow import PostgresUnitOfWork, cursor_loader
 from memfabric.adapters.reembed import ReembedReport, reembed, new_projections
 from memfabric.adapters.replaying import ReplayingMapper
@@ -335,6 +336,8 @@ class Fabric:
         if self.service.access is not None:
             self.service.access.log.close()  # issue 33: flush the access records
         try:
+            if self.store.tail is not None:
+                self.store.tail.close()
             if self.store.router is not None:
                 self.store.router.close()
             self.log.close()
@@ -511,6 +514,8 @@ def open_fabric(
                 engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
                 engine.lock_timeout = lock_timeout
                 backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
+                store.tail = TailIndexer(log.datastore, engine, store.needs_hnsw)  # issue 24: HNSW off the write
+                engine.on_commit = store.tail.want
                 keep_grants(ddl_lock)
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner

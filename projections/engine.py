@@ -113,6 +113,9 @@ class ProjectionEngine:
         self.inline_all = True
         """Whether writers apply every projection (``inline_projections``); else the
         projections that are not write-side are deferred to a runner."""
+        self.on_commit: Callable[[Sequence[str]], None] | None = None
+        """Called by a unit of work after its COMMIT with the tenants it wrote (issue 24:
+        the recall index's tail indexer is woken this way); it must not raise."""
         self.trackers = {
             p.name: PostgresTrackingRecorder(datastore, tracking_table_name=tables.tracking(p.name))
             for p in self.projections

@@ -23,7 +23,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
 from memfabric.domain.policy import normalized_tokens, token_hash
-from memfabric.projections import base, partitions, principals, tables
+from memfabric.projections import base, partitions, principals, recall_tail, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
@@ -73,7 +73,8 @@ recall's ~100 candidates was a fifth of a linked recall's client time (issue 29)
 def columns_ddl(dim: int) -> str:
     """The table's column definitions (SQL text; the primary key, ``(aggregate_id)``, is
     added by :func:`memfabric.projections.partitions.create_table`, with the tenant when
-    partitioned; the HNSW/GIN indexes are :func:`index_ddl`)."""
+    partitioned; the HNSW/GIN indexes are :func:`index_ddl`; the last column, ``indexed``,
+    is :mod:`memfabric.projections.recall_tail`'s)."""
     return (
             " tenant_id text NOT NULL, resource_id text NOT NULL, thread_id text NOT NULL,"
             " visibility text NOT NULL, consent_granted boolean, kind text NOT NULL,"
@@ -86,6 +87,7 @@ def columns_ddl(dim: int) -> str:
             " fold_count integer NOT NULL, updated_at timestamptz, consent jsonb,"
             f" embedding vector({int(dim)}) NOT NULL, search_extra text,"
             " tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED"
+            + recall_tail.COLUMN_DDL
     )
 
 
@@ -112,15 +114,13 @@ def search_extra(note: Note) -> str | None:
 
 
 def index_ddl(table: str = TABLE, suffix: str = "") -> list[sql.Composed]:
-    """Secondary indexes: HNSW (cosine, m=16, ef_construction=64), GIN on tsv, btrees on
+    """Secondary indexes: the partial HNSW index and the tail's btree
+    (:func:`memfabric.projections.recall_tail.index_ddl`), GIN on tsv, btrees on
     scope + kind, tenant + kind and tenant + (ingested_at, aggregate_id) (listing)."""
     t = sql.Identifier(table)
     name = table + suffix
     return [
-        sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {i} ON {t} USING hnsw (embedding vector_cosine_ops)"
-            " WITH (m = 16, ef_construction = 64)"
-        ).format(i=sql.Identifier(f"{name}_hnsw"), t=t),
+        *recall_tail.index_ddl(table, name),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (tsv)").format(
             i=sql.Identifier(f"{name}_tsv"), t=t
         ),
@@ -185,16 +185,23 @@ def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[A
     )
 
 
+WRITE_COLUMNS: tuple[str, ...] = (*COLUMNS, recall_tail.COLUMN)
+"""The columns a write sends: a row's :data:`COLUMNS`, then ``indexed``."""
+
+
 def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE,
           embedder_id: str | None = None, dim: int = 0) -> None:
     """Upsert or delete the rows of ``notes`` (their current aggregate state); a load of
-    at least :data:`BULK_MIN_ROWS` rows goes through :func:`_bulk_load`."""
+    at least :data:`BULK_MIN_ROWS` rows goes through :func:`_bulk_load`. Every row
+    written here joins the unindexed tail (``indexed = false``, also when an upsert
+    changes an indexed row): the HNSW graph takes it later, outside the write
+    (:mod:`memfabric.projections.recall_tail`)."""
     upserts, deletes = split_rows(notes, lambda n: row_for(n, embedder_id, dim))
     if len(upserts) >= BULK_MIN_ROWS and not base.in_pipeline(cur):  # COPY is refused in pipeline mode
         write_rows(cur, table, COLUMNS, [], deletes)
         _bulk_load(cur, table, upserts)
         return
-    write_rows(cur, table, COLUMNS, upserts, deletes, binary=("embedding",))
+    write_rows(cur, table, WRITE_COLUMNS, [(*r, False) for r in upserts], deletes, binary=("embedding",))
 
 
 BULK_MIN_ROWS = 2000
@@ -203,7 +210,8 @@ BULK_MIN_ROWS = 2000
 
 def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> None:
     """Large load: delete the rows being replaced, COPY the new rows into the live
-    table; the live HNSW index takes them row by row. The index is never dropped in a
+    table's unindexed tail (the tail indexer puts them into the HNSW graph after the
+    import commits). The index is never dropped in a
     writer's transaction (issue 17 defect 2): that took an ACCESS EXCLUSIVE lock on the
     table after the events-table lock, so a concurrent recall or write deadlocked or
     waited for the whole import. Bulk index builds happen only in a projection rebuild
@@ -211,7 +219,7 @@ def _bulk_load(cur: Cursor[Any], table: str, rows: list[tuple[Any, ...]]) -> Non
     t = sql.Identifier(table)
     cur.execute(sql.SQL("DELETE FROM {t} WHERE tenant_id = ANY(%s) AND aggregate_id = ANY(%s)").format(t=t),
                 base.delete_params([(r[0], r[6]) for r in rows]))
-    copy_rows(cur, rows, table)
+    copy_rows(cur, rows, table, indexed=False)
 
 
 _COPY_TYPES = (
@@ -222,9 +230,13 @@ _COPY_TYPES = (
 )
 
 
-def copy_rows(cur: Cursor[Any], rows: Iterable[Sequence[Any]], table: str = TABLE) -> int:
-    """Bulk-load rows with ``COPY ... FROM STDIN (FORMAT BINARY)``; returns the count."""
-    return base.copy_rows(cur, table, COLUMNS, _COPY_TYPES, rows)
+def copy_rows(cur: Cursor[Any], rows: Iterable[Sequence[Any]], table: str = TABLE, *,
+              indexed: bool = True) -> int:
+    """Bulk-load rows (in :data:`COLUMNS` order) with ``COPY ... FROM STDIN (FORMAT
+    BINARY)``, each with ``indexed`` (default ``True``: a rebuild's shadow table, whose
+    HNSW index is built after the load); returns the count."""
+    return base.copy_rows(cur, table, WRITE_COLUMNS, (*_COPY_TYPES, "bool"),
+                          ((*r, indexed) for r in rows))
 
 
 def scope_filter(alias: str = "") -> sql.Composable:
@@ -267,6 +279,7 @@ class RecallIndexProjection:
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         migrate(cur, TABLE + table_suffix)
+        recall_tail.migrate(cur, TABLE + table_suffix)
         partitions.create_table(cur, TABLE + table_suffix, columns_ddl(self.dim), ["aggregate_id"])
         if not table_suffix:
             self.create_indexes(cur)
@@ -332,11 +345,6 @@ def _where(require_consent: bool, filters: NoteFilter | None = None) -> sql.Comp
     ])
 
 
-_VECTOR_LIST = (
-    "v AS MATERIALIZED (SELECT aggregate_id, embedding <=> %(q)b AS dist FROM {t}"
-    " WHERE {w} ORDER BY embedding <=> %(q)b LIMIT %(limit)s),"
-    " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
-)
 _LEXICAL_LIST = (
     "qt AS (SELECT lexeme, quote_literal(lexeme)::tsquery AS q"
     " FROM unnest(to_tsvector('english', %(text)s))"
@@ -439,10 +447,12 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     the other list candidates (for the link term of :mod:`memfabric.domain.ranking`).
 
     ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
-    index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q``."""
+    index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q`` over
+    indexed rows merged with an exact scan of the unindexed tail
+    (:data:`memfabric.projections.recall_tail.VECTOR_LIST`)."""
     t, w = sql.Identifier(TABLE), _where(require_consent, filters)
     g = sql.Identifier(tables.LINK_GRAPH)
-    vector_list = _EXACT_VECTOR_LIST if exact else _VECTOR_LIST
+    vector_list = _EXACT_VECTOR_LIST if exact else recall_tail.VECTOR_LIST
     parts = [sql.SQL(vector_list if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(

@@ -47,6 +47,11 @@ NOTE_VERSIONS = "mf_note_versions"
 LINK_VERSIONS = "mf_link_versions"
 """Issue 31: the link edges of each row of :data:`NOTE_VERSIONS`."""
 
+INDEX_STATE_COLUMNS = frozenset({"indexed"})
+"""Columns that record index state, not projection content (issue 24: the recall
+index's ``indexed``, see :mod:`memfabric.projections.recall_tail`): a replay loads its
+rows indexed, a live table holds a tail, and ``projections verify`` compares neither."""
+
 
 def tracking(projection: str) -> str:
     """The tracking table of projection ``projection``."""

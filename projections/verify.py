@@ -8,7 +8,7 @@ from typing import Any
 
 from psycopg import Cursor, sql
 
-from memfabric.projections import catalog
+from memfabric.projections import catalog, tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +71,9 @@ def compare(
 ) -> VerifyReport:
     """Compare table ``live`` of projection ``name`` with its replay ``scratch`` row by
     row (``md5`` of each row's text, matched on the primary key, or the multisets of row
-    hashes without one); ``show``: how many differing rows to describe."""
-    cols = catalog.columns(cur, live)
+    hashes without one; columns of :data:`~memfabric.projections.tables.INDEX_STATE_COLUMNS`
+    are left out); ``show``: how many differing rows to describe."""
+    cols = [c for c in catalog.columns(cur, live) if c not in tables.INDEX_STATE_COLUMNS]
     keys = catalog.primary_key(cur, live) or ["_row_md5"]
     lt, st = sql.Identifier(live), sql.Identifier(scratch)
     row_text = sql.SQL("md5(ROW({c})::text)").format(c=sql.SQL(", ").join(map(sql.Identifier, cols)))
@@ -122,5 +123,5 @@ def column_diff(
     return {
         c: (live.get(c), new.get(c))
         for c in sorted(set(live) | set(new))
-        if live.get(c) != new.get(c)
+        if live.get(c) != new.get(c) and c not in tables.INDEX_STATE_COLUMNS
     }

@@ -39,6 +39,7 @@ from memfabric.adapters.postgres.replicas import PRIMARY, ReplicaRouter
 from memfabric.adapters.postgres.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
 from memfabric.adapters.postgres.counts import scope_counts
+from memfabric.adapters.postgres.tail import TailIndexer
 from memfabric.domain import replay
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
@@ -398,6 +399,9 @@ class PostgresNoteStore:
         self.router: ReplicaRouter | None = None
         """Issue 25: set by ``open_fabric(replicas=...)``; recall, list, count, load and
         history are then served by a replica that has replayed this fabric's writes."""
+        self.tail: TailIndexer | None = None
+        """Issue 24: set by ``open_fabric`` (not read-only): puts the recall index's
+        unindexed tail into the HNSW graph in the background (``adapters/postgres/tail.py``)."""
 
     @contextmanager
     def connection(self) -> Iterator[Connection[Any]]:
@@ -431,12 +435,15 @@ class PostgresNoteStore:
         :attr:`exact_search_max` notes (recall 1.0), else HNSW with
         ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` =
         ``min(1000, max(ef_search, limit))``, set on the pooled connection once
-        (:meth:`_hnsw_settings`)."""
+        (:meth:`_hnsw_settings`), over the indexed rows merged with an exact scan of the
+        unindexed tail (issue 24, :mod:`memfabric.projections.recall_tail`)."""
         def read(conn: Connection[Any]) -> list[Candidate]:
             with conn.cursor() as cur:
                 exact = embedding is not None and self._tenant_size(cur, scope.tenant_id) <= self.exact_search_max
                 if embedding is not None and not exact:
                     self._hnsw_settings(conn, min(EF_SEARCH_MAX, max(self.ef_search, limit)))
+                    if self.tail is not None:  # a tail written by a runner or another process
+                        self.tail.want([scope.tenant_id])
                 return recall_index.select_candidates(
                     cur, scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
                     limit=limit, require_consent=require_consent, filters=filters,
@@ -479,6 +486,12 @@ class PostgresNoteStore:
     def scopes_with(self, *, tenant_id: str | None, tags: Sequence[str]) -> list[Scope]:
         with self.connection() as conn, conn.cursor() as cur:
             return recall_index.select_scopes(cur, tenant_id=tenant_id, tags=tags)
+
+    def needs_hnsw(self, cur: Cursor[Any], tenant_id: str) -> bool:
+        """Whether recall of ``tenant_id`` goes through HNSW (it has more than
+        :attr:`exact_search_max` notes, counted as :meth:`_tenant_size` does): only then
+        does the tail indexer put its rows into the graph."""
+        return self._tenant_size(cur, tenant_id) > self.exact_search_max
 
     def _tenant_size(self, cur: Cursor[Any], tenant_id: str) -> int:
         """Indexed notes of a tenant, counted up to ``exact_search_max + 1`` and cached

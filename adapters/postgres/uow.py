@@ -71,6 +71,8 @@ class PostgresUnitOfWork:
         """Aggregates other than notes (the conversation ledger), saved alike."""
         self._committed = False
         self._position = 0
+        self._tenants: list[str] = []
+        """The tenants :meth:`commit` appended events of (for ``engine.on_commit``)."""
 
     # --------------------------------------------------------------- lifetime
     def __enter__(self) -> PostgresUnitOfWork:
@@ -140,6 +142,8 @@ class PostgresUnitOfWork:
                 raise
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
+            if self._tenants and self._engine.on_commit is not None:
+                self._engine.on_commit(self._tenants)
 
     @property
     def conn(self) -> Connection[Any]:
@@ -275,6 +279,7 @@ class PostgresUnitOfWork:
         aggregates: dict[UUID, Any] = {**self._others, **self._aggregates}
         event_tenants = [_tenant_of(aggregates[e.originator_id]) for e in self._events]
         tenants = sorted(set(event_tenants))
+        self._tenants = tenants
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]

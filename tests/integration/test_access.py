@@ -73,7 +73,7 @@ def test_the_statement_carries_the_rule() -> None:
     access = AccessFilter("bot", ("fact",), ("thread",), (ScopePattern.parse("acme/u1/*"),))
     text = recall_index.recall_statement(vector=True, lexical=True, require_consent=False,
                                          filters=NoteFilter(access=access), expand=True).as_string(None)
-    assert text.count("mf_principal_grants") == 4  # vector list, lexical list, IDF count, expansion
+    assert text.count("mf_principal_grants") == 5  # vector list (graph and tail), lexical list, IDF count, expansion
     plain = recall_index.recall_statement(vector=True, lexical=True, require_consent=False).as_string(None)
     assert "mf_principal_grants" not in plain
 
