@@ -73,6 +73,7 @@ from memfabric.domain.access import AccessRecord, Principals, PrincipalView
 from memfabric.domain.access_notes import PrincipalNotes
 from memfabric.domain.errors import AccessDenied, PrincipalNotFoundError
 from memfabric.domain.principal import MemoryProfile
+from memfabric.adapters.jail import FilePathError, JailError
 
 __all__ = [
     "AsyncFabric", "AsyncNotes", "NamespaceError", "NotHeldError", "NotePage", "open_fabric_async",
@@ -97,4 +98,6 @@ __all__ = [
     # issue 33: governed access
     "AccessDenied", "AccessRecord", "MemoryProfile", "PrincipalNotFoundError", "PrincipalNotes", "Principals",
     "PrincipalView",
+    # the file tools' jail (typed errors of memory_view/memory_read on files)
+    "FilePathError", "JailError",
 ]

@@ -287,17 +287,13 @@ class ProjectionEngine:
         """The projections a separate runner keeps (not write-side)."""
         return [p for p in self.projections if not p.write_side]
 
-    def shared_locks(self, projections: Sequence[NoteProjection]) -> list[sql.Composable]:
-        """The shared advisory lock of each projection a writer applies, in engine
-        order, as ``SELECT`` items (one ``%s`` key each, :meth:`shared_keys`). A unit of
-        work takes them first, before any read (with its scope locks), and holds them
-        to COMMIT; global catch-up and rebuild switches take them exclusively, so they
-        wait for in-flight writers and hold new ones back before those read anything:
-        the switch's table locks can then never close a cycle with a writer."""
-        return [sql.SQL("pg_advisory_xact_lock_shared(%s)") for _ in projections]
-
     def shared_keys(self, projections: Sequence[NoteProjection]) -> list[int]:
-        """The keys of :meth:`shared_locks`."""
+        """The keys of the shared advisory lock of each projection a writer applies, in
+        engine order. A unit of work takes them first, before any read (with its scope
+        locks), and holds them to COMMIT; global catch-up and rebuild switches take them
+        exclusively, so they wait for in-flight writers and hold new ones back before
+        those read anything: the switch's table locks can then never close a cycle with
+        a writer."""
         return [self.lock_key(p.name) for p in projections]
 
     def lock_statement(self, tenants: Sequence[str]) -> tuple[bytes, list[int]]:
@@ -314,7 +310,7 @@ class ProjectionEngine:
                      positions: dict[str, int] | None = None) -> None:
         """Project ``notes`` (just saved, events got ``ids``, all of tenant ``tenant``)
         in the writer's transaction into ``projections`` (see :meth:`inline`), under
-        :meth:`shared_locks` and :meth:`lock_statement`: catch up the tenant's gap first, then apply and record
+        :meth:`shared_keys` and :meth:`lock_statement`: catch up the tenant's gap first, then apply and record
         the tenant's positions. ``positions``: the tenant's positions read after the
         lock (:meth:`send_positions`), else read here."""
         if not ids or not projections:

@@ -135,7 +135,7 @@ def log_command(
     idle_exit: Annotated[float | None, typer.Option(
         "--idle-exit", metavar="SECONDS", help="With --follow: stop after this many seconds without new events.")] = None,
     until: Annotated[str | None, typer.Option(
-        "--until", metavar="TIME", help="Only events recorded at or before this instant (issue 31; ISO 8601, "
+        "--until", metavar="TIME", help="Only events recorded at or before this instant (ISO 8601, "
         "no timezone means UTC): the log as it stood then.")] = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,

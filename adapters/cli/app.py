@@ -137,7 +137,7 @@ def recall(
     mode: Annotated[str, typer.Option(metavar="MODE", help="hybrid, vector or lexical.")] = "hybrid",
     known_at: Annotated[str | None, typer.Option(
         "--known-at", metavar="TIME",
-        help="Recall what the fabric had recorded at this instant (issue 31; ISO 8601, no timezone means UTC).")] = None,
+        help="Recall what the fabric had recorded at this instant (ISO 8601, no timezone means UTC).")] = None,
     embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,

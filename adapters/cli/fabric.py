@@ -47,7 +47,7 @@ DataDirOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 KnownAtOpt = Annotated[str | None, typer.Option(
     "--known-at", metavar="TIME",
-    help="As the fabric had recorded it at this instant (issue 31; ISO 8601, no timezone means UTC).")]
+    help="As the fabric had recorded it at this instant (ISO 8601, no timezone means UTC).")]
 ProjectionOpt = Annotated[
     str, typer.Option("--projection", "-p", metavar="NAME", help="Projection name, or 'all'.")
 ]

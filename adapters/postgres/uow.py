@@ -21,6 +21,8 @@ variables, no pass-through keyword arguments):
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import hmac
 from collections.abc import Callable, Sequence
@@ -90,10 +92,9 @@ class PostgresUnitOfWork:
             conn.execute(b"BEGIN")
             projections = self._engine.inline(all_projections=self._inline_all)
             keys = sorted(self._engine.lock_key("scope:" + key) for key in {s.key for s in self._scopes})
-            conn.execute(sql.SQL("SELECT {}").format(sql.SQL(", ").join(
-                [sql.SQL("set_config('lock_timeout', %s, true)"), *self._engine.shared_locks(projections),
-                 *(sql.SQL("pg_advisory_xact_lock(%s)") for _ in keys)])),
-                [self._engine.timeout_setting(), *self._engine.shared_keys(projections), *keys], prepare=True)
+            conn.execute(_opening_sql(len(projections), len(keys)),
+                         [self._engine.timeout_setting(), *self._engine.shared_keys(projections), *keys],
+                         prepare=True)
         except BaseException as exc:
             self._ending = exc
             stack.__exit__(type(exc), exc, exc.__traceback__)
@@ -364,6 +365,16 @@ class PostgresUnitOfWork:
 
 _APPEND_SQL: dict[tuple[bool, bytes], bytes] = {}
 """The append statements of :meth:`PostgresUnitOfWork._append_statement`, by (new keys?, positions)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _opening_sql(n_shared: int, n_scopes: int) -> bytes:
+    """The statement a unit of work opens with: its ``lock_timeout``, the shared lock of
+    each of its ``n_shared`` projections (``ProjectionEngine.shared_keys``), then the
+    exclusive lock of each of its ``n_scopes`` scopes; one ``%s`` each, composed once."""
+    items = ["set_config('lock_timeout', %s, true)", *["pg_advisory_xact_lock_shared(%s)"] * n_shared,
+             *["pg_advisory_xact_lock(%s)"] * n_scopes]
+    return ("SELECT " + ", ".join(items)).encode()
 
 
 def _tracking_refused(exc: BaseException | None) -> bool:
