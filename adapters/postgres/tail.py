@@ -38,7 +38,7 @@ class TailIndexer:
     marks tenants whose tail may be non-empty and wakes the thread, which indexes each
     in batches of ``batch`` rows (default 256), one short transaction each, until the
     tail is empty; it then sleeps until woken or ``interval`` seconds (default 0.5)
-    pass. Each batch holds the recall projection's advisory lock *shared* (as writers
+    pass; after ``idle_exit`` seconds without work it ends. Each batch holds the recall projection's advisory lock *shared* (as writers
     do), so a blue-green rebuild's switch, which takes it exclusively, never runs
     beside it; a lock wait past the engine's ``lock_timeout`` fails the batch, which is
     retried after ``interval``. ``indexed``: rows indexed so far; ``last_error``: the
@@ -51,6 +51,8 @@ class TailIndexer:
         self.needs_index = needs_index
         self.interval = interval
         self.batch = batch
+        self.idle_exit = 30.0
+        """Seconds without work after which the thread ends (an idle fabric runs no thread)."""
         self.indexed = 0
         self.last_error: BaseException | None = None
         self._wanted: dict[str, int] = {}
@@ -91,21 +93,35 @@ class TailIndexer:
         """Stop the thread (an interrupted batch rolls back; nothing is lost)."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=10)
 
     # ------------------------------------------------------------------ inside
     def _run(self) -> None:
+        idle = 0.0
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            woken = self._wake.wait(self.interval)
             self._wake.clear()
-            if self._stop.is_set():
+            if self._stop.is_set() or (not woken and self._idle_exit(idle)):
                 return
+            idle = 0.0 if woken else idle + self.interval
             try:
                 self.run_once()
             except Exception as exc:  # noqa: BLE001 - a background failure is logged and retried
                 self.last_error = exc
                 _log.warning("memfabric: the recall tail indexer failed (retried in %.1f s): %s", self.interval, exc)
+
+    def _idle_exit(self, idle: float) -> bool:
+        """Whether the thread ends: nothing wanted for :attr:`idle_exit` seconds (the
+        next :meth:`want` starts a new one; decided under the lock ``want`` takes, so no
+        want is stranded)."""
+        with self._lock:
+            if self._wanted or idle < self.idle_exit:
+                return False
+            self._thread = None
+            return True
 
     def _index_tenant(self, tenant: str) -> int:
         """Batches of ``tenant`` until one comes back short (its tail is empty), or, in

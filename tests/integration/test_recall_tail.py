@@ -128,3 +128,19 @@ def test_the_tail_on_a_partitioned_layout(pg_server: str, dsn: str, partitions: 
         assert tail(dsn, "acme") == 0 and tail(dsn, "globex") == 4
         hits = fabric.scope("globex", "u1", "t1").recall(f"globex: {FACTS[2]}", top_k=2).hits
         assert hits[0].content == f"globex: {FACTS[2]}"
+
+
+def test_the_indexer_thread_ends_when_idle_and_a_write_starts_it_again(fabric: Fabric, dsn: str) -> None:
+    through_hnsw(fabric, background=True)
+    indexer = fabric.store.tail
+    indexer.idle_exit, indexer.interval = 0.3, 0.05
+    notes = fabric.scope("acme", "u1", "t1")
+    notes.remember(kind="fact", content=FACTS[0])
+    deadline = time.monotonic() + 10
+    while indexer._thread is not None and time.monotonic() < deadline:  # noqa: SLF001 - the thread's lifetime
+        time.sleep(0.05)
+    assert indexer._thread is None and tail(dsn) == 0  # noqa: SLF001
+    notes.remember(kind="fact", content=FACTS[1])
+    while tail(dsn) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tail(dsn) == 0 and indexer.indexed == 2
