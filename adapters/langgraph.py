@@ -48,12 +48,12 @@ from langgraph.store.memory import _does_match
 
 from memfabric.domain.errors import (
     ConflictError,
-    NamespaceError,
     NoteExistsError,
     NoteForgottenError,
     NoteNotFoundError,
     SupersessionError,
 )
+from memfabric.adapters.langgraph_access import Access, GovernedOps, plain
 from memfabric.adapters.langgraph_values import (
     FIELD_TAG_PREFIX,
     MAX_DEPTH,
@@ -61,15 +61,19 @@ from memfabric.adapters.langgraph_values import (
     MAX_TTL_MINUTES,
     WIDE_TAG,
     ItemFilter,
+    check_labels,
+    namespace_of,
+    scope_of,
     field_tags,
     checked_ttl,
     field_tag,
     value_json,
 )
+from memfabric.domain.access import Governor
 from memfabric.domain.inputs import RecallInput
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
-from memfabric.domain.scope import SCOPE_ID_RE, Scope
+from memfabric.domain.scope import Scope
 
 __all__ = [  # the values' names, importable from here as before they moved
     "FIELD_TAG_PREFIX", "ITEM_TAG", "MAX_DEPTH", "MAX_FIELD_TAGS", "MAX_RECALL", "MAX_TTL_MINUTES",
@@ -104,26 +108,6 @@ def subject_for(namespace: tuple[str, ...], key: str) -> str:
     return "lg:" + _hash([list(namespace), key], 16)
 
 
-def _check_labels(namespace: tuple[str, ...]) -> None:
-    for label in namespace:
-        if not isinstance(label, str) or not SCOPE_ID_RE.fullmatch(label):
-            raise NamespaceError(f"namespace label {label!r}: 1-128 characters of [A-Za-z0-9._:@-]")
-
-
-def scope_of(namespace: tuple[str, ...]) -> Scope:
-    """The scope of a namespace of 1-3 scope ids (``NamespaceError`` otherwise; a label
-    must match the scope id pattern in full, so a trailing newline is refused)."""
-    if not 1 <= len(namespace) <= 3:
-        raise NamespaceError(f"namespace {namespace!r}: 1 to 3 labels (tenant, resource, thread)")
-    _check_labels(namespace)
-    rest: list[str | None] = [*namespace[1:], None, None]
-    return Scope(tenant_id=namespace[0], resource_id=rest[0], thread_id=rest[1])
-
-
-def namespace_of(scope: Scope) -> tuple[str, ...]:
-    return tuple(p for p in (scope.tenant_id, scope.resource_id, scope.thread_id) if p is not None)
-
-
 # ------------------------------------------------------------------- items
 def _parsed(content: str | None, context: str | None) -> tuple[str, dict[str, Any], datetime, int] | None:
     """``(key, value, created_at, gen)`` of a store note, or ``None`` for a note tagged
@@ -154,27 +138,44 @@ class MemfabricStore(BaseStore):
 
     supports_ttl: bool = True
 
-    def __init__(self, fabric: Any, *, requested_by: str = "langgraph") -> None:
+    def __init__(self, fabric: Any, *, requested_by: str = "langgraph", principal: str | None = None) -> None:
+        """``requested_by``: who the tombstones of a delete name. ``principal`` (issue
+        33, default ``None``: no checks, no access log): every operation is a call of
+        that principal, checked against its memory profile with the profile's rule in
+        the store's query and recorded once in the access log
+        (:mod:`memfabric.adapters.langgraph_access`); ``PrincipalNotFoundError`` when
+        the fabric has no principal registry or ``principal`` was never defined."""
         self.fabric = fabric
         self.service = fabric.service
         self.requested_by = requested_by
+        self.governor = Governor(self.service.access, principal) if principal is not None else None
+        """The principal's governed calls (``None``: no principal)."""
 
     # ------------------------------------------------------------------ batch
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        out: list[Result] = []
-        for op in ops:
-            if isinstance(op, GetOp):
-                out.append(self._get(op.namespace, op.key))
-            elif isinstance(op, PutOp):
-                self._put(op)
-                out.append(None)
-            elif isinstance(op, SearchOp):
-                out.append(self._search(op))
-            elif isinstance(op, ListNamespacesOp):
-                out.append(self._namespaces(op))
-            else:
-                raise NotImplementedError(f"unknown store operation {type(op).__name__}")
-        return out
+        """Run ``ops`` in order. With a principal each op is one governed call and a
+        write the profile refuses refuses the batch before any op runs."""
+        ops = list(ops)
+        if self.governor is None:
+            return [self._apply(op, plain)[0] for op in ops]
+        governed = GovernedOps(self.governor, self._apply)
+        governed.check_writes(ops)
+        return [governed.run(op) for op in ops]
+
+    def _apply(self, op: Op, access: Access) -> tuple[Result, list[str]]:
+        """The result of ``op`` and the ids of the notes it returned or wrote; every
+        read from a scope carries ``access(scope)`` in its query."""
+        if isinstance(op, GetOp):
+            found = self._get(op.namespace, op.key, access)
+            return (None, []) if found is None else (found[0], [found[1]])
+        if isinstance(op, PutOp):
+            return None, self._put(op, access)
+        if isinstance(op, SearchOp):
+            pairs = self._search(op, access)
+            return [item for item, _ in pairs], [note_id for _, note_id in pairs]
+        if isinstance(op, ListNamespacesOp):
+            return self._namespaces(op, access), []
+        raise NotImplementedError(f"unknown store operation {type(op).__name__}")
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
@@ -183,11 +184,13 @@ class MemfabricStore(BaseStore):
         return str(self.service.store.content_hmac(text))
 
     # ------------------------------------------------------------------ items
-    def _current(self, namespace: tuple[str, ...], key: str) -> Candidate | None:
+    def _current(self, namespace: tuple[str, ...], key: str, access: Access) -> Candidate | None:
         """The live, valid version of an item from the recall index (``None``: none);
         of several (a store written before issue 26 could leave them), the newest."""
-        query = ListQuery(scope=scope_of(namespace), kinds=_KINDS,
-                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key)),
+        scope = scope_of(namespace)
+        query = ListQuery(scope=scope, kinds=_KINDS,
+                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key),
+                                             access=access(scope)),
                           valid_at=datetime.now(timezone.utc),
                           require_consent=self.service.require_consent)
         rows = self.service.store.list_notes(query, after=None, limit=16)
@@ -204,9 +207,11 @@ class MemfabricStore(BaseStore):
         return cls(namespace=ns, key=key, value=value, created_at=created,
                    updated_at=_utc(f["ingested_at"]), **extra)
 
-    def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
-        cand = self._current(namespace, key)
-        return None if cand is None else self._item(cand)
+    def _get(self, namespace: tuple[str, ...], key: str, access: Access) -> tuple[Item, str] | None:
+        """``(item, id of the note holding it)``, or ``None``."""
+        cand = self._current(namespace, key, access)
+        item = None if cand is None else self._item(cand)
+        return None if item is None or cand is None else (item, cand.note_id)
 
     def _head(self, scope: Scope, namespace: tuple[str, ...], key: str, gen: int) -> tuple[int, Note | None]:
         """From version ``gen`` on, in the log, up to the last version written:
@@ -220,18 +225,18 @@ class MemfabricStore(BaseStore):
             return last
         return gen, None
 
-    def _put(self, op: PutOp) -> None:
+    def _put(self, op: PutOp, access: Access) -> list[str]:
         """Write the next version of the item (see the module doc): first on the recall
         index's view of the live version; when another writer moved the key first (or
-        the index is behind), on the log's, read again before every retry."""
+        the index is behind), on the log's, read again before every retry. Returns the
+        id written (a delete: the ids forgotten)."""
         if op.value is None:
-            self._delete(op.namespace, op.key)
-            return
+            return self._delete(op.namespace, op.key, access)
         scope = scope_of(op.namespace)
         value, content = value_json(op.value)
         ttl = checked_ttl(op.ttl)
         tags = [ITEM_TAG, *field_tags(self._hmac, value), *([NOINDEX_TAG] if op.index is False else [])]
-        current = self._current(op.namespace, op.key)
+        current = self._current(op.namespace, op.key, access)
         parsed = _parsed(current.fields["content"], current.fields["context"]) if current is not None else None
         # (version to write, note it supersedes, created_at) as the index sees the key
         target: tuple[int, str | None, str | None] = (
@@ -239,7 +244,7 @@ class MemfabricStore(BaseStore):
             else (0, None, None))
         for _ in range(_ATTEMPTS):
             if self._write(scope, op, target, content, tags, ttl):
-                return
+                return [note_id_for(op.namespace, op.key, target[0])]
             target = self._target(scope, op.namespace, op.key, target[0] - 1 if target[1] else target[0])
         raise ConflictError(f"key {op.key!r}: {_ATTEMPTS} concurrent writers won first; retry")
 
@@ -278,13 +283,17 @@ class MemfabricStore(BaseStore):
             return False
         return True
 
-    def _delete(self, namespace: tuple[str, ...], key: str) -> None:
+    def _delete(self, namespace: tuple[str, ...], key: str, access: Access) -> list[str]:
+        """Forget every version of the item; returns their ids."""
         scope = scope_of(namespace)
         query = ListQuery(scope=scope, kinds=_KINDS, include_superseded=True,
-                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key)),
+                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key),
+                                             access=access(scope)),
                           require_consent=self.service.require_consent)
-        for cand in self.service.store.list_notes(query, after=None, limit=10_000):
+        found = self.service.store.list_notes(query, after=None, limit=10_000)
+        for cand in found:
             self.service.forget(scope, cand.note_id, hold=False, requested_by=self.requested_by)
+        return [cand.note_id for cand in found]
 
     # ----------------------------------------------------------------- search
     def _scopes_under(self, prefix: tuple[str, ...]) -> list[Scope]:
@@ -306,56 +315,58 @@ class MemfabricStore(BaseStore):
                 len(self.service.store.scopes_with(tenant_id=None, tags=[ITEM_TAG, WIDE_TAG])))
         return (ITEM_TAG,) if wide else (ITEM_TAG, *flt.tags)
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
+    def _search(self, op: SearchOp, access: Access) -> list[tuple[SearchItem, str]]:
+        """``(item, its note id)`` of the page ``op`` asks for."""
         prefix = tuple(op.namespace_prefix)
         if len(prefix) > 3:
             return []
-        _check_labels(prefix)
+        check_labels(prefix)
         flt = ItemFilter.of(op.filter, self._hmac)
         want = max(0, op.offset) + max(0, op.limit)
         if want == 0:
             return []
         tags = self._sql_tags(prefix, flt)
         if op.query:
-            found = self._query_search(prefix, op.query, tags, flt, want)
+            found = self._query_search(prefix, op.query, tags, flt, want, access)
         else:
-            found = list(self._listed(prefix, tags, flt, want))
+            found = list(self._listed(prefix, tags, flt, want, access))
         return found[max(0, op.offset): want]
 
     def _query_search(self, prefix: tuple[str, ...], query: str, tags: tuple[str, ...],
-                      flt: ItemFilter, want: int) -> list[SearchItem]:
+                      flt: ItemFilter, want: int, access: Access) -> list[tuple[SearchItem, str]]:
         """Recall in every namespace under ``prefix``, merged by score (highest first)."""
-        found: list[SearchItem] = []
+        found: list[tuple[SearchItem, str]] = []
         for scope in self._scopes_under(prefix):
-            found += self._recalled(scope, query, tags, flt, want)
-        found.sort(key=lambda i: -(i.score or 0.0))
+            found += self._recalled(scope, query, tags, flt, want, access)
+        found.sort(key=lambda pair: -(pair[0].score or 0.0))
         return found[:want]
 
     def _recalled(self, scope: Scope, query: str, tags: tuple[str, ...], flt: ItemFilter,
-                  want: int) -> list[SearchItem]:
+                  want: int, access: Access) -> list[tuple[SearchItem, str]]:
         """Up to ``want`` items of exactly ``scope`` a recall of ``query`` finds that pass
         ``flt``: asking for 4x more candidates until enough pass or recall has no more
         (at most :data:`MAX_RECALL`)."""
         top_k = min(MAX_RECALL, max(10, 2 * want))
         while True:
             res = self.service.recall(scope, RecallInput(query=query, kinds=_KINDS, top_k=top_k,
-                                                         tags=list(tags), expand_links=False))
-            out: list[SearchItem] = []
+                                                         tags=list(tags), expand_links=False),
+                                      access=access(scope))
+            out: list[tuple[SearchItem, str]] = []
             for hit, ex in zip(res.hits, res.explain, strict=True):
                 if hit.scope != scope or NOINDEX_TAG in hit.tags or ITEM_TAG not in hit.tags:
                     continue
                 parsed = _parsed(hit.content, hit.context)
                 if parsed is not None and flt.admits(parsed[1]):
                     key, value, created, _ = parsed
-                    out.append(SearchItem(namespace=namespace_of(scope), key=key, value=value,
-                                          created_at=created, updated_at=_utc(hit.ingested_at),
-                                          score=ex.score))
+                    out.append((SearchItem(namespace=namespace_of(scope), key=key, value=value,
+                                           created_at=created, updated_at=_utc(hit.ingested_at),
+                                           score=ex.score), hit.id))
             if len(out) >= want or len(res.hits) < top_k or top_k >= MAX_RECALL:
                 return out[:want]
             top_k = min(MAX_RECALL, top_k * 4)
 
     def _listed(self, prefix: tuple[str, ...], tags: tuple[str, ...], flt: ItemFilter,
-                want: int) -> Iterator[SearchItem]:
+                want: int, access: Access) -> Iterator[tuple[SearchItem, str]]:
         """Up to ``want`` valid items under ``prefix`` passing ``flt``, oldest first
         per tenant (keyset pages of 200)."""
         tenants = ([prefix[0]] if prefix else
@@ -365,14 +376,15 @@ class MemfabricStore(BaseStore):
         for tenant in tenants:
             scope = scope_of(prefix) if prefix else Scope(tenant_id=tenant)
             query = ListQuery(scope=scope, kinds=_KINDS, prefix=True, valid_at=now,
-                              filters=NoteFilter(tags=tags), require_consent=self.service.require_consent)
+                              filters=NoteFilter(tags=tags, access=access(scope)),
+                              require_consent=self.service.require_consent)
             after = None
             while True:
                 rows = self.service.store.list_notes(query, after=after, limit=200)
                 for cand in rows:
                     item = self._item(cand, SearchItem)
                     if isinstance(item, SearchItem) and flt.admits(item.value):
-                        yield item
+                        yield item, cand.note_id
                         n += 1
                         if n >= want:
                             return
@@ -380,14 +392,16 @@ class MemfabricStore(BaseStore):
                     break
                 after = (rows[-1].fields["ingested_at"], rows[-1].aggregate_id)
 
-    def _namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        """Namespaces holding at least one valid (unexpired) item."""
+    def _namespaces(self, op: ListNamespacesOp, access: Access) -> list[tuple[str, ...]]:
+        """Namespaces holding at least one valid (unexpired) item (readable: counted
+        with ``access``)."""
         now = datetime.now(timezone.utc)
         spaces = [namespace_of(s) for s in self.service.store.scopes_with(tenant_id=None, tags=[ITEM_TAG])]
         if op.match_conditions:
             spaces = [ns for ns in spaces if all(_does_match(c, ns) for c in op.match_conditions)]
         spaces = [ns for ns in spaces if self.service.store.count_notes(ListQuery(
-            scope=scope_of(ns), kinds=_KINDS, valid_at=now, filters=NoteFilter(tags=(ITEM_TAG,)),
+            scope=scope_of(ns), kinds=_KINDS, valid_at=now,
+            filters=NoteFilter(tags=(ITEM_TAG,), access=access(scope_of(ns))),
             require_consent=self.service.require_consent))]
         if op.max_depth is not None:
             spaces = sorted({ns[: op.max_depth] for ns in spaces})

@@ -1,6 +1,7 @@
-"""The values of the LangGraph store (``memfabric.adapters.langgraph``): a value's JSON
-text, its ``ttl``, the keyed field hashes its note carries as tags and the search
-``filter`` split into its SQL part (those hashes) and its Python part. Pure."""
+"""The values of the LangGraph store (``memfabric.adapters.langgraph``): the scope of a
+namespace, a value's JSON text, its ``ttl``, the keyed field hashes its note carries as
+tags and the search ``filter`` split into its SQL part (those hashes) and its Python
+part. Pure."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memfabric.domain.errors import StoreValueError
+from memfabric.domain.errors import NamespaceError, StoreValueError
+from memfabric.domain.scope import SCOPE_ID_RE, Scope
 
 WIDE_TAG = "lg:wide"
 """Tag of an item with more scalar fields than :data:`MAX_FIELD_TAGS`: filters on a
@@ -23,6 +25,27 @@ MAX_DEPTH = 64
 MAX_TTL_MINUTES = 100 * 366 * 24 * 60
 """Largest ``ttl``: about 100 years, in minutes."""
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+
+
+# -------------------------------------------------------------- namespaces
+def check_labels(namespace: tuple[str, ...]) -> None:
+    for label in namespace:
+        if not isinstance(label, str) or not SCOPE_ID_RE.fullmatch(label):
+            raise NamespaceError(f"namespace label {label!r}: 1-128 characters of [A-Za-z0-9._:@-]")
+
+
+def scope_of(namespace: tuple[str, ...]) -> Scope:
+    """The scope of a namespace of 1-3 scope ids (``NamespaceError`` otherwise; a label
+    must match the scope id pattern in full, so a trailing newline is refused)."""
+    if not 1 <= len(namespace) <= 3:
+        raise NamespaceError(f"namespace {namespace!r}: 1 to 3 labels (tenant, resource, thread)")
+    check_labels(namespace)
+    rest: list[str | None] = [*namespace[1:], None, None]
+    return Scope(tenant_id=namespace[0], resource_id=rest[0], thread_id=rest[1])
+
+
+def namespace_of(scope: Scope) -> tuple[str, ...]:
+    return tuple(p for p in (scope.tenant_id, scope.resource_id, scope.thread_id) if p is not None)
 
 
 # ------------------------------------------------------------------ values
