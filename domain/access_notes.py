@@ -232,6 +232,16 @@ class PrincipalNotes:
         plain = self._notes.context_provider(*args, **kwargs)
         return ContextProvider(_Guarded(self), self.scope, plain.options)
 
+    def read_outside(self, kind: str, read: Callable[[], _T], operation: str = "read") -> _T:
+        """``read()``, a read of ``kind`` memory made outside the fabric (the memory
+        tools' files), as one governed call: the scope within ``recall_scope`` and
+        ``kind`` readable (else ``AccessDenied`` naming the rule and ``read()`` is not
+        run), recorded as ``operation`` (served, denied or error; no note ids)."""
+        def run(p: MemoryProfile) -> _T:
+            rules.check_read(self.agent_id, p, self.scope, [kind])
+            return read()
+        return self._governed(operation, (kind,), run, lambda _: ())
+
     # ----------------------------------------------------------------- writes
     def check_write(self, kind: str, operation: str = "remember") -> None:
         """Refuse now a write of ``kind`` the profile would refuse: ``AccessDenied``
