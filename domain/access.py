@@ -260,13 +260,8 @@ def check_read(agent_id: str, profile: MemoryProfile, scope: Scope, kinds: Itera
     """A read of ``kinds`` from ``scope``: the scope matches ``recall_scope`` and every
     kind is in ``read_kinds``; raises :class:`AccessDenied` naming the rule otherwise."""
     if not profile.covers(scope):
-        raise out_of_scope(agent_id, profile, scope)
+        raise deny(agent_id, "recall_scope", f"scope {scope} matches none of {list(profile.recall_scope)}")
     check_kinds(agent_id, profile, kinds)
-
-
-def out_of_scope(agent_id: str, profile: MemoryProfile, scope: Scope) -> AccessDenied:
-    """The error of a read from ``scope`` outside ``recall_scope`` (rule ``recall_scope``)."""
-    return deny(agent_id, "recall_scope", f"scope {scope} matches none of {list(profile.recall_scope)}")
 
 
 def check_kinds(agent_id: str, profile: MemoryProfile, kinds: Iterable[str]) -> None:
