@@ -194,6 +194,11 @@ class AsyncNotes:
     async def check_write(self, kind: str, operation: str = "remember") -> None:
         await self._run(self.notes.check_write, kind, operation)
 
+    async def read_outside(self, kind: str, read: Callable[[], T], operation: str = "read") -> T:
+        """``Notes.read_outside``, ``read`` run in the worker thread."""
+        result: T = await self._run(self.notes.read_outside, kind, read, operation)
+        return result
+
 
 class AsyncFabric:
     """An open fabric for asyncio code (see the module doc). ``fabric`` is the sync

@@ -24,6 +24,14 @@ The indexed text is the file's text cut at ``limits.max_entry_text_chars``. Ever
 command first checks that ``session`` is attached to the scope (``notes.attach``);
 refusals come back to the model as the SDK's ``ToolError`` (``is_error``).
 
+Over a principal's handle (``notes.as_principal(agent)``, issue 33) the files are that
+principal's ``file`` memory: every read of them (``view``, and the reads
+``str_replace`` and ``insert`` make first) goes through ``notes.read_outside`` (the
+scope within ``recall_scope``, ``file`` in ``read_kinds``; recorded as
+``memory.view``, ``memory.str_replace``, ``memory.insert``), every change through
+``notes.check_write`` before the jail is touched; a refusal is ``AccessDenied`` naming
+the rule, nothing read or changed.
+
 Usage::
 
     with notes.attach(session):
@@ -111,11 +119,15 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
         """Run the command (each command method checks the gate itself)."""
         return super().execute(command)
 
-    def _text(self, rel: str) -> str:
+    def _read(self, rel: str) -> str:
         res = self.jail.read(rel)
         if res.truncated:
             raise CapacityError(f"path: the file is larger than {self.jail.max_file_bytes} bytes")
         return decode_text(res.data, final=True)
+
+    def _text(self, rel: str, operation: str) -> str:
+        """The text of file ``rel``, read through the handle's profile as ``operation``."""
+        return self.notes.read_outside("file", lambda: self._read(rel), operation)
 
     def _put(self, rel: str, text: str, *, exclusive: bool = False) -> None:
         self.notes.check_write("file")  # a refused principal changes no file
@@ -126,6 +138,9 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
     @_guarded
     def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
         rel = self._rel(command.path)
+        return self.notes.read_outside("file", lambda: self._view(rel, command), "memory.view")
+
+    def _view(self, rel: str, command: BetaMemoryTool20250818ViewCommand) -> str:
         if self.jail.is_dir(rel):
             listing = self.jail.listdir(rel)
             base = command.path.rstrip("/")
@@ -135,7 +150,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
             more = f"\n({listing.total - len(listing.entries)} more not shown)" if listing.truncated else ""
             return (f"Here're the files and directories in {command.path}, excluding hidden "
                     "items:\n" + "\n".join(lines) + more)
-        lines = self._text(rel).split("\n")
+        lines = self._read(rel).split("\n")
         start = 1
         if command.view_range and len(command.view_range) == 2:
             lo, hi = command.view_range
@@ -153,7 +168,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
     @_guarded
     def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
         rel = self._rel(command.path)
-        content = self._text(rel)
+        content = self._text(rel, "memory.str_replace")
         count = content.count(command.old_str) if command.old_str else 0
         if count == 0:
             raise ToolError(f"No replacement was performed, old_str did not appear verbatim "
@@ -167,7 +182,7 @@ class FabricMemoryTool(BetaAbstractMemoryTool):
     @_guarded
     def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
         rel = self._rel(command.path)
-        lines = self._text(rel).split("\n")
+        lines = self._text(rel, "memory.insert").split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         if command.insert_line < 0 or command.insert_line > len(lines):

@@ -29,9 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import math
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -50,39 +48,49 @@ from langgraph.store.memory import _does_match
 
 from memfabric.domain.errors import (
     ConflictError,
-    NamespaceError,
     NoteExistsError,
     NoteForgottenError,
     NoteNotFoundError,
-    StoreValueError,
     SupersessionError,
 )
+from memfabric.adapters.langgraph_access import Access, GovernedOps, plain
+from memfabric.adapters.langgraph_values import (
+    FIELD_TAG_PREFIX,
+    MAX_DEPTH,
+    MAX_FIELD_TAGS,
+    MAX_TTL_MINUTES,
+    WIDE_TAG,
+    ItemFilter,
+    check_labels,
+    namespace_of,
+    scope_of,
+    field_tags,
+    checked_ttl,
+    field_tag,
+    value_json,
+)
+from memfabric.domain.access import Governor
 from memfabric.domain.inputs import RecallInput
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
-from memfabric.domain.scope import SCOPE_ID_RE, Scope
+from memfabric.domain.scope import Scope
+
+__all__ = [  # the values' names, importable from here as before they moved
+    "FIELD_TAG_PREFIX", "ITEM_TAG", "MAX_DEPTH", "MAX_FIELD_TAGS", "MAX_RECALL", "MAX_TTL_MINUTES",
+    "NOINDEX_TAG", "WIDE_TAG", "ItemFilter", "MemfabricStore", "checked_ttl", "field_tag", "field_tags",
+    "namespace_of", "note_id_for", "scope_of", "subject_for", "value_json",
+]
 
 ITEM_TAG = "lg:item"
 """Tag every store note carries."""
 NOINDEX_TAG = "lg:noindex"
 """Tag of an item put with ``index=False``: never returned by a query search."""
-WIDE_TAG = "lg:wide"
-"""Tag of an item with more scalar fields than :data:`MAX_FIELD_TAGS`: filters on a
-prefix holding one run in Python only."""
-FIELD_TAG_PREFIX = "lg:f:"
-MAX_FIELD_TAGS = 60
-"""Field hashes one item carries at most (a note has at most 64 tags)."""
-MAX_DEPTH = 64
-"""Deepest nesting of lists and objects a value may have."""
-MAX_TTL_MINUTES = 100 * 366 * 24 * 60
-"""Largest ``ttl``: about 100 years, in minutes."""
 MAX_RECALL = 1000
 """Most recall candidates a query search asks one scope for (``RecallInput.top_k``)."""
 
 _KINDS: tuple[Literal["fact"]] = ("fact",)
 _ATTEMPTS = 200
 _RACES = (NoteExistsError, SupersessionError, NoteForgottenError, NoteNotFoundError, ConflictError)
-_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 
 
 def _hash(parts: Any, size: int) -> str:
@@ -98,164 +106,6 @@ def note_id_for(namespace: tuple[str, ...], key: str, generation: int = 0) -> st
 def subject_for(namespace: tuple[str, ...], key: str) -> str:
     """The subject shared by every version of an item."""
     return "lg:" + _hash([list(namespace), key], 16)
-
-
-def _check_labels(namespace: tuple[str, ...]) -> None:
-    for label in namespace:
-        if not isinstance(label, str) or not SCOPE_ID_RE.fullmatch(label):
-            raise NamespaceError(f"namespace label {label!r}: 1-128 characters of [A-Za-z0-9._:@-]")
-
-
-def scope_of(namespace: tuple[str, ...]) -> Scope:
-    """The scope of a namespace of 1-3 scope ids (``NamespaceError`` otherwise; a label
-    must match the scope id pattern in full, so a trailing newline is refused)."""
-    if not 1 <= len(namespace) <= 3:
-        raise NamespaceError(f"namespace {namespace!r}: 1 to 3 labels (tenant, resource, thread)")
-    _check_labels(namespace)
-    rest: list[str | None] = [*namespace[1:], None, None]
-    return Scope(tenant_id=namespace[0], resource_id=rest[0], thread_id=rest[1])
-
-
-def namespace_of(scope: Scope) -> tuple[str, ...]:
-    return tuple(p for p in (scope.tenant_id, scope.resource_id, scope.thread_id) if p is not None)
-
-
-# ------------------------------------------------------------------ values
-def _depth_ok(value: Any) -> bool:
-    """Whether ``value`` nests lists / objects at most :data:`MAX_DEPTH` deep (iterative,
-    so a deep value cannot exhaust the interpreter stack)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list | tuple):
-            if depth >= MAX_DEPTH:
-                return False
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
-    return True
-
-
-def value_json(value: Any) -> tuple[dict[str, Any], str]:
-    """``(value as a dict, its JSON text with sorted keys)``. Raises ``StoreValueError``
-    for a value that is not a mapping with string keys, nests deeper than
-    :data:`MAX_DEPTH` or holds something JSON cannot represent."""
-    if not hasattr(value, "items"):
-        raise StoreValueError(f"value: a mapping (dict), not {type(value).__name__}")
-    out = dict(value)
-    if not all(isinstance(k, str) for k in out):
-        raise StoreValueError("value: top-level keys must be strings")
-    if not _depth_ok(out):
-        raise StoreValueError(f"value: nested more than {MAX_DEPTH} levels deep")
-    try:
-        text = json.dumps(out, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StoreValueError(f"value: not representable as JSON ({exc})") from None
-    return out, text
-
-
-def checked_ttl(ttl: Any) -> float | None:
-    """``ttl`` in minutes: ``None`` or a finite number in (0, :data:`MAX_TTL_MINUTES`]
-    (``StoreValueError`` otherwise, e.g. -5, ``inf``, ``nan``, ``1e12``)."""
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-        raise StoreValueError(f"ttl: minutes as a number, not {type(ttl).__name__}")
-    minutes = float(ttl)
-    if not math.isfinite(minutes) or not 0 < minutes <= MAX_TTL_MINUTES:
-        raise StoreValueError(f"ttl: {ttl!r} minutes: a finite number above 0 and at most {MAX_TTL_MINUTES}")
-    return minutes
-
-
-def _scalar_key(value: Any) -> Any:
-    """The form a scalar is hashed in, so values Python compares equal hash alike
-    (``True == 1 == 1.0``); ``None`` for a value no equality can match (NaN) or that is
-    not a scalar."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None
-        return int(value) if value.is_integer() else value
-    if isinstance(value, str | int):
-        return value
-    return None
-
-
-def _field_tags(hmac: Callable[[str], str], value: dict[str, Any]) -> list[str]:
-    """The keyed field hashes of ``value`` (top-level scalars, sorted by name), or
-    ``[WIDE_TAG]`` when there are more than :data:`MAX_FIELD_TAGS`."""
-    tags = [t for t in (field_tag(hmac, k, v) for k, v in sorted(value.items())) if t is not None]
-    return [WIDE_TAG] if len(tags) > MAX_FIELD_TAGS else tags
-
-
-def field_tag(hmac: Callable[[str], str], name: str, value: Any) -> str | None:
-    """``lg:f:`` + the first 32 hex of the fabric's HMAC-SHA256 of ``[name, value]``
-    (``None`` for a value that has no hash, :func:`_scalar_key`)."""
-    norm = _scalar_key(value)
-    if norm is None:
-        return None
-    return FIELD_TAG_PREFIX + hmac(json.dumps(["lg-field", name, norm], ensure_ascii=False))[:32]
-
-
-# ----------------------------------------------------------------- filters
-def _compare(value: Any, op: str, wanted: Any) -> bool:
-    """LangGraph's operator semantics; a value that cannot be compared does not match
-    (instead of failing the whole search)."""
-    if op == "$eq":
-        return bool(value == wanted)
-    if op == "$ne":
-        return bool(value != wanted)
-    try:
-        a, b = float(value), float(wanted)
-    except (TypeError, ValueError):
-        return False
-    return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
-
-
-def _matches(value: Any, wanted: Any) -> bool:
-    """``langgraph.store.memory._compare_values`` with :func:`_compare` for operators."""
-    if isinstance(wanted, dict):
-        if any(k.startswith("$") for k in wanted):
-            return all(_compare(value, op, arg) for op, arg in wanted.items())
-        return isinstance(value, dict) and all(_matches(value.get(k), v) for k, v in wanted.items())
-    if isinstance(wanted, list | tuple):
-        return (isinstance(value, list | tuple) and len(value) == len(wanted)
-                and all(_matches(a, b) for a, b in zip(value, wanted, strict=True)))
-    return bool(value == wanted)
-
-
-def _check_operators(wanted: Any, where: str) -> None:
-    if isinstance(wanted, dict):
-        for k, v in wanted.items():
-            if isinstance(k, str) and k.startswith("$") and k not in _OPERATORS:
-                raise StoreValueError(f"filter {where}: unsupported operator {k!r} (one of {sorted(_OPERATORS)})")
-            _check_operators(v, f"{where}.{k}")
-
-
-@dataclass(frozen=True, slots=True)
-class ItemFilter:
-    """A search ``filter`` in two parts: ``tags``, the field hashes every matching item
-    carries (from top-level equalities and ``$eq``, run in SQL), and :meth:`admits`,
-    the whole filter (operators, nested objects) on the decoded value."""
-
-    spec: dict[str, Any]
-    tags: tuple[str, ...]
-
-    @classmethod
-    def of(cls, spec: dict[str, Any] | None, hmac: Callable[[str], str]) -> ItemFilter:
-        """Raises ``StoreValueError`` for an operator LangGraph does not define."""
-        spec = dict(spec or {})
-        _check_operators(spec, "")
-        tags: list[str] = []
-        for name, wanted in spec.items():
-            eq = wanted.get("$eq") if isinstance(wanted, dict) and set(wanted) == {"$eq"} else wanted
-            tag = field_tag(hmac, name, eq) if not isinstance(eq, dict | list | tuple) else None
-            if tag is not None:
-                tags.append(tag)
-        return cls(spec, tuple(tags))
-
-    def admits(self, value: dict[str, Any]) -> bool:
-        return all(_matches(value.get(k), v) for k, v in self.spec.items())
 
 
 # ------------------------------------------------------------------- items
@@ -288,27 +138,44 @@ class MemfabricStore(BaseStore):
 
     supports_ttl: bool = True
 
-    def __init__(self, fabric: Any, *, requested_by: str = "langgraph") -> None:
+    def __init__(self, fabric: Any, *, requested_by: str = "langgraph", principal: str | None = None) -> None:
+        """``requested_by``: who the tombstones of a delete name. ``principal`` (issue
+        33, default ``None``: no checks, no access log): every operation is a call of
+        that principal, checked against its memory profile with the profile's rule in
+        the store's query and recorded once in the access log
+        (:mod:`memfabric.adapters.langgraph_access`); ``PrincipalNotFoundError`` when
+        the fabric has no principal registry or ``principal`` was never defined."""
         self.fabric = fabric
         self.service = fabric.service
         self.requested_by = requested_by
+        self.governor = Governor(self.service.access, principal) if principal is not None else None
+        """The principal's governed calls (``None``: no principal)."""
 
     # ------------------------------------------------------------------ batch
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        out: list[Result] = []
-        for op in ops:
-            if isinstance(op, GetOp):
-                out.append(self._get(op.namespace, op.key))
-            elif isinstance(op, PutOp):
-                self._put(op)
-                out.append(None)
-            elif isinstance(op, SearchOp):
-                out.append(self._search(op))
-            elif isinstance(op, ListNamespacesOp):
-                out.append(self._namespaces(op))
-            else:
-                raise NotImplementedError(f"unknown store operation {type(op).__name__}")
-        return out
+        """Run ``ops`` in order. With a principal each op is one governed call and a
+        write the profile refuses refuses the batch before any op runs."""
+        ops = list(ops)
+        if self.governor is None:
+            return [self._apply(op, plain)[0] for op in ops]
+        governed = GovernedOps(self.governor, self._apply)
+        governed.check_writes(ops)
+        return [governed.run(op) for op in ops]
+
+    def _apply(self, op: Op, access: Access) -> tuple[Result, list[str]]:
+        """The result of ``op`` and the ids of the notes it returned or wrote; every
+        read from a scope carries ``access(scope)`` in its query."""
+        if isinstance(op, GetOp):
+            found = self._get(op.namespace, op.key, access)
+            return (None, []) if found is None else (found[0], [found[1]])
+        if isinstance(op, PutOp):
+            return None, self._put(op, access)
+        if isinstance(op, SearchOp):
+            pairs = self._search(op, access)
+            return [item for item, _ in pairs], [note_id for _, note_id in pairs]
+        if isinstance(op, ListNamespacesOp):
+            return self._namespaces(op, access), []
+        raise NotImplementedError(f"unknown store operation {type(op).__name__}")
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
@@ -317,11 +184,13 @@ class MemfabricStore(BaseStore):
         return str(self.service.store.content_hmac(text))
 
     # ------------------------------------------------------------------ items
-    def _current(self, namespace: tuple[str, ...], key: str) -> Candidate | None:
+    def _current(self, namespace: tuple[str, ...], key: str, access: Access) -> Candidate | None:
         """The live, valid version of an item from the recall index (``None``: none);
         of several (a store written before issue 26 could leave them), the newest."""
-        query = ListQuery(scope=scope_of(namespace), kinds=_KINDS,
-                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key)),
+        scope = scope_of(namespace)
+        query = ListQuery(scope=scope, kinds=_KINDS,
+                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key),
+                                             access=access(scope)),
                           valid_at=datetime.now(timezone.utc),
                           require_consent=self.service.require_consent)
         rows = self.service.store.list_notes(query, after=None, limit=16)
@@ -338,9 +207,11 @@ class MemfabricStore(BaseStore):
         return cls(namespace=ns, key=key, value=value, created_at=created,
                    updated_at=_utc(f["ingested_at"]), **extra)
 
-    def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
-        cand = self._current(namespace, key)
-        return None if cand is None else self._item(cand)
+    def _get(self, namespace: tuple[str, ...], key: str, access: Access) -> tuple[Item, str] | None:
+        """``(item, id of the note holding it)``, or ``None``."""
+        cand = self._current(namespace, key, access)
+        item = None if cand is None else self._item(cand)
+        return None if item is None or cand is None else (item, cand.note_id)
 
     def _head(self, scope: Scope, namespace: tuple[str, ...], key: str, gen: int) -> tuple[int, Note | None]:
         """From version ``gen`` on, in the log, up to the last version written:
@@ -354,18 +225,18 @@ class MemfabricStore(BaseStore):
             return last
         return gen, None
 
-    def _put(self, op: PutOp) -> None:
+    def _put(self, op: PutOp, access: Access) -> list[str]:
         """Write the next version of the item (see the module doc): first on the recall
         index's view of the live version; when another writer moved the key first (or
-        the index is behind), on the log's, read again before every retry."""
+        the index is behind), on the log's, read again before every retry. Returns the
+        id written (a delete: the ids forgotten)."""
         if op.value is None:
-            self._delete(op.namespace, op.key)
-            return
+            return self._delete(op.namespace, op.key, access)
         scope = scope_of(op.namespace)
         value, content = value_json(op.value)
         ttl = checked_ttl(op.ttl)
-        tags = [ITEM_TAG, *_field_tags(self._hmac, value), *([NOINDEX_TAG] if op.index is False else [])]
-        current = self._current(op.namespace, op.key)
+        tags = [ITEM_TAG, *field_tags(self._hmac, value), *([NOINDEX_TAG] if op.index is False else [])]
+        current = self._current(op.namespace, op.key, access)
         parsed = _parsed(current.fields["content"], current.fields["context"]) if current is not None else None
         # (version to write, note it supersedes, created_at) as the index sees the key
         target: tuple[int, str | None, str | None] = (
@@ -373,7 +244,7 @@ class MemfabricStore(BaseStore):
             else (0, None, None))
         for _ in range(_ATTEMPTS):
             if self._write(scope, op, target, content, tags, ttl):
-                return
+                return [note_id_for(op.namespace, op.key, target[0])]
             target = self._target(scope, op.namespace, op.key, target[0] - 1 if target[1] else target[0])
         raise ConflictError(f"key {op.key!r}: {_ATTEMPTS} concurrent writers won first; retry")
 
@@ -412,13 +283,17 @@ class MemfabricStore(BaseStore):
             return False
         return True
 
-    def _delete(self, namespace: tuple[str, ...], key: str) -> None:
+    def _delete(self, namespace: tuple[str, ...], key: str, access: Access) -> list[str]:
+        """Forget every version of the item; returns their ids."""
         scope = scope_of(namespace)
         query = ListQuery(scope=scope, kinds=_KINDS, include_superseded=True,
-                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key)),
+                          filters=NoteFilter(tags=(ITEM_TAG,), subject=subject_for(namespace, key),
+                                             access=access(scope)),
                           require_consent=self.service.require_consent)
-        for cand in self.service.store.list_notes(query, after=None, limit=10_000):
+        found = self.service.store.list_notes(query, after=None, limit=10_000)
+        for cand in found:
             self.service.forget(scope, cand.note_id, hold=False, requested_by=self.requested_by)
+        return [cand.note_id for cand in found]
 
     # ----------------------------------------------------------------- search
     def _scopes_under(self, prefix: tuple[str, ...]) -> list[Scope]:
@@ -440,56 +315,58 @@ class MemfabricStore(BaseStore):
                 len(self.service.store.scopes_with(tenant_id=None, tags=[ITEM_TAG, WIDE_TAG])))
         return (ITEM_TAG,) if wide else (ITEM_TAG, *flt.tags)
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
+    def _search(self, op: SearchOp, access: Access) -> list[tuple[SearchItem, str]]:
+        """``(item, its note id)`` of the page ``op`` asks for."""
         prefix = tuple(op.namespace_prefix)
         if len(prefix) > 3:
             return []
-        _check_labels(prefix)
+        check_labels(prefix)
         flt = ItemFilter.of(op.filter, self._hmac)
         want = max(0, op.offset) + max(0, op.limit)
         if want == 0:
             return []
         tags = self._sql_tags(prefix, flt)
         if op.query:
-            found = self._query_search(prefix, op.query, tags, flt, want)
+            found = self._query_search(prefix, op.query, tags, flt, want, access)
         else:
-            found = list(self._listed(prefix, tags, flt, want))
+            found = list(self._listed(prefix, tags, flt, want, access))
         return found[max(0, op.offset): want]
 
     def _query_search(self, prefix: tuple[str, ...], query: str, tags: tuple[str, ...],
-                      flt: ItemFilter, want: int) -> list[SearchItem]:
+                      flt: ItemFilter, want: int, access: Access) -> list[tuple[SearchItem, str]]:
         """Recall in every namespace under ``prefix``, merged by score (highest first)."""
-        found: list[SearchItem] = []
+        found: list[tuple[SearchItem, str]] = []
         for scope in self._scopes_under(prefix):
-            found += self._recalled(scope, query, tags, flt, want)
-        found.sort(key=lambda i: -(i.score or 0.0))
+            found += self._recalled(scope, query, tags, flt, want, access)
+        found.sort(key=lambda pair: -(pair[0].score or 0.0))
         return found[:want]
 
     def _recalled(self, scope: Scope, query: str, tags: tuple[str, ...], flt: ItemFilter,
-                  want: int) -> list[SearchItem]:
+                  want: int, access: Access) -> list[tuple[SearchItem, str]]:
         """Up to ``want`` items of exactly ``scope`` a recall of ``query`` finds that pass
         ``flt``: asking for 4x more candidates until enough pass or recall has no more
         (at most :data:`MAX_RECALL`)."""
         top_k = min(MAX_RECALL, max(10, 2 * want))
         while True:
             res = self.service.recall(scope, RecallInput(query=query, kinds=_KINDS, top_k=top_k,
-                                                         tags=list(tags), expand_links=False))
-            out: list[SearchItem] = []
+                                                         tags=list(tags), expand_links=False),
+                                      access=access(scope))
+            out: list[tuple[SearchItem, str]] = []
             for hit, ex in zip(res.hits, res.explain, strict=True):
                 if hit.scope != scope or NOINDEX_TAG in hit.tags or ITEM_TAG not in hit.tags:
                     continue
                 parsed = _parsed(hit.content, hit.context)
                 if parsed is not None and flt.admits(parsed[1]):
                     key, value, created, _ = parsed
-                    out.append(SearchItem(namespace=namespace_of(scope), key=key, value=value,
-                                          created_at=created, updated_at=_utc(hit.ingested_at),
-                                          score=ex.score))
+                    out.append((SearchItem(namespace=namespace_of(scope), key=key, value=value,
+                                           created_at=created, updated_at=_utc(hit.ingested_at),
+                                           score=ex.score), hit.id))
             if len(out) >= want or len(res.hits) < top_k or top_k >= MAX_RECALL:
                 return out[:want]
             top_k = min(MAX_RECALL, top_k * 4)
 
     def _listed(self, prefix: tuple[str, ...], tags: tuple[str, ...], flt: ItemFilter,
-                want: int) -> Iterator[SearchItem]:
+                want: int, access: Access) -> Iterator[tuple[SearchItem, str]]:
         """Up to ``want`` valid items under ``prefix`` passing ``flt``, oldest first
         per tenant (keyset pages of 200)."""
         tenants = ([prefix[0]] if prefix else
@@ -499,14 +376,15 @@ class MemfabricStore(BaseStore):
         for tenant in tenants:
             scope = scope_of(prefix) if prefix else Scope(tenant_id=tenant)
             query = ListQuery(scope=scope, kinds=_KINDS, prefix=True, valid_at=now,
-                              filters=NoteFilter(tags=tags), require_consent=self.service.require_consent)
+                              filters=NoteFilter(tags=tags, access=access(scope)),
+                              require_consent=self.service.require_consent)
             after = None
             while True:
                 rows = self.service.store.list_notes(query, after=after, limit=200)
                 for cand in rows:
                     item = self._item(cand, SearchItem)
                     if isinstance(item, SearchItem) and flt.admits(item.value):
-                        yield item
+                        yield item, cand.note_id
                         n += 1
                         if n >= want:
                             return
@@ -514,14 +392,16 @@ class MemfabricStore(BaseStore):
                     break
                 after = (rows[-1].fields["ingested_at"], rows[-1].aggregate_id)
 
-    def _namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        """Namespaces holding at least one valid (unexpired) item."""
+    def _namespaces(self, op: ListNamespacesOp, access: Access) -> list[tuple[str, ...]]:
+        """Namespaces holding at least one valid (unexpired) item (readable: counted
+        with ``access``)."""
         now = datetime.now(timezone.utc)
         spaces = [namespace_of(s) for s in self.service.store.scopes_with(tenant_id=None, tags=[ITEM_TAG])]
         if op.match_conditions:
             spaces = [ns for ns in spaces if all(_does_match(c, ns) for c in op.match_conditions)]
         spaces = [ns for ns in spaces if self.service.store.count_notes(ListQuery(
-            scope=scope_of(ns), kinds=_KINDS, valid_at=now, filters=NoteFilter(tags=(ITEM_TAG,)),
+            scope=scope_of(ns), kinds=_KINDS, valid_at=now,
+            filters=NoteFilter(tags=(ITEM_TAG,), access=access(scope_of(ns))),
             require_consent=self.service.require_consent))]
         if op.max_depth is not None:
             spaces = sorted({ns[: op.max_depth] for ns in spaces})

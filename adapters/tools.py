@@ -388,12 +388,14 @@ class MemoryTools:
         return int(value)
 
     def _view(self, args: ViewArgs) -> dict[str, Any]:
-        listing = self._require_jail().listdir(args.path)
+        jail = self._require_jail()
+        listing = self.notes.read_outside("file", lambda: jail.listdir(args.path), "memory.view")
         return {"path": listing.path, "entries": [asdict(e) for e in listing.entries],
                 "total": listing.total, "truncated": listing.truncated}
 
     def _read(self, args: ReadArgs) -> dict[str, Any]:
-        res = self._require_jail().read(args.path)
+        jail = self._require_jail()
+        res = self.notes.read_outside("file", lambda: jail.read(args.path), "memory.read")
         return {"path": res.path, "content": decode_text(res.data, final=not res.truncated),
                 "size": res.size, "truncated": res.truncated}
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -43,6 +43,7 @@ PRINCIPAL_LOCK_TENANT = "memfabric.principals"
 """Tenant id of the pseudo-scope whose write lock serialises the changes of one
 principal (``Scope(PRINCIPAL_LOCK_TENANT, agent_id)``); only a lock, never a note."""
 
+_T = TypeVar("_T")
 _AGENT: TypeAdapter[str] = TypeAdapter(AgentId)
 _RIGHT: TypeAdapter[str] = TypeAdapter(Right)
 
@@ -194,6 +195,12 @@ class Principals:
         return self.log.query(principal=args.principal, since=args.since, until=args.until,
                               outcome=args.outcome, limit=args.limit, with_ids=with_ids)
 
+    def with_query(self, record: AccessRecord, query: str) -> AccessRecord:
+        """``record`` with the keyed hash of ``query`` (HMAC-SHA256 under the fabric
+        secret) and, when :attr:`log_query_text` is set, the query itself."""
+        return dataclasses.replace(record, query_hash=self._deps.store.content_hmac(query),
+                                   query_text=query if self.log_query_text else None)
+
     # ----------------------------------------------------------------- grants
     def grant(self, owner: Scope, note_id: str, agent_id: str, right: str, *, by: str) -> bool:
         """Grant ``agent_id`` ``right`` (``read``) on the note ``note_id`` of ``owner``
@@ -254,6 +261,12 @@ def check_read(agent_id: str, profile: MemoryProfile, scope: Scope, kinds: Itera
     kind is in ``read_kinds``; raises :class:`AccessDenied` naming the rule otherwise."""
     if not profile.covers(scope):
         raise deny(agent_id, "recall_scope", f"scope {scope} matches none of {list(profile.recall_scope)}")
+    check_kinds(agent_id, profile, kinds)
+
+
+def check_kinds(agent_id: str, profile: MemoryProfile, kinds: Iterable[str]) -> None:
+    """Every kind of ``kinds`` is in ``read_kinds`` (else :class:`AccessDenied`, rule
+    ``read_kinds``)."""
     bad = sorted(set(kinds) - set(profile.read_kinds))
     if bad:
         raise deny(agent_id, "read_kinds", f"kinds {bad} are not in read_kinds {list(profile.read_kinds)}")
@@ -335,10 +348,11 @@ def homes_of(deps: Deps, store: PrincipalStore, agent_id: str, reader: Scope,
     return out
 
 
-def record_for(agent_id: str, operation: str, scope: Scope, kinds: Sequence[str], *,
+def record_for(agent_id: str, operation: str, scope: Scope | None, kinds: Sequence[str], *,
                at: datetime) -> AccessRecord:
-    """The record of a call before its outcome is known."""
-    t, r, th = scope.sql()
+    """The record of a call before its outcome is known (``scope`` ``None``: a call
+    across tenants, recorded with empty scope columns)."""
+    t, r, th = scope.sql() if scope is not None else ("", "", "")
     return AccessRecord(at=at, principal=agent_id, operation=operation, outcome="error",
                         tenant_id=t, resource_id=r, thread_id=th, kinds=tuple(kinds))
 
@@ -352,3 +366,55 @@ def finished(record: AccessRecord, outcome: Outcome, *, ids: Sequence[str] = (),
 def note_aggregate(home: Scope, note_id: str) -> UUID:
     """The aggregate id of note ``note_id`` of ``home``."""
     return note_uuid(home, note_id)
+
+
+class Governor:
+    """The governed calls of one principal: what a scope handle for it
+    (:class:`~memfabric.domain.access_notes.PrincipalNotes`) and the framework adapters
+    configured with it (the LangGraph store, the Agents SDK session) share. Raises
+    ``PrincipalNotFoundError`` when the fabric has no registry (``principals`` ``None``)
+    or ``agent_id`` was never defined."""
+
+    def __init__(self, principals: Principals | None, agent_id: str) -> None:
+        if principals is None:
+            raise PrincipalNotFoundError("this fabric has no principal registry")
+        self.principals = principals
+        self.agent_id = principals.get(agent_id).agent_id
+
+    def profile(self) -> MemoryProfile:
+        """The principal's current profile (read from the projection at every call)."""
+        return self.principals.get(self.agent_id).profile
+
+    def filter(self, profile: MemoryProfile, scope: Scope) -> AccessFilter:
+        """The :class:`AccessFilter` a read from ``scope`` pushes into the store's query."""
+        return access_filter(self.principals.store, self.agent_id, profile, scope)
+
+    def call(self, operation: str, scope: Scope | None,
+             kinds: Iterable[str] | Callable[[MemoryProfile], Iterable[str]],
+             run: Callable[[MemoryProfile], _T], ids_of: Callable[[_T], Sequence[str]],
+             query: str | None = None) -> _T:
+        """``run(profile)`` recorded once (the profile read once per call): served with
+        ``ids_of(result)``, denied with the rule of its ``AccessDenied``, or error; the
+        exception is re-raised. ``kinds``: the kinds asked for, or a function of the
+        profile; ``query``: the call's query text (recorded as its keyed hash)."""
+        at = datetime.now(timezone.utc)
+        profile = self.profile()
+        asked = tuple(kinds(profile) if callable(kinds) else kinds)
+        record = record_for(self.agent_id, operation, scope, asked, at=at)
+        if query is not None:
+            record = self.principals.with_query(record, query)
+        try:
+            result = run(profile)
+        except AccessDenied as exc:
+            self.principals.log.record(finished(record, "denied", rule=exc.rule))
+            raise
+        except BaseException:
+            self.principals.log.record(finished(record, "error"))
+            raise
+        self.principals.log.record(finished(record, "served", ids=ids_of(result)))
+        return result
+
+    def refused(self, operation: str, scope: Scope | None, kinds: Sequence[str], exc: AccessDenied) -> None:
+        """Record ``exc`` as the denied ``operation`` (a check made before the call runs)."""
+        record = record_for(self.agent_id, operation, scope, kinds, at=datetime.now(timezone.utc))
+        self.principals.log.record(finished(record, "denied", rule=exc.rule))

@@ -21,11 +21,10 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memfabric.domain import access as rules
-from memfabric.domain.errors import AccessDenied, NoteNotFoundError, PrincipalNotFoundError
+from memfabric.domain.errors import AccessDenied, NoteNotFoundError
 from memfabric.domain.inputs import Consent, NoteRefArgs, RecallInput, RememberInput
 from memfabric.domain.ports import NoteFilter
 from memfabric.domain.principal import MemoryProfile
@@ -44,12 +43,12 @@ class PrincipalNotes:
 
     def __init__(self, notes: Notes, agent_id: str) -> None:
         svc = notes._service  # noqa: SLF001 - the handle it wraps
-        if svc.access is None:
-            raise PrincipalNotFoundError("this fabric has no principal registry")
         self._notes = notes
         self._service = svc
         self._principals: rules.Principals = svc.access
-        self.agent_id = self._principals.get(agent_id).agent_id
+        self.governor = rules.Governor(svc.access, agent_id)
+        """The principal's governed calls (its profile, access filter and access records)."""
+        self.agent_id = self.governor.agent_id
         self.scope: Scope = notes.scope
         self.actor = self.agent_id
 
@@ -58,38 +57,18 @@ class PrincipalNotes:
 
     # ------------------------------------------------------------ governance
     def _profile(self) -> MemoryProfile:
-        return self._principals.get(self.agent_id).profile
+        return self.governor.profile()
 
     def _governed(self, operation: str, kinds: Iterable[str] | Callable[[MemoryProfile], Iterable[str]],
                   run: Callable[[MemoryProfile], _T], ids_of: Callable[[_T], Sequence[str]],
                   query: str | None = None) -> _T:
-        """``run(profile)`` recorded once (the profile read once per call): served with
-        ``ids_of(result)``, denied with the rule of its ``AccessDenied``, or error; the
-        exception is re-raised. ``kinds``: the kinds asked for, or a function of the profile."""
-        at = datetime.now(timezone.utc)
-        profile = self._profile()
-        asked = tuple(kinds(profile) if callable(kinds) else kinds)
-        record = rules.record_for(self.agent_id, operation, self.scope, asked, at=at)
-        if query is not None:
-            record = dataclasses.replace(
-                record, query_hash=self._service.store.content_hmac(query),
-                query_text=query if self._principals.log_query_text else None)
-        try:
-            result = run(profile)
-        except AccessDenied as exc:
-            self._principals.log.record(rules.finished(record, "denied", rule=exc.rule))
-            raise
-        except BaseException:
-            self._principals.log.record(rules.finished(record, "error"))
-            raise
-        self._principals.log.record(rules.finished(record, "served", ids=ids_of(result)))
-        return result
+        """:meth:`memfabric.domain.access.Governor.call` from this handle's scope."""
+        return self.governor.call(operation, self.scope, kinds, run, ids_of, query)
 
     def _filtered(self, profile: MemoryProfile) -> Notes:
         """A handle of this scope whose recall, list and count carry the access filter."""
         inner = self._handle(self.scope)
-        inner._access = rules.access_filter(  # noqa: SLF001 - the handle this one owns
-            self._principals.store, self.agent_id, profile, self.scope)
+        inner._access = self.governor.filter(profile, self.scope)  # noqa: SLF001 - the handle this one owns
         return inner
 
     def _readable(self, profile: MemoryProfile, note_id: str, *,
@@ -116,7 +95,7 @@ class PrincipalNotes:
         """``view`` with only the links whose targets the principal may read."""
         if not view.links:
             return view
-        access = rules.access_filter(self._principals.store, self.agent_id, profile, self.scope)
+        access = self.governor.filter(profile, self.scope)
         aid = rules.note_aggregate(view.scope, view.id)
         found = self._service.store.hit_links(self.scope, [aid], filters=NoteFilter(access=access))
         keep = {(e["id"], e["relation"]) for e in found.get(aid, [])}
@@ -176,8 +155,7 @@ class PrincipalNotes:
         """Recall with a validated ``RecallInput`` (the context provider's path)."""
         def run(p: MemoryProfile) -> Any:
             rules.check_read(self.agent_id, p, self.scope, query.kinds)
-            result = self._service.recall(self.scope, query, access=rules.access_filter(
-                self._principals.store, self.agent_id, p, self.scope))
+            result = self._service.recall(self.scope, query, access=self.governor.filter(p, self.scope))
             return dataclasses.replace(result, hits=self._refs(p, result.hits))
         return self._governed("recall", query.kinds, run, lambda r: [h.id for h in r.hits],
                               query=query.query)
@@ -254,6 +232,16 @@ class PrincipalNotes:
         plain = self._notes.context_provider(*args, **kwargs)
         return ContextProvider(_Guarded(self), self.scope, plain.options)
 
+    def read_outside(self, kind: str, read: Callable[[], _T], operation: str = "read") -> _T:
+        """``read()``, a read of ``kind`` memory made outside the fabric (the memory
+        tools' files), as one governed call: the scope within ``recall_scope`` and
+        ``kind`` readable (else ``AccessDenied`` naming the rule and ``read()`` is not
+        run), recorded as ``operation`` (served, denied or error; no note ids)."""
+        def run(p: MemoryProfile) -> _T:
+            rules.check_read(self.agent_id, p, self.scope, [kind])
+            return read()
+        return self._governed(operation, (kind,), run, lambda _: ())
+
     # ----------------------------------------------------------------- writes
     def check_write(self, kind: str, operation: str = "remember") -> None:
         """Refuse now a write of ``kind`` the profile would refuse: ``AccessDenied``
@@ -265,9 +253,7 @@ class PrincipalNotes:
         try:
             rules.check_write(self.agent_id, profile, self.scope, kind)
         except AccessDenied as exc:
-            record = rules.record_for(self.agent_id, operation, self.scope, (kind,),
-                                      at=datetime.now(timezone.utc))
-            self._principals.log.record(rules.finished(record, "denied", rule=exc.rule))
+            self.governor.refused(operation, self.scope, (kind,), exc)
             raise
 
     def remember(self, *, kind: str, **fields: Any) -> MemoryNote:

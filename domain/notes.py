@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Strict, StrictBool, TypeAdapter
 
@@ -41,6 +41,7 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.service import MemoryService
 
 _KIND: TypeAdapter[Kind] = TypeAdapter(Kind)
+_R = TypeVar("_R")
 
 _ITEMS: TypeAdapter[list[RememberInput | dict[str, Any]]] = TypeAdapter(
     list[Annotated[RememberInput, Strict()] | dict[str, Any]]
@@ -147,6 +148,14 @@ class Notes(LifecycleMethods):
         (:meth:`as_principal`) raises ``AccessDenied``. Hosts that change something
         outside the fabric first (the memory tools' files) call it."""
         _KIND.validate_python(kind)
+
+    def read_outside(self, kind: str, read: Callable[[], _R], operation: str = "read") -> _R:
+        """``read()``: a read of ``kind`` memory the host makes outside the fabric (the
+        memory tools' files). A plain handle reads every kind, so this only runs it; a
+        principal's handle (:meth:`as_principal`) checks the profile first
+        (``AccessDenied``, ``read()`` not run) and records the call as ``operation``."""
+        _KIND.validate_python(kind)
+        return read()
 
     def remember(
         self,

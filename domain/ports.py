@@ -91,7 +91,8 @@ class ListQuery:
 
     ``scope`` with ``prefix=False``: the notes visible from ``scope`` (recall's scope
     and visibility rule); with ``prefix=True``: the notes stored in a scope whose ids
-    start with ``scope``'s (``None`` parts match anything; no visibility rule).
+    start with ``scope``'s (``None`` parts match anything; no visibility rule; with a
+    principal's ``filters.access``, only the rows it admits, grants of the prefix included).
     ``valid_at``: only notes whose window contains it (``None``: any window);
     ``include_superseded``: also notes a newer note replaced. Held and forgotten notes
     are never in the index; consent as in recall."""

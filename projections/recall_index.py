@@ -531,6 +531,8 @@ def _list_where(query: ListQuery) -> tuple[sql.Composable, dict[str, Any]]:
             conds.append(sql.SQL("resource_id = %(r)s"))
         if query.scope.thread_id is not None:
             conds.append(sql.SQL("thread_id = %(th)s"))
+        if query.filters.access is not None:  # issue 33: the principal's rule, in the prefix
+            conds.append(principals.access_condition(sql.SQL("TRUE")))
     else:
         conds.append(_scope_access(query.filters))
     conds.append(sql.SQL("kind = ANY(%(kinds)s)"))

@@ -133,6 +133,12 @@ def seen(row: dict[str, Any], scope: Scope, filters: NoteFilter | None) -> bool:
     return row["tenant_id"] == scope.tenant_id and access.admits(row, shown)
 
 
+def prefixed(row: dict[str, Any], scope: Scope, filters: NoteFilter) -> bool:
+    """``recall_index._list_where``'s prefix rule: in the scope prefix, and with a
+    principal's ``filters.access`` admitted by it (issue 33, no visibility rule)."""
+    return in_prefix(row, scope) and (filters.access is None or filters.access.admits(row, True))
+
+
 def admits(row: dict[str, Any], scope: Scope, kinds: Sequence[str], as_of: datetime,
             require_consent: bool, filters: NoteFilter | None = None) -> bool:
     """``recall_index.scope_filter`` + kinds + validity + consent, in Python."""
@@ -161,7 +167,7 @@ def filtered(row: dict[str, Any], filters: NoteFilter | None) -> bool:
 
 def lists(row: dict[str, Any], query: ListQuery) -> bool:
     """``recall_index._list_where`` in Python."""
-    shown = in_prefix(row, query.scope) if query.prefix else seen(row, query.scope, query.filters)
+    shown = prefixed(row, query.scope, query.filters) if query.prefix else seen(row, query.scope, query.filters)
     return (shown and row["kind"] in query.kinds
             and (query.valid_at is None or valid_at(row, query.valid_at))
             and (query.include_superseded or row["superseded_by"] is None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
@@ -187,3 +188,43 @@ def test_the_memory_tool_over_a_principal_is_governed_and_logged(fabric: Fabric,
     outcomes = [(r.operation, r.outcome) for r in fabric.access_log(principal="claude-reader")]
     assert ("remember", "denied") in outcomes
     assert len(_live_file_notes(notes)) == 1
+
+
+def test_the_memory_tool_reads_files_through_the_principals_profile(fab: Any, tmp_path: Path) -> None:
+    """Issue 33, on both backends: ``view`` (a file or a directory) and the reads of
+    ``str_replace`` / ``insert`` over a principal's handle ask the profile first. A
+    profile that reads ``file`` notes of ``acme/u/*`` is served (one ``memory.view``
+    record per view); one that reads only facts, or whose ``recall_scope`` misses the
+    scope, gets ``AccessDenied`` naming the rule, sees no content and changes no file."""
+    notes = fab.scope("acme", "u", "t")
+    with notes.attach(S):
+        FabricMemoryTool(notes, tmp_path, session=S).call(
+            {"command": "create", "path": "/memories/prefs.md", "file_text": "Likes coffee\n"})
+    fab.principals.define("files", {"read_kinds": ["file"], "recall_scope": ["acme/u/*"]})
+    fab.principals.define("facts", {"read_kinds": ["fact"], "write_kinds": ["file"], "writes": "commit",
+                                    "recall_scope": ["acme/u/*"]})
+    fab.principals.define("other", {"read_kinds": ["file"], "recall_scope": ["acme/u2/*"]})
+    served = notes.as_principal("files")
+    with served.attach(S):
+        tool = FabricMemoryTool(served, tmp_path, session=S)
+        assert "Likes coffee" in tool.call({"command": "view", "path": "/memories/prefs.md"})
+        assert "prefs.md" in tool.call({"command": "view", "path": "/memories"})
+    assert [(r.operation, r.outcome, r.kinds) for r in fab.access_log(principal="files")] == [
+        ("memory.view", "served", ("file",))] * 2
+    for agent, rule in (("facts", "read_kinds"), ("other", "recall_scope")):
+        handle = notes.as_principal(agent)
+        tool = FabricMemoryTool(handle, tmp_path, session=S)
+        with handle.attach(S):
+            for command in ({"command": "view", "path": "/memories/prefs.md"},
+                            {"command": "view", "path": "/memories"},
+                            {"command": "str_replace", "path": "/memories/prefs.md", "old_str": "coffee",
+                             "new_str": "tea"},
+                            {"command": "insert", "path": "/memories/prefs.md", "insert_line": 0,
+                             "insert_text": "x"}):
+                with pytest.raises(ToolError, match="AccessDenied") as caught:
+                    tool.call(command)
+                assert "coffee" not in str(caught.value) and "prefs.md" not in str(caught.value)
+        assert [(r.operation, r.outcome, r.rule) for r in fab.access_log(principal=agent)] == [
+            ("memory.view", "denied", rule), ("memory.view", "denied", rule),
+            ("memory.str_replace", "denied", rule), ("memory.insert", "denied", rule)]
+    assert (tmp_path / "prefs.md").read_text() == "Likes coffee\n"

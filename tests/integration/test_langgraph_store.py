@@ -18,7 +18,13 @@ pytest.importorskip("langgraph.store.base")
 from langgraph.store.base import BaseStore  # noqa: E402
 from memfabric.adapters.langgraph import MemfabricStore, note_id_for, subject_for  # noqa: E402
 from memfabric.adapters.memory import open_memory_fabric  # noqa: E402
-from memfabric.domain.errors import NamespaceError, NoteNotFoundError, StoreValueError  # noqa: E402
+from memfabric.domain.errors import (  # noqa: E402
+    AccessDenied,
+    NamespaceError,
+    NoteNotFoundError,
+    PrincipalNotFoundError,
+    StoreValueError,
+)
 from tests.conftest import race_processes  # noqa: E402
 
 
@@ -399,3 +405,119 @@ def test_puts_racing_deletes_of_one_key(store: MemfabricStore) -> None:
     store.put(ns, "k", {"final": True})
     assert store.get(ns, "k").value == {"final": True}  # type: ignore[union-attr]
     assert store.fabric.scope("acme").count() == 1
+
+
+# ------------------------------------------------ issue 33: a principal's store
+WRITER = {"read_kinds": ["fact"], "write_kinds": ["fact"], "writes": "commit", "recall_scope": ["acme/u1/*"]}
+READER = {"read_kinds": ["fact"], "recall_scope": ["acme/u1/*"]}
+
+
+def _log(fabric: Any, principal: str) -> list[tuple[str, str, int, str | None]]:
+    """``(operation, outcome, ids served, rule)`` of each access record of ``principal``."""
+    return [(r.operation, r.outcome, r.served, r.rule) for r in fabric.access_log(principal=principal)]
+
+
+def _two_users(store: MemfabricStore) -> None:
+    store.put(("acme", "u1"), "a", {"text": "likes green tea"})
+    store.put(("acme", "u2"), "b", {"text": "likes green apples"})
+
+
+def test_a_principal_store_serves_what_its_profile_allows(store: MemfabricStore) -> None:
+    """Every op is checked and logged once; reads carry the profile in their query: a
+    search of the whole tenant, by listing or by query, and ``list_namespaces`` see only
+    ``acme/u1``'s items (``acme/u2``'s are in the same prefix)."""
+    fabric = store.fabric
+    _two_users(store)
+    assert fabric.access_log() == []  # a store without principal logs nothing
+    with pytest.raises(PrincipalNotFoundError):
+        MemfabricStore(fabric, principal="agent-a")
+    fabric.principals.define("agent-a", WRITER)
+    agent = MemfabricStore(fabric, principal="agent-a")
+    assert agent.get(("acme", "u1"), "a").value == {"text": "likes green tea"}  # type: ignore[union-attr]
+    assert agent.get(("acme", "u1"), "missing") is None
+    assert [i.key for i in agent.search(("acme",))] == ["a"]
+    assert [i.key for i in agent.search(("acme",), query="likes green")] == ["a"]
+    assert [i.key for i in agent.search(())] == ["a"]
+    assert agent.list_namespaces() == [("acme", "u1")]
+    agent.put(("acme", "u1", "t1"), "c", {"text": "prefers tea at noon"})
+    assert store.get(("acme", "u1", "t1"), "c").value == {"text": "prefers tea at noon"}  # type: ignore[union-attr]
+    agent.delete(("acme", "u1", "t1"), "c")
+    assert store.get(("acme", "u1", "t1"), "c") is None
+    assert _log(fabric, "agent-a") == [
+        ("langgraph.get", "served", 1, None), ("langgraph.get", "served", 0, None),
+        ("langgraph.search", "served", 1, None), ("langgraph.search", "served", 1, None),
+        ("langgraph.search", "served", 1, None), ("langgraph.list_namespaces", "served", 0, None),
+        ("langgraph.put", "served", 1, None), ("langgraph.delete", "served", 1, None)]
+    [record] = fabric.access_log(principal="agent-a", with_ids=True)[:1]
+    assert record.ids == (note_id_for(("acme", "u1"), "a"),) and (record.tenant_id, record.resource_id) == ("acme", "u1")
+
+
+def test_a_principal_store_refuses_outside_its_profile(store: MemfabricStore) -> None:
+    """A read of a namespace outside ``recall_scope``, of a kind the profile does not
+    read, a write of a read-only principal or outside ``recall_scope``: ``AccessDenied``
+    naming the rule, nothing written (a batch with a refused write runs none of its
+    ops), one denied record each."""
+    from langgraph.store.base import GetOp, PutOp
+    from tests.integration.test_access import events
+
+    fabric = store.fabric
+    _two_users(store)
+    fabric.principals.define("reader", READER)
+    fabric.principals.define("writer", WRITER)
+    fabric.principals.define("procedures", {**READER, "read_kinds": ["procedure"]})
+    reader, writer = MemfabricStore(fabric, principal="reader"), MemfabricStore(fabric, principal="writer")
+    wrong_kind = MemfabricStore(fabric, principal="procedures")
+    n = events(fabric)
+    refused: list[tuple[Any, str]] = [
+        (lambda: reader.get(("acme", "u2"), "b"), "recall_scope"),
+        (lambda: reader.search(("acme", "u2")), "recall_scope"),
+        (lambda: reader.search(("acme", "u2"), query="green apples"), "recall_scope"),
+        (lambda: reader.put(("acme", "u1"), "x", {"v": 1}), "writes"),
+        (lambda: reader.delete(("acme", "u1"), "a"), "writes"),
+        (lambda: writer.put(("acme", "u2"), "x", {"v": 1}), "recall_scope"),
+        (lambda: writer.delete(("acme", "u2"), "b"), "recall_scope"),
+        (lambda: wrong_kind.get(("acme", "u1"), "a"), "read_kinds"),
+        (lambda: wrong_kind.search(("acme",)), "read_kinds"),
+        (lambda: wrong_kind.list_namespaces(), "read_kinds"),
+        (lambda: writer.batch([GetOp(("acme", "u1"), "a"), PutOp(("acme", "u2"), "x", {"v": 1})]), "recall_scope"),
+    ]
+    for call, rule in refused:
+        with pytest.raises(AccessDenied) as caught:
+            call()
+        assert caught.value.rule == rule
+    assert events(fabric) == n
+    assert store.get(("acme", "u2"), "x") is None and store.get(("acme", "u1"), "a") is not None
+    logged = _log(fabric, "reader") + _log(fabric, "writer") + _log(fabric, "procedures")
+    assert sorted(logged) == sorted((op, "denied", 0, rule) for op, rule in [
+        ("langgraph.get", "recall_scope"), ("langgraph.search", "recall_scope"),
+        ("langgraph.search", "recall_scope"), ("langgraph.put", "writes"), ("langgraph.delete", "writes"),
+        ("langgraph.put", "recall_scope"), ("langgraph.delete", "recall_scope"), ("langgraph.get", "read_kinds"),
+        ("langgraph.search", "read_kinds"), ("langgraph.list_namespaces", "read_kinds"),
+        ("langgraph.put", "recall_scope")])
+
+
+def test_a_grant_lets_a_principal_store_read_an_item_outside_its_scope(store: MemfabricStore) -> None:
+    """``notes.grant`` of an item's note: the principal gets it, finds it by listing and
+    by query, lists its namespace; revoked, the read is refused again."""
+    fabric = store.fabric
+    _two_users(store)
+    fabric.principals.define("reader", READER)
+    reader = MemfabricStore(fabric, principal="reader")
+    with pytest.raises(AccessDenied):
+        reader.get(("acme", "u2"), "b")
+    owner = fabric.scope("acme", "u2")
+    owner.grant(note_id_for(("acme", "u2"), "b"), "reader", "read")
+    assert reader.get(("acme", "u2"), "b").value == {"text": "likes green apples"}  # type: ignore[union-attr]
+    assert [i.key for i in reader.search(("acme", "u2"))] == ["b"]
+    assert [i.key for i in reader.search(("acme", "u2"), query="green apples")] == ["b"]
+    assert sorted(i.key for i in reader.search(("acme",))) == ["a", "b"]
+    assert reader.list_namespaces() == [("acme", "u1"), ("acme", "u2")]
+    owner.revoke(note_id_for(("acme", "u2"), "b"), "reader", "read")
+    with pytest.raises(AccessDenied):
+        reader.get(("acme", "u2"), "b")
+    assert reader.list_namespaces() == [("acme", "u1")]
+    assert [(op, outcome, n) for op, outcome, n, _ in _log(fabric, "reader")] == [
+        ("langgraph.get", "denied", 0), ("langgraph.get", "served", 1), ("langgraph.search", "served", 1),
+        ("langgraph.search", "served", 1), ("langgraph.search", "served", 2),
+        ("langgraph.list_namespaces", "served", 0), ("langgraph.get", "denied", 0),
+        ("langgraph.list_namespaces", "served", 0)]

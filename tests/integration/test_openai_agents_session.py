@@ -9,6 +9,7 @@ import pytest
 
 from memfabric.adapters import Fabric
 from memfabric.adapters.openai_agents import MemfabricSession
+from memfabric.domain.errors import AccessDenied, PrincipalNotFoundError
 from memfabric.domain.ledger import NoLedgerError, conversation_uuid
 from tests.conftest import fetch
 from tests.integration.test_privacy import dump_every_table
@@ -82,3 +83,62 @@ def test_session_settings_limit_applies_without_a_limit(fabric: Fabric) -> None:
     assert ours[0] == ITEMS[-2:] and ours[1] == ITEMS[-4:]
     as_dict = MemfabricSession("s-3", fabric.scope("acme", "u1", "t3"), session_settings={"limit": 1})
     assert isinstance(as_dict.session_settings, SessionSettings) and as_dict.session_settings.limit == 1
+
+
+# ------------------------------------------------ issue 33: a principal's session
+EPISODES = {"read_kinds": ["episode"], "write_kinds": ["episode"], "writes": "commit", "recall_scope": ["acme/u1/*"]}
+
+
+def _log(fab: Any, principal: str) -> list[tuple[str, str, int, str | None]]:
+    return [(r.operation, r.outcome, r.served, r.rule) for r in fab.access_log(principal=principal)]
+
+
+def test_a_principal_session_keeps_the_contract_and_logs_every_call(fab: Any) -> None:
+    """With a profile that reads and writes episodes of ``acme/u1/*`` the session is the
+    SDK's ``SQLiteSession`` again, and each of its 16 calls is one served record with the
+    number of entries it returned or wrote."""
+    from agents.memory import SQLiteSession
+    with pytest.raises(PrincipalNotFoundError):
+        MemfabricSession("s-1", fab.scope("acme", "u1", "t1"), principal="agent-s")
+    fab.principals.define("agent-s", EPISODES)
+    session = MemfabricSession("s-1", fab.scope("acme", "u1", "t1"), principal="agent-s")
+    assert asyncio.run(script(session)) == asyncio.run(script(SQLiteSession("ref")))
+    served = [0, 0, 3, 2, 5, 2, 5, 1, 1, 0, 4, 0, 0, 0, 1, 1]
+    ops = ["get_items", "pop_item", "add_items", "add_items", "get_items", "get_items", "get_items", "pop_item",
+           "get_items", "add_items", "get_items", "clear_session", "get_items", "pop_item", "add_items", "get_items"]
+    assert _log(fab, "agent-s") == [(f"session.{op}", "served", n, None) for op, n in zip(ops, served, strict=True)]
+    [first_add] = [r for r in fab.access_log(principal="agent-s", with_ids=True)
+                   if r.operation == "session.add_items"][:1]
+    assert (first_add.kinds, first_add.thread_id, len(first_add.ids)) == (("episode",), "t1", 3)
+
+
+def test_a_principal_session_refuses_outside_its_profile(fab: Any) -> None:
+    """A read-only profile cannot add, pop or clear; a scope outside ``recall_scope`` or
+    a profile without ``episode`` cannot read: ``AccessDenied`` naming the rule, the
+    conversation unchanged, one denied record each."""
+    from tests.integration.test_access import events
+
+    plain = MemfabricSession("s-1", fab.scope("acme", "u1", "t1"))
+    asyncio.run(plain.add_items(ITEMS[:2]))
+    fab.principals.define("reader", {**EPISODES, "writes": "none", "write_kinds": []})
+    fab.principals.define("facts", {**EPISODES, "read_kinds": ["fact"]})
+    reader = MemfabricSession("s-1", fab.scope("acme", "u1", "t1"), principal="reader")
+    elsewhere = MemfabricSession("s-2", fab.scope("acme", "u2", "t1"), principal="reader")
+    facts = MemfabricSession("s-1", fab.scope("acme", "u1", "t1"), principal="facts")
+    n = events(fab)
+    refused: list[tuple[Any, str]] = [
+        (lambda: reader.add_items(ITEMS[2:]), "writes"), (lambda: reader.pop_item(), "writes"),
+        (lambda: reader.clear_session(), "writes"), (lambda: elsewhere.get_items(), "recall_scope"),
+        (lambda: facts.get_items(), "read_kinds"),
+    ]
+    for call, rule in refused:
+        with pytest.raises(AccessDenied) as caught:
+            asyncio.run(call())
+        assert caught.value.rule == rule
+    assert events(fab) == n
+    assert asyncio.run(reader.get_items()) == ITEMS[:2] == asyncio.run(plain.get_items())
+    assert _log(fab, "reader") == [
+        ("session.add_items", "denied", 0, "writes"), ("session.pop_item", "denied", 0, "writes"),
+        ("session.clear_session", "denied", 0, "writes"), ("session.get_items", "denied", 0, "recall_scope"),
+        ("session.get_items", "served", 2, None)]
+    assert _log(fab, "facts") == [("session.get_items", "denied", 0, "read_kinds")]

@@ -309,3 +309,30 @@ def test_a_principal_refused_file_writes_changes_no_file(dsn: str, tmp_path: Pat
         assert event_count(dsn) == n0
         denied = [r for r in fabric.access_log(principal="reader") if r.outcome == "denied"]
         assert [r.operation for r in denied][:1] == ["remember"] and len(denied) == 2
+
+
+def test_a_principal_reads_files_only_through_its_profile(fab: object, tmp_path: Path) -> None:
+    """Issue 33, on both backends: ``memory.view`` and ``memory.read`` on a principal's
+    tools ask the profile first: served (and recorded) when it reads ``file`` notes of
+    the scope, ``AccessDenied`` naming the rule with no content when it does not."""
+    from memfabric.domain.errors import AccessDenied
+
+    notes = fab.scope("acme", "u", "t")  # type: ignore[attr-defined]
+    with notes.attach(S):
+        notes.tools(tmp_path).call("memory.insert", {"text": "User prefers metric units",
+                                                     "path": "prefs/units.md"}, session=S)
+    fab.principals.define("files", {"read_kinds": ["file"], "recall_scope": ["acme/u/*"]})  # type: ignore[attr-defined]
+    fab.principals.define("facts", {"read_kinds": ["fact"], "recall_scope": ["acme/u/*"]})  # type: ignore[attr-defined]
+    files, facts = notes.as_principal("files"), notes.as_principal("facts")
+    with files.attach(S):
+        tools = files.tools(tmp_path)
+        assert tools.call("memory.read", {"path": "prefs/units.md"}, session=S)["content"] == "User prefers metric units"
+        assert [e["name"] for e in tools.call("memory.view", {"path": "prefs"}, session=S)["entries"]] == ["units.md"]
+    with facts.attach(S):
+        tools = facts.tools(tmp_path)
+        for name, args in (("memory.read", {"path": "prefs/units.md"}), ("memory.view", {"path": "prefs"})):
+            with pytest.raises(AccessDenied, match="read_kinds"):
+                tools.call(name, args, session=S)
+    log = [(r.principal, r.operation, r.outcome) for r in fab.access_log()]  # type: ignore[attr-defined]
+    assert log == [("files", "memory.read", "served"), ("files", "memory.view", "served"),
+                   ("facts", "memory.read", "denied"), ("facts", "memory.view", "denied")]
