@@ -136,10 +136,6 @@ class AccessFilter:
     patterns: tuple[ScopePattern, ...]
     grants: frozenset[UUID] | None = None
 
-    def like_patterns(self) -> list[str]:
-        """The patterns as SQL ``LIKE`` patterns (:meth:`ScopePattern.like`)."""
-        return [p.like() for p in self.patterns]
-
     def admits(self, row: dict[str, Any], visible: bool) -> bool:
         """The rule in Python (the in-memory store; the SQL twin is
         ``projections.principals.access_condition``)."""

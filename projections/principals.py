@@ -97,27 +97,56 @@ class PrincipalsProjection:
 _ACCESS = (
     # the tenant once at the top: both branches need it, and the planner does not factor a
     # conjunct out of an OR, so without it the tenant's btree indexes would go unused
-    "{p}tenant_id = %(t)s AND {p}kind = ANY(%(a_kinds)s::text[]) AND (({scope} AND {p}visibility = ANY(%(a_vis)s::text[])"
-    " AND ({p}tenant_id || '/' || {p}resource_id || '/' || {p}thread_id) LIKE ANY(%(a_like)s::text[]))"
+    "{p}tenant_id = %(t)s AND {p}kind = ANY(%(a_kinds)s::text[]) AND (({scope}{vis} AND {home})"
     " OR {p}aggregate_id IN (SELECT ag.aggregate_id FROM {g} ag"
     " WHERE ag.principal = %(a_who)s AND ag.tenant_id = %(t)s))"
 )
+_EVERY_VISIBILITY = frozenset({"thread", "resource", "tenant"})
 
 
-def access_condition(scope: sql.Composable, alias: str = "") -> sql.Composable:
+def _tenant_wide(access: AccessFilter) -> list[str | None]:
+    """The tenants of ``access``'s patterns that cover a whole tenant (``acme/*``;
+    ``None``: ``*``, every tenant)."""
+    return [p.tenant for p in access.patterns if p.resource is None and p.thread is None]
+
+
+def _home(access: AccessFilter) -> str:
+    """The pattern test of :data:`_ACCESS` in its cheapest form for ``access`` (issue 33:
+    the per-row concatenation and ``LIKE`` was most of a principal's recall overhead):
+    tenant-wide patterns compare ``tenant_id`` alone, the others ``LIKE`` the row's
+    ``tenant/resource/thread`` home; ``TRUE`` when a pattern covers every tenant (the
+    top ``tenant_id`` condition decides), ``FALSE`` without patterns."""
+    wide = _tenant_wide(access)
+    if None in wide:
+        return "TRUE"
+    parts = []
+    if wide:
+        parts.append("{p}tenant_id = ANY(%(a_wide)s::text[])")
+    if len(wide) < len(access.patterns):
+        parts.append("({p}tenant_id || '/' || {p}resource_id || '/' || {p}thread_id) LIKE ANY(%(a_like)s::text[])")
+    return "(" + " OR ".join(parts) + ")" if parts else "FALSE"
+
+
+def access_condition(scope: sql.Composable, access: AccessFilter, alias: str = "") -> sql.Composable:
     """A principal's rule around the plain ``scope`` rule: the row's kind is readable,
     and either it passes ``scope``, its visibility is allowed and its home
-    (``tenant/resource/thread``) is ``LIKE`` one of the patterns, or it is a note of the reader's tenant granted to the principal (an
-    uncorrelated sub-select of :data:`GRANTS`, one hashed lookup per query).
-    Parameters: those of ``scope`` and :func:`access_params`."""
-    return sql.SQL(_ACCESS).format(p=sql.SQL(alias + "." if alias else ""), scope=scope,
-                                   g=sql.Identifier(GRANTS))
+    (``tenant/resource/thread``) matches one of the patterns, or it is a note of the
+    reader's tenant granted to the principal (an uncorrelated sub-select of
+    :data:`GRANTS`, one hashed lookup per query). The statement's shape follows
+    ``access``: no visibility test when every level is allowed, the pattern test as
+    :func:`_home` gives it. Parameters: those of ``scope`` and :func:`access_params`."""
+    p = alias + "." if alias else ""
+    vis = "" if _EVERY_VISIBILITY <= set(access.visibilities) else " AND {p}visibility = ANY(%(a_vis)s::text[])"
+    return sql.SQL(_ACCESS.replace("{vis}", vis).replace("{home}", _home(access))).format(
+        p=sql.SQL(p), scope=scope, g=sql.Identifier(GRANTS))
 
 
 def access_params(access: AccessFilter) -> dict[str, Any]:
     """Parameters of :func:`access_condition`."""
+    wide = {p for p in access.patterns if p.resource is None and p.thread is None}
     return {"a_kinds": list(access.kinds), "a_vis": list(access.visibilities),
-            "a_like": access.like_patterns(), "a_who": access.principal}
+            "a_wide": [p.tenant for p in wide],
+            "a_like": [p.like() for p in access.patterns if p not in wide], "a_who": access.principal}
 
 
 def select_principal(cur: Cursor[Any], agent_id: str | None) -> list[dict[str, Any]]:

@@ -255,7 +255,7 @@ def _scope_access(filters: NoteFilter | None, alias: str = "") -> sql.Composable
     """Issue 33: the scope rule, or with a principal's ``filters.access`` the rule of
     :func:`memfabric.projections.principals.access_condition` around it."""
     access = None if filters is None else filters.access
-    return scope_filter(alias) if access is None else principals.access_condition(scope_filter(alias), alias)
+    return scope_filter(alias) if access is None else principals.access_condition(scope_filter(alias), access, alias)
 
 
 def _access_params(filters: NoteFilter | None) -> dict[str, Any]:
@@ -532,7 +532,7 @@ def _list_where(query: ListQuery) -> tuple[sql.Composable, dict[str, Any]]:
         if query.scope.thread_id is not None:
             conds.append(sql.SQL("thread_id = %(th)s"))
         if query.filters.access is not None:  # issue 33: the principal's rule, in the prefix
-            conds.append(principals.access_condition(sql.SQL("TRUE")))
+            conds.append(principals.access_condition(sql.SQL("TRUE"), query.filters.access))
     else:
         conds.append(_scope_access(query.filters))
     conds.append(sql.SQL("kind = ANY(%(kinds)s)"))

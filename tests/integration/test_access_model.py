@@ -25,7 +25,7 @@ from memfabric.domain.scope import Scope
 SCOPES = [Scope(tenant_id=t, resource_id=r, thread_id=th)
           for t in ("acme", "globex") for r in ("u1", "u2", None) for th in ("t1", "t2", None)
           if not (r is None and th is not None)]
-PATTERNS = ["acme/*", "acme/u1/*", "acme/u2/*", "acme/u1", "acme/u1/t1", "acme/*/t2", "globex/*", "acme"]
+PATTERNS = ["acme/*", "acme/u1/*", "acme/u2/*", "acme/u1", "acme/u1/t1", "acme/*/t2", "globex/*", "acme", "*"]
 KINDS = ["fact", "procedure", "file"]
 VIS = ["thread", "resource", "tenant"]
 AGENTS = ["a1", "a2", "a3"]
