@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -229,8 +230,8 @@ class TransactionKeys:
     the shared cache once the transaction has committed (never before: a rolled-back
     key must not be cached)."""
 
-    def __init__(self, conn: Connection[Any], shared: KeyStore) -> None:
-        self.conn = conn
+    def __init__(self, conn: Connection[Any] | Callable[[], Connection[Any]], shared: KeyStore) -> None:
+        self._connect: Callable[[], Connection[Any]] = conn if callable(conn) else (lambda: conn)
         self.shared = shared
         self.epoch = shared.epoch()
         """The shared cache's eviction counter when this unit of work began: its new keys
@@ -244,6 +245,12 @@ class TransactionKeys:
         self.latest: dict[UUID, tuple[int, bytes] | None] = {}
         """The newest (gen, key) of each preloaded note (``None``: it has no key), so a
         write to a note just replayed needs no second key query."""
+
+    @property
+    def conn(self) -> Connection[Any]:
+        """The transaction's connection, for the key reads (a unit of work hands a
+        function that readies its connection for psycopg first)."""
+        return self._connect()
 
     def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
         """(gen, key) to seal an event at ``version``: the note's latest key, or a fresh

@@ -40,6 +40,7 @@ from memfabric.adapters.postgres.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
 from memfabric.adapters.postgres.counts import scope_counts
 from memfabric.adapters.postgres.tail import TailIndexer
+from memfabric.adapters.postgres.vectors import VectorTypes as VectorTypes
 from memfabric.domain import replay
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
@@ -49,11 +50,9 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import note_scope, recall_index, tables, working_value
 from memfabric.projections.engine import ProjectionEngine, advisory_key
-from pgvector.psycopg.vector import register_vector_info
 from psycopg import Connection, Cursor, sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
-from psycopg.types import TypeInfo
 
 T = TypeVar("T")
 
@@ -163,6 +162,14 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
     def insert_sql(self) -> bytes:
         """The statement of :meth:`send_insert` (``%s``: the five arrays of :meth:`insert_params`)."""
         return self._insert_sql()
+
+    def insert_values_sql(self, n: int) -> bytes:
+        """:meth:`insert_sql` for ``n`` events as ``VALUES`` rows of five scalars each
+        (``originator_id, originator_version, topic, state, tenant``; ids drawn in row order)."""
+        t = sql.Identifier(self.datastore.schema, self.events_table_name).as_string(None)
+        rows = ", ".join(["(%s::uuid, %s::bigint, %s::text, %s::bytea, %s::text)"] * n)
+        return (f"INSERT INTO {t} (originator_id, originator_version, topic, state, tenant) VALUES {rows}"  # noqa: S608
+                " RETURNING notification_id").encode()
 
     def _insert_sql(self) -> bytes:
         if self._insert_statement is None:
@@ -321,23 +328,6 @@ class NoteLog(Application[UUID]):
         factory = self.factory
         assert isinstance(factory, PostgresFactory)
         return factory.keys
-
-
-class VectorTypes:
-    """Registers pgvector's psycopg adapters once per pooled connection (no query after
-    the first connection)."""
-
-    def __init__(self) -> None:
-        self.info: TypeInfo | None = None
-        self.done: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
-
-    def ensure(self, conn: Connection[Any]) -> None:
-        if conn in self.done:
-            return
-        if self.info is None:
-            self.info = TypeInfo.fetch(conn, "vector")
-        register_vector_info(conn, self.info)
-        self.done.add(conn)
 
 
 def select_notes(
