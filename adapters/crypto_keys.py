@@ -134,12 +134,13 @@ class KeyStore:
             self.remember(select_keys(conn, originator_ids), epoch=epoch)
 
 
+KEYS_SELECT = f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)"  # noqa: S608
+"""Every key of the notes of one ``uuid[]`` parameter: rows ``(originator_id, gen, key)``."""
+
+
 def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple[UUID, int], bytes]:
     """Every key of the given notes, on ``conn`` (so in its transaction and snapshot)."""
-    rows = conn.execute(
-        f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)",  # noqa: S608
-        (originator_ids,),
-    ).fetchall()
+    rows = conn.execute(KEYS_SELECT, (originator_ids,)).fetchall()
     return {(_first(r, "originator_id", 0), int(_first(r, "gen", 1))): bytes(_first(r, "key", 2)) for r in rows}
 
 
@@ -278,7 +279,12 @@ class TransactionKeys:
         """Read the keys of notes about to be replayed in one query (whether a missing
         key was shredded is only asked when one is missing: :meth:`shredded`)."""
         if originator_ids:
-            found = select_keys(self.conn, originator_ids)
+            self.absorb(originator_ids, select_keys(self.conn, originator_ids))
+
+    def absorb(self, originator_ids: list[UUID], found: dict[tuple[UUID, int], bytes]) -> None:
+        """Take the keys ``found`` of the notes ``originator_ids`` (read by
+        :data:`KEYS_SELECT` in this transaction) as :meth:`preload` does."""
+        if originator_ids:
             self.loaded.update(found)
             for oid in originator_ids:
                 self.latest.setdefault(oid, None)

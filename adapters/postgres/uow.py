@@ -33,6 +33,8 @@ from typing import Any, cast
 from uuid import UUID
 
 from memfabric.adapters.crypto import KEYS_TABLE, TransactionKeys
+from memfabric.adapters.crypto_keys import KEYS_SELECT
+from memfabric.adapters.postgres import replays
 from memfabric.adapters.postgres import NoteLog, PostgresNoteRecorder, VectorTypes, dimension_guard, select_notes
 from memfabric.adapters.postgres.session import Sent, TxSession
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
@@ -262,17 +264,30 @@ class PostgresUnitOfWork:
     def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         """The notes ``aggregate_ids`` (held here, else replayed), read in the tenants of
         this unit of work's scopes only (a note of another tenant is never one a write
-        decides on; a partitioned log is then read in their partitions, issue 25)."""
+        decides on; a partitioned log is then read in their partitions, issue 25). On
+        the wire, the events and the keys are read in one round trip (events first)."""
         missing = [i for i in aggregate_ids if i not in self._aggregates]
         tenants = sorted({s.tenant_id for s in self._scopes}) or None
-        with self.conn.cursor() as cur:
-            loaded = {n.id: n for n in select_notes(cur, self._log.sealing_mapper, missing, self.keys, tenants)}
+        loaded = {n.id: n for n in self._replay(missing, tenants)}
         out = []
         for i in aggregate_ids:
             note = self._aggregates.get(i) or loaded.get(i)
             if note is not None:
                 out.append(note)
         return out
+
+    def _replay(self, ids: list[UUID], tenants: Sequence[str] | None) -> list[Note]:
+        session = self._session
+        if not ids or session is None or not session.on_wire:
+            with self.conn.cursor() as cur:
+                return select_notes(cur, self._log.sealing_mapper, ids, self.keys, tenants)
+        self._mark_read()
+        query, params = replays.events_query(ids, tenants)
+        events = session.send_psycopg(query, params)
+        keys = session.send_psycopg(KEYS_SELECT, (ids,))
+        session.sync()
+        self.keys.absorb(ids, {(oid, int(gen)): bytes(key) for oid, gen, key in keys.rows()})
+        return replays.replay_rows(events.rows(), self._log.sealing_mapper.bound(self.keys), ids)
 
     def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         """Replay ``aggregate_ids`` as if their data keys were destroyed (protected
@@ -284,15 +299,14 @@ class PostgresUnitOfWork:
         aggregate_id = note_uuid(scope, note_id)
         if aggregate_id in self._aggregates:
             return True
-        row = self.conn.execute(
+        row = self.reader().execute(
             sql.SQL("SELECT 1 FROM {t} WHERE originator_id = %s LIMIT 1").format(
                 t=sql.Identifier(tables.EVENTS)), (aggregate_id,)).fetchone()
         return row is not None
 
     def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
-        """:func:`memfabric.projections.note_scope.resolve` on this transaction's connection."""
-        with self.conn.cursor() as cur:
-            return list(note_scope.resolve(cur, scope, note_id))
+        """:func:`memfabric.projections.note_scope.resolve` in this transaction."""
+        return list(note_scope.resolve(self.reader(), scope, note_id))
 
     def reader(self) -> Cursor[Any]:
         """A read-only cursor of the transaction for a read a write decides on (dict
@@ -316,12 +330,10 @@ class PostgresUnitOfWork:
             return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now, latest=latest)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
-        with self.conn.cursor() as cur:
-            return note_scope.ids_by_path(cur, scope, path)
+        return note_scope.ids_by_path(self.reader(), scope, path)
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
-        with self.conn.cursor() as cur:
-            return working_value.select_blocks(cur, scope)
+        return working_value.select_blocks(self.reader(), scope)
 
     def content_hmac(self, text: str) -> str:
         return hmac.new(self._secret(), text.encode(), hashlib.sha256).hexdigest()
