@@ -100,7 +100,7 @@ def remember_many(
     group = deps.group_commit
     if group is None or len(items) > GROUP_ITEMS:
         return _write_now(deps, scope, items, settings)
-    return group.submit((scope.key, settings.model_dump_json()), items,
+    return group.submit((scope.key, settings), items,
                         lambda batch: _write_now(deps, scope, batch, settings))
 
 

@@ -52,9 +52,10 @@ from memfabric.domain.note import Note
 from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection, accepted
 from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch, batch_rows
+from memfabric.projections.tracking_sql import GAP_MESSAGE, TrackingSQL
 from memfabric.projections.locks import LOCK_TIMEOUT, advisory_key, bounded_locks, keyed_advisory_key, lock_timed_out
 
-__all__ = ["ERRORS_DDL", "LOCK_TIMEOUT", "SAFE_HEAD_TIMEOUT", "TENANT_SEPARATOR", "LoadNotes", "ProjectionEngine",
+__all__ = ["ERRORS_DDL", "GAP_MESSAGE", "LOCK_TIMEOUT", "SAFE_HEAD_TIMEOUT", "TENANT_SEPARATOR", "LoadNotes", "ProjectionEngine",
            "advisory_key", "bounded_locks", "keyed_advisory_key", "lock_timed_out"]
 
 LoadNotes = Callable[[Cursor[Any], Sequence[UUID]], list[Note]]
@@ -70,20 +71,6 @@ ERRORS_DDL = (
 
 TENANT_SEPARATOR = "|"
 """Between the application name and the tenant id in a per-tenant tracking row."""
-
-
-def _tracking_check(i: int, name: str) -> str:
-    """The check of tracking CTE ``t<i>`` (projection ``name``) in a batched tracking
-    statement: a cast error when the row did not move (see ``_record_all``)."""
-    message = sql.Literal(f"memfabric: failed to record tracking of {name}: ").as_string(None)
-    count = f"(SELECT count(*) FROM t{i})"  # noqa: S608 - a CTE name
-    return f"CASE WHEN {count} = 0 THEN ({message} || {count})::int END"
-
-
-GAP_MESSAGE = "memfabric: tenant gap"
-"""What the one-round-trip write statement (:meth:`ProjectionEngine.send_fast`) fails
-with when the tenant has events its projections have not applied."""
-GAP_SQL = sql.Literal(GAP_MESSAGE + " of ").as_string(None)
 
 
 SAFE_HEAD_TIMEOUT = 60.0
@@ -108,12 +95,6 @@ class ProjectionEngine:
         self.load_notes = load_notes
         self.prepare: Callable[[Any], None] | None = None
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
-        self._positions_sql: dict[tuple[str, ...], bytes] = {}
-        self._tracking_sql: dict[tuple[str, ...], bytes] = {}
-        self._batched_sql: dict[tuple[tuple[str, ...], tuple[Any, ...]], bytes] = {}
-        self._positions_array: dict[tuple[str, ...], tuple[bytes, int]] = {}
-        self._fast_sql: dict[tuple[tuple[str, ...], tuple[Any, ...]], bytes] = {}
-        self._probe_sql: dict[tuple[str, ...], bytes] = {}
         self.lock_secret: bytes | None = None
         """The fabric secret that keys every runtime advisory lock (:meth:`lock_key`);
         ``None`` until the fabric has read it (then plain BLAKE2b keys)."""
@@ -129,6 +110,8 @@ class ProjectionEngine:
             p.name: PostgresTrackingRecorder(datastore, tracking_table_name=tables.tracking(p.name))
             for p in self.projections
         }
+        self.statements = TrackingSQL(self.trackers, self._tracking, events_table)
+        """The tracking and inline-write statements, composed once per shape."""
 
     def create(self) -> None:
         """Create the projections' tables, tracking tables and the ``mf_projection_errors``
@@ -390,28 +373,20 @@ class ProjectionEngine:
                     tenant: str, batch: RowBatch | None = None) -> None:
         """Record ``position`` as tenant ``tenant``'s row of every projection with
         eventsourcing's tracking statements, composed into one statement (one
-        data-modifying CTE per projection) that fails when a row was already past
-        ``position`` (eventsourcing's single-row tracking refuses to move back): a
-        cast of the message ``memfabric: failed to record tracking of <name>`` to
-        ``int``, so nothing has to be fetched (in pipeline mode the failure surfaces
-        at COMMIT and the write rolls back). Raises ``IntegrityError`` when not in
-        pipeline mode."""
+        data-modifying CTE per projection, after ``batch``'s row writes) that fails when
+        a row was already past ``position`` (eventsourcing's single-row tracking refuses
+        to move back): a cast of the message ``memfabric: failed to record tracking of
+        <name>`` to ``int``, so nothing has to be fetched (in pipeline mode the failure
+        surfaces at COMMIT and the write rolls back). Raises ``IntegrityError`` when not
+        in pipeline mode."""
         names = tuple(p.name for p in projections)
         if batch is not None and batch.parts:
-            key = (names, batch.key)
-            query = self._batched_sql.get(key)
-            if query is None:
-                if len(self._batched_sql) > 256:  # the row-count shapes of large batches
-                    self._batched_sql.clear()
-                query = self._batched_sql[key] = self._batched_query(names, batch)
             with psycopg.RawCursor(cur.connection) as raw:
-                self._run_tracking(raw, query, [self.tenant_row(tenant), position, *batch.params], position)
+                self._run_tracking(raw, self.statements.batched(names, batch),
+                                   [self.tenant_row(tenant), position, *batch.params], position)
             return
-        query = self._tracking_sql.get(names)
-        if query is None:
-            query = self._tracking_sql[names] = self._tracking_query(names)
-        self._run_tracking(cur, query, {"application_name": self.tenant_row(tenant),
-                                        "notification_id": position}, position)
+        self._run_tracking(cur, self.statements.tracking(names), {"application_name": self.tenant_row(tenant),
+                                                                  "notification_id": position}, position)
 
     @staticmethod
     def _run_tracking(cur: Cursor[Any], query: bytes, params: Any, position: int) -> None:
@@ -419,21 +394,6 @@ class ProjectionEngine:
             cur.execute(query, params, prepare=True)
         except psycopg.errors.InvalidTextRepresentation as exc:
             raise IntegrityError(f"failed to record tracking at {position}: {exc}") from exc
-
-    def _trackers_raw(self, names: Sequence[str], position: str) -> list[str]:
-        """eventsourcing's tracking insert of each of ``names`` with ``$1`` for the
-        tracking row and ``position`` (SQL) for the position."""
-        return [self.trackers[n].insert_tracking_statement.as_string(None)
-                .replace("%(application_name)s", "$1").replace("%(notification_id)s", position)
-                for n in names]
-
-    def _batched_query(self, names: Sequence[str], batch: RowBatch) -> bytes:
-        """:meth:`_tracking_query` with ``batch``'s row writes as CTEs before the
-        tracking ones, in ``$n`` placeholders (``$1`` the tenant row, ``$2`` the
-        position)."""
-        ctes = [*batch.ctes(first=3), *(f"t{i} AS ({q})" for i, q in enumerate(self._trackers_raw(names, "$2")))]
-        checks = ", ".join(_tracking_check(i, n) for i, n in enumerate(names))
-        return ("WITH " + ", ".join(ctes) + " SELECT " + checks).encode()
 
     # ------------------------------------------------------ one round trip
     def fast_statement(self, projections: Sequence[NoteProjection], batch: RowBatch, tenant: str,
@@ -445,62 +405,19 @@ class ProjectionEngine:
         batched rows and records the tenant's position of every projection as the
         tenant's newest event id, which is its one value. It also checks that the
         tenant had no gap: every event of the tenant above the lowest of its positions
-        must be one of the ``appended``; otherwise it fails with :data:`GAP_MESSAGE` (a
-        cast error) and the transaction rolls back: the caller writes again through
-        :meth:`apply_inline`, which catches the gap up."""
-        names = tuple(p.name for p in projections)
-        key = (names, batch.key)
-        query = self._fast_sql.get(key)
-        if query is None:
-            if len(self._fast_sql) > 256:
-                self._fast_sql.clear()
-            query = self._fast_sql[key] = self._fast_query(names, batch)
+        must be one of the ``appended``; otherwise it fails with
+        :data:`~memfabric.projections.tracking_sql.GAP_MESSAGE` (a cast error) and the
+        transaction rolls back: the caller writes again through :meth:`apply_inline`,
+        which catches the gap up."""
+        query = self.statements.fast(tuple(p.name for p in projections), batch)
         return query, [self.tenant_row(tenant), self.application_name, tenant, appended, *batch.params]
-
-    def _lowest_position(self, names: Sequence[str], row: str, floor: str) -> str:
-        """SQL: the lowest position of the projections ``names`` of a tenant whose
-        tracking row and floor row are the SQL expressions ``row`` and ``floor``."""
-        lows = (f"coalesce((SELECT max(notification_id) FROM {self._tracking(n).as_string(None)}"  # noqa: S608
-                f" WHERE application_name IN ({row}, {floor})), 0)" for n in names)
-        return "least(" + ", ".join(lows) + ")"
 
     def gap_probe(self, projections: Sequence[NoteProjection], tenant: str) -> tuple[bytes, list[str]]:
         """A statement (and its parameters) whose one value says whether tenant
         ``tenant`` has events some of ``projections`` have not applied (a gap: a
-        writer's one-round-trip statement would refuse, :meth:`send_fast`)."""
+        writer's one-round-trip statement would refuse, :meth:`fast_statement`)."""
         names = tuple(p.name for p in projections)
-        query = self._probe_sql.get(names)
-        if query is None:
-            query = self._probe_sql[names] = (
-                f"SELECT EXISTS (SELECT 1 FROM {sql.Identifier(self.events_table).as_string(None)} e"  # noqa: S608
-                f" WHERE e.tenant = %s AND e.notification_id > {self._lowest_position(names, '%s', '%s')})"
-            ).encode()
-        return query, [tenant, *[self.tenant_row(tenant), self.application_name] * len(names)]
-
-    def _fast_query(self, names: Sequence[str], batch: RowBatch) -> bytes:
-        """The statement of :meth:`send_fast`: ``$1`` the tenant's tracking row, ``$2``
-        the floor's, ``$3`` the tenant, ``$4`` the events appended, then the batch's."""
-        head = (f"h AS MATERIALIZED (SELECT max(e.notification_id) AS top, count(*) AS n"  # noqa: S608
-                f" FROM {sql.Identifier(self.events_table).as_string(None)} e"
-                f" WHERE e.tenant = $3 AND e.notification_id > {self._lowest_position(names, '$1', '$2')})")
-        trackers = self._trackers_raw(names, "(SELECT top FROM h)")
-        ctes = [head, *batch.ctes(first=5), *(f"t{i} AS ({q})" for i, q in enumerate(trackers))]
-        gap = f"CASE WHEN (SELECT n FROM h) > $4 THEN ({GAP_SQL} || (SELECT n FROM h))::int END"  # noqa: S608
-        checks = ", ".join([gap, *(_tracking_check(i, n) for i, n in enumerate(names))])
-        return ("WITH " + ", ".join(ctes) + " SELECT (SELECT top FROM h), " + checks).encode()  # noqa: S608
-
-    def _tracking_query(self, names: Sequence[str]) -> bytes:
-        """``WITH t0 AS (<tracking insert 0>), ... SELECT CASE WHEN (SELECT count(*)
-        FROM t0) = 0 THEN ('<message>' || 0)::int END, ...`` (the message is concatenated
-        with the count so the planner cannot fold the cast into a constant error)."""
-        ctes = sql.SQL(", ").join(
-            sql.SQL("{} AS ({})").format(sql.Identifier(f"t{i}"), self.trackers[n].insert_tracking_statement)
-            for i, n in enumerate(names))
-        checks = sql.SQL(", ").join(
-            sql.SQL("CASE WHEN (SELECT count(*) FROM {t}) = 0 THEN ({m} || (SELECT count(*) FROM {t}))::int END"
-                    ).format(t=sql.Identifier(f"t{i}"), m=sql.Literal(f"memfabric: failed to record tracking of {n}: "))
-            for i, n in enumerate(names))
-        return sql.SQL("WITH {} SELECT {}").format(ctes, checks).as_bytes(None)
+        return self.statements.probe(names), [tenant, *[self.tenant_row(tenant), self.application_name] * len(names)]
 
     def _tenant_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection],
                           tenant: str) -> dict[str, int]:
@@ -519,14 +436,7 @@ class ProjectionEngine:
         one ``bigint[]`` (NULL entries: no row), with one ``%s`` (the ``text[]`` of
         :meth:`tenant_rows`) per projection; and that count. What a writer's append
         statement returns beside the new ids (:meth:`send_positions` in one array)."""
-        names = tuple(p.name for p in projections)
-        found = self._positions_array.get(names)
-        if found is None:
-            expr = sql.SQL("ARRAY[{}]::bigint[]").format(sql.SQL(", ").join(
-                sql.SQL("(SELECT max(notification_id) FROM {t} WHERE application_name = ANY(%s::text[]))").format(
-                    t=self._tracking(n)) for n in names))
-            found = self._positions_array[names] = (expr.as_bytes(None), len(names))
-        return found
+        return self.statements.positions_array(tuple(p.name for p in projections))
 
     def tenant_rows(self, tenant: str) -> list[str]:
         """The tracking rows whose greatest position is tenant ``tenant``'s: the floor's and its own."""
@@ -535,15 +445,8 @@ class ProjectionEngine:
     def send_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection], tenant: str) -> None:
         """Send the query of tenant ``tenant``'s positions on ``cur`` (fetched by
         :meth:`read_positions`; in pipeline mode, without waiting)."""
-        names = tuple(p.name for p in projections)
-        query = self._positions_sql.get(names)
-        if query is None:
-            reads = sql.SQL(" UNION ALL ").join(
-                sql.SQL("(SELECT {n}::text AS name, max(notification_id) AS pos FROM {t}"
-                        " WHERE application_name = ANY(%(rows)s))").format(n=sql.Literal(n), t=self._tracking(n))
-                for n in names)
-            query = self._positions_sql[names] = reads.as_bytes(None)
-        cur.execute(query, {"rows": [self.application_name, self.tenant_row(tenant)]}, prepare=True)
+        cur.execute(self.statements.positions(tuple(p.name for p in projections)),
+                    {"rows": [self.application_name, self.tenant_row(tenant)]}, prepare=True)
 
     # --------------------------------------------------------------- catch-up
     def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int,

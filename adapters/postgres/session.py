@@ -137,6 +137,39 @@ class TxSession:
                 conn.rollback()
 
 
+class SessionReads:
+    """A read-only stand-in for a cursor whose statements run on a session (a read on
+    the wire: sent with whatever waits there, answered as dict rows)."""
+
+    def __init__(self, session: TxSession) -> None:
+        self._session = session
+        self._rows: list[dict[str, Any]] = []
+
+    def execute(self, query: Any, params: Any = None, **_: Any) -> SessionReads:
+        self._rows = self._session.dicts(query, params)
+        return self
+
+    def fetchall(self) -> list[dict[str, Any]]:
+        return self._rows
+
+    def fetchone(self) -> dict[str, Any] | None:
+        return self._rows[0] if self._rows else None
+
+    def close(self) -> None:
+        self._rows = []
+
+
+class SessionStatements:
+    """A write-only stand-in for a cursor whose statements go to a session (e.g. a key
+    deletion on the wire), answered with the session's next sync."""
+
+    def __init__(self, session: TxSession) -> None:
+        self._session = session
+
+    def execute(self, query: Any, params: Any = None) -> None:
+        self._session.send_psycopg(query, params)
+
+
 def _fetch_all(cur: Cursor[Any]) -> list[tuple[Any, ...]]:
     try:
         return list(cur.fetchall())
@@ -144,4 +177,4 @@ def _fetch_all(cur: Cursor[Any]) -> list[tuple[Any, ...]]:
         cur.close()
 
 
-__all__ = ["Result", "Sent", "TxSession"]
+__all__ = ["Result", "Sent", "SessionReads", "SessionStatements", "TxSession"]

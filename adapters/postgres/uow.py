@@ -32,11 +32,11 @@ from types import TracebackType
 from typing import Any, cast
 from uuid import UUID
 
-from memfabric.adapters.crypto import KEYS_TABLE, TransactionKeys
+from memfabric.adapters.crypto import TransactionKeys
 from memfabric.adapters.crypto_keys import KEYS_SELECT
-from memfabric.adapters.postgres import replays
-from memfabric.adapters.postgres import NoteLog, PostgresNoteRecorder, VectorTypes, dimension_guard, select_notes
-from memfabric.adapters.postgres.session import Sent, TxSession
+from memfabric.adapters.postgres import appends, replays
+from memfabric.adapters.postgres import NoteLog, VectorTypes, dimension_guard, select_notes
+from memfabric.adapters.postgres.session import Sent, SessionReads, SessionStatements, TxSession
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from eventsourcing.persistence import IntegrityError
 
@@ -143,11 +143,10 @@ class PostgresUnitOfWork:
         try:
             self._close(exc_type, exc, tb)
         except Exception as failed:
-            if exc_type is not None or not _gap_refused(failed):
+            if exc_type is not None or not (_gap_refused(failed) or _statements_lost(failed)):
                 raise
             if self._read:  # a decision read in the rolled-back transaction: not replayable here
-                raise ConflictError("write: the tenant's projections fell behind while this write decided "
-                                    "(a writer without inline projections?); nothing was written; retry") from failed
+                raise ConflictError(f"write: {failed}; nothing was written; retry") from failed
             self._write_again()
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
@@ -185,10 +184,11 @@ class PostgresUnitOfWork:
             diag.table_name == self._log.note_recorder.events_table_name)
 
     def _write_again(self) -> None:
-        """The one-round-trip write found its tenant's projections behind (nothing was
-        written): write the same sealed events again in a new transaction, through the
-        path that catches the tenant's gap up first. Sound because no decision of this
-        unit of work read the rolled-back transaction (``_read`` is false)."""
+        """The one-round-trip write found its tenant's projections behind, or its
+        connection had lost the wire's prepared statements (nothing was written): write
+        the same sealed events again in a new transaction, through the path that
+        catches the tenant's gap up first. Sound because no decision of this unit of
+        work read the rolled-back transaction (``_read`` is false)."""
         assert self._pending is not None
         self._stack, self._session = self._open()
         self._committed = False
@@ -315,7 +315,7 @@ class PostgresUnitOfWork:
         session = self._session
         if session is not None and session.on_wire:
             self._mark_read()
-            return cast("Cursor[Any]", _Reads(session))
+            return cast("Cursor[Any]", SessionReads(session))
         return self.conn.cursor()
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
@@ -445,8 +445,8 @@ class PostgresUnitOfWork:
         query, params = self._engine.lock_statement_raw([tenant])
         session.send(query, params)
         if self.keys.doomed:
-            self.keys.destroy(cast("Cursor[Any]", _Statements(session)))
-        statement, args = self._append_statement(stored, tenant)
+            self.keys.destroy(cast("Cursor[Any]", SessionStatements(session)))
+        statement, args = appends.events_statement(self._log.note_recorder, self.keys, stored, tenant)
         session.send_psycopg(statement, args)
         sink = BatchCursor(RowBatch(), lambda: self._psycopg_conn().cursor())
         batch = self._engine.collect(sink, list(aggregates.values()), projections)
@@ -454,28 +454,6 @@ class PostgresUnitOfWork:
         sent = session.send(query, params)
         self._position_reader = lambda: int(sent.rows()[0][0])
         self._committed = True
-
-    def _append_statement(self, stored: Sequence[Any], tenant: str) -> tuple[bytes, list[Any]]:
-        """``WITH k AS (<new keys>) <events>``: the keys and the events in one statement,
-        and its parameters. Up to :data:`VALUES_ROWS` rows each are sent as scalars
-        (``VALUES`` rows, in order: the ids are drawn in that order), more as arrays."""
-        recorder = self._log.note_recorder
-        pending = list(self.keys.pending.items())
-        shape = (len(pending), len(stored))
-        query = _FAST_APPEND_SQL.get(shape)
-        if query is None:
-            if len(_FAST_APPEND_SQL) > 64:
-                _FAST_APPEND_SQL.clear()
-            query = _FAST_APPEND_SQL[shape] = _fast_append_sql(recorder, *shape)
-        if len(pending) > VALUES_ROWS:
-            keys: list[Any] = list(self.keys.flush_params())
-        else:
-            keys = [v for oid, (gen, key) in pending for v in (oid, gen, key)]
-        if len(stored) > VALUES_ROWS:
-            events: list[Any] = list(recorder.insert_params(stored, [tenant] * len(stored)))
-        else:
-            events = [v for e in stored for v in (e.originator_id, e.originator_version, e.topic, e.state, tenant)]
-        return query, [*keys, *events]
 
     def _commit_one_tenant(self, stored: Sequence[Any], tenant: str, aggregates: dict[UUID, Any],
                            projections: Sequence[Any]) -> None:
@@ -490,7 +468,8 @@ class PostgresUnitOfWork:
             query, params = self._engine.lock_statement([tenant])
             cur.execute(query, params, prepare=True)
             self.keys.destroy(cur)
-            statement, args = self._append_positions_statement(stored, tenant, projections)
+            statement, args = appends.positions_statement(self._log.note_recorder, self.keys, self._engine,
+                                                          stored, tenant, projections)
             try:
                 ins.execute(statement, args, prepare=True)
                 row = ins.fetchone()
@@ -503,53 +482,6 @@ class PostgresUnitOfWork:
                                       positions=positions)
         self._position = max(ids, default=0)
         self._committed = True
-
-    def _append_positions_statement(self, stored: Sequence[Any], tenant: str,
-                                    projections: Sequence[Any]) -> tuple[bytes, list[Any]]:
-        """``WITH k AS (<new keys>), e AS (<events> RETURNING notification_id) SELECT
-        <ids in order>, <the tenant's positions>`` and its parameters."""
-        recorder = self._log.note_recorder
-        positions, n = self._engine.positions_array(projections)
-        keys = self.keys.pending
-        key = (bool(keys), positions)
-        query = _APPEND_SQL.get(key)
-        if query is None:
-            ctes = ([b"k AS (" + TransactionKeys.FLUSH_SQL.encode() + b")"] if keys else [])
-            ctes.append(b"e AS (" + recorder.insert_sql() + b")")
-            query = _APPEND_SQL[key] = (b"WITH " + b", ".join(ctes)
-                                        + b" SELECT ARRAY(SELECT notification_id FROM e ORDER BY 1) AS ids, "
-                                        + positions + b" AS pos")
-        args: list[Any] = [*(self.keys.flush_params() if keys else ()),
-                           *recorder.insert_params(stored, [tenant] * len(stored)),
-                           *([self._engine.tenant_rows(tenant)] * n)]
-        return query, args
-
-
-_APPEND_SQL: dict[tuple[bool, bytes], bytes] = {}
-"""The append statements of :meth:`PostgresUnitOfWork._append_positions_statement`, by (new keys?, positions)."""
-
-_FAST_APPEND_SQL: dict[tuple[int, int], bytes] = {}
-"""The append statements of :meth:`PostgresUnitOfWork._append_statement`, by (keys, events)."""
-
-VALUES_ROWS = 16
-"""Up to this many keys or events, the append sends them as ``VALUES`` rows of scalar
-parameters (psycopg dumps arrays in Python: a fifth of the append's client time)."""
-
-
-def _fast_append_sql(recorder: PostgresNoteRecorder, n_keys: int, n_events: int) -> bytes:
-    """The append of ``n_keys`` new keys and ``n_events`` events (see
-    :meth:`PostgresUnitOfWork._append_statement`)."""
-    if n_keys > VALUES_ROWS:
-        keys = TransactionKeys.FLUSH_SQL
-    elif n_keys:
-        keys = (f"INSERT INTO {KEYS_TABLE} (originator_id, gen, key) VALUES "  # noqa: S608 - constant table name
-                + ", ".join(["(%s::uuid, %s::int, %s::bytea)"] * n_keys)
-                + " ON CONFLICT (originator_id, gen) DO UPDATE SET key = EXCLUDED.key")
-    head = f"WITH k AS ({keys}) ".encode() if n_keys else b""
-    if n_events > VALUES_ROWS:
-        return head + recorder.insert_sql()
-    return head + recorder.insert_values_sql(n_events)
-
 
 @functools.lru_cache(maxsize=64)
 def _opening_sql(n_shared: int, n_scopes: int) -> bytes:
@@ -573,45 +505,23 @@ def _tracking_refused(exc: BaseException | None) -> bool:
     return False
 
 
-class _Reads:
-    """A read-only stand-in for a cursor whose statements run on a session (a read on
-    the wire: sent with whatever waits there, answered as dict rows)."""
-
-    def __init__(self, session: TxSession) -> None:
-        self._session = session
-        self._rows: list[dict[str, Any]] = []
-
-    def execute(self, query: Any, params: Any = None, **_: Any) -> _Reads:
-        self._rows = self._session.dicts(query, params)
-        return self
-
-    def fetchall(self) -> list[dict[str, Any]]:
-        return self._rows
-
-    def fetchone(self) -> dict[str, Any] | None:
-        return self._rows[0] if self._rows else None
-
-    def close(self) -> None:
-        self._rows = []
-
-
-class _Statements:
-    """A write-only stand-in for a cursor whose statements go to a session (a key
-    deletion on the wire)."""
-
-    def __init__(self, session: TxSession) -> None:
-        self._session = session
-
-    def execute(self, query: Any, params: Any = None) -> None:
-        self._session.send_psycopg(query, params)
-
-
 def _gap_refused(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or one it was raised from) is the one-round-trip write's gap
     check (``ProjectionEngine.send_fast``)."""
     seen = 0
     while exc is not None and seen < 5:
         if GAP_MESSAGE in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _statements_lost(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or one it was raised from) says a prepared statement of the
+    wire was gone from the server (deallocated behind psycopg's back)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False

@@ -182,7 +182,10 @@ class Wire:
             if failed is None and result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
                 failed = result
         if failed is not None:
-            raise psycopg.errors.error_from_result(failed, encoding=self.conn.info.encoding)
+            error = psycopg.errors.error_from_result(failed, encoding=self.conn.info.encoding)
+            if isinstance(error, psycopg.errors.InvalidSqlStatementName):
+                self._names.clear()  # deallocated behind psycopg's back: prepared again next time
+            raise error
 
     def _forget(self, name: bytes) -> None:
         for key, known in list(self._names.items()):
