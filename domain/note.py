@@ -427,7 +427,9 @@ class Note(Aggregate):
 
     @property
     def scope(self) -> Scope:
-        return Scope(
+        """The note's scope (built without validation: its ids were validated when the
+        note was remembered; a write asks for it several times, issue 24)."""
+        return Scope.model_construct(
             tenant_id=self.tenant_id, resource_id=self.resource_id, thread_id=self.thread_id
         )
 

@@ -54,6 +54,8 @@ def consolidate_setting(value: Any, default: Consolidation) -> Consolidation | N
     """A per-call ``consolidate`` argument as settings (``None``: the fabric's own);
     ``pydantic.ValidationError`` for anything but a bool, a ``Consolidation`` or a
     mapping of its fields (``enabled``, ``threshold``)."""
+    if value is None:
+        return None
     if isinstance(value, Mapping):
         value = {"enabled": True, **value}
     parsed = _ConsolidateArg.model_validate({"consolidate": value}).consolidate

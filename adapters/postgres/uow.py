@@ -21,6 +21,7 @@ variables, no pass-through keyword arguments):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import hashlib
@@ -164,6 +165,10 @@ class PostgresUnitOfWork:
             if lock_timed_out(exc):
                 stack.__exit__(exc_type, exc, tb)
                 raise LockTimeoutError(f"write: a lock wait ran out ({exc}); nothing was written") from exc
+            if _statements_lost(exc):  # a read's: the wire prepares them again next time
+                with contextlib.suppress(Exception):  # the same error, as the pool's context re-raises it
+                    stack.__exit__(exc_type, exc, tb)
+                raise ConflictError(f"write: {exc}; nothing was written; retry") from exc
             try:
                 with dimension_guard():
                     stack.__exit__(exc_type, exc, tb)
