@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 from uuid import UUID
 
 from psycopg import Cursor, sql
@@ -56,6 +58,32 @@ def embedding_for(note: Note, embedder_id: str | None, dim: int) -> bytes | None
     raise EmbedderChangedError(
         f"note {note.note_id} has no vector of embedder {embedder_id} ({dim} dimensions; it was "
         f"written with {note.embedder_id}): the fabric's embedder changed; reopen or retry")
+
+
+_RowFn = TypeVar("_RowFn", bound=Callable[..., Any])
+
+
+def per_state(fn: _RowFn) -> _RowFn:
+    """``fn(note, *args)`` (a pure row function of a note's state) remembered per thread
+    for each aggregate object at its version, so projections that share a row compute
+    it once per write (issue 24: the recall index and the note versions). Every change
+    of a note is an event, which moves its version; a replay makes a new object. At
+    most 4,096 states are kept per thread (then the memory starts afresh)."""
+    local = threading.local()
+
+    @functools.wraps(fn)
+    def remembered(note: Any, *args: Any) -> Any:
+        recent = getattr(local, "recent", None)
+        if recent is None or len(recent) > 4096:
+            recent = local.recent = {}
+        key = (note.version, *args)
+        held = recent.get(id(note))
+        if held is not None and held[0] is note and held[1] == key:
+            return held[2]
+        row = fn(note, *args)
+        recent[id(note)] = (note, key, row)
+        return row
+    return cast(_RowFn, remembered)
 
 
 def finite(value: float) -> float:

@@ -29,7 +29,7 @@ from psycopg import Cursor
 from psycopg.types.json import Jsonb
 from psycopg.types.range import Range
 
-MAX_BATCH_PARAMS = 16_000
+MAX_BATCH_PARAMS = 60_000
 """A :class:`RowBatch` with more parameters than this is run statement by statement
 (PostgreSQL takes at most 65,535 parameters in one statement)."""
 
@@ -135,6 +135,9 @@ class RowBatch:
         self.parts: list[_Rows | _Statement] = []
         self.params: list[Any] = []
         self._runs: list[Callable[[Cursor[Any]], None]] = []
+        self._encoded: dict[int, tuple[Any, Any]] = {}
+        """id(value) -> (value, encoded): one value in several rows (a note's recall and
+        version rows share their lists, ranges, documents and vector) is encoded once."""
 
     @property
     def key(self) -> tuple[_Rows | _Statement, ...]:
@@ -153,8 +156,17 @@ class RowBatch:
         self._runs.append(run)
         if deletes:
             self.params.extend(deletes)
-        for row in upserts:
-            self.params.extend(map(encode, row))
+        as_is = _AS_IS
+        for row in upserts:  # (the type test inline: most values are scalars)
+            self.params.extend([v if type(v) in as_is else self._encode(v) for v in row])
+
+    def _encode(self, value: Any) -> Any:
+        held = self._encoded.get(id(value))
+        if held is not None and held[0] is value:
+            return held[1]
+        out = encode(value)
+        self._encoded[id(value)] = (value, out)
+        return out
 
     def add_statement(self, template: str, params: Sequence[Any], run: Callable[[Cursor[Any]], None]) -> None:
         """Collect one data-modifying statement (``template``: see :class:`_Statement`;

@@ -9,8 +9,6 @@ inside their window still finds them; forgotten and held notes have no row.
 
 from __future__ import annotations
 
-import threading
-
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -142,21 +140,14 @@ def _range(lo: datetime | None, hi: datetime | None) -> Range[datetime]:
     return Range(lo, hi, bounds="[)")
 
 
-_LAST = threading.local()  # each thread's last row_for: (note, (version, embedder_id, dim), row)
-
-
+@base.per_state
 def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[Any, ...] | None:
     """The index row of a note, or ``None`` when the note must not be recallable
     (forgotten, held, or not a recallable kind). ``embedder_id``: the embedder whose
     vector the row carries (issue 19; ``None``: the write-time one; ``EmbedderChangedError``:
-    :func:`memfabric.projections.base.embedding_for`). The thread's last answer is reused
-    for the same aggregate object at one version (a write's recall and versions rows)."""
-    last = getattr(_LAST, "row", None)
-    if last is not None and last[0] is note and last[1] == (note.version, embedder_id, dim):
-        return last[2]  # type: ignore[no-any-return]
-    row = _row_for(note, embedder_id, dim)
-    _LAST.row = (note, (note.version, embedder_id, dim), row)
-    return row
+    :func:`memfabric.projections.base.embedding_for`). Reused per state (a write's recall
+    and versions rows)."""
+    return _row_for(note, embedder_id, dim)
 
 
 def _row_for(note: Note, embedder_id: str | None, dim: int) -> tuple[Any, ...] | None:

@@ -9,7 +9,7 @@ from memfabric.adapters.crypto import KEYS_TABLE, TransactionKeys
 from memfabric.adapters.postgres import PostgresNoteRecorder
 from memfabric.projections.engine import ProjectionEngine
 
-VALUES_ROWS = 16
+VALUES_ROWS = 256
 """Up to this many keys or events, the append sends them as ``VALUES`` rows of scalar
 parameters (psycopg dumps arrays in Python: a fifth of the append's client time)."""
 
