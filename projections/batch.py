@@ -76,15 +76,15 @@ def _vector(value: np.ndarray) -> Any:
 
 
 _AS_IS = frozenset({str, int, float, bool, type(None), UUID, datetime, bytes})
-_ARRAY_ITEMS = frozenset({str, int, type(None)})
+_ARRAY_ITEMS = frozenset({str, int, type(None), UUID, datetime})
 _ENCODERS: dict[type, Callable[[Any], Any]] = {
     list: _array, tuple: _array, Range: _range, Jsonb: lambda v: json.dumps(v.obj), np.ndarray: _vector,
 }
 
 
 def encode(value: Any) -> Any:
-    """``value`` as the batch sends it: a list or tuple of strings or ints as an array
-    literal (``'{"a","b"}'``), a range of datetimes as a range literal, ``Jsonb`` as
+    """``value`` as the batch sends it: a list or tuple of strings, ints, UUIDs or
+    datetimes as an array literal (``'{"a","b"}'``), a range of datetimes as a range literal, ``Jsonb`` as
     JSON text, a 1-d float32 array as :class:`VectorBinary`; anything else unchanged
     (psycopg's C dumpers take ``str``, ``int``, ``float``, ``bool``, ``UUID``,
     ``datetime``, ``None``). The array literal quotes every element (PostgreSQL's
@@ -94,6 +94,16 @@ def encode(value: Any) -> Any:
         return value
     encoder = _ENCODERS.get(kind)
     return value if encoder is None else encoder(value)
+
+
+def encode_params(params: Any) -> Any:
+    """The parameters of a statement (a sequence or a mapping) with each value
+    :func:`encode`-d: for a statement whose array parameters have a type from the
+    statement itself (a cast, or the other side of ``= ANY(...)``), so psycopg's C
+    dumpers send them as text."""
+    if isinstance(params, dict):
+        return {k: v if type(v) in _AS_IS else encode(v) for k, v in params.items()}
+    return [v if type(v) in _AS_IS else encode(v) for v in params]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +180,11 @@ class RowBatch:
 
     def add_statement(self, template: str, params: Sequence[Any], run: Callable[[Cursor[Any]], None]) -> None:
         """Collect one data-modifying statement (``template``: see :class:`_Statement`;
-        its parameters sent as given); ``run`` runs it alone (:meth:`run_each`)."""
+        its array parameters need a type from the template, e.g. a cast: they are sent
+        encoded); ``run`` runs it alone (:meth:`run_each`)."""
         self.parts.append(_Statement(template, len(params)))
         self._runs.append(run)
-        self.params.extend(params)
+        self.params.extend(encode_params(params))
 
     def too_big(self) -> bool:
         """Whether the collected writes must run one statement each (:data:`MAX_BATCH_PARAMS`)."""

@@ -40,6 +40,7 @@ from memfabric.adapters.postgres.conninfo import CONNINFO_ENV, use_whole_dsn
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper
 from memfabric.adapters.postgres.counts import scope_counts
 from memfabric.adapters.postgres.tail import TailIndexer
+from memfabric.adapters.postgres.note_cache import NoteCache
 from memfabric.adapters.postgres.vectors import VectorTypes as VectorTypes
 from memfabric.adapters.postgres.replays import select_notes as select_notes
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
@@ -328,6 +329,14 @@ class NoteLog(Application[UUID]):
         factory = self.factory
         assert isinstance(factory, PostgresFactory)
         return factory.keys
+
+    @property
+    def note_cache(self) -> NoteCache:
+        """This process's committed note states (:mod:`.note_cache`), made on first use."""
+        found = self.__dict__.get("_note_cache")
+        if found is None:
+            found = self.__dict__["_note_cache"] = NoteCache()
+        return found  # type: ignore[no-any-return]
 
 
 class PostgresNoteStore:

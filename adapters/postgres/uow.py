@@ -48,10 +48,11 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.shredding import shreds_keys
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index, note_scope, tables, working_value
-from memfabric.projections.batch import BatchCursor, RowBatch
+from memfabric.projections.batch import BatchCursor, RowBatch, encode_params
 from memfabric.projections.engine import GAP_MESSAGE, ProjectionEngine, bounded_locks, lock_timed_out
 import psycopg
 from psycopg import Connection, Cursor, sql
+from psycopg.rows import tuple_row
 
 
 class PostgresUnitOfWork:
@@ -151,6 +152,7 @@ class PostgresUnitOfWork:
             self._write_again()
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
+            self._log.note_cache.put(self._aggregates.values(), shredded=self._keys.doomed | self._keys.unreadable)
             if self._tenants and self._engine.on_commit is not None:
                 self._engine.on_commit(self._tenants)
 
@@ -282,17 +284,31 @@ class PostgresUnitOfWork:
         return out
 
     def _replay(self, ids: list[UUID], tenants: Sequence[str] | None) -> list[Note]:
+        """Replay ``ids`` in this transaction: each from the state the process's note
+        cache holds (``note_cache.NoteCache``; only the events after it are read),
+        else from its first event; the states read are cached (not the ones replayed
+        as unreadable). On the wire, the events and the keys in one round trip."""
+        if not ids:
+            return []
+        cache = None if self.keys.unreadable.intersection(ids) else self._log.note_cache
+        held = cache.get(ids) if cache is not None else {}
+        query, params = replays.events_query(ids, tenants, {i: n.version for i, n in held.items()})
         session = self._session
-        if not ids or session is None or not session.on_wire:
-            with self.conn.cursor() as cur:
-                return select_notes(cur, self._log.sealing_mapper, ids, self.keys, tenants)
-        self._mark_read()
-        query, params = replays.events_query(ids, tenants)
-        events = session.send_psycopg(query, params)
-        keys = session.send_psycopg(KEYS_SELECT, (ids,))
-        session.sync()
-        self.keys.absorb(ids, {(oid, int(gen)): bytes(key) for oid, gen, key in keys.rows()})
-        return replays.replay_rows(events.rows(), self._log.sealing_mapper.bound(self.keys), ids)
+        if session is not None and session.on_wire:
+            self._mark_read()
+            events = session.send_psycopg(query, params)
+            keys = session.send_psycopg(KEYS_SELECT, encode_params([ids]))
+            session.sync()
+            self.keys.absorb(ids, {(oid, int(gen)): bytes(key) for oid, gen, key in keys.rows()})
+            rows = events.rows()
+        else:
+            with self.conn.cursor(row_factory=tuple_row) as cur:
+                rows = cur.execute(query, params).fetchall()
+            self.keys.preload(ids)
+        loaded = replays.replay_rows(rows, self._log.sealing_mapper.bound(self.keys), ids, held)
+        if cache is not None:  # the states read afresh (those changed here are kept after COMMIT)
+            cache.put([n for n in loaded if n.id not in held])
+        return loaded
 
     def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         """Replay ``aggregate_ids`` as if their data keys were destroyed (protected

@@ -30,10 +30,14 @@ from typing import Any
 import psycopg
 from psycopg import Connection, generators, pq
 from psycopg._preparing import PrepareManager
-from psycopg._queries import PostgresQuery
+from psycopg._queries import PostgresQuery, _query2pg_nocache
 from psycopg.adapt import PyFormat, Transformer
 
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+_CONVERTED: dict[tuple[bytes, bool], Any] = {}
+"""psycopg's conversion of a statement (``$n`` query, formats, names, parts), by
+(statement, named parameters?)."""
 
 
 class _CountingPrepareManager(PrepareManager):
@@ -142,11 +146,24 @@ class Wire:
 
     def send_psycopg(self, query: Any, params: Any = None) -> Result:
         """:meth:`send` for a statement in psycopg's form (``%s`` / ``%(name)s``
-        placeholders, a ``psycopg.sql.Composable``)."""
-        converted = PostgresQuery(self._tx)
-        converted.convert(query, params)
-        return self._send_dumped(converted.query, list(converted.params or ()), tuple(converted.types),
-                                 converted.formats)
+        placeholders, a ``psycopg.sql.Composable``). The conversion of a ``bytes``
+        statement to ``$n`` placeholders is kept (psycopg keeps none for a statement
+        over 4,096 bytes or 50 parameters, such as the neighbour lookup)."""
+        if params is None or not isinstance(query, bytes):
+            converted = PostgresQuery(self._tx)
+            converted.convert(query, params)
+            return self._send_dumped(converted.query, list(converted.params or ()), tuple(converted.types),
+                                     converted.formats)
+        key = (query, isinstance(params, dict))
+        parsed = _CONVERTED.get(key)
+        if parsed is None:
+            if len(_CONVERTED) > 512:
+                _CONVERTED.clear()
+            parsed = _CONVERTED[key] = _query2pg_nocache(query, self._tx.encoding)
+        pgquery, want_formats, order, parts = parsed
+        ordered = PostgresQuery.validate_and_reorder_params(parts, params, order)
+        values = self._tx.dump_sequence(ordered, want_formats)
+        return self._send_dumped(pgquery, values, tuple(self._tx.types or ()), self._tx.formats)
 
     def _send_dumped(self, query: bytes, values: Sequence[Any], types: tuple[int, ...],
                      formats: Sequence[pq.Format] | None) -> Result:
