@@ -76,11 +76,14 @@ class NoteCache:
             self.hits += len(out)
         return {i: clone(n) for i, n in out.items()}
 
-    def put(self, notes: Iterable[Any], *, shredded: Iterable[UUID] = ()) -> None:
-        """Keep copies of the committed states ``notes`` (other aggregates are
-        ignored); a note erased, or among ``shredded`` (its keys destroyed), is dropped."""
+    def put(self, notes: Iterable[Any], *, shredded: Iterable[UUID] = (), owned: bool = False) -> None:
+        """Keep the committed states ``notes`` (copies, or the objects themselves when
+        the caller hands them over: ``owned``, e.g. a finished unit of work's); other
+        aggregates are ignored; a note erased, or among ``shredded`` (its keys
+        destroyed), is dropped."""
         doomed = set(shredded)
-        kept = [(n.id, clone(n)) for n in notes
+        notes = list(notes)
+        kept = [(n.id, n if owned else clone(n)) for n in notes
                 if isinstance(n, Note) and not n.erased and n.id not in doomed]
         gone = [n.id for n in notes if isinstance(n, Note) and (n.erased or n.id in doomed)]
         with self._lock:

@@ -152,7 +152,8 @@ class PostgresUnitOfWork:
             self._write_again()
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
-            self._log.note_cache.put(self._aggregates.values(), shredded=self._keys.doomed | self._keys.unreadable)
+            self._log.note_cache.put(self._aggregates.values(), shredded=self._keys.doomed | self._keys.unreadable,
+                                     owned=True)  # this unit of work is done with them
             if self._tenants and self._engine.on_commit is not None:
                 self._engine.on_commit(self._tenants)
 
@@ -292,7 +293,8 @@ class PostgresUnitOfWork:
             return []
         cache = None if self.keys.unreadable.intersection(ids) else self._log.note_cache
         held = cache.get(ids) if cache is not None else {}
-        query, params = replays.events_query(ids, tenants, {i: n.version for i, n in held.items()})
+        versions = {i: n.version for i, n in held.items()}
+        query, params = replays.events_query(ids, tenants, versions)
         session = self._session
         if session is not None and session.on_wire:
             self._mark_read()
@@ -306,8 +308,8 @@ class PostgresUnitOfWork:
                 rows = cur.execute(query, params).fetchall()
             self.keys.preload(ids)
         loaded = replays.replay_rows(rows, self._log.sealing_mapper.bound(self.keys), ids, held)
-        if cache is not None:  # the states read afresh (those changed here are kept after COMMIT)
-            cache.put([n for n in loaded if n.id not in held])
+        if cache is not None:  # the states read here (an erased one drops out); those changed are kept after COMMIT
+            cache.put([n for n in loaded if versions.get(n.id) != n.version])
         return loaded
 
     def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
