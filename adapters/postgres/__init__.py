@@ -336,7 +336,7 @@ class NoteLog(Application[UUID]):
         found = self.__dict__.get("_note_cache")
         if found is None:
             found = self.__dict__["_note_cache"] = NoteCache()
-        return found  # type: ignore[no-any-return]
+        return found
 
 
 class PostgresNoteStore:
