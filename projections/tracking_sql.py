@@ -86,22 +86,31 @@ class TrackingSQL:
 
     def _lowest_position(self, names: Sequence[str], row: str, floor: str) -> str:
         """SQL: the lowest position of the projections ``names`` of a tenant whose
-        tracking row and floor row are the SQL expressions ``row`` and ``floor``."""
-        lows = (f"coalesce((SELECT max(notification_id) FROM {self._tracking(n).as_string(None)}"  # noqa: S608
-                f" WHERE application_name IN ({row}, {floor})), 0)" for n in names)
+        tracking row and floor row are the SQL expressions ``row`` and ``floor`` (each
+        a primary-key lookup: ``greatest`` of the two rows, ``0`` without either)."""
+        lows = (f"coalesce(greatest((SELECT notification_id FROM {t} WHERE application_name = {row}),"  # noqa: S608
+                f" (SELECT notification_id FROM {t} WHERE application_name = {floor})), 0)"
+                for t in (self._tracking(n).as_string(None) for n in names))
         return "least(" + ", ".join(lows) + ")"
+
+    def _newest(self, tenant: str, skip: str = "0") -> str:
+        """SQL: the id of tenant ``tenant``'s newest event after skipping ``skip`` (a
+        backward scan of the index ``(tenant, notification_id)``; ``NULL`` past the first)."""
+        return (f"(SELECT notification_id FROM {self._events} WHERE tenant = {tenant}"  # noqa: S608
+                f" ORDER BY notification_id DESC OFFSET {skip} LIMIT 1)")
 
     def fast(self, names: tuple[str, ...], batch: RowBatch) -> bytes:
         """The one-round-trip write statement: ``$1`` the tenant's tracking row, ``$2``
         the floor's, ``$3`` the tenant, ``$4`` the events appended, then the batch's;
-        its one value is the tenant's newest event id (the position recorded)."""
+        its one value is the tenant's newest event id (the position recorded). The gap
+        check: the newest event before the ``$4`` appended (``prev``) must be at or
+        below the tenant's lowest position."""
         def make() -> bytes:
-            head = (f"h AS MATERIALIZED (SELECT max(e.notification_id) AS top, count(*) AS n"  # noqa: S608
-                    f" FROM {self._events} e"
-                    f" WHERE e.tenant = $3 AND e.notification_id > {self._lowest_position(names, '$1', '$2')})")
+            head = (f"h AS MATERIALIZED (SELECT {self._newest('$3')} AS top, {self._newest('$3', '$4')} AS prev,"
+                    f" {self._lowest_position(names, '$1', '$2')} AS low)")
             trackers = self._trackers_raw(names, "(SELECT top FROM h)")
             ctes = [head, *batch.ctes(first=5), *(f"t{i} AS ({q})" for i, q in enumerate(trackers))]
-            gap = f"CASE WHEN (SELECT n FROM h) > $4 THEN ({GAP_SQL} || (SELECT n FROM h))::int END"  # noqa: S608
+            gap = f"CASE WHEN (SELECT prev > low FROM h) THEN ({GAP_SQL} || (SELECT prev FROM h))::int END"  # noqa: S608
             checks = ", ".join([gap, *(tracking_check(i, n) for i, n in enumerate(names))])
             return ("WITH " + ", ".join(ctes) + " SELECT (SELECT top FROM h), " + checks).encode()  # noqa: S608
         return self._cached(("fast", names, batch.key), make)  # type: ignore[no-any-return]
@@ -110,8 +119,7 @@ class TrackingSQL:
         """Whether a tenant (``%s``) has events some of ``names`` have not applied
         (then a ``%s`` pair per projection: the tenant's tracking row, the floor's)."""
         def make() -> bytes:
-            return (f"SELECT EXISTS (SELECT 1 FROM {self._events} e"  # noqa: S608
-                    f" WHERE e.tenant = %s AND e.notification_id > {self._lowest_position(names, '%s', '%s')})"
+            return (f"SELECT coalesce({self._newest('%s')} > {self._lowest_position(names, '%s', '%s')}, false)"
                     ).encode()
         return self._cached(("probe", names), make)  # type: ignore[no-any-return]
 
