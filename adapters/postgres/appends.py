@@ -21,9 +21,9 @@ _POSITIONS_SQL: dict[tuple[bool, bytes], bytes] = {}
 
 
 def events_statement(recorder: PostgresNoteRecorder, keys: TransactionKeys, stored: Sequence[Any],
-                     tenant: str) -> tuple[bytes, list[Any]]:
+                     tenants: Sequence[str]) -> tuple[bytes, list[Any]]:
     """``WITH k AS (<new keys>) <events>``: the unit of work's new keys and its events
-    (of tenant ``tenant``) in one statement, and its parameters. Up to
+    (``tenants[i]``: the tenant of event ``i``) in one statement, and its parameters. Up to
     :data:`VALUES_ROWS` rows each are sent as scalars (``VALUES`` rows, in order: the
     ids are drawn in that order), more as arrays."""
     pending = list(keys.pending.items())
@@ -38,9 +38,10 @@ def events_statement(recorder: PostgresNoteRecorder, keys: TransactionKeys, stor
     else:
         key_params = [v for oid, (gen, key) in pending for v in (oid, gen, key)]
     if len(stored) > VALUES_ROWS:
-        events: list[Any] = list(recorder.insert_params(stored, [tenant] * len(stored)))
+        events: list[Any] = list(recorder.insert_params(stored, tenants))
     else:
-        events = [v for e in stored for v in (e.originator_id, e.originator_version, e.topic, e.state, tenant)]
+        events = [v for e, tenant in zip(stored, tenants, strict=True)
+                  for v in (e.originator_id, e.originator_version, e.topic, e.state, tenant)]
     return query, [*key_params, *events]
 
 

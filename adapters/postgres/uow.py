@@ -83,10 +83,9 @@ class PostgresUnitOfWork:
         """The tenants :meth:`commit` appended events of (for ``engine.on_commit``)."""
         self._read = False
         """Whether anything read on the transaction's connection (:attr:`conn`)."""
-        self._gap_tenant: str | None = None
-        self._gap_probe: Sent | None = None
+        self._gap_probes: dict[str, Sent] = {}
         self._position_reader: Callable[[], int] | None = None
-        self._pending: tuple[Sequence[Any], str, dict[UUID, Any], Sequence[Any]] | None = None
+        self._pending: tuple[Sequence[Any], Sequence[str], dict[UUID, Any], Sequence[Any]] | None = None
         """What the one-round-trip commit wrote, kept to write it again (:meth:`_write_again`)."""
 
     # --------------------------------------------------------------- lifetime
@@ -201,9 +200,8 @@ class PostgresUnitOfWork:
         self._stack, self._session = self._open()
         self._committed = False
         self._ending = None
-        stored, tenant, aggregates, projections = self._pending
         try:
-            self._commit_one_tenant(stored, tenant, aggregates, projections)
+            self._commit_slow(*self._pending)
         except BaseException as exc:
             self._close(type(exc), exc, exc.__traceback__)
             raise
@@ -230,26 +228,26 @@ class PostgresUnitOfWork:
             self._probe_gap()
 
     def _probe_gap(self) -> None:
-        """Ask, with the first read (same round trip), whether the tenant of a one-tenant
-        unit of work has events its projections have not applied: then :meth:`commit`
-        takes the path that catches them up (in this transaction), since a rollback
-        of the one-round-trip write could not be replayed after a decision read."""
-        tenants = {s.tenant_id for s in self._scopes}
-        if len(tenants) != 1 or not self._inline_all or self._session is None:
+        """Ask, with the first read (same round trip), whether the tenants of the unit of
+        work's scopes have events their projections have not applied: then
+        :meth:`commit` takes the path that catches them up (in this transaction), since
+        a rollback of the one-round-trip write could not be replayed after a decision
+        read."""
+        if not self._inline_all or self._session is None:
             return
-        self._gap_tenant = tenants.pop()
-        query, params = self._engine.gap_probe(self._engine.inline(all_projections=True), self._gap_tenant)
-        self._gap_probe = self._session.send_psycopg(query, params)
+        projections = self._engine.inline(all_projections=True)
+        for tenant in sorted({s.tenant_id for s in self._scopes}):
+            query, params = self._engine.gap_probe(projections, tenant)
+            self._gap_probes[tenant] = self._session.send_psycopg(query, params)
 
-    def _gap_found(self, tenant: str) -> bool | None:
-        """What the gap probe said for ``tenant`` (``None``: not asked)."""
-        probe, self._gap_probe = self._gap_probe, None
-        if probe is None or self._gap_tenant != tenant:
-            return None
+    def _gap_found(self, tenants: Sequence[str]) -> bool:
+        """Whether the gap probe found a gap in any of ``tenants`` (or did not ask for one)."""
+        probes, self._gap_probes = self._gap_probes, {}
+        if any(t not in probes for t in tenants):
+            return True
         if self._session is not None:
             self._session.sync()
-        rows = probe.rows()
-        return bool(rows and rows[0][0])
+        return any(bool(rows and rows[0][0]) for rows in (probes[t].rows() for t in tenants))
 
     @property
     def keys(self) -> TransactionKeys:
@@ -405,25 +403,33 @@ class PostgresUnitOfWork:
     def commit(self) -> None:
         """Lock, seal, append and project everything added (see the module doc). Each
         event is appended in its aggregate's tenant (:func:`_tenant_of`); a unit of work
-        that writes several (a fabric-wide sweep record beside a tenant's notes) takes
-        their locks in sorted order and records each tenant's positions."""
+        that writes several (a group commit of several tenants' writers, a fabric-wide
+        sweep record beside a tenant's notes) takes their locks in sorted order and
+        records each tenant's positions."""
         if not self._events:
             self._committed = True
             return
         aggregates: dict[UUID, Any] = {**self._others, **self._aggregates}
         event_tenants = [_tenant_of(aggregates[e.originator_id]) for e in self._events]
-        tenants = sorted(set(event_tenants))
-        self._tenants = tenants
+        self._tenants = sorted(set(event_tenants))
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
+        pending = (stored, event_tenants, aggregates, projections)
+        if self._inline_all and not (self._read and self._gap_found(self._tenants)):
+            self._pending = pending
+            self._commit_fast(*pending)
+        else:
+            self._commit_slow(*pending)
+
+    def _commit_slow(self, stored: Sequence[Any], event_tenants: Sequence[str], aggregates: dict[UUID, Any],
+                     projections: Sequence[Any]) -> None:
+        """:meth:`commit` through psycopg, reading each tenant's positions back to catch
+        a gap up first (``ProjectionEngine.apply_inline``); also the path of a writer
+        whose projections a runner keeps (``NOTIFY``)."""
+        tenants = sorted(set(event_tenants))
         if len(tenants) == 1 and self._inline_all:
-            gap = self._gap_found(tenants[0]) if self._read else False
-            if gap is False:
-                self._pending = (stored, tenants[0], aggregates, projections)
-                self._commit_fast(stored, tenants[0], aggregates, projections)
-            else:
-                self._commit_one_tenant(stored, tenants[0], aggregates, projections)
+            self._commit_one_tenant(stored, tenants[0], aggregates, projections)
             return
         conn = self._psycopg_conn()
         with dimension_guard(), conn.cursor() as cur, conn.cursor() as ins:
@@ -453,29 +459,32 @@ class PostgresUnitOfWork:
         self._position = max(ids, default=0)
         self._committed = True
 
-
-    def _commit_fast(self, stored: Sequence[Any], tenant: str, aggregates: dict[UUID, Any],
+    def _commit_fast(self, stored: Sequence[Any], event_tenants: Sequence[str], aggregates: dict[UUID, Any],
                      projections: Sequence[Any]) -> None:
-        """:meth:`commit` of a one-tenant unit of work that projects inline, sent with
-        everything before it (on the wire: one round trip for a plain write): the
-        tenant's lock, the keys and the events (one statement), the projections that
-        cannot batch (when they write anything), then one statement with every batched
-        row and the tenant's tracking, which also checks the tenant had no gap
+        """:meth:`commit` of a unit of work that projects inline, sent with everything
+        before it (on the wire: one round trip for a plain write): the tenants' locks
+        (sorted), the keys and the events (one statement), the projections that cannot
+        batch (when they write anything), then per tenant one statement with every
+        batched row and the tenant's tracking, which also checks the tenant had no gap
         (``ProjectionEngine.fast_statement``); COMMIT follows in ``__exit__``. Nothing is
         read back before it; failures surface there (:meth:`_close` types them)."""
         session = self._session
         assert session is not None
-        query, params = self._engine.lock_statement_raw([tenant])
+        tenants = sorted(set(event_tenants))
+        query, params = self._engine.lock_statement_raw(tenants)
         session.send(query, params)
         if self.keys.doomed:
             self.keys.destroy(cast("Cursor[Any]", SessionStatements(session)))
-        statement, args = appends.events_statement(self._log.note_recorder, self.keys, stored, tenant)
+        statement, args = appends.events_statement(self._log.note_recorder, self.keys, stored, event_tenants)
         session.send_psycopg(statement, args)
-        sink = BatchCursor(RowBatch(), lambda: self._psycopg_conn().cursor())
-        batch = self._engine.collect(sink, list(aggregates.values()), projections)
-        query, params = self._engine.fast_statement(projections, batch, tenant, len(stored))
-        sent = session.send(query, params)
-        self._position_reader = lambda: int(sent.rows()[0][0])
+        sent = []
+        for tenant in tenants:
+            notes = [a for a in aggregates.values() if _tenant_of(a) == tenant]
+            sink = BatchCursor(RowBatch(), lambda: self._psycopg_conn().cursor())
+            batch = self._engine.collect(sink, notes, projections)
+            query, params = self._engine.fast_statement(projections, batch, tenant, event_tenants.count(tenant))
+            sent.append(session.send(query, params))
+        self._position_reader = lambda: max(int(s.rows()[0][0]) for s in sent)
         self._committed = True
 
     def _commit_one_tenant(self, stored: Sequence[Any], tenant: str, aggregates: dict[UUID, Any],
