@@ -339,3 +339,44 @@ class RecordedCursor:
     def execute(self, query: Any, params: dict[str, Any] | None = None, **kwargs: Any) -> Cursor[Any]:
         text = query.as_bytes(self._cur) if isinstance(query, sql.Composable) else bytes(query)
         return self._cur.execute(as_recorded(text), {**(params or {}), "known_at": self._known_at}, **kwargs)
+
+
+RECORDED_VECTOR_LIST = (
+    # the notes whose state at T is their current one: the live index's HNSW graph
+    # (and its unindexed tail) admits a live row only when its own version is the
+    # note's current version and was recorded by T, so the row *is* the version at T
+    "v AS MATERIALIZED (SELECT aggregate_id, dist FROM ("
+    "(SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist FROM {live} li WHERE {w} AND li.indexed"
+    " AND {current} ORDER BY li.embedding <=> %(q)b LIMIT %(limit)s)"
+    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist"
+    " FROM {live} li WHERE {w} AND NOT li.indexed AND {current} OFFSET 0) s ORDER BY dist LIMIT %(limit)s)"
+    # the notes changed since T: their version at T is closed now (exact scan)
+    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT aggregate_id, embedding <=> %(q)b AS dist"
+    " FROM {t} WHERE {w} AND recorded_to > %(known_at)s::timestamptz OFFSET 0) s"
+    " ORDER BY dist LIMIT %(limit)s)"
+    ") u ORDER BY dist LIMIT %(limit)s),"
+    " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
+)
+"""The vector list of a ``known_at`` recall of a tenant large enough for HNSW (issue
+31): the rows recorded at T are (1) current versions recorded by T and (2) versions
+recorded by T and closed after it. (1) are read through the live recall index: a live
+row whose ``(aggregate_id, version)`` is a current version row recorded by T is that
+version (both rows are :func:`memfabric.projections.recall_index.row_for` of the same
+state), so its HNSW graph serves them, with the live tail's exact scan; (2) are the
+versions of the notes changed since T, scanned exactly. This holds when both
+projections are applied in the writer's transaction (the default), so every snapshot
+has them in step; a fabric with a separate runner keeps the exact scan of every
+version. ``{live}``: the live table, schema-qualified (the statement's
+``mf_recall_index`` names the versions at T); ``{w}``/``{t}``: as in
+:data:`memfabric.projections.recall_tail.VECTOR_LIST`."""
+
+_CURRENT = ("EXISTS (SELECT 1 FROM {v} cv WHERE cv.aggregate_id = li.aggregate_id AND cv.version = li.version"
+            " AND cv.recorded_to IS NULL AND cv.recorded_from <= %(known_at)s::timestamptz)")
+
+
+def recorded_vector_list(live: sql.Composable) -> str:
+    """:data:`RECORDED_VECTOR_LIST` with the live table ``live`` (a qualified
+    identifier) filled in; ``{t}`` and ``{w}`` are left for
+    :func:`memfabric.projections.recall_index.recall_statement`."""
+    current = _CURRENT.replace("{v}", sql.Identifier(TABLE).as_string(None))
+    return RECORDED_VECTOR_LIST.replace("{live}", live.as_string(None)).replace("{current}", current)
