@@ -104,12 +104,18 @@ def ddl(dim: int, suffix: str = "") -> list[sql.Composed]:
 def index_ddl(suffix: str = "") -> list[sql.Composed]:
     """Secondary indexes, as few as the reads need (each one costs every write): a
     btree on scope + kind (every read filters by tenant first), GIN on ``tsv``; the
-    edges' target. No HNSW: a ``known_at`` recall scans the scope's versions recorded at
-    T exactly, and a ``known_at`` listing sorts them (see ``docs/bitemporal.md``)."""
+    edges' target; a partial btree on ``(tenant_id, recorded_to)`` of the closed rows
+    (issue 31: a large tenant's ``known_at`` recall scans the versions closed since T,
+    :data:`RECORDED_VECTOR_LIST`; a new row is open, so only a close pays for it). No
+    HNSW: a ``known_at`` recall reads current versions through the live index's graph
+    and scans the others exactly, and a ``known_at`` listing sorts them (see
+    ``docs/bitemporal.md``)."""
     t, e = TABLE + suffix, EDGES + suffix
     return [
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, kind)").format(
             i=sql.Identifier(f"{t}_scope"), t=sql.Identifier(t)),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, recorded_to) WHERE recorded_to IS NOT NULL").format(
+            i=sql.Identifier(f"{t}_closed"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (tsv)").format(
             i=sql.Identifier(f"{t}_tsv"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {e} (to_aggregate_id)").format(
