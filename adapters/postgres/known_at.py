@@ -68,14 +68,22 @@ class PostgresKnownAtStore(KnownAtStore):
                kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
                filters: NoteFilter | None = None, expand: int = 0) -> list[Candidate]:
         with dimension_guard(), self.store.connection() as conn:
-            vectors = None
-            if embedding is not None and self.live_in_step and self.store.needs_hnsw(conn.cursor(), scope.tenant_id):
-                self.store._hnsw_settings(conn, min(EF_SEARCH_MAX, max(self.store.ef_search, limit)))  # noqa: SLF001
-                vectors = _vector_list(self.store, conn)
+            vectors = self._through_graph(conn, scope, limit) if embedding is not None else None
             return recall_index.select_candidates(
                 self._cursor(conn), scope, embedding=embedding, query=query, kinds=kinds, as_of=as_of,
                 limit=limit, require_consent=require_consent, filters=filters, expand=expand, exact=True,
                 vector_list=vectors)
+
+    def _through_graph(self, conn: Any, scope: Scope, limit: int) -> str | None:
+        """The recorded vector list when ``scope``'s tenant is searched through HNSW now
+        and the projections are in step (the connection's HNSW settings made as plain
+        recall makes them), else ``None`` (the exact scan of the versions)."""
+        if not (self.live_in_step and self.store.needs_hnsw(conn.cursor(), scope.tenant_id)):
+            return None
+        self.store._hnsw_settings(conn, min(EF_SEARCH_MAX, max(self.store.ef_search, limit)))  # noqa: SLF001
+        if self.store.tail is not None:  # as plain recall: a tail another process wrote
+            self.store.tail.want([scope.tenant_id])
+        return _vector_list(self.store, conn)
 
     def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID],
                   filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
