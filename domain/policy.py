@@ -11,6 +11,7 @@ import re
 import unicodedata
 import hashlib
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"[^\W_]+|[^\w\s]", re.UNICODE)
@@ -116,3 +117,10 @@ def score(
 def token_hash(tokens: tuple[str, ...]) -> str:
     """Stable 16-hex digest of normalized tokens (BLAKE2b), used for exact-repeat folds."""
     return hashlib.blake2b(" ".join(tokens).encode(), digest_size=8).hexdigest()
+
+
+@lru_cache(maxsize=4096)
+def content_hash(text: str) -> str:
+    """``token_hash(normalized_tokens(text))``, cached: a write computes it for its
+    decision and again for two projection rows of the same content (issue 24)."""
+    return token_hash(normalized_tokens(text))

@@ -191,7 +191,7 @@ def _prepare(deps: Deps, items: Sequence[RememberInput], on: bool) -> dict[int, 
     for n, ((i, item), text) in enumerate(zip(picked, texts, strict=True)):
         inferred = (extractor.extract(text, kind=item.kind)
                     if extractor is not None and item.subject is None and item.kind == "fact" else None)
-        query = NeighbourQuery(item.kind, vectors[n], policy.token_hash(policy.normalized_tokens(text)),
+        query = NeighbourQuery(item.kind, vectors[n], policy.content_hash(text),
                                item.path, item.subject, inferred, item_visibility(item))
         asks = on and item.id is None and item.supersedes is None
         out[i] = _Prepared(item, n, text, query, asks)

@@ -46,7 +46,7 @@ from memfabric.domain.consolidation import Neighbour, NeighbourQuery, note_key
 from memfabric.domain.link_terms import DF_CAP, N_CAP, TermPostings, note_terms
 from memfabric.domain.subjects import WILDCARD, SubjectKey
 from memfabric.domain.note import Note
-from memfabric.domain.policy import normalized_tokens, token_hash
+from memfabric.domain.policy import content_hash
 from memfabric.domain import visibility
 from memfabric.domain.scope import Scope
 from memfabric.domain.visibility import of_consent
@@ -85,7 +85,7 @@ def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[A
         return None
     return (
         note.id, note.tenant_id, note.resource_id or "", note.thread_id or "", note.kind,
-        note.note_id, token_hash(normalized_tokens(note.content)), note.path, note.subject,
+        note.note_id, content_hash(note.content), note.path, note.subject,
         Range(note.valid_from, note.valid_to, bounds="[)"), note.created_on,
         np.frombuffer(embedding, dtype=np.float32),
         *_inferred_cols(note),

@@ -39,7 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, Tracking
@@ -50,7 +50,8 @@ from psycopg import Cursor, sql
 from memfabric.domain.errors import ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections import tables
-from memfabric.projections.base import BatchCursor, NoteProjection, RowBatch, accepted, batch_rows
+from memfabric.projections.base import NoteProjection, accepted
+from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch, batch_rows
 from memfabric.projections.locks import LOCK_TIMEOUT, advisory_key, bounded_locks, keyed_advisory_key, lock_timed_out
 
 __all__ = ["ERRORS_DDL", "LOCK_TIMEOUT", "SAFE_HEAD_TIMEOUT", "TENANT_SEPARATOR", "LoadNotes", "ProjectionEngine",
@@ -79,6 +80,12 @@ def _tracking_check(i: int, name: str) -> str:
     return f"CASE WHEN {count} = 0 THEN ({message} || {count})::int END"
 
 
+GAP_MESSAGE = "memfabric: tenant gap"
+"""What the one-round-trip write statement (:meth:`ProjectionEngine.send_fast`) fails
+with when the tenant has events its projections have not applied."""
+GAP_SQL = sql.Literal(GAP_MESSAGE + " of ").as_string(None)
+
+
 SAFE_HEAD_TIMEOUT = 60.0
 """Seconds :meth:`ProjectionEngine.safe_head` waits for older transactions to end."""
 
@@ -105,6 +112,8 @@ class ProjectionEngine:
         self._tracking_sql: dict[tuple[str, ...], bytes] = {}
         self._batched_sql: dict[tuple[tuple[str, ...], tuple[Any, ...]], bytes] = {}
         self._positions_array: dict[tuple[str, ...], tuple[bytes, int]] = {}
+        self._fast_sql: dict[tuple[tuple[str, ...], tuple[Any, ...]], bytes] = {}
+        self._probe_sql: dict[tuple[str, ...], bytes] = {}
         self.lock_secret: bytes | None = None
         """The fabric secret that keys every runtime advisory lock (:meth:`lock_key`);
         ``None`` until the fabric has read it (then plain BLAKE2b keys)."""
@@ -296,6 +305,12 @@ class ProjectionEngine:
         a writer."""
         return [self.lock_key(p.name) for p in projections]
 
+    def lock_statement_raw(self, tenants: Sequence[str]) -> tuple[bytes, list[int]]:
+        """:meth:`lock_statement` with ``$n`` placeholders."""
+        locks = ", ".join(f"pg_advisory_xact_lock(${i})" for i in range(1, len(tenants) + 1))
+        return (f"SELECT {locks}, pg_current_xact_id()".encode(),
+                [self.lock_key("tenant:" + t) for t in tenants])
+
     def lock_statement(self, tenants: Sequence[str]) -> tuple[bytes, list[int]]:
         """The statement a writer runs before it draws notification ids: each tenant's
         exclusive lock, in the given (sorted) order (held to COMMIT: a tenant's ids
@@ -338,20 +353,38 @@ class ProjectionEngine:
     def _apply_batched(self, cur: Cursor[Any], notes: list[Any], last: int,
                        projections: Sequence[NoteProjection], tenant: str) -> None:
         """:meth:`apply_inline` without a gap to catch up: the rows of every projection
-        that writes through ``write_rows`` alone travel with the tracking statement as
-        one statement (:class:`~memfabric.projections.base.RowBatch`); the others
-        (links, the ledger, quarantine) are applied first, each on a cursor of its own."""
-        batch = RowBatch()
-        for p in projections:
-            if batch_rows(p):
-                p.apply(BatchCursor(cur.connection, batch), accepted(p, notes))
-            else:
-                with cur.connection.cursor() as own:
-                    p.apply(own, accepted(p, notes))
-        if batch.too_big():
-            batch.run_each(cur)
-            batch = RowBatch()
+        that may batch travel with the tracking statement as one statement
+        (:class:`~memfabric.projections.batch.RowBatch`); the others (the ledger,
+        entities) are applied first, each on a cursor of its own."""
+        batch = self.collect(BatchCursor(RowBatch(), cur.connection.cursor), notes, projections)
         self._record_all(cur, last, projections, tenant, batch)
+
+    def collect(self, sink: BatchCursor, notes: list[Any], projections: Sequence[NoteProjection]) -> RowBatch:
+        """Apply ``projections`` to ``notes`` in the writer's transaction: those that may
+        batch (``batch_rows``) into ``sink``'s batch (returned), the others statement by
+        statement now, each on a cursor made when it first runs something (a projection
+        none of whose aggregate types is among ``notes`` is skipped: it has nothing to
+        write). A batch over :data:`~memfabric.projections.batch.MAX_BATCH_PARAMS` is
+        run at once and an empty one returned."""
+        try:
+            for p in projections:
+                items = accepted(p, notes)
+                if not items:
+                    continue
+                if batch_rows(p):
+                    p.apply(cast("Cursor[Any]", sink), items)  # write_rows collects into the batch
+                    continue
+                own = LazyCursor(sink.make_cursor)
+                try:
+                    p.apply(cast("Cursor[Any]", own), items)
+                finally:
+                    own.close()
+            if sink.batch.too_big():
+                sink.batch.run_each(sink.direct())
+                return RowBatch()
+            return sink.batch
+        finally:
+            sink.close()
 
     def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection],
                     tenant: str, batch: RowBatch | None = None) -> None:
@@ -365,11 +398,12 @@ class ProjectionEngine:
         pipeline mode."""
         names = tuple(p.name for p in projections)
         if batch is not None and batch.parts:
-            query = self._batched_sql.get((names, tuple(batch.parts)))
+            key = (names, batch.key)
+            query = self._batched_sql.get(key)
             if query is None:
                 if len(self._batched_sql) > 256:  # the row-count shapes of large batches
                     self._batched_sql.clear()
-                query = self._batched_sql[(names, tuple(batch.parts))] = self._batched_query(names, batch)
+                query = self._batched_sql[key] = self._batched_query(names, batch)
             with psycopg.RawCursor(cur.connection) as raw:
                 self._run_tracking(raw, query, [self.tenant_row(tenant), position, *batch.params], position)
             return
@@ -386,16 +420,74 @@ class ProjectionEngine:
         except psycopg.errors.InvalidTextRepresentation as exc:
             raise IntegrityError(f"failed to record tracking at {position}: {exc}") from exc
 
+    def _trackers_raw(self, names: Sequence[str], position: str) -> list[str]:
+        """eventsourcing's tracking insert of each of ``names`` with ``$1`` for the
+        tracking row and ``position`` (SQL) for the position."""
+        return [self.trackers[n].insert_tracking_statement.as_string(None)
+                .replace("%(application_name)s", "$1").replace("%(notification_id)s", position)
+                for n in names]
+
     def _batched_query(self, names: Sequence[str], batch: RowBatch) -> bytes:
         """:meth:`_tracking_query` with ``batch``'s row writes as CTEs before the
         tracking ones, in ``$n`` placeholders (``$1`` the tenant row, ``$2`` the
         position)."""
-        trackers = [self.trackers[n].insert_tracking_statement.as_string(None)
-                    .replace("%(application_name)s", "$1").replace("%(notification_id)s", "$2")
-                    for n in names]
-        ctes = [*batch.ctes(first=3), *(f"t{i} AS ({q})" for i, q in enumerate(trackers))]
+        ctes = [*batch.ctes(first=3), *(f"t{i} AS ({q})" for i, q in enumerate(self._trackers_raw(names, "$2")))]
         checks = ", ".join(_tracking_check(i, n) for i, n in enumerate(names))
         return ("WITH " + ", ".join(ctes) + " SELECT " + checks).encode()
+
+    # ------------------------------------------------------ one round trip
+    def fast_statement(self, projections: Sequence[NoteProjection], batch: RowBatch, tenant: str,
+                       appended: int) -> tuple[bytes, list[Any]]:
+        """The statement (``$n`` placeholders) and parameters with which a writer of
+        tenant ``tenant`` that has just appended ``appended`` events under the tenant's
+        lock, and collected its rows (:meth:`collect`), finishes without reading
+        anything back first (issue 24: a plain write is one round trip): it writes the
+        batched rows and records the tenant's position of every projection as the
+        tenant's newest event id, which is its one value. It also checks that the
+        tenant had no gap: every event of the tenant above the lowest of its positions
+        must be one of the ``appended``; otherwise it fails with :data:`GAP_MESSAGE` (a
+        cast error) and the transaction rolls back: the caller writes again through
+        :meth:`apply_inline`, which catches the gap up."""
+        names = tuple(p.name for p in projections)
+        key = (names, batch.key)
+        query = self._fast_sql.get(key)
+        if query is None:
+            if len(self._fast_sql) > 256:
+                self._fast_sql.clear()
+            query = self._fast_sql[key] = self._fast_query(names, batch)
+        return query, [self.tenant_row(tenant), self.application_name, tenant, appended, *batch.params]
+
+    def _lowest_position(self, names: Sequence[str], row: str, floor: str) -> str:
+        """SQL: the lowest position of the projections ``names`` of a tenant whose
+        tracking row and floor row are the SQL expressions ``row`` and ``floor``."""
+        lows = (f"coalesce((SELECT max(notification_id) FROM {self._tracking(n).as_string(None)}"  # noqa: S608
+                f" WHERE application_name IN ({row}, {floor})), 0)" for n in names)
+        return "least(" + ", ".join(lows) + ")"
+
+    def gap_probe(self, projections: Sequence[NoteProjection], tenant: str) -> tuple[bytes, list[str]]:
+        """A statement (and its parameters) whose one value says whether tenant
+        ``tenant`` has events some of ``projections`` have not applied (a gap: a
+        writer's one-round-trip statement would refuse, :meth:`send_fast`)."""
+        names = tuple(p.name for p in projections)
+        query = self._probe_sql.get(names)
+        if query is None:
+            query = self._probe_sql[names] = (
+                f"SELECT EXISTS (SELECT 1 FROM {sql.Identifier(self.events_table).as_string(None)} e"  # noqa: S608
+                f" WHERE e.tenant = %s AND e.notification_id > {self._lowest_position(names, '%s', '%s')})"
+            ).encode()
+        return query, [tenant, *[self.tenant_row(tenant), self.application_name] * len(names)]
+
+    def _fast_query(self, names: Sequence[str], batch: RowBatch) -> bytes:
+        """The statement of :meth:`send_fast`: ``$1`` the tenant's tracking row, ``$2``
+        the floor's, ``$3`` the tenant, ``$4`` the events appended, then the batch's."""
+        head = (f"h AS MATERIALIZED (SELECT max(e.notification_id) AS top, count(*) AS n"  # noqa: S608
+                f" FROM {sql.Identifier(self.events_table).as_string(None)} e"
+                f" WHERE e.tenant = $3 AND e.notification_id > {self._lowest_position(names, '$1', '$2')})")
+        trackers = self._trackers_raw(names, "(SELECT top FROM h)")
+        ctes = [head, *batch.ctes(first=5), *(f"t{i} AS ({q})" for i, q in enumerate(trackers))]
+        gap = f"CASE WHEN (SELECT n FROM h) > $4 THEN ({GAP_SQL} || (SELECT n FROM h))::int END"  # noqa: S608
+        checks = ", ".join([gap, *(_tracking_check(i, n) for i, n in enumerate(names))])
+        return ("WITH " + ", ".join(ctes) + " SELECT (SELECT top FROM h), " + checks).encode()  # noqa: S608
 
     def _tracking_query(self, names: Sequence[str]) -> bytes:
         """``WITH t0 AS (<tracking insert 0>), ... SELECT CASE WHEN (SELECT count(*)

@@ -22,7 +22,7 @@ from psycopg.types.range import Range
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
-from memfabric.domain.policy import normalized_tokens, token_hash
+from memfabric.domain.policy import content_hash
 from memfabric.projections import base, partitions, principals, recall_tail, tables
 from memfabric.projections.base import split_rows, write_rows
 
@@ -167,7 +167,7 @@ def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[A
         list(note.tags),
         note.path,
         note.subject,
-        token_hash(normalized_tokens(note.content)),
+        content_hash(note.content),
         note.content,
         list(note.source_entry_ids),
         note.supersedes,

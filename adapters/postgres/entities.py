@@ -34,10 +34,13 @@ class PostgresEntityStore:
 
     @contextmanager
     def _cursor(self, uow: Any = None) -> Iterator[Cursor[Any]]:
-        conn = getattr(uow, "conn", None) if uow is not None else None
-        if conn is not None:
-            with conn.cursor() as cur:
+        reader = getattr(uow, "reader", None) if uow is not None else None
+        if reader is not None:  # a unit of work's read (issue 24: on its wire while it can)
+            cur = reader()
+            try:
                 yield cur
+            finally:
+                cur.close()
             return
         with self.log.datastore.get_connection() as own, own.cursor() as cur:
             yield cur
