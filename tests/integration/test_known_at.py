@@ -270,3 +270,34 @@ def test_the_demo_shows_a_known_at_recall_next_to_as_of(dsn: str) -> None:
     summary = run_demo(Console(file=out, width=200), dsn=dsn)
     assert summary["known_at_returns_first"] and summary["as_of_returns_first"]
     assert "known_at " in out.getvalue() and "transaction time" in out.getvalue()
+
+
+def test_a_principal_known_at_through_the_graph_equals_the_exact_scan(dsn: str) -> None:
+    """A tenant past ``exact_search_max`` reads its current versions through the live
+    HNSW index; with a principal's access filter (patterns and a grant) the answer at T
+    is the one the exact scan of the versions gives."""
+    with open_fabric(dsn) as fab:
+        fab.principals.define("bot", {"read_kinds": ["fact"], "recall_scope": ["acme/u1/*"]})
+        mine, other = fab.scope("acme", "u1", "t1"), fab.scope("acme", "u2", "t1")
+        tenant = {"visibility": "tenant"}
+        ids = [n.id for n in mine.remember_many(
+            [{"kind": "fact", "content": f"widget{i % 20} note {i}", "consent": tenant} for i in range(120)],
+            consolidate=False)]
+        theirs = [n.id for n in other.remember_many(
+            [{"kind": "fact", "content": f"widget{i % 20} other {i}", "consent": tenant} for i in range(120)],
+            consolidate=False)]
+        other.grant(theirs[3], "bot")
+        t1 = _tick()
+        mine.remember_many([{"kind": "fact", "content": f"widget{i % 20} newer {i}", "supersedes": sid,
+                             "consent": tenant} for i, sid in enumerate(ids[:30])], consolidate=False)
+        fab.store.tail.run_once(["acme"])
+        bot = mine.as_principal("bot")
+        for at in (t1, _tick()):
+            for query in ("widget3", "widget7 other", "widget12 newer"):
+                fab.store.exact_search_max = 20_000
+                exact = _ids(bot.recall(query, known_at=at))
+                fab.store.exact_search_max = 0
+                graph = _ids(bot.recall(query, known_at=at))
+                assert graph == exact and graph, (at, query)
+                assert not set(graph) & (set(theirs) - {theirs[3]})  # only the granted note of u2
+        assert theirs[3] in _ids(bot.recall("widget3", known_at=t1))
