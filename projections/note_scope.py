@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from uuid import UUID
 
 from psycopg import Cursor, sql
 
@@ -157,3 +158,12 @@ def resolve(cur: Cursor[Any], scope: Scope, note_id: str, limit: int = 3) -> lis
     return [(Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
                    thread_id=row["thread_id"] or None), of_consent({"visibility": row["visibility"]}))
             for row in rows]
+
+
+def select_kind(cur: Cursor[Any], scope: Scope, kind: str) -> list[tuple[UUID, bool]]:
+    """``(aggregate id, held)`` of the un-forgotten notes of kind ``kind`` of exactly
+    ``scope`` (issue 31: the working notes a ``known_at`` working value replays)."""
+    rows = cur.execute(
+        f"SELECT aggregate_id, held FROM {TABLE} WHERE tenant_id = %s AND resource_id = %s"  # noqa: S608
+        " AND thread_id = %s AND kind = %s ORDER BY aggregate_id", [*scope.sql(), kind]).fetchall()
+    return [(row["aggregate_id"], bool(row["held"])) for row in rows]

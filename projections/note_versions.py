@@ -105,12 +105,18 @@ def ddl(dim: int, suffix: str = "") -> list[sql.Composed]:
 def index_ddl(suffix: str = "") -> list[sql.Composed]:
     """Secondary indexes, as few as the reads need (each one costs every write): a
     btree on scope + kind (every read filters by tenant first), GIN on ``tsv``; the
-    edges' target. No HNSW: a ``known_at`` recall scans the scope's versions recorded at
-    T exactly, and a ``known_at`` listing sorts them (see ``docs/bitemporal.md``)."""
+    edges' target; a partial btree on ``(tenant_id, recorded_to)`` of the closed rows
+    (issue 31: a large tenant's ``known_at`` recall scans the versions closed since T,
+    :data:`RECORDED_VECTOR_LIST`; a new row is open, so only a close pays for it). No
+    HNSW: a ``known_at`` recall reads current versions through the live index's graph
+    and scans the others exactly, and a ``known_at`` listing sorts them (see
+    ``docs/bitemporal.md``)."""
     t, e = TABLE + suffix, EDGES + suffix
     return [
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, kind)").format(
             i=sql.Identifier(f"{t}_scope"), t=sql.Identifier(t)),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, recorded_to) WHERE recorded_to IS NOT NULL").format(
+            i=sql.Identifier(f"{t}_closed"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (tsv)").format(
             i=sql.Identifier(f"{t}_tsv"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {e} (to_aggregate_id)").format(
@@ -388,3 +394,44 @@ class RecordedCursor:
     def execute(self, query: Any, params: dict[str, Any] | None = None, **kwargs: Any) -> Cursor[Any]:
         text = query.as_bytes(self._cur) if isinstance(query, sql.Composable) else bytes(query)
         return self._cur.execute(as_recorded(text), {**(params or {}), "known_at": self._known_at}, **kwargs)
+
+
+RECORDED_VECTOR_LIST = (
+    # the notes whose state at T is their current one: the live index's HNSW graph
+    # (and its unindexed tail) admits a live row only when its own version is the
+    # note's current version and was recorded by T, so the row *is* the version at T
+    "v AS MATERIALIZED (SELECT aggregate_id, dist FROM ("
+    "(SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist FROM {live} li WHERE {w} AND li.indexed"
+    " AND {current} ORDER BY li.embedding <=> %(q)b LIMIT %(limit)s)"
+    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist"
+    " FROM {live} li WHERE {w} AND NOT li.indexed AND {current} OFFSET 0) s ORDER BY dist LIMIT %(limit)s)"
+    # the notes changed since T: their version at T is closed now (exact scan)
+    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT aggregate_id, embedding <=> %(q)b AS dist"
+    " FROM {t} WHERE {w} AND recorded_to > %(known_at)s::timestamptz OFFSET 0) s"
+    " ORDER BY dist LIMIT %(limit)s)"
+    ") u ORDER BY dist LIMIT %(limit)s),"
+    " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
+)
+"""The vector list of a ``known_at`` recall of a tenant large enough for HNSW (issue
+31): the rows recorded at T are (1) current versions recorded by T and (2) versions
+recorded by T and closed after it. (1) are read through the live recall index: a live
+row whose ``(aggregate_id, version)`` is a current version row recorded by T is that
+version (both rows are :func:`memfabric.projections.recall_index.row_for` of the same
+state), so its HNSW graph serves them, with the live tail's exact scan; (2) are the
+versions of the notes changed since T, scanned exactly. This holds when both
+projections are applied in the writer's transaction (the default), so every snapshot
+has them in step; a fabric with a separate runner keeps the exact scan of every
+version. ``{live}``: the live table, schema-qualified (the statement's
+``mf_recall_index`` names the versions at T); ``{w}``/``{t}``: as in
+:data:`memfabric.projections.recall_tail.VECTOR_LIST`."""
+
+_CURRENT = ("EXISTS (SELECT 1 FROM {v} cv WHERE cv.aggregate_id = li.aggregate_id AND cv.version = li.version"
+            " AND cv.recorded_to IS NULL AND cv.recorded_from <= %(known_at)s::timestamptz)")
+
+
+def recorded_vector_list(live: sql.Composable) -> str:
+    """:data:`RECORDED_VECTOR_LIST` with the live table ``live`` (a qualified
+    identifier) filled in; ``{t}`` and ``{w}`` are left for
+    :func:`memfabric.projections.recall_index.recall_statement`."""
+    current = _CURRENT.replace("{v}", sql.Identifier(TABLE).as_string(None))
+    return RECORDED_VECTOR_LIST.replace("{live}", live.as_string(None)).replace("{current}", current)

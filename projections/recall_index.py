@@ -428,7 +428,7 @@ def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID],
 
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
                      filters: NoteFilter | None = None, expand: bool = False,
-                     exact: bool = False) -> sql.Composed:
+                     exact: bool = False, vector_list: str | None = None) -> sql.Composed:
     """The one recall statement: the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
     both, the exact cosine similarity and full-text score, with every scope, kind,
@@ -455,10 +455,13 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
     index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q`` over
     indexed rows merged with an exact scan of the unindexed tail
-    (:data:`memfabric.projections.recall_tail.VECTOR_LIST`)."""
+    (:data:`memfabric.projections.recall_tail.VECTOR_LIST`). ``vector_list``: another
+    template of the vector list (``{t}``, ``{w}`` as there; issue 31's ``known_at``
+    recall through the live HNSW index,
+    :data:`memfabric.projections.note_versions.RECORDED_VECTOR_LIST`)."""
     t, w = sql.Identifier(TABLE), _where(require_consent, filters)
     g = sql.Identifier(tables.LINK_GRAPH)
-    vector_list = _EXACT_VECTOR_LIST if exact else recall_tail.VECTOR_LIST
+    vector_list = vector_list or (_EXACT_VECTOR_LIST if exact else recall_tail.VECTOR_LIST)
     parts = [sql.SQL(vector_list if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(
@@ -486,12 +489,12 @@ def select_candidates(
     cur: Cursor[Any], scope: Scope, *, embedding: np.ndarray | None, query: str | None,
     kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
     filters: NoteFilter | None = None,
-    expand: int = 0, exact: bool = False,
+    expand: int = 0, exact: bool = False, vector_list: str | None = None,
 ) -> list[Candidate]:
     """Run :func:`recall_statement` on ``cur`` (one statement); returns candidates with
     their similarity, raw lexical score and ranks (``expand`` > 0: plus up to that many
     linked notes, ``Candidate.link`` set, and every candidate's edges to list candidates
-    in ``Candidate.link_from``; ``exact``: see :func:`recall_statement`)."""
+    in ``Candidate.link_from``; ``exact``, ``vector_list``: see :func:`recall_statement`)."""
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                               "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
@@ -501,7 +504,7 @@ def select_candidates(
         params["q"] = np.asarray(embedding, np.float32)
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
                             require_consent=require_consent, filters=filters, expand=expand > 0,
-                            exact=exact)
+                            exact=exact, vector_list=vector_list)
     out = []
     # prepare=True: the statement's plan (about 0.5 ms of the server's time) is kept per
     # pooled connection after psycopg's fifth run of the same text
