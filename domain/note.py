@@ -12,6 +12,8 @@ aggregate itself holds plain values.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from datetime import datetime
 from typing import Any
 
@@ -427,11 +429,10 @@ class Note(Aggregate):
 
     @property
     def scope(self) -> Scope:
-        """The note's scope (built without validation: its ids were validated when the
-        note was remembered; a write asks for it several times, issue 24)."""
-        return Scope.model_construct(
-            tenant_id=self.tenant_id, resource_id=self.resource_id, thread_id=self.thread_id
-        )
+        """The note's scope (one frozen instance per scope, built without validation: its
+        ids were validated when the note was remembered; a write asks for it several
+        times, issue 24)."""
+        return _scope(self.tenant_id, self.resource_id, self.thread_id)
 
     @property
     def ingested_at(self) -> datetime:
@@ -590,3 +591,8 @@ class Note(Aggregate):
         if not self.held:
             raise NotHeldError(f"note {self.note_id} is not under legal hold")
         self.trigger_event(self.HoldReleased, requested_by=requested_by, cause=cause)
+
+
+@lru_cache(maxsize=4096)
+def _scope(tenant_id: str, resource_id: str | None, thread_id: str | None) -> Scope:
+    return Scope.model_construct(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id)
