@@ -12,8 +12,6 @@ aggregate itself holds plain values.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +25,7 @@ from memfabric.domain.note_fields import (
     ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, SUCCESSOR_VALUES, note_uuid, replaced_decision,
 )
 from memfabric.domain.note_state import narrower_consent, vector_for
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.shredding import Shredding
 
 __all__ = [
@@ -432,7 +430,7 @@ class Note(Aggregate):
         """The note's scope (one frozen instance per scope, built without validation: its
         ids were validated when the note was remembered; a write asks for it several
         times, issue 24)."""
-        return _scope(self.tenant_id, self.resource_id, self.thread_id)
+        return stored_scope(self.tenant_id, self.resource_id, self.thread_id)
 
     @property
     def ingested_at(self) -> datetime:
@@ -592,7 +590,3 @@ class Note(Aggregate):
             raise NotHeldError(f"note {self.note_id} is not under legal hold")
         self.trigger_event(self.HoldReleased, requested_by=requested_by, cause=cause)
 
-
-@lru_cache(maxsize=4096)
-def _scope(tenant_id: str, resource_id: str | None, thread_id: str | None) -> Scope:
-    return Scope.model_construct(tenant_id=tenant_id, resource_id=resource_id, thread_id=thread_id)

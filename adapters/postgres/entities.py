@@ -17,13 +17,12 @@ from psycopg import Cursor
 from memfabric.adapters.postgres import NoteLog, select_notes
 from memfabric.domain.entities import EntityRef, KeyHit, NoteAbout
 from memfabric.domain.entity import Entity
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.projections import entities as proj
 
 
 def _scope(row: dict[str, Any]) -> Scope:
-    return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
-                 thread_id=row["thread_id"] or None)
+    return stored_scope(row["tenant_id"], row["resource_id"], row["thread_id"])
 
 
 class PostgresEntityStore:
