@@ -3,20 +3,26 @@
 :class:`PostgresUnitOfWork` owns everything a write touches, explicitly (no context
 variables, no pass-through keyword arguments):
 
-- the pooled connection and its transaction (opened on ``__enter__``);
+- the pooled connection and its transaction, held by a
+  :class:`~memfabric.adapters.postgres.session.TxSession`: ``BEGIN`` and the opening
+  locks are buffered on the wire (``adapters/postgres/wire.py``) and sent with the first
+  read, or with ``COMMIT`` (a plain write is one round trip, issue 24);
 - the projections' shared advisory locks and the scopes' write locks
   (``pg_advisory_xact_lock``, in sorted key order so two multi-scope writers cannot
   deadlock), taken first, in one statement, before any read;
-- every read the write decides on: aggregate replays, key reads, the consolidation
-  neighbours, paths and the working value — all on this connection;
+- every read the write decides on: aggregate replays (from the process's note cache
+  when it holds the note, :mod:`.note_cache`), key reads, the consolidation neighbours,
+  entity keys, paths and the working value, all in this transaction (on the wire while
+  it can, through :meth:`PostgresUnitOfWork.reader`);
 - the aggregates to save, their new data keys and the keys to destroy;
-- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock
-  (``ProjectionEngine.lock_statement``), seal the
-  events, insert the keys, delete the shredded keys, append the events (one
-  statement), apply the write-side projections (and every projection when projecting
-  inline) with the tenant's tracking, then COMMIT. One transaction, one connection: a
-  pool of size 1 suffices. Writers of different tenants never wait for each other
-  here (issue 24); writers of one tenant queue on its lock from the append to COMMIT.
+- at :meth:`~PostgresUnitOfWork.commit`: seal the events, take the tenants' append
+  locks, insert the keys and the events (one statement), and per tenant one statement
+  with the projections' rows and its tracking, which checks the tenant had no gap
+  (``ProjectionEngine.fast_statement``), then COMMIT; nothing is read back before it. A
+  gap, or a write whose projections a runner keeps, takes the path that reads the
+  tenant's positions back and catches the gap up first (:meth:`_commit_slow`).
+  Writers of different tenants never wait for each other here (issue 24); writers of
+  one tenant queue on its lock from the append to COMMIT.
 """
 
 from __future__ import annotations
