@@ -292,7 +292,9 @@ class PostgresUnitOfWork:
         """Replay ``ids`` in this transaction: each from the state the process's note
         cache holds (``note_cache.NoteCache``; only the events after it are read),
         else from its first event; the states read are cached (not the ones replayed
-        as unreadable). On the wire, the events and the keys in one round trip."""
+        as unreadable). A cached note whose keys are gone is replayed from its first
+        event (a key fault is then reported as before). On the wire, the events and
+        the keys in one round trip."""
         if not ids:
             return []
         cache = None if self.keys.unreadable.intersection(ids) else self._log.note_cache
@@ -311,6 +313,10 @@ class PostgresUnitOfWork:
             with self.conn.cursor(row_factory=tuple_row) as cur:
                 rows = cur.execute(query, params).fetchall()
             self.keys.preload(ids)
+        keyless = [i for i in held if self.keys.latest.get(i) is None]
+        if cache is not None and keyless:  # keys gone since: a shredding or a key fault, as a replay tells
+            cache.discard(keyless)
+            return self._replay(ids, tenants)
         loaded = replays.replay_rows(rows, self._log.sealing_mapper.bound(self.keys), ids, held)
         if cache is not None:  # the states read here (an erased one drops out); those changed are kept after COMMIT
             cache.put([n for n in loaded if versions.get(n.id) != n.version])
