@@ -273,14 +273,15 @@ class PostgresUnitOfWork:
         found = self.load_ids([aggregate_id])
         return found[0] if found else None
 
-    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+    def load_ids(self, aggregate_ids: Sequence[UUID], *, fresh: bool = False) -> list[Note]:
         """The notes ``aggregate_ids`` (held here, else replayed), read in the tenants of
         this unit of work's scopes only (a note of another tenant is never one a write
         decides on; a partitioned log is then read in their partitions, issue 25). On
-        the wire, the events and the keys are read in one round trip (events first)."""
+        the wire, the events and the keys are read in one round trip (events first).
+        ``fresh``: replayed from the first event, not from the note cache (erasures)."""
         missing = [i for i in aggregate_ids if i not in self._aggregates]
         tenants = sorted({s.tenant_id for s in self._scopes}) or None
-        loaded = {n.id: n for n in self._replay(missing, tenants)}
+        loaded = {n.id: n for n in self._replay(missing, tenants, fresh=fresh)}
         out = []
         for i in aggregate_ids:
             note = self._aggregates.get(i) or loaded.get(i)
@@ -288,16 +289,16 @@ class PostgresUnitOfWork:
                 out.append(note)
         return out
 
-    def _replay(self, ids: list[UUID], tenants: Sequence[str] | None) -> list[Note]:
+    def _replay(self, ids: list[UUID], tenants: Sequence[str] | None, *, fresh: bool = False) -> list[Note]:
         """Replay ``ids`` in this transaction: each from the state the process's note
         cache holds (``note_cache.NoteCache``; only the events after it are read),
         else from its first event; the states read are cached (not the ones replayed
         as unreadable). A cached note whose keys are gone is replayed from its first
-        event (a key fault is then reported as before). On the wire, the events and
-        the keys in one round trip."""
+        event (a key fault is then reported as before), and so is every note when
+        ``fresh``. On the wire, the events and the keys in one round trip."""
         if not ids:
             return []
-        cache = None if self.keys.unreadable.intersection(ids) else self._log.note_cache
+        cache = None if fresh or self.keys.unreadable.intersection(ids) else self._log.note_cache
         held = cache.get(ids) if cache is not None else {}
         versions = {i: n.version for i, n in held.items()}
         query, params = replays.events_query(ids, tenants, versions)
