@@ -152,6 +152,40 @@ def test_merge_repoints_notes_in_batches_and_undo_restores(backend: Backend) -> 
         notes.entities.merge(e.id, e.id)
 
 
+def test_an_interrupted_merge_resumes_where_it_stopped(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge killed after its first batch (one transaction per batch) has moved the
+    names and that batch only; the same call again moves the rest under the same merge
+    id, and no note is re-pointed twice."""
+    import memfabric.domain.entities as entities_module
+
+    notes = backend.fabric.scope("t1", "u1", "th1")
+    e = maria(notes)
+    m2 = notes.entities.upsert("M. Lopez", type="person").entity
+    about = [notes.remember(kind="fact", content=f"M. Lopez likes {h}").id
+             for h in ("tennis", "chess", "golf", "jazz", "opera")]
+    real, opened = entities_module.open_uow, []
+
+    def killed_at_the_second_batch(deps: Any, locks: Any) -> Any:
+        opened.append(locks)
+        if len(opened) == 2:
+            raise RuntimeError("killed")
+        return real(deps, locks)
+
+    monkeypatch.setattr(entities_module, "open_uow", killed_at_the_second_batch)
+    with pytest.raises(RuntimeError):
+        notes.entities.merge(e.id, m2.id, batch=2)
+    monkeypatch.undo()
+    assert notes.entities.get(m2.id).merged_into == e.id  # step one committed
+    causes = {i: [h.cause for h in notes.history(i) if (h.cause or "").startswith("merge:")] for i in about}
+    assert sorted(len(c) for c in causes.values()) == [0, 0, 0, 1, 1]  # the first batch only
+    result = notes.entities.merge(e.id, m2.id, batch=2)
+    assert (result.repointed, result.batches) == (3, 2)
+    causes = {i: [h.cause for h in notes.history(i) if (h.cause or "").startswith("merge:")] for i in about}
+    assert all(c == [f"merge:{result.merge_id}"] for c in causes.values()), causes
+    assert {h.id for h in notes.recall("M. Lopez likes", entity=e.id, top_k=10).hits} == set(about)
+    assert notes.recall("M. Lopez likes", entity=m2.id).hits == []  # the loser has no notes left
+
+
 def test_merge_refuses_other_visibility_and_unknown(backend: Backend) -> None:
     notes = backend.fabric.scope("t1", "u1", "th1")
     e = maria(notes)
