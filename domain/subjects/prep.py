@@ -41,9 +41,9 @@ _SPEAKER = re.compile(r"^(?P<spk>[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}):\s+(?P<bo
 LABEL_WORDS = {"update", "note", "fyi", "news", "correction", "edit", "reminder", "todo", "summary",
                 "heads up", "good news", "big news", "quick update", "btw", "ps", "status", "info"}
 _ABBREV = re.compile(r"(?:^|\s)(?:[A-Z]|Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp|vs|No|Nr|[A-Z]\.[A-Z])\.$")
-_TRAILING_ADV = re.compile(r"(?:[\s,]+(?:now|again|anymore|any more|these days|currently|already|lately|then|"
+_TRAILING_ADV = re.compile(r"(?:[\s,]+(?:now|again|anymore|any more|any longer|these days|currently|already|lately|then|"
                            r"actually|as well|too|for now|for good))+$", re.IGNORECASE)
-_TRAIL_LAST = {"now", "again", "anymore", "more", "days", "currently", "already", "lately", "then",
+_TRAIL_LAST = {"now", "again", "anymore", "more", "longer", "days", "currently", "already", "lately", "then",
                "actually", "well", "too", "good"}
 _SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])|\s*[\n]+\s*")
 
@@ -68,7 +68,14 @@ def normalise(s: str) -> str:
     s = s.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
     if "'" in s:
         s = _CONTRACTION.sub(_expand, s)
+        s = _NAME_IS.sub(r"\1 is ", s)
     return " ".join(s.split())
+
+
+_NAME_IS = re.compile(r"\b((?!(?:let|Let)\b)[A-Za-z][\w-]*)'s (?=(?:no longer|not|never|now|currently|still|"
+                      r"officially|a|an|on|in|into|at)\b)")
+"""A name's or a noun's "'s" before a negation, an adverb, an article or a preposition is
+"is", never a possessive: "Alice's no longer vegan", "The user's on call"."""
 
 
 _CONTRACTION = re.compile(

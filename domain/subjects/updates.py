@@ -1,0 +1,172 @@
+"""The ``update_verb`` rule of subject inference (issue 29): a new value of a named slot
+stated with an update verb and without the old value, and the same slot stated without a
+change (documented in :mod:`memfabric.domain.subjects`).
+
+Three kinds of sentence, each read by one pattern:
+
+* **a change of the possessed thing** (:data:`_CHANGES`): ``<holder> [aux] [adverbs]
+  <update verb> [particle] <possessive or "the"> <thing> [particle] to|with|for <value>``
+  ("I switched my editor to Emacs", "We raised the budget to 50k", "I replaced my laptop
+  with a ThinkPad", "I swapped my bank for Ally", "Facilities turned the thermostat down
+  to 19"). ``with`` goes only with *replace*, ``for`` only with a verb of exchange
+  (swap, trade, exchange);
+* **a value adopted for a named slot** (:data:`_ADOPT`): ``<holder> <verb of adoption>
+  <value> as|for <possessive> <thing>`` ("I switched to Emacs as my editor", "I started
+  using Obsidian for my notes", "We went with Azure as our new cloud provider") and its
+  plain statement ("I use Vim as my editor", "I have been using Vim for my editor").
+  A verb of choice (chose, picked, selected, opted for, adopted) takes only ``as``: "I
+  picked tulips for my mother" names no slot;
+* **a value made the slot** (:data:`_MADE`): ``<holder> made <value> <possessive>
+  new|default|… <thing>`` ("I made Emacs my default editor"); without the marker of a
+  single slot ("I made a cake my kids loved") no key.
+
+The thing is read like an attribute noun phrase ("my X": the speaker, "her X": the
+holder, "the X": the implicit entity), so it meets the copular "My editor is Vim". A
+negated or hedged head ("I never switched …", "I might change …", "If I switched …")
+gives no key. A verb of motion whose value is a determined place ("I moved my car to
+the garage") keys ``<thing>/location`` as the copular rule does; a bare name after it
+("I moved my savings to Ally") is the new value.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memfabric.domain.subjects.key import WILDCARD, SubjectKey
+from memfabric.domain.subjects.text import (
+    ADVERBS, Context, attribute_np, clean_value, holder_of, looks_like_place, looks_like_value, make_key, norm_attr,
+    union_by_first_letter,
+)
+from memfabric.domain.subjects.verbs import MODAL
+
+PLACE_ATTRS = ("location", "headquarters", "address", "residence")
+"""Attributes that already name a place (no ``/location`` sub-attribute)."""
+
+CHANGE_VERBS = (
+    "switched", "changed", "updated", "set", "reset", "swapped", "upgraded", "downgraded", "renamed", "rebooked",
+    "rescheduled", "moved", "pushed", "postponed", "bumped", "raised", "lowered", "cut", "reduced", "increased",
+    "decreased", "converted", "migrated", "transferred", "shifted", "replaced", "upped", "hiked", "slashed",
+    "dropped", "extended", "adjusted", "doubled", "halved", "tripled", "boosted", "trimmed", "turned", "traded",
+    "exchanged", "revised", "shortened", "lengthened", "capped", "lifted", "brought", "rebranded", "relocated",
+)
+"""Past forms of the verbs that give a thing a new value ("switched my editor to …")."""
+
+_EXCHANGE_VERBS = {"swapped", "traded", "exchanged"}
+_MOTION_VERBS = {"moved", "pushed", "shifted", "transferred", "brought", "relocated"}
+_PARTICLE = r"(?:back|over|up|down|forward|out|around|in)"
+_HEAD = r"^(?P<subj>.+?) (?:(?:has|have|had) )?" + ADVERBS + r"*"
+_POSSESSED = r"(?P<np>(?:my|our|her|his|their|its|the) [a-z][\w' -]{0,40}?)"
+_CHANGES = re.compile(
+    _HEAD + r"(?P<verb>" + union_by_first_letter(list(CHANGE_VERBS)) + r")(?: " + _PARTICLE + r")? "
+    + _POSSESSED + r"(?: " + _PARTICLE + r")? (?P<prep>to|with|for) (?P<val>.+)$",
+    re.IGNORECASE,
+)
+
+_ADOPT_AS = [  # verbs of choice: "as <poss> <thing>" only
+    "chose", "picked", "selected", "opted for", "adopted", "appointed", "named", "designated",
+]
+_ADOPT_AS_OR_FOR = [  # verbs of switching and of use: "as" or "for"
+    "(?:switched|moved|changed|migrated|upgraded|downgraded|went|turned|converted|shifted|transitioned|"
+    "came)(?: over| back)? to",
+    "(?:started|began|begun|start) using", "use", "uses", "using", "(?:went|gone|go|going) with",
+    "settled on", "rely on", "relies on", "relied on",
+]
+_ADOPT = re.compile(
+    r"^(?P<subj>.+?) (?:(?:has|have|had|am|is|are) )?(?:(?:been|now|currently|still|also|mostly|mainly|just|"
+    r"recently|finally|officially|already|actually|since|then) )*(?P<verb>"
+    + union_by_first_letter(_ADOPT_AS + _ADOPT_AS_OR_FOR)
+    + r") (?P<val>.+?) (?P<prep>as|for) (?P<np>(?:my|our|her|his|their) .{1,60})$",
+    re.IGNORECASE,
+)
+_CHOICE = re.compile(r"^(?:" + "|".join(_ADOPT_AS) + r")$", re.IGNORECASE)
+_SLOT_MARKERS = r"(?:new|default|main|primary|go-to|preferred|usual|official|permanent|regular)"
+_MADE = re.compile(
+    _HEAD + r"made (?P<val>.+?) (?P<np>(?:my|our|her|his|their) " + _SLOT_MARKERS + r" .{1,60})$",
+    re.IGNORECASE,
+)
+_TRIGGER = re.compile(
+    r"\b(?:" + union_by_first_letter(list(CHANGE_VERBS) + [
+        "went", "gone", "go", "came", "transitioned", "use", "uses", "using", "started", "began", "begun", "start",
+        "settled", "rely", "relies", "relied", "made"] + _ADOPT_AS) + r")\b",
+    re.IGNORECASE,
+)
+_NEGATED_HEAD = re.compile(r"\b(?:not|never|no longer|nobody|no one|almost|nearly|refused|failed)\b", re.IGNORECASE)
+_DETERMINED = re.compile(r"^(?:the|a|an|my|our|her|his|their) \S", re.IGNORECASE)
+
+
+def rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
+    """The ``update_verb`` key of sentence ``s`` (see the module docstring), or ``None``."""
+    if not (" to " in s or " as " in s or " for " in s or " with " in s or " made " in s):
+        return None
+    if not _TRIGGER.search(s):
+        return None
+    m = _CHANGES.match(s)
+    if m and _prep_fits(m.group("verb").lower(), m.group("prep").lower()):
+        if m.group("prep").lower() in ("for", "with") and _NAMED_THING.match(m.group("np")):
+            return _exchanged_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
+        return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, m.group("verb"))
+    m = _ADOPT.match(s)
+    if m and (m.group("prep").lower() == "as" or not _CHOICE.match(m.group("verb"))):
+        return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
+    m = _MADE.match(s)
+    if m:
+        return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
+    return None
+
+
+_NAMED_THING = re.compile(r"^(?:my|our|her|his|their) (?-i:[A-Z][a-z]|[a-z]+[A-Z]|\S*\d)", re.IGNORECASE)
+"""A possessed *name* ("my Prius", "her iPhone", "my Pixel 6"): the old value, not a slot;
+an acronym in capitals is a noun ("my VPN", "our CI")."""
+
+
+def _exchanged_key(subj: str, np: str, val: str, ctx: Context) -> SubjectKey | None:
+    """"I swapped my Prius for a Model Y", "Alice replaced her iPhone with a Pixel": the
+    thing is the old value, the slot is not named, so the key is ``from_to``'s wildcard
+    (``holder|*``, ``previous`` = the old value): it supersedes only a note of the holder
+    whose value *is* that ("I drive a Prius")."""
+    if MODAL.search(subj) or _NEGATED_HEAD.search(subj):
+        return None
+    poss, _, thing = clean_value(np).partition(" ")
+    owner = {"my": ctx.me, "our": f"{ctx.me}/we"}.get(poss.lower()) or holder_of(subj, ctx)
+    value = clean_value(val)
+    if owner is None or not looks_like_value(value):
+        return None
+    return make_key(owner, WILDCARD, value, "from_to", single=True, previous=thing)
+
+
+def _prep_fits(verb: str, prep: str) -> bool:
+    """"replaced … with", "swapped … for"; every other verb takes "to"."""
+    if prep == "with":
+        return verb == "replaced"
+    if prep == "for":
+        return verb in _EXCHANGE_VERBS
+    return verb != "replaced"
+
+
+def _possessed_slot(np: str, subj: str, ctx: Context) -> tuple[str, str] | None:
+    """(entity, attribute) of the thing an update names: "my editor" (the speaker), "her
+    editor" (the subject: "Alice switched her editor"), "the budget" (the implicit entity)."""
+    np = clean_value(np)
+    first, _, thing = np.partition(" ")
+    if first.lower() in {"her", "his", "their", "its"}:
+        owner = holder_of(subj, ctx)
+        return (owner, norm_attr(thing)) if owner and thing else None
+    return attribute_np(np, ctx)
+
+
+def _slot_key(subj: str, np: str, val: str, ctx: Context, verb: str = "") -> SubjectKey | None:
+    """The key of "<subj> <verb> <np> to <val>": a negated, modal or hedged head ("I never
+    switched …", "I might change …", "I am thinking of …") or a value that is no value (a
+    pronoun) gives none; a verb of motion with a determined place value moves the thing
+    (sub-attribute ``location``)."""
+    if MODAL.search(subj) or _NEGATED_HEAD.search(subj):
+        return None
+    slot = _possessed_slot(np, subj, ctx)
+    value = clean_value(val)
+    if slot is None or not slot[1] or not looks_like_value(value):
+        return None
+    entity, attribute = slot
+    if (verb.lower() in _MOTION_VERBS and _DETERMINED.match(value) and looks_like_place(value)
+            and not attribute.endswith(PLACE_ATTRS)):
+        attribute = f"{attribute}/location"
+    return make_key(entity, attribute, value, "update_verb")
