@@ -10,7 +10,7 @@ few sentences a rule was written against:
 * positive families (the new note must supersede the old one):
 
   - ``added_value``: the old value kept and another added ("X and Z", "X plus Z",
-    "X, Z and W") in a preference, a copular slot or a use-as slot;
+    "X, Z and W", "X as well as Z", "both X and Z") in a preference or a copular slot;
   - ``possessive_switch``: the old value stated as "I use X as my T" (or "My T is X",
     "X is my T", "I have been using X for my T"), the new one with an update verb on the
     possessed thing ("I switched my T to Y", "swapped my T for Y", "replaced my T with
@@ -21,10 +21,17 @@ few sentences a rule was written against:
   - ``quantity_update``: an implicit thing's new amount or date ("We raised the budget
     to 50k", "Anna pushed the deadline to Friday");
   - ``state_negation``: "I am no longer S" (and "not S anymore / any longer", "stopped
-    being S", "have not been S since …") after "I am S", and the state reaffirmed after
-    its negation;
+    being S", "have not been S since …", "off the diet" after "on the diet", a clause "…
+    and I am no longer S") after "I am S", and the state reaffirmed after its negation;
   - ``exchanged_name``: the old value as the possessed thing ("I drive a Prius", then "I
-    swapped my Prius for a Model Y");
+    swapped my Prius for a Model Y"); ``exchanged_value``: the old value exchanged with
+    no slot named ("I ditched Vim for Emacs", "dropped Vim in favour of Emacs");
+  - ``subjectless_note``: a note without its subject ("Switched my editor to Emacs");
+  - ``bare_plural``: the slot named by a bare plural ("I switched banks to Ally");
+  - ``ended_use``: "I no longer use X as my T" / "stopped using X for my T" after "I use
+    X as my T";
+  - leading markers and time phrases ("Update:", "As of this week", "These days") on the
+    possessive switches;
 
 * negative families (the new note must not supersede, either way round):
   ``other_thing``, ``other_holder``, ``hedged`` (plans, wishes, questions, conditionals,
@@ -146,6 +153,8 @@ QUANTITIES = (  # (the thing, old value, new value, update verbs that fit)
 QUANTITY_HOLDERS = ("We", "I", "Anna", "The team", "Management", "The landlord")
 
 AUX = ("", "just ", "recently ", "finally ", "{have} ", "{have} just ", "{have} now ", "already ", "officially ")
+LEADS = ("", "", "", "Update: ", "As of this week ", "Since last month, ", "These days ", "Nowadays ", "Actually, ",
+         "FYI: ", "Quick update: ", "As of Monday, ")
 TRAIL = ("", " last week", " yesterday", " a few days ago", " this morning", " in March", " for good", " now",
          " on Monday", " earlier this year")
 
@@ -228,7 +237,8 @@ def possessive_switch() -> list[Row]:
                 continue  # a third of the verbs per slot, every verb over all slots
             aux = AUX[(n + k) % len(AUX)]
             trail = TRAIL[(n * 7 + k) % len(TRAIL)]
-            text = _fill(h, "{S} " + aux + verb + " {p} {T} " + particle + " {Y}" + trail, T=thing, Y=new)
+            lead = LEADS[(n * 3 + k) % len(LEADS)]
+            text = _fill(h, lead + "{S} " + aux + verb + " {p} {T} " + particle + " {Y}" + trail, T=thing, Y=new)
             rows.append({"category": "possessive_switch", "form": f"{verb} … {particle}",
                          "old": _old_use(n + k, h, thing, old), "new": text})
     return rows
@@ -261,7 +271,8 @@ def added_value() -> list[Row]:
     rows = []
     for n, h, thing, old, new in _slots():
         z, w = new, THINGS[(THINGS.index((thing, old, new)) + 1) % len(THINGS)][2]
-        for k, added in enumerate((f"{old} and {z}", f"{old} plus {z}", f"{old}, {z} and {w}")):
+        for k, added in enumerate((f"{old} and {z}", f"{old} plus {z}", f"{old}, {z} and {w}",
+                                   f"{old} as well as {z}", f"both {old} and {z}")):
             for m, (before, after) in enumerate((
                 ("{S} {prefer} {X}", "{S} {prefer} {V}"),
                 ("{Own} {T} is {X}", "{Own} {T} is {V}"),
@@ -314,6 +325,13 @@ def state_negation() -> list[Row]:
                     before = "{S} {be} {X}"  # "Alice's vegetarian" could be a possessive: only "I'm", "We're"
                 rows.append({"category": "state_negation", "form": template, "old": _fill(h, before, X=state),
                              "new": _fill(h, template, X=state)})
+            if state.startswith("on "):  # "off the night shift" negates "on the night shift"
+                rows.append({"category": "state_negation", "form": "{S} {be} off …",
+                             "old": _fill(h, "{S} {be} {X}", X=state), "new": _fill(h, "{S} {be} off " + state[3:])})
+            if not h.third:  # a clause of its own after "and I" / "and we"
+                rows.append({"category": "state_negation", "form": "… and {S} {be} no longer {X}",
+                             "old": _fill(h, "{S} {be} {X}", X=state),
+                             "new": _fill(h, "Things changed and {S} {be} no longer {X}", X=state)})
             rows.append({"category": "state_reaffirmed", "old": _fill(h, "{S} {be} no longer {X}", X=state),
                          "new": _fill(h, "{S} {be} {X} again", X=state)})
     return rows
@@ -342,10 +360,80 @@ def exchanged_name() -> list[Row]:
     return rows
 
 
+NOTE_VERBS = ("Switched", "Changed", "Updated", "Moved", "Upgraded", "Set")
+
+
+def subjectless_note() -> list[Row]:
+    """A note without its subject ("Switched my editor to Emacs"): the writer's own."""
+    rows = []
+    for i, (thing, old, new) in enumerate(THINGS):
+        verb = NOTE_VERBS[i % len(NOTE_VERBS)]
+        for j, trail in enumerate(("", " today", " last week")):
+            rows.append({"category": "subjectless_note", "form": f"{verb} my … to",
+                         "old": _old_use(i + j, HOLDERS[0], thing, old), "new": f"{verb} my {thing} to {new}{trail}"})
+    return rows
+
+
+PLURAL_SLOTS = (("editor", "Vim", "Emacs"), ("browser", "Firefox", "Chrome"), ("bank", "Chase", "Ally"),
+                ("dentist", "Dr. Patel", "Dr. Kim"), ("gym", "Planet Fitness", "Equinox"), ("VPN", "NordVPN", "Mullvad"),
+                ("theme", "light mode", "dark mode"), ("diet", "keto", "paleo"), ("barber", "Tony", "Luis"),
+                ("carrier", "Verizon", "T-Mobile"))
+
+
+def bare_plural() -> list[Row]:
+    """The slot named by a bare plural: "I switched banks to Ally"."""
+    rows = []
+    for i, (thing, old, new) in enumerate(PLURAL_SLOTS):
+        for j, h in enumerate(HOLDERS):
+            verb = ("switched", "changed", "swapped", "switched")[(i + j) % 4]
+            before = ("{Own} {T} is {X}", "{S} {use} {X} as {p} {T}")[(i + j) % 2]
+            rows.append({"category": "bare_plural", "form": f"{verb} <things> to",
+                         "old": _fill(h, before, T=thing, X=old),
+                         "new": _fill(h, "{S} " + AUX[(i + j) % len(AUX)] + verb + " {T}s to {Y}", T=thing, Y=new)})
+    return rows
+
+
+EXCHANGE_BARE = ("{S} ditched {X} for {Y}", "{S} dropped {X} in favour of {Y}", "{S} swapped {X} for {Y}",
+                 "{S} replaced {X} with {Y}", "{S} traded {X} for {Y}", "{S} gave up {X} for {Y}",
+                 "{S} {have} switched {X} out for {Y}", "{S} finally dropped {X} in favor of {Y}")
+
+
+def exchanged_value() -> list[Row]:
+    """The old value exchanged for the new one, no slot named: "I ditched Vim for Emacs"."""
+    rows = []
+    named = [(t, o, n) for t, o, n in THINGS if o[:1].isupper()]
+    for i, (thing, old, new) in enumerate(named):
+        for j, template in enumerate(EXCHANGE_BARE):
+            if (i + j) % 2:
+                continue
+            h = HOLDERS[(i + j) % len(HOLDERS)]
+            rows.append({"category": "exchanged_value", "form": template,
+                         "old": _fill(h, ("{Own} {T} is {X}", "{S} {use} {X} as {p} {T}")[j % 2], T=thing, X=old),
+                         "new": _fill(h, template, X=old, Y=new)})
+    return rows
+
+
+ENDED_USE = ("{S} no longer {use} {X} as {p} {T}", "{S} stopped using {X} for {p} {T}",
+             "{S} {do} not use {X} as {p} {T} anymore", "{S} quit using {X} as {p} {T}",
+             "{S} {have} stopped using {X} as {p} {T}", "{S} {be} no longer using {X} for {p} {T}")
+
+
+def ended_use() -> list[Row]:
+    """The use of a value for a slot ended: "I no longer use Vim as my editor" after "I
+    use Vim as my editor" (the same key, negated)."""
+    rows = []
+    for n, h, thing, old, _new in _slots():
+        template = ENDED_USE[n % len(ENDED_USE)]
+        rows.append({"category": "ended_use", "form": template, "old": _old_use(n, h, thing, old),
+                     "new": _fill(h, template, T=thing, X=old, do="does" if h.third else "do")})
+    return rows
+
+
 def positive() -> list[Row]:
     """Every positive row: the new note supersedes the old one."""
     return (possessive_switch() + adopted_as() + passive_update() + added_value() + quantity_update()
-            + state_negation() + exchanged_name())
+            + state_negation() + exchanged_name() + subjectless_note() + bare_plural() + exchanged_value()
+            + ended_use())
 
 
 # ----------------------------------------------------------------------------- negatives
@@ -371,12 +459,18 @@ HEDGES = (
     "{S} nearly changed {p} {T} to {Y}",
     "{S} refused to switch {p} {T} to {Y}",
     "{S} {be} about to switch {p} {T} to {Y}",
+    "{S} might switch {T}s to {Y}",
+    "{S} almost ditched {X} for {Y}",
+    "{S} would never trade {X} for {Y}",
+    "Thinking of switching {p} {T} to {Y}",
+    "{S} {be} planning to replace {X} with {Y}",
+    "{S} no longer {want} to switch {p} {T} to {Y}",
 )
 
 
-def _hedge(h: Holder, template: str, thing: str, new: str) -> str:
+def _hedge(h: Holder, template: str, thing: str, old: str, new: str) -> str:
     s = h.subject if h.subject == "I" else h.subject.lower() if h.subject in ("We", "The user") else h.subject
-    return _fill(h, template, T=thing, Y=new, s=s, want=h.verb("want"), plan=h.verb("plan"))
+    return _fill(h, template, T=thing, X=old, Y=new, s=s, want=h.verb("want"), plan=h.verb("plan"))
 
 
 def negative_updates() -> list[Row]:
@@ -388,13 +482,15 @@ def negative_updates() -> list[Row]:
                      "new": _fill(h, "{S} " + verb + " {p} {O} " + particle + " {Y}", O=other, Y=new)})
         rows.append({"category": "other_thing", "old": _old_use(n, h, thing, old),
                      "new": _fill(h, ADOPTED[n % len(ADOPTED)], T="new " + other if n % 2 else other, Y=new)})
+        rows.append({"category": "other_thing", "old": _old_use(n, h, thing, old),
+                     "new": _fill(h, ENDED_USE[n % len(ENDED_USE)], T=other, X=old, do="does" if h.third else "do")})
         other_holder = HOLDERS[(n + 1 + (n % 2)) % len(HOLDERS)]
         if other_holder.subject != h.subject or other_holder.speaker != h.speaker:
             rows.append({"category": "other_holder", "old": _old_use(n, h, thing, old),
                          "new": _fill(other_holder, "{S} " + verb + " {p} {T} " + particle + " {Y}",
                                       T=thing, Y=new)})
         rows.append({"category": "hedged", "form": HEDGES[n % len(HEDGES)], "old": _old_use(n, h, thing, old),
-                     "new": _hedge(h, HEDGES[n % len(HEDGES)], thing, new)})
+                     "new": _hedge(h, HEDGES[n % len(HEDGES)], thing, old, new)})
         rows.append({"category": "pronoun", "old": _old_use(n, h, thing, old),
                      "new": ("She", "They", "He", "It")[n % 4] + f" switched {('her', 'their', 'his', 'its')[n % 4]}"
                             f" {thing} to {new}"})

@@ -25,8 +25,12 @@ Pre-processing (before any rule)
   a key; ``you``/``he``/``she``/``they`` cannot be resolved → no key;
 * contractions expanded (``I'm`` → ``I am``, ``doesn't`` → ``does not``, ``Alice's no
   longer`` → ``Alice is no longer``), curly quotes
-  straightened, leading discourse markers (``Update:``, ``Actually,``, ``Guess what,``,
-  ``As of May,``) dropped; every sentence is tried, the first that yields a key wins.
+  straightened, leading discourse markers and time phrases (``Update:``, ``Actually,``,
+  ``Guess what,``, ``As of May,``, ``As of this week``, ``These days``, ``Nowadays``)
+  dropped; a note without its subject that starts with an update verb before "my"/"our"
+  ("Switched my editor to Emacs") is the writer's ("I switched …"); every sentence, and
+  every clause that starts again with "I"/"we" after "and"/"but"/"so", is tried, the
+  first that yields a key wins.
 
 Rules (``SubjectKey.rule``), tried in this order
 -------------------------------------------------
@@ -62,8 +66,13 @@ Rules (``SubjectKey.rule``), tried in this order
                     "our X" → the speaker's group, "her X" → the subject, "the X" → the
                     implicit entity), so it meets the copular "My editor is Vim". A
                     possessed *name* is the old value: "I swapped my Prius for a Model
-                    Y" is a ``from_to`` key with ``previous="prius"``. A verb of motion
-                    with a determined place ("moved my car to the garage") keys
+                    Y", "I ditched Vim for Emacs", "dropped Vim in favour of Emacs" are
+                    ``from_to`` keys with ``previous`` ("prius", "vim"). A bare plural
+                    names the slot ("I switched banks to Ally" → ``self|bank``). An ended
+                    use ("I no longer use Vim as my editor", "I stopped using Vim …") is
+                    the same key with ``polarity=False``. A verb of motion with a place
+                    ("moved my car to the garage", "moved our office to Berlin": a
+                    determined place, or a name when the thing stands somewhere) keys
                     ``…/location``; negated, planned and hedged updates ("never
                     switched", "almost switched", "might change my …", "used to use")
                     give no key.
@@ -90,7 +99,8 @@ Rules (``SubjectKey.rule``), tried in this order
                     "I am vegetarian" (also "am now …", "became …", "have been … for
                     years") and its negation (issue 29): "I am no longer vegetarian", "not
                     … anymore / any more / any longer", "am now no longer …", "stopped /
-                    quit being …", "have not been … since May". The state is part of the
+                    quit being …", "have not been … since May", "off the diet" after "on
+                    the diet". The state is part of the
                     key (``self|state:vegetarian``): only its negation (or a
                     reaffirmation) supersedes, two states never do. One word, two words
                     ending in an adjective ("lactose intolerant"), a noun / prepositional

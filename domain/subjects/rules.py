@@ -120,10 +120,14 @@ def _is_owned_role(np: str) -> bool:
 
 _FROM_TO = re.compile(
     r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*(?:switched|changed|moved|went|upgraded|downgraded|"
-    r"transferred|swapped|traded|relocated|shifted|converted|migrated)"
+    r"transferred|swapped|traded|relocated|shifted|converted|migrated)(?: over| back)?"
     r"(?: (?P<poss>her|his|my|their|our|its) (?P<attr>[a-z][a-z -]{0,30}?))? from (?P<prev>.+?) (?:to|for) (?P<val>.+)$",
     re.IGNORECASE,
 )
+
+_NAMED_AFTER = re.compile(r"^(?P<val>.+?) (?:as|for) (?P<poss>my|our|her|his|their) (?P<attr>[a-z][\w' -]{0,40})$",
+                          re.IGNORECASE)
+
 
 def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
     if " from " not in s:
@@ -133,7 +137,11 @@ def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
         return None
     subj = m.group("subj")
     ent = holder_of(subj, ctx)
-    prev, val = clean_value(m.group("prev")), clean_value(m.group("val"))
+    raw_val, poss, attr = m.group("val"), m.group("poss"), m.group("attr")
+    named = None if attr else _NAMED_AFTER.match(raw_val)
+    if named:  # "switched from Vim to Emacs for my editor"
+        raw_val, poss, attr = named.group("val"), named.group("poss"), named.group("attr")
+    prev, val = clean_value(m.group("prev")), clean_value(raw_val)
     if not prev or not val:
         return None
     if ent is None:
@@ -141,10 +149,9 @@ def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
         if ea is None:
             return None
         return make_key(ea[0], ea[1], val, "from_to", previous=prev)
-    if m.group("attr"):
-        poss = m.group("poss").lower()
-        owner = ent if poss != "my" else ctx.me
-        return make_key(owner, norm_attr(m.group("attr")), val, "from_to", previous=prev)
+    if attr:
+        owner = ent if poss.lower() != "my" else ctx.me
+        return make_key(owner, norm_attr(clean_value(attr)), val, "from_to", previous=prev)
     verb = re.search(r"(moved|relocated)", s[len(subj):], re.IGNORECASE)
     if verb and looks_like_place(prev) and looks_like_place(val):
         return make_key(ent, "residence", val, "from_to", previous=prev)

@@ -79,6 +79,8 @@ def rule_state(s: str, ctx: Context) -> SubjectKey | None:
     if stem is None or has_digit(stem):
         return None
     negated = bool(m.group("neg") or m.group("perf_neg") or m.group("stopped"))
+    if stem.startswith("off "):  # "off the keto diet", "off medication": the negation of "on …"
+        negated, stem, val = not negated, "on " + stem[4:], "on " + val[4:]
     return make_key(ent, f"state:{stem}", val, "state", polarity=not negated, single=True)
 
 

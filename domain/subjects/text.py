@@ -294,18 +294,25 @@ def clean_value(obj: str) -> str:
     "and" that adds a short noun phrase to the value ("metric units and Celsius", see
     :func:`added_noun_phrase`) or a comma that starts a list of them ("metric units,
     Celsius and dark mode", see :func:`added_list`, written "metric units and Celsius and
-    dark mode"): those are part of the value."""
-    obj = obj.strip()
+    dark mode"): those are part of the value. "as well as", "along with" add like "and";
+    a leading "both" is dropped."""
+    obj = _ALSO.sub(" and ", _BOTH.sub("", obj.strip()))
     m = _TRAIL_CUT.search(obj)
     if m and m.start() > 0:
         cut, tail = m.group(0).strip().lower(), obj[m.end():]
         if cut == "," and added_list(tail):
             obj = _LIST_COMMA.sub(" and ", obj)
         elif not (cut == "and" and added_noun_phrase(tail)):
-            obj = obj[: m.start()]
+            obj = _DANGLING.sub("", obj[: m.start()])
     return obj.strip(" .!,;:'\"")
 
 
+_DANGLING = re.compile(r"\s+(?:and|or|plus|but)$", re.IGNORECASE)
+
+
+_ALSO = re.compile(r"\s+(?:as well as|along with|together with|in addition to)\s+(?=\S)", re.IGNORECASE)
+_BOTH = re.compile(r"^both\s+(?=\S.*\sand\s)", re.IGNORECASE)
+"""Other ways to add a value: "X as well as Y" is "X and Y"; "both X and Y" is "X and Y"."""
 _LIST_COMMA = re.compile(r"\s*,\s*(?:(?:and|plus)\s+)?", re.IGNORECASE)
 _LIST_TAIL = re.compile(r"^(?P<items>[^,;:]+(?:,[^,;:]+)*?),?\s+(?:and|plus)\s+(?P<last>[^,;:]+)$", re.IGNORECASE)
 
@@ -462,7 +469,8 @@ _AttrReading = tuple[str, str] | None | Literal[_Miss.MISS]
 _ROLE_OF_PREFIX = re.compile(r"^(?:the )?(?:position|post|office|role|name|title|job) of (?:the )?", re.IGNORECASE)
 _MY_ATTR = re.compile(r"^(?:my|our) (.{1,60})$", re.IGNORECASE)
 _POSSESSIVE_ATTR = re.compile(r"^(?:the )?(.+?)['’]s? (.{1,60})$", re.IGNORECASE)
-_COMMON_OWNER = re.compile(r"(?i:the )?[a-z][a-z -]{0,30}")
+COMMON_OWNER = re.compile(r"(?i:the )?[a-z][a-z -]{0,30}")
+"""An owner named by a common noun ("the team's deploy day", "The team moved its …")."""
 _HELD_BY_ATTR = re.compile(r"^(?:the )?(.{1,60}?) (?:held|led|run|owned|coached|managed) by (.+)$", re.IGNORECASE)
 _OF_NAME_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?=[A-Z0-9])(.+)$")
 _OF_COMMON_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?([a-z][a-z0-9 -]{0,40})$")
@@ -502,7 +510,7 @@ def _read_possessive_attr(s: str, ctx: Context) -> _AttrReading:
     if not m:
         return _Miss.MISS
     owner = holder_of(m.group(1), ctx)
-    if owner is None and _COMMON_OWNER.fullmatch(m.group(1)):
+    if owner is None and COMMON_OWNER.fullmatch(m.group(1)):
         owner = norm_entity(m.group(1))
     if owner is None or owner.split()[0] in PRONOUNS:
         return None

@@ -34,8 +34,8 @@ import re
 
 from memfabric.domain.subjects.key import WILDCARD, SubjectKey
 from memfabric.domain.subjects.text import (
-    ADVERBS, Context, attribute_np, clean_value, holder_of, looks_like_place, looks_like_value, make_key, norm_attr,
-    union_by_first_letter,
+    ADVERBS, COMMON_OWNER, Context, attribute_np, clean_value, holder_of, looks_like_place, looks_like_value, make_key, norm_attr,
+    norm_entity, union_by_first_letter,
 )
 from memfabric.domain.subjects.verbs import MODAL
 
@@ -52,7 +52,13 @@ CHANGE_VERBS = (
 """Past forms of the verbs that give a thing a new value ("switched my editor to …")."""
 
 _EXCHANGE_VERBS = {"swapped", "traded", "exchanged"}
-_MOTION_VERBS = {"moved", "pushed", "shifted", "transferred", "brought", "relocated"}
+_MOTION_VERBS = {"moved", "pushed", "shifted", "brought", "relocated"}
+_SITES = {"offic", "headquart", "home", "hous", "apart", "flat", "base", "shop", "store", "studio", "lab",
+          "warehous", "factori", "branch", "clinic", "restaur", "cafe", "compani", "busi", "team", "car",
+          "couch", "sofa", "desk", "bed", "lamp", "tabl", "plant", "bike", "boat", "server", "rack"}
+"""Stemmed heads of things that *stand somewhere* (sites and movable objects): moved to a
+capitalised name ("We moved our office to Berlin") they change place; other things moved
+to a name change value ("I moved my backups to Backblaze")."""
 _PARTICLE = r"(?:back|over|up|down|forward|out|around|in)"
 _HEAD = r"^(?P<subj>.+?) (?:(?:has|have|had) )?" + ADVERBS + r"*"
 _POSSESSED = r"(?P<np>(?:my|our|her|his|their|its|the) [a-z][\w' -]{0,40}?)"
@@ -62,6 +68,19 @@ _CHANGES = re.compile(
     re.IGNORECASE,
 )
 
+_SWITCH_BARE = re.compile(
+    _HEAD + r"(?:switched|changed|swapped|upgraded|downgraded) (?P<things>[a-z]+s)(?: over)? to (?P<val>.+)$",
+    re.IGNORECASE,
+)
+"""A slot named by a bare plural: "I switched banks to Ally", "We changed providers to Sonic"."""
+_EXCHANGE_BARE = re.compile(
+    _HEAD + r"(?:swapped|traded|exchanged|ditched|dropped|replaced|switched|gave up)(?: out)? "
+    r"(?P<prev>(?:(?:a|an|the) )?(?-i:[A-Z0-9])\S*(?: (?-i:[A-Z0-9])\S*){0,3})(?: out)? "
+    r"(?:for|with|in favou?r of) (?P<val>.+)$",
+    re.IGNORECASE,
+)
+"""An old value exchanged for a new one, no slot named: "I ditched Vim for Emacs", "I
+dropped Vim in favour of Emacs" (the ``from_to`` wildcard key with ``previous``)."""
 _ADOPT_AS = [  # verbs of choice: "as <poss> <thing>" only
     "chose", "picked", "selected", "opted for", "adopted", "appointed", "named", "designated",
 ]
@@ -85,32 +104,70 @@ _MADE = re.compile(
     re.IGNORECASE,
 )
 _TRIGGER = re.compile(
-    r"\b(?:" + union_by_first_letter(list(CHANGE_VERBS) + [
+    r"\b(?:" + union_by_first_letter(list(CHANGE_VERBS) + ["ditched", "gave",
         "went", "gone", "go", "came", "transitioned", "use", "uses", "using", "started", "began", "begun", "start",
         "settled", "rely", "relies", "relied", "made"] + _ADOPT_AS) + r")\b",
     re.IGNORECASE,
 )
 _NEGATED_HEAD = re.compile(r"\b(?:not|never|no longer|nobody|no one|almost|nearly|refused|failed)\b", re.IGNORECASE)
+_ENDED_USE = re.compile(r"(?:\b(?:no longer|not|never)(?: \w+)?|\b(?:stopped|quit|ceased))$", re.IGNORECASE)
+"""The head of an ended use: "I no longer use X as my T", "I do not use …", "I stopped using …"."""
+_USE_VERBS = {"use", "uses", "using"}
+_TRAILING_AUX = re.compile(r"(?:\s+(?:has|have|had|do|does|did|am|is|are|was|were))+$", re.IGNORECASE)
 _DETERMINED = re.compile(r"^(?:the|a|an|my|our|her|his|their) \S", re.IGNORECASE)
 
 
 def rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
     """The ``update_verb`` key of sentence ``s`` (see the module docstring), or ``None``."""
-    if not (" to " in s or " as " in s or " for " in s or " with " in s or " made " in s):
+    if not (" to " in s or " as " in s or " for " in s or " with " in s or " made " in s or " favo" in s):
         return None
     if not _TRIGGER.search(s):
         return None
     m = _CHANGES.match(s)
     if m and _prep_fits(m.group("verb").lower(), m.group("prep").lower()):
         if m.group("prep").lower() in ("for", "with") and _NAMED_THING.match(m.group("np")):
-            return _exchanged_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
+            poss, _, thing = m.group("np").partition(" ")
+            return _exchanged_key(m.group("subj"), poss, thing, m.group("val"), ctx)
         return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, m.group("verb"))
     m = _ADOPT.match(s)
     if m and (m.group("prep").lower() == "as" or not _CHOICE.match(m.group("verb"))):
-        return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
+        return _adopted_key(m, ctx)
     m = _MADE.match(s)
     if m:
         return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
+    return _unnamed_slot_key(s, ctx)
+
+
+def _adopted_key(m: re.Match[str], ctx: Context) -> SubjectKey | None:
+    """A value adopted for a slot; an ended use ("I no longer use Vim as my editor",
+    "I stopped using Vim …") is the same key with ``polarity=False``."""
+    subj = m.group("subj")
+    if m.group("verb").lower() in _USE_VERBS and _ENDED_USE.search(subj) and not MODAL.search(subj):
+        subj = _TRAILING_AUX.sub("", _ENDED_USE.sub("", subj).strip())
+        return _slot_key(subj, m.group("np"), m.group("val"), ctx, polarity=False)
+    return _slot_key(subj, m.group("np"), m.group("val"), ctx)
+
+
+def _singular(plural: str) -> str:
+    """"banks" → "bank", "VPNs" → "VPN", "switches" → "switch"."""
+    if re.search(r"(?:sh|ch|x|ss)es$", plural, re.IGNORECASE):
+        return plural[:-2]
+    return plural[:-1]
+
+
+def _unnamed_slot_key(s: str, ctx: Context) -> SubjectKey | None:
+    """"I switched banks to Ally" (the slot a bare plural names) and "I ditched Vim for
+    Emacs" (no slot: the ``from_to`` wildcard key, ``previous`` = the old value)."""
+    m = _SWITCH_BARE.match(s)
+    if m:
+        owner = holder_of(m.group("subj"), ctx)
+        value = clean_value(m.group("val"))
+        if owner is None or not looks_like_value(value):
+            return None
+        return make_key(owner, norm_attr(_singular(m.group("things"))), value, "update_verb")
+    m = _EXCHANGE_BARE.match(s)
+    if m:
+        return _exchanged_key(m.group("subj"), None, m.group("prev"), m.group("val"), ctx)
     return None
 
 
@@ -119,19 +176,18 @@ _NAMED_THING = re.compile(r"^(?:my|our|her|his|their) (?-i:[A-Z][a-z]|[a-z]+[A-Z
 an acronym in capitals is a noun ("my VPN", "our CI")."""
 
 
-def _exchanged_key(subj: str, np: str, val: str, ctx: Context) -> SubjectKey | None:
-    """"I swapped my Prius for a Model Y", "Alice replaced her iPhone with a Pixel": the
-    thing is the old value, the slot is not named, so the key is ``from_to``'s wildcard
-    (``holder|*``, ``previous`` = the old value): it supersedes only a note of the holder
-    whose value *is* that ("I drive a Prius")."""
+def _exchanged_key(subj: str, poss: str | None, previous: str, val: str, ctx: Context) -> SubjectKey | None:
+    """"I swapped my Prius for a Model Y", "I ditched Vim for Emacs": the old value is
+    named, the slot is not, so the key is ``from_to``'s wildcard (``holder|*``,
+    ``previous`` = the old value): it supersedes only a note of the holder whose value
+    *is* that ("I drive a Prius"). ``poss``: the possessive before the old value, if any."""
     if MODAL.search(subj) or _NEGATED_HEAD.search(subj):
         return None
-    poss, _, thing = clean_value(np).partition(" ")
-    owner = {"my": ctx.me, "our": f"{ctx.me}/we"}.get(poss.lower()) or holder_of(subj, ctx)
+    owner = {"my": ctx.me, "our": f"{ctx.me}/we"}.get((poss or "").lower()) or holder_of(subj, ctx)
     value = clean_value(val)
     if owner is None or not looks_like_value(value):
         return None
-    return make_key(owner, WILDCARD, value, "from_to", single=True, previous=thing)
+    return make_key(owner, WILDCARD, value, "from_to", single=True, previous=clean_value(previous))
 
 
 def _prep_fits(verb: str, prep: str) -> bool:
@@ -150,15 +206,19 @@ def _possessed_slot(np: str, subj: str, ctx: Context) -> tuple[str, str] | None:
     first, _, thing = np.partition(" ")
     if first.lower() in {"her", "his", "their", "its"}:
         owner = holder_of(subj, ctx)
+        if owner is None and first.lower() in {"its", "their"} and COMMON_OWNER.fullmatch(subj):
+            owner = norm_entity(subj)  # "The team moved its deploy day": the team's, as "The team's deploy day"
         return (owner, norm_attr(thing)) if owner and thing else None
     return attribute_np(np, ctx)
 
 
-def _slot_key(subj: str, np: str, val: str, ctx: Context, verb: str = "") -> SubjectKey | None:
+def _slot_key(subj: str, np: str, val: str, ctx: Context, verb: str = "", *,
+              polarity: bool = True) -> SubjectKey | None:
     """The key of "<subj> <verb> <np> to <val>": a negated, modal or hedged head ("I never
     switched …", "I might change …", "I am thinking of …") or a value that is no value (a
-    pronoun) gives none; a verb of motion with a determined place value moves the thing
-    (sub-attribute ``location``)."""
+    pronoun) gives none; a verb of motion with a determined place ("to the garage"), or
+    with a place-like name when the thing stands somewhere (:data:`_SITES`: "our office
+    to Berlin"), moves the thing (sub-attribute ``location``)."""
     if MODAL.search(subj) or _NEGATED_HEAD.search(subj):
         return None
     slot = _possessed_slot(np, subj, ctx)
@@ -166,7 +226,7 @@ def _slot_key(subj: str, np: str, val: str, ctx: Context, verb: str = "") -> Sub
     if slot is None or not slot[1] or not looks_like_value(value):
         return None
     entity, attribute = slot
-    if (verb.lower() in _MOTION_VERBS and _DETERMINED.match(value) and looks_like_place(value)
-            and not attribute.endswith(PLACE_ATTRS)):
+    if (verb.lower() in _MOTION_VERBS and looks_like_place(value) and not attribute.endswith(PLACE_ATTRS)
+            and (_DETERMINED.match(value) or attribute.split()[-1] in _SITES)):
         attribute = f"{attribute}/location"
-    return make_key(entity, attribute, value, "update_verb")
+    return make_key(entity, attribute, value, "update_verb", polarity=polarity)
