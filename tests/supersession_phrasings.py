@@ -30,6 +30,8 @@ few sentences a rule was written against:
   - ``bare_plural``: the slot named by a bare plural ("I switched banks to Ally");
   - ``ended_use``: "I no longer use X as my T" / "stopped using X for my T" after "I use
     X as my T";
+  - ``role_change``: a role of an organisation changes hands ("X took over as CEO of Y",
+    "X succeeded Z as …", "Y named X as its new CEO");
   - leading markers and time phrases ("Update:", "As of this week", "These days") on the
     possessive switches;
 
@@ -429,11 +431,41 @@ def ended_use() -> list[Row]:
     return rows
 
 
+ORGS = ("Amazon", "the Lakers", "Acme Corp", "the Red Cross", "Globex", "the city council", "Initech", "Spotify")
+ROLES = ("CEO", "head coach", "chair", "CFO", "president", "treasurer")
+PEOPLE = (("Jeff Bezos", "Andy Jassy"), ("Frank Vogel", "JJ Redick"), ("Maria Lopez", "Kwame Mensah"),
+          ("Li Wei", "Sven Eriksson"))
+ROLE_OLD = ("The {R} of {O} is {P}", "{P} is the {R} of {O}", "{P} is currently the {R} of {O}")
+ROLE_NEW = ("{Q} took over as {R} of {O}", "{Q} stepped in as the new {R} of {O}", "{Q} replaced {P} as {R} of {O}",
+            "{Q} succeeded {P} as {R} of {O}", "{Q} was named {R} of {O}", "{Q} was appointed {R} of {O}",
+            "{Q} became the new {R} of {O}", "{Q} has been elected {R} of {O}", "{Q} returned as {R} of {O}",
+            "{Oc} named {Q} as its new {R}", "{Oc} appointed {Q} as {R}", "{Oc} has hired {Q} as its next {R}")
+
+
+def role_change() -> list[Row]:
+    """A role of an organisation changes hands: "Andy Jassy took over as CEO of Amazon",
+    "Amazon named Andy Jassy as its new CEO" (the old holder unnamed, or named as replaced)."""
+    rows = []
+    for i, org in enumerate(ORGS):
+        for j, role in enumerate(ROLES):
+            old, new = PEOPLE[(i + j) % len(PEOPLE)]
+            for k, template in enumerate(ROLE_NEW):
+                if (i + j + k) % 4:
+                    continue
+                if template.startswith("{Oc}") and org[0].islower():
+                    continue  # "the city council named …": a common noun is no holder
+                oc = org[0].upper() + org[1:]
+                rows.append({"category": "role_change", "form": template,
+                             "old": ROLE_OLD[(i + k) % len(ROLE_OLD)].format(R=role, O=org, P=old),
+                             "new": template.format(R=role, O=org, Oc=oc, P=old, Q=new)})
+    return rows
+
+
 def positive() -> list[Row]:
     """Every positive row: the new note supersedes the old one."""
     return (possessive_switch() + adopted_as() + passive_update() + added_value() + quantity_update()
             + state_negation() + exchanged_name() + subjectless_note() + bare_plural() + exchanged_value()
-            + ended_use())
+            + ended_use() + role_change())
 
 
 # ----------------------------------------------------------------------------- negatives
@@ -546,7 +578,28 @@ def negative_states() -> list[Row]:
     return rows
 
 
+ROLE_HEDGES = ("{Q} is expected to take over as {R} of {O}", "{Q} will succeed {P} as {R} of {O}",
+               "{Q} might replace {P} as {R} of {O}", "{Q} was almost named {R} of {O}",
+               "{Q} did not take over as {R} of {O}", "{Q} used to be the {R} of {O}")
+
+
+def negative_roles() -> list[Row]:
+    """Another organisation, another role, a plan or a denial: no supersession."""
+    rows = []
+    for i, org in enumerate(ORGS):
+        role, other_role = ROLES[i % len(ROLES)], ROLES[(i + 1) % len(ROLES)]
+        old, new = PEOPLE[i % len(PEOPLE)]
+        other_org = ORGS[(i + 1) % len(ORGS)]
+        before = f"The {role} of {org} is {old}"
+        rows.append({"category": "other_thing", "old": before, "new": f"{new} took over as {other_role} of {org}"})
+        rows.append({"category": "other_holder", "old": before, "new": f"{new} took over as {role} of {other_org}"})
+        for template in ROLE_HEDGES[i % 2::2]:
+            rows.append({"category": "hedged", "form": template, "old": before,
+                         "new": template.format(R=role, O=org, P=old, Q=new)})
+    return rows
+
+
 def negative() -> list[Row]:
     """Every negative row: the new note supersedes neither way round (a ``repeat``
     row's old note may supersede nothing either)."""
-    return negative_updates() + negative_purpose() + negative_states()
+    return negative_updates() + negative_purpose() + negative_states() + negative_roles()

@@ -73,9 +73,12 @@ Rules (``SubjectKey.rule``), tried in this order
                     the same key with ``polarity=False``. A verb of motion with a place
                     ("moved my car to the garage", "moved our office to Berlin": a
                     determined place, or a name when the thing stands somewhere) keys
-                    ``…/location``; negated, planned and hedged updates ("never
-                    switched", "almost switched", "might change my …", "used to use")
-                    give no key.
+                    ``…/location``. A role of an organisation changing hands: "Andy
+                    Jassy took over as CEO of Amazon", "… succeeded Jeff Bezos as CEO
+                    of Amazon" (``previous``), "Amazon named Andy Jassy as its new CEO"
+                    (the noun a role: CEO, chair, coach, …). Negated, planned and hedged
+                    updates ("never switched", "almost switched", "might change my …",
+                    "used to use", "will succeed") give no key.
 ``sentiment``       love / like / enjoy / adore / am a fan of  vs  hate / dislike / can't
                     stand / do not like / no longer like / am no longer into / am not a
                     fan of … anymore / stopped being a fan of: the key is

@@ -19,7 +19,7 @@ from memfabric.domain.subjects.text import (
     has_digit, holder_of, looks_like_place, looks_like_value, make_key, norm_attr, proper_name,
     union_by_first_letter,
 )
-from memfabric.domain.subjects.updates import CHANGE_VERBS, PLACE_ATTRS, rule_update_verb
+from memfabric.domain.subjects.updates import CHANGE_VERBS, PLACE_ATTRS, ROLE_WORDS, rule_update_verb
 from memfabric.domain.subjects.states import NOT_A_SLOT_VALUE, rule_sentiment, rule_state
 from memfabric.domain.subjects.verbs import rule_holder_verb
 
@@ -62,19 +62,11 @@ def _rule_held_by(s: str, ctx: Context) -> SubjectKey | None:
 
 
 _INVERTED = re.compile(
-    r"^(?P<val>.+?) (?:is|has become|became|was (?:appointed|named|elected) (?:as )?|"
-    r"has been (?:appointed|named|elected) (?:as )?|is now|is currently) (?:now |currently |officially )?"
+    r"^(?P<val>.+?) (?:is|has become|became|was (?:appointed|named|elected)(?: as)?|"
+    r"has been (?:appointed|named|elected)(?: as)?|is now|is currently) (?:now |currently |officially )?"
     r"(?P<np>(?:the |my |our |[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s )?.+)$"
 )
-_ROLE_WORDS = re.compile(
-    r"\b(?:ceo|cfo|cto|coo|chief|president|chair|chairman|chairwoman|chairperson|director|head|manager|"
-    r"captain|coach|mayor|governor|minister|secretary|treasurer|leader|lead|owner|editor|principal|dean|"
-    r"chancellor|speaker|commissioner|ambassador|capital|champion|king|queen|pope|host|conductor)\b",
-    re.IGNORECASE,
-)
-
-
-_INVERTED_VERB_HINTS = (" is ", " became ", " become ", " was ")
+_INVERTED_VERB_HINTS = (" is ", " became ", " become ", " was ", " been ")
 _INVERTED_OWNER_HINTS = (" of ", " at ", " for ", " my ", " our ", "'s ")
 _OWNED_BY_NAME_NOUN = re.compile(r"^[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s [a-z]")
 _OWNED_BY_NAME = re.compile(r"^[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s ")
@@ -115,7 +107,7 @@ def _is_owned_role(np: str) -> bool:
     if np.lower().startswith(("my ", "our ")) or _OWNED_BY_NAME.match(np):
         return True
     m = _ROLE_OF.match(np)
-    return m is not None and bool(_ROLE_WORDS.search(m.group(1)))
+    return m is not None and bool(ROLE_WORDS.search(m.group(1)))
 
 
 _FROM_TO = re.compile(

@@ -472,7 +472,7 @@ _POSSESSIVE_ATTR = re.compile(r"^(?:the )?(.+?)['’]s? (.{1,60})$", re.IGNORECA
 COMMON_OWNER = re.compile(r"(?i:the )?[a-z][a-z -]{0,30}")
 """An owner named by a common noun ("the team's deploy day", "The team moved its …")."""
 _HELD_BY_ATTR = re.compile(r"^(?:the )?(.{1,60}?) (?:held|led|run|owned|coached|managed) by (.+)$", re.IGNORECASE)
-_OF_NAME_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?=[A-Z0-9])(.+)$")
+_OF_NAME_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?(?=[A-Z0-9])(.+)$")
 _OF_COMMON_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?([a-z][a-z0-9 -]{0,40})$")
 _THE_ATTR = re.compile(r"^the ([a-z][a-z0-9 /_-]{0,50})$", re.IGNORECASE)
 

@@ -39,6 +39,14 @@ from memfabric.domain.subjects.text import (
 )
 from memfabric.domain.subjects.verbs import MODAL
 
+ROLE_WORDS = re.compile(
+    r"\b(?:ceo|cfo|cto|coo|chief|president|chair|chairman|chairwoman|chairperson|director|head|manager|"
+    r"captain|coach|mayor|governor|minister|secretary|treasurer|leader|lead|owner|editor|principal|dean|"
+    r"chancellor|speaker|commissioner|ambassador|capital|champion|king|queen|pope|host|conductor)\b",
+    re.IGNORECASE,
+)
+"""Nouns of a role one person holds at a time (the CEO of Amazon, the coach of a team)."""
+
 PLACE_ATTRS = ("location", "headquarters", "address", "residence")
 """Attributes that already name a place (no ``/location`` sub-attribute)."""
 
@@ -104,7 +112,10 @@ _MADE = re.compile(
     re.IGNORECASE,
 )
 _TRIGGER = re.compile(
-    r"\b(?:" + union_by_first_letter(list(CHANGE_VERBS) + ["ditched", "gave",
+    r"\b(?:" + union_by_first_letter(list(CHANGE_VERBS) + ["ditched", "gave", "took", "stepped", "came", "succeeded",
+                                                           "followed", "named", "appointed", "hired", "elected",
+                                                           "tapped", "installed", "promoted", "returned",
+                                                           "brought", "reinstated", "sworn",
         "went", "gone", "go", "came", "transitioned", "use", "uses", "using", "started", "began", "begun", "start",
         "settled", "rely", "relies", "relied", "made"] + _ADOPT_AS) + r")\b",
     re.IGNORECASE,
@@ -119,7 +130,8 @@ _DETERMINED = re.compile(r"^(?:the|a|an|my|our|her|his|their) \S", re.IGNORECASE
 
 def rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
     """The ``update_verb`` key of sentence ``s`` (see the module docstring), or ``None``."""
-    if not (" to " in s or " as " in s or " for " in s or " with " in s or " made " in s or " favo" in s):
+    if not (" to " in s or " as " in s or " for " in s or " with " in s or " made " in s or " favo" in s
+            or " its " in s):
         return None
     if not _TRIGGER.search(s):
         return None
@@ -135,7 +147,43 @@ def rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
     m = _MADE.match(s)
     if m:
         return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
-    return _unnamed_slot_key(s, ctx)
+    return _role_change_key(s, ctx) if " as " in s or " its " in s else _unnamed_slot_key(s, ctx)
+
+
+_NAME = r"(?-i:[A-Z][\w.'-]*(?: (?:[A-Z][\w.'-]*|de|van|von|da|di|al|bin|el))*)"
+_TOOK_ROLE = re.compile(
+    r"^(?P<val>" + _NAME + r") (?:has |had )?(?:(?:now|just|officially|recently|finally) )*"
+    r"(?:(?:took over|stepped in|stepped up|came in|took office|was sworn in|has been sworn in|started|returned|"
+    r"came back|was brought in|was reinstated)"
+    r"|(?:replaced|succeeded|took over from|followed) (?P<prev>" + _NAME + r")) as (?P<np>.+)$",
+    re.IGNORECASE,
+)
+"""A person taking a role, the old holder unnamed or named: "Andy Jassy took over as CEO of
+Amazon", "Andy Jassy succeeded Jeff Bezos as CEO of Amazon"."""
+_GAVE_ROLE = re.compile(
+    r"^(?P<org>" + _NAME + r") (?:has |have )?(?:(?:now|just|officially|recently|finally) )*"
+    r"(?:named|appointed|hired|elected|tapped|picked|chose|promoted|made|installed) (?P<val>" + _NAME + r")"
+    r"(?: as)? (?:(?:its|their) )?(?:new |next |interim )?(?P<role>[a-z][\w -]{1,40})$",
+    re.IGNORECASE,
+)
+"""An organisation giving a role: "Amazon named Andy Jassy as its new CEO"."""
+
+
+def _role_change_key(s: str, ctx: Context) -> SubjectKey | None:
+    """``<org>|<role>`` = the person a role-change sentence puts there (``previous``: the
+    holder it names as replaced), when the noun is a role (:data:`ROLE_WORDS`)."""
+    m = _TOOK_ROLE.match(s)
+    if m:
+        np = clean_value(m.group("np"))
+        slot = attribute_np(np, ctx)
+        if slot is None or slot[0] == "_" or not ROLE_WORDS.search(np):
+            return None
+        return make_key(slot[0], slot[1], m.group("val"), "update_verb", previous=m.group("prev"))
+    m = _GAVE_ROLE.match(s)
+    if m and ROLE_WORDS.search(m.group("role")) and holder_of(m.group("org"), ctx):
+        role = clean_value(m.group("role"))
+        return make_key(norm_entity(m.group("org")), norm_attr(role), m.group("val"), "update_verb")
+    return None
 
 
 def _adopted_key(m: re.Match[str], ctx: Context) -> SubjectKey | None:

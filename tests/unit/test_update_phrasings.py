@@ -27,13 +27,14 @@ def test_families_are_large_and_built_from_every_part() -> None:
     counts = Counter(r["category"] for r in POSITIVE)
     assert min(counts.values()) >= 50 and set(counts) == {
         "possessive_switch", "adopted_as", "passive_update", "added_value", "quantity_update", "state_negation",
-        "state_reaffirmed", "exchanged_name", "subjectless_note", "bare_plural", "exchanged_value", "ended_use"}, counts
+        "state_reaffirmed", "exchanged_name", "subjectless_note", "bare_plural", "exchanged_value", "ended_use", "role_change"}, counts
     texts = " | ".join(r["new"] for r in POSITIVE)
     assert all(thing in texts for thing, _, _ in ph.THINGS)
     assert all(state in texts for state in ph.STATES)
     forms = {r.get("form") for r in POSITIVE + NEGATIVE}
     every = ({f"{verb} … {particle}" for verb, particle in ph.UPDATE_VERBS} | set(ph.ADOPTED) | set(ph.PASSIVE)
-             | set(ph.STATE_NEW) | set(ph.EXCHANGES) | set(ph.HEDGES) | set(ph.EXCHANGE_BARE) | set(ph.ENDED_USE))
+             | set(ph.STATE_NEW) | set(ph.EXCHANGES) | set(ph.HEDGES) | set(ph.EXCHANGE_BARE) | set(ph.ENDED_USE)
+             | set(ph.ROLE_NEW) | set(ph.ROLE_HEDGES))
     assert every <= forms, every - forms
     negs = Counter(r["category"] for r in NEGATIVE)
     assert len(NEGATIVE) >= 1000 and min(negs.values()) >= 30, negs
