@@ -154,10 +154,10 @@ Module layout
 -------------
 This module is the public face (the types, :func:`supersedes`, :class:`RuleSubjectExtractor`);
 the work is done in ``key`` (:class:`SubjectKey`), ``prep`` (pre-processing), ``text`` (word
-lists, normalisation, noun-phrase readers), ``rules`` (the rules in order), ``verbs`` (the
-``holder_verb`` rule and its verb tables), ``updates`` (``update_verb``) and ``states``
-(``sentiment`` and ``state``). The generated phrasings that test the issue 29 families are
-``tests/supersession_phrasings.py``.
+lists, normalisation, noun-phrase readers), ``vocab`` (the attribute synonyms), ``rules``
+(the rules in order), ``verbs`` (the ``holder_verb`` rule and its verb tables),
+``updates`` (``update_verb``) and ``states`` (``sentiment`` and ``state``). The generated
+phrasings that test the issue 29 families are ``tests/supersession_phrasings.py``.
 """
 
 from __future__ import annotations

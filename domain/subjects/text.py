@@ -19,6 +19,7 @@ from typing import Literal
 from memfabric.domain.stemming import ENGLISH
 
 from memfabric.domain.subjects.key import MAX_KEY_CHARS, WILDCARD, SubjectKey
+from memfabric.domain.subjects.vocab import ATTR_SYNONYMS
 
 
 STEM = ENGLISH
@@ -37,84 +38,6 @@ PRONOUNS = {
 }
 _FIRST_PERSON = {"i", "me", "myself"}
 
-# synonym table over *stemmed* attribute phrases → canonical attribute
-_ATTR_SYNONYMS: dict[str, str] = {
-    "chief execut offic": "ceo",
-    "chief execut": "ceo",
-    "ceo": "ceo",
-    "headquart": "headquarters",
-    "headquart locat": "headquarters",
-    "head offic": "headquarters",
-    "head offic locat": "headquarters",
-    "main offic": "headquarters",
-    "main offic locat": "headquarters",
-    "central locat": "headquarters",
-    "hq": "headquarters",
-    "general secretari": "secretary general",
-    "secretari general": "secretary general",
-    "secretary-gener": "secretary general",
-    "secretari-gener": "secretary general",
-    "chairperson": "chair",
-    "chairman": "chair",
-    "chairwoman": "chair",
-    "chair": "chair",
-    "director / manag": "director",
-    "director/manag": "director",
-    "director manag": "director",
-    "director": "director",
-    "director general": "director",
-    "director-gener": "director",
-    "head coach": "head coach",
-    "coach": "head coach",
-    "manag": "manager",
-    "phone": "phone",
-    "phone number": "phone",
-    "telephon": "phone",
-    "telephon number": "phone",
-    "mobil": "phone",
-    "mobil number": "phone",
-    "cell": "phone",
-    "cell number": "phone",
-    "cell phone number": "phone",
-    "email": "email",
-    "e-mail": "email",
-    "email address": "email",
-    "e-mail address": "email",
-    "car": "car",
-    "vehicl": "car",
-    "employ": "employer",
-    "compani": "employer",
-    "workplac": "employer",
-    "job": "role",
-    "job titl": "role",
-    "titl": "role",
-    "role": "role",
-    "occup": "role",
-    "profess": "role",
-    "posit": "role",
-    "home": "residence",
-    "home citi": "residence",
-    "citi": "residence",
-    "resid": "residence",
-    "partner": "partner",
-    "husband": "partner",
-    "wife": "partner",
-    "spous": "partner",
-    "boyfriend": "partner",
-    "girlfriend": "partner",
-    "fianc": "partner",
-    "fiance": "partner",
-    "fiancé": "partner",
-    "team": "team",
-    "club": "team",
-    "footbal club": "team",
-    "footbal team": "team",
-    "basketbal team": "team",
-    "nba team": "team",
-    "school": "school",
-    "univers": "school",
-    "colleg": "school",
-}
 
 # attribute heads that hold several values at once
 _MULTI_NOUNS = {
@@ -238,8 +161,8 @@ def norm_attr(s: str) -> str:
     toks = [t for t in toks if t not in _ARTICLES and t not in _MODIFIERS]
     stems = _drop_position_words([t if t == "/" else STEM.stemWord(t) for t in toks])
     phrase = " ".join(stems)
-    if phrase in _ATTR_SYNONYMS:
-        return _ATTR_SYNONYMS[phrase]
+    if phrase in ATTR_SYNONYMS:
+        return ATTR_SYNONYMS[phrase]
     if stems and stems[-1] in {"team", "club"}:
         return "team"
     if stems and stems[-1] in {"headquart"}:
