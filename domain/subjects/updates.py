@@ -2,30 +2,41 @@
 stated with an update verb and without the old value, and the same slot stated without a
 change (documented in :mod:`memfabric.domain.subjects`).
 
-Three kinds of sentence, each read by one pattern:
+The kinds of sentence, each read by one pattern, tried in this order:
 
 * **a change of the possessed thing** (:data:`_CHANGES`): ``<holder> [aux] [adverbs]
   <update verb> [particle] <possessive or "the"> <thing> [particle] to|with|for <value>``
   ("I switched my editor to Emacs", "We raised the budget to 50k", "I replaced my laptop
   with a ThinkPad", "I swapped my bank for Ally", "Facilities turned the thermostat down
   to 19"). ``with`` goes only with *replace*, ``for`` only with a verb of exchange
-  (swap, trade, exchange);
+  (swap, trade, exchange). A possessed *name* is the old value, not a slot ("I swapped
+  my Prius for a Model Y": the ``from_to`` wildcard key, ``previous`` = "prius");
 * **a value adopted for a named slot** (:data:`_ADOPT`): ``<holder> <verb of adoption>
   <value> as|for <possessive> <thing>`` ("I switched to Emacs as my editor", "I started
   using Obsidian for my notes", "We went with Azure as our new cloud provider") and its
-  plain statement ("I use Vim as my editor", "I have been using Vim for my editor").
-  A verb of choice (chose, picked, selected, opted for, adopted) takes only ``as``: "I
-  picked tulips for my mother" names no slot;
+  plain statement ("I use Vim as my editor", "I have been using Vim for my editor"); an
+  ended use ("I no longer use Vim as my editor", "I stopped using …") is the same key,
+  negated. A verb of choice (chose, picked, selected, opted for, adopted) takes only
+  ``as``: "I picked tulips for my mother" names no slot;
 * **a value made the slot** (:data:`_MADE`): ``<holder> made <value> <possessive>
   new|default|… <thing>`` ("I made Emacs my default editor"); without the marker of a
-  single slot ("I made a cake my kids loved") no key.
+  single slot ("I made a cake my kids loved") no key;
+* **a role changing hands** (:data:`_TOOK_ROLE`, :data:`_GAVE_ROLE`): "Andy Jassy took
+  over as CEO of Amazon", "… succeeded Jeff Bezos as …", "Amazon named Andy Jassy as its
+  new CEO" (the noun a role, :data:`ROLE_WORDS`);
+* **a slot named by a bare plural** (:data:`_SWITCH_BARE`): "I switched banks to Ally";
+* **an old value exchanged, no slot named** (:data:`_EXCHANGE_BARE`): "I ditched Vim for
+  Emacs", "I dropped Vim in favour of Emacs" (the ``from_to`` wildcard key).
 
-The thing is read like an attribute noun phrase ("my X": the speaker, "her X": the
-holder, "the X": the implicit entity), so it meets the copular "My editor is Vim". A
-negated or hedged head ("I never switched …", "I might change …", "If I switched …")
-gives no key. A verb of motion whose value is a determined place ("I moved my car to
-the garage") keys ``<thing>/location`` as the copular rule does; a bare name after it
-("I moved my savings to Ally") is the new value.
+The thing is read like an attribute noun phrase ("my X": the speaker, "our X": the
+speaker's group, "her X": the holder, "its X" of a common-noun holder: that holder,
+"the X": the implicit entity), so it meets the copular "My editor is Vim". A negated or
+hedged head ("I never switched …", "I almost switched …", "I might change …", "If I
+switched …") gives no key. A verb of motion whose value is a place keys
+``<thing>/location`` as the copular rule does, when the place is determined ("I moved my
+car to the garage") or the thing stands somewhere (:data:`_SITES`: "We moved our office
+to Berlin"); another thing moved to a name gets a new value ("I moved my backups to
+Backblaze").
 """
 
 from __future__ import annotations
@@ -112,12 +123,11 @@ _MADE = re.compile(
     re.IGNORECASE,
 )
 _TRIGGER = re.compile(
-    r"\b(?:" + union_by_first_letter(list(CHANGE_VERBS) + ["ditched", "gave", "took", "stepped", "came", "succeeded",
-                                                           "followed", "named", "appointed", "hired", "elected",
-                                                           "tapped", "installed", "promoted", "returned",
-                                                           "brought", "reinstated", "sworn",
-        "went", "gone", "go", "came", "transitioned", "use", "uses", "using", "started", "began", "begun", "start",
-        "settled", "rely", "relies", "relied", "made"] + _ADOPT_AS) + r")\b",
+    r"\b(?:" + union_by_first_letter(list(CHANGE_VERBS) + _ADOPT_AS + [
+        "ditched", "gave", "took", "stepped", "came", "succeeded", "followed", "hired", "elected", "tapped",
+        "installed", "promoted", "returned", "reinstated", "sworn", "went", "gone", "go", "transitioned", "use",
+        "uses", "using", "started", "began", "begun", "start", "settled", "rely", "relies", "relied", "made"])
+    + r")\b",
     re.IGNORECASE,
 )
 _NEGATED_HEAD = re.compile(r"\b(?:not|never|no longer|nobody|no one|almost|nearly|refused|failed)\b", re.IGNORECASE)
@@ -147,7 +157,7 @@ def rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
     m = _MADE.match(s)
     if m:
         return _slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
-    return _role_change_key(s, ctx) if " as " in s or " its " in s else _unnamed_slot_key(s, ctx)
+    return _role_change_key(s, ctx) or _unnamed_slot_key(s, ctx)
 
 
 _NAME = r"(?-i:[A-Z][\w.'-]*(?: (?:[A-Z][\w.'-]*|de|van|von|da|di|al|bin|el))*)"
