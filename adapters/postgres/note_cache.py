@@ -7,7 +7,11 @@ process last saw it committed (after its own commit, or after a replay in a
 transaction), by aggregate id and version. A unit of work that needs a cached note
 reads only the events after that version (in its transaction, under the locks its
 decision takes, so another process's newer events are read and replayed on top) and
-the note's keys, in the same round trip as before.
+the note's keys, in the same round trip as before. Each state is kept with the running
+digest of the stored events it was made from (:func:`.replays.state_digest`); the
+read checks it against the log (:func:`.replays.stale`), so an event row changed or
+removed in SQL after it was cached is found, and the note replayed from its first
+event, on the next write as on any read.
 
 What is never cached: a note whose content is erased (a ``Forgotten`` tombstone in
 effect: the cache drops it) or whose keys a unit of work destroys, and the states a
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -59,14 +63,14 @@ class NoteCache:
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
-        self._states: OrderedDict[UUID, Note] = OrderedDict()
+        self._states: OrderedDict[UUID, tuple[Note, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         """States handed out so far (a replay each saved, or shortened)."""
 
-    def get(self, ids: Iterable[UUID]) -> dict[UUID, Note]:
-        """Copies of the cached states among ``ids``."""
-        out: dict[UUID, Note] = {}
+    def get(self, ids: Iterable[UUID]) -> tuple[dict[UUID, Note], dict[UUID, Any]]:
+        """Copies of the cached states among ``ids`` and of their digests."""
+        out: dict[UUID, tuple[Note, Any]] = {}
         with self._lock:
             for i in ids:
                 held = self._states.get(i)
@@ -74,26 +78,29 @@ class NoteCache:
                     self._states.move_to_end(i)
                     out[i] = held
             self.hits += len(out)
-        return {i: clone(n) for i, n in out.items()}
+        return ({i: clone(n) for i, (n, _) in out.items()}, {i: d.copy() for i, (_, d) in out.items()})
 
-    def put(self, notes: Iterable[Any], *, shredded: Iterable[UUID] = (), owned: bool = False) -> None:
-        """Keep the committed states ``notes`` (copies, or the objects themselves when
-        the caller hands them over: ``owned``, e.g. a finished unit of work's); other
-        aggregates are ignored; a note erased, or among ``shredded`` (its keys
-        destroyed), is dropped."""
+    def put(self, notes: Iterable[Any], digests: Mapping[UUID, Any], *, shredded: Iterable[UUID] = (),
+            owned: bool = False) -> None:
+        """Keep the committed states ``notes`` with their digests (``digests[id]``, the
+        running digest of the stored states up to the note's version; a note without
+        one is not kept), as copies, or the objects themselves when the caller hands
+        them over (``owned``, e.g. a finished unit of work's); other aggregates are
+        ignored; a note erased, or among ``shredded`` (its keys destroyed), is dropped."""
         doomed = set(shredded)
         notes = list(notes)
-        kept = [(n.id, n if owned else clone(n)) for n in notes
-                if isinstance(n, Note) and not n.erased and n.id not in doomed]
+        kept = [(n.id, n if owned else clone(n), digests[n.id] if owned else digests[n.id].copy())
+                for n in notes if isinstance(n, Note) and not n.erased and n.id not in doomed
+                and n.id in digests]
         gone = [n.id for n in notes if isinstance(n, Note) and (n.erased or n.id in doomed)]
         with self._lock:
             for i in (*gone, *doomed):
                 self._states.pop(i, None)
-            for i, state in kept:
+            for i, state, digest in kept:
                 held = self._states.get(i)
-                if held is not None and held.version > state.version:
+                if held is not None and held[0].version > state.version:
                     continue  # a newer state was kept meanwhile
-                self._states[i] = state
+                self._states[i] = (state, digest)
                 self._states.move_to_end(i)
             while len(self._states) > self.capacity:
                 self._states.popitem(last=False)

@@ -1,9 +1,17 @@
 """Replaying notes from the log by id, in a transaction (``select_notes``), and its
-two statements for a caller that sends them itself (a unit of work on its wire)."""
+two statements for a caller that sends them itself (a unit of work on its wire).
+
+A replay that starts from a cached state (``after``) is checked against the log: the
+statement also returns, per such note, the MD5 of the stored states of its versions up
+to the cached one, concatenated in version order (``md5(string_agg(state))``, computed
+by the server), which must equal the digest the cache kept for it
+(:func:`state_digest`); a row changed or removed in SQL since is so found and the note
+is replayed from its first event, where authentication refuses it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Mapping, MutableMapping, Sequence
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
@@ -24,10 +32,14 @@ def events_query(ids: Sequence[UUID], tenants: Sequence[str] | None = None,
     """The statement reading the events of ``ids`` in version order (only in
     ``tenants`` when given: a partitioned log is then read in their partitions; with
     ``after``, of each id only the versions past ``after[id]``, if any) and its
-    parameters; rows ``(originator_id, originator_version, topic, state)``."""
+    parameters; rows ``(originator_id, originator_version, topic, state)``. With
+    ``after``, each id with ``after[id] > 0`` also has a row ``(id, after[id], NULL,
+    digest)`` first: the MD5 (16 bytes) of its stored states up to that version (absent
+    when it has none)."""
     scope: tuple[Any, ...] = (list(dict.fromkeys(tenants)),) if tenants else ()
     if after:
-        params = tuple(encode_params(([*ids], [after.get(i, 0) for i in ids], *scope)))
+        pairs = ([*ids], [after.get(i, 0) for i in ids])
+        params = tuple(encode_params((*pairs, *scope, *pairs, *scope)))
         return _statement(bool(tenants), True), params
     return _statement(bool(tenants), False), tuple(encode_params((list(ids), *scope)))
 
@@ -40,22 +52,55 @@ def _statement(by_tenant: bool, after: bool) -> bytes:
         return sql.SQL("SELECT e.originator_id, e.originator_version, e.topic, e.state FROM {t} e"
                        " JOIN unnest(%s::uuid[], %s::bigint[]) AS a(id, v)"
                        " ON e.originator_id = a.id AND e.originator_version > a.v WHERE true{by}"
-                       " ORDER BY e.originator_id, e.originator_version").format(
+                       " UNION ALL SELECT a.id, a.v, NULL,"
+                       " decode(md5(string_agg(e.state, ''::bytea ORDER BY e.originator_version)), 'hex')"
+                       " FROM {t} e JOIN unnest(%s::uuid[], %s::bigint[]) AS a(id, v)"
+                       " ON e.originator_id = a.id AND e.originator_version <= a.v WHERE true{by}"
+                       " GROUP BY a.id, a.v"
+                       " ORDER BY 1, 2, 3 NULLS FIRST").format(
             t=sql.Identifier(tables.EVENTS), by=tenant).as_bytes(None)
     return sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
                    " WHERE originator_id = ANY(%s){by} ORDER BY originator_id, originator_version").format(
         t=sql.Identifier(tables.EVENTS), by=tenant).as_bytes(None)
 
 
+def state_digest() -> Any:
+    """A new running digest of a note's stored states (``hashlib.md5``, fed each
+    event's ``state`` bytes in version order): what :func:`events_query`'s digest row
+    is compared with."""
+    return hashlib.md5(usedforsecurity=False)
+
+
+def stale(rows: Sequence[Sequence[Any]], digests: Mapping[UUID, Any]) -> set[UUID]:
+    """The ids of ``digests`` (each the running digest a cached state was kept with)
+    whose digest row in ``rows`` is missing or differs: their stored events changed
+    since (they are replayed from the first event)."""
+    seen = {oid: bytes(state) for oid, _, topic, state in rows if topic is None}
+    return {i for i, d in digests.items() if seen.get(i) != d.digest()}
+
+
 def replay_rows(rows: Sequence[Sequence[Any]], mapper: SealingMapper, ids: Sequence[UUID],
-                start: Mapping[UUID, Any] | None = None) -> list[Note]:
+                start: Mapping[UUID, Any] | None = None,
+                digests: MutableMapping[UUID, Any] | None = None) -> list[Note]:
     """The aggregates of ``ids`` (in that order; absent ones skipped) replayed from the
     event ``rows`` of :func:`events_query` with ``mapper`` (bound to their keys), each
-    from its state in ``start`` when given (rows then hold the later versions only)."""
+    from its state in ``start`` when given (rows then hold the later versions only;
+    digest rows are skipped). ``digests``: running digests by id, fed every replayed
+    state (a note replayed from its first event gets a new one)."""
     found: dict[UUID, Any] = dict(start or {})
     for oid, version, topic, state in rows:
-        event = mapper.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
+        if topic is None:
+            continue
+        raw = bytes(state)
+        event = mapper.to_domain_event(StoredEvent(oid, version, topic, raw))
         found[oid] = replay.step(event, found.get(oid))  # issue 28: a missing version is typed
+        if digests is not None:
+            digest = digests.get(oid)
+            if digest is None and start is not None and oid in start:
+                continue  # a state given without its digest: none is kept for it
+            if digest is None:
+                digest = digests[oid] = state_digest()
+            digest.update(raw)
     return [found[i] for i in ids if i in found]
 
 

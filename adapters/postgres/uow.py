@@ -82,6 +82,8 @@ class PostgresUnitOfWork:
         self._events: list[Any] = []
         self._aggregates: dict[UUID, Note] = {}
         self._others: dict[UUID, Any] = {}
+        self._digests: dict[UUID, Any] = {}
+        """Running digests of the stored states of the notes replayed here (``note_cache``)."""
         """Aggregates other than notes (the conversation ledger), saved alike."""
         self._committed = False
         self._position = 0
@@ -157,10 +159,27 @@ class PostgresUnitOfWork:
             self._write_again()
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
-            self._log.note_cache.put(self._aggregates.values(), shredded=self._keys.doomed | self._keys.unreadable,
+            self._log.note_cache.put(self._aggregates.values(), self._committed_digests(),
+                                     shredded=self._keys.doomed | self._keys.unreadable,
                                      owned=True)  # this unit of work is done with them
             if self._tenants and self._engine.on_commit is not None:
                 self._engine.on_commit(self._tenants)
+
+    def _committed_digests(self) -> dict[UUID, Any]:
+        """The running digests of this unit of work's notes after its events (a note
+        replayed here, or new: its first event is version 1); a note of neither kind
+        has none, and is not cached."""
+        digests = self._digests
+        for event, raw in zip(self._events, self._stored_states, strict=True):
+            oid = event.originator_id
+            if oid not in digests and event.originator_version == 1:
+                digests[oid] = replays.state_digest()
+            if oid in digests:
+                digests[oid].update(raw)
+        return digests
+
+    _stored_states: Sequence[bytes] = ()
+    """The stored ``state`` bytes of the events committed, in order (set by :meth:`commit`)."""
 
     def _close(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                tb: TracebackType | None) -> None:
@@ -299,7 +318,7 @@ class PostgresUnitOfWork:
         if not ids:
             return []
         cache = None if fresh or self.keys.unreadable.intersection(ids) else self._log.note_cache
-        held = cache.get(ids) if cache is not None else {}
+        held, digests = cache.get(ids) if cache is not None else ({}, {})
         versions = {i: n.version for i, n in held.items()}
         query, params = replays.events_query(ids, tenants, versions)
         session = self._session
@@ -314,13 +333,16 @@ class PostgresUnitOfWork:
             with self.conn.cursor(row_factory=tuple_row) as cur:
                 rows = cur.execute(query, params).fetchall()
             self.keys.preload(ids)
-        keyless = [i for i in held if self.keys.latest.get(i) is None]
-        if cache is not None and keyless:  # keys gone since: a shredding or a key fault, as a replay tells
-            cache.discard(keyless)
+        doubtful = {i for i in held if self.keys.latest.get(i) is None} | replays.stale(rows, digests)
+        if cache is not None and doubtful:  # keys gone or events changed since: a replay from the start tells
+            cache.discard(doubtful)
             return self._replay(ids, tenants)
-        loaded = replays.replay_rows(rows, self._log.sealing_mapper.bound(self.keys), ids, held)
-        if cache is not None:  # the states read here (an erased one drops out); those changed are kept after COMMIT
-            cache.put([n for n in loaded if versions.get(n.id) != n.version])
+        loaded = replays.replay_rows(rows, self._log.sealing_mapper.bound(self.keys), ids, held, digests)
+        if cache is None:  # (its states are not kept: no digest)
+            return loaded
+        self._digests.update((n.id, digests[n.id]) for n in loaded if n.id in digests)
+        # the states read here (an erased one drops out); those changed are kept after COMMIT
+        cache.put([n for n in loaded if versions.get(n.id) != n.version], digests)
         return loaded
 
     def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
@@ -428,6 +450,7 @@ class PostgresUnitOfWork:
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
+        self._stored_states = [e.state for e in stored]
         pending = (stored, event_tenants, aggregates, projections)
         if self._inline_all and not (self._read and self._gap_found(self._tenants)):
             self._pending = pending
