@@ -120,8 +120,11 @@ MAX_NESTING = 32
 
 def reject_nul(value: Any, _depth: int = 0) -> Any:
     """Raise ``ValueError`` when a string (or a string inside a list, tuple or dict)
-    holds a NUL character, which PostgreSQL text cannot store, or when containers nest
-    deeper than :data:`MAX_NESTING` (checked before any recursion can overflow)."""
+    holds a NUL character, which PostgreSQL text cannot store, when containers nest
+    deeper than :data:`MAX_NESTING` (checked before any recursion can overflow), or for
+    ``bytes``: no public input is binary, and pydantic would decode them into text."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise ValueError("must be text (str), not bytes: decode it first")
     if isinstance(value, str):
         if "\x00" in value:
             raise ValueError("must not contain NUL (\\x00) characters")

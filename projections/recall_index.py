@@ -425,10 +425,12 @@ def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID],
     return {row["aggregate_id"]: list(row["links"]) for row in rows}
 
 
+@functools.lru_cache(maxsize=512)
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
                      filters: NoteFilter | None = None, expand: bool = False,
-                     exact: bool = False, vector_list: str | None = None) -> sql.Composed:
-    """The one recall statement: the vector list (top ``limit`` by cosine distance), the
+                     exact: bool = False, vector_list: str | None = None) -> bytes:
+    """The text of the one recall statement (composed once per process per set of
+    arguments: composing was ~0.4 ms of a recall): the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
     both, the exact cosine similarity and full-text score, with every scope, kind,
     validity and consent filter inside each list.
@@ -481,7 +483,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
         link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
         seeds=sql.SQL("coalesce(lx.seeds, lc.seeds)" if expand else "NULL::uuid[]"),
         ws=sql.SQL("coalesce(lx.ws, lc.ws)" if expand else "NULL::float8[]"),
-    )
+    ).as_bytes(None)
 
 
 def select_candidates(
@@ -501,8 +503,9 @@ def select_candidates(
                               **filter_params(filters)}
     if embedding is not None:
         params["q"] = np.asarray(embedding, np.float32)
-    stmt = _recall_text(embedding is not None, query is not None, require_consent, filters,
-                        expand > 0, exact, vector_list)
+    stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
+                            require_consent=require_consent, filters=filters, expand=expand > 0,
+                            exact=exact, vector_list=vector_list)
     out = []
     # prepare=True: the statement's plan (about 0.5 ms of the server's time) is kept per
     # pooled connection after psycopg's fifth run of the same text
@@ -522,25 +525,14 @@ def select_candidates(
 @functools.lru_cache(maxsize=64)
 def _links_text(filters: NoteFilter | None) -> bytes:
     """:func:`select_links`' statement text for ``filters``, composed once per process."""
-    return sql.SQL(_LINKS).format(g=sql.Identifier(tables.LINK_GRAPH), t=sql.Identifier(TABLE),
-                                  xs=_scope_access(filters, "x")).as_bytes(None)
-
-
-@functools.lru_cache(maxsize=512)
-def _recall_text(vector: bool, lexical: bool, require_consent: bool, filters: NoteFilter | None,
-                 expand: bool, exact: bool, vector_list: str | None) -> bytes:
-    """:func:`recall_statement`'s text for these arguments, composed once per process
-    (a function of its arguments alone; composing it was about 0.4 ms of each recall)."""
-    return recall_statement(vector=vector, lexical=lexical, require_consent=require_consent,
-                            filters=filters, expand=expand, exact=exact,
-                            vector_list=vector_list).as_bytes(None)
+    g, t = sql.Identifier(tables.LINK_GRAPH), sql.Identifier(TABLE)
+    return sql.SQL(_LINKS).format(g=g, t=t, xs=_scope_access(filters, "x")).as_bytes(None)
 
 
 def tenant_size(cur: Cursor[Any], tenant_id: str, cap: int) -> int:
     """Indexed notes of a tenant, counted up to ``cap``."""
-    row = cur.execute(
-        sql.SQL("SELECT count(*) AS n FROM (SELECT 1 FROM {t} WHERE tenant_id = %s LIMIT %s) s").format(
-            t=sql.Identifier(TABLE)), (tenant_id, cap)).fetchone()
+    q = sql.SQL("SELECT count(*) AS n FROM (SELECT 1 FROM {t} WHERE tenant_id = %s LIMIT %s) s")
+    row = cur.execute(q.format(t=sql.Identifier(TABLE)), (tenant_id, cap)).fetchone()
     return int(row["n"]) if row else 0
 
 

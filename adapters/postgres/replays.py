@@ -71,6 +71,18 @@ def state_digest() -> Any:
     return hashlib.md5(usedforsecurity=False)
 
 
+def feed(digests: dict[UUID, Any], events: Sequence[Any], states: Sequence[bytes]) -> dict[UUID, Any]:
+    """``digests`` fed the stored ``states`` of ``events`` (in order): a note's first
+    event starts a digest; a note with no digest and no first event here gets none."""
+    for event, raw in zip(events, states, strict=True):
+        oid = event.originator_id
+        if oid not in digests and event.originator_version == 1:
+            digests[oid] = state_digest()
+        if oid in digests:
+            digests[oid].update(raw)
+    return digests
+
+
 def stale(rows: Sequence[Sequence[Any]], digests: Mapping[UUID, Any]) -> set[UUID]:
     """The ids of ``digests`` (each the running digest a cached state was kept with)
     whose digest row in ``rows`` is missing or differs: their stored events changed

@@ -159,24 +159,12 @@ class PostgresUnitOfWork:
             self._write_again()
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
-            self._log.note_cache.put(self._aggregates.values(), self._committed_digests(),
+            self._log.note_cache.put(self._aggregates.values(),  # (digests: those replayed here, or new)
+                                     replays.feed(self._digests, self._events, self._stored_states),
                                      shredded=self._keys.doomed | self._keys.unreadable,
                                      owned=True)  # this unit of work is done with them
             if self._tenants and self._engine.on_commit is not None:
                 self._engine.on_commit(self._tenants)
-
-    def _committed_digests(self) -> dict[UUID, Any]:
-        """The running digests of this unit of work's notes after its events (a note
-        replayed here, or new: its first event is version 1); a note of neither kind
-        has none, and is not cached."""
-        digests = self._digests
-        for event, raw in zip(self._events, self._stored_states, strict=True):
-            oid = event.originator_id
-            if oid not in digests and event.originator_version == 1:
-                digests[oid] = replays.state_digest()
-            if oid in digests:
-                digests[oid].update(raw)
-        return digests
 
     _stored_states: Sequence[bytes] = ()
     """The stored ``state`` bytes of the events committed, in order (set by :meth:`commit`)."""
@@ -562,37 +550,29 @@ def _opening_sql(n_shared: int, n_scopes: int) -> bytes:
     return ("SELECT " + ", ".join(items)).encode()
 
 
-def _tracking_refused(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or one it was raised from) is the tracking statement's refusal
-    (``ProjectionEngine._record_all``: a cast error naming the projection)."""
+def _caused_by(exc: BaseException | None, test: Callable[[BaseException], bool]) -> bool:
+    """Whether ``exc`` or one it was raised from (five links deep) passes ``test``."""
     seen = 0
     while exc is not None and seen < 5:
-        if "memfabric: failed to record tracking" in str(exc):
+        if test(exc):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def _tracking_refused(exc: BaseException | None) -> bool:
+    """The tracking statement's refusal (``ProjectionEngine._record_all``: a cast error naming the projection)."""
+    return _caused_by(exc, lambda e: "memfabric: failed to record tracking" in str(e))
 
 
 def _gap_refused(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or one it was raised from) is the one-round-trip write's gap
-    check (``ProjectionEngine.send_fast``)."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if GAP_MESSAGE in str(exc):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    """The one-round-trip write's gap check (``ProjectionEngine.send_fast``)."""
+    return _caused_by(exc, lambda e: GAP_MESSAGE in str(e))
 
 
 def _statements_lost(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or one it was raised from) says a prepared statement of the
-    wire was gone from the server (deallocated behind psycopg's back)."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    """A prepared statement of the wire was gone from the server (deallocated behind psycopg's back)."""
+    return _caused_by(exc, lambda e: isinstance(e, psycopg.errors.InvalidSqlStatementName))
 
 
 def _column(row: Any, i: int) -> Any:

@@ -72,9 +72,9 @@ def test_the_profile_is_pushed_into_the_recall_statement(fab: Any) -> None:
 def test_the_statement_carries_the_rule() -> None:
     access = AccessFilter("bot", ("fact",), ("thread",), (ScopePattern.parse("acme/u1/*"),))
     text = recall_index.recall_statement(vector=True, lexical=True, require_consent=False,
-                                         filters=NoteFilter(access=access), expand=True).as_string(None)
+                                         filters=NoteFilter(access=access), expand=True).decode()
     assert text.count("mf_principal_grants") == 5  # vector list (graph and tail), lexical list, IDF count, expansion
-    plain = recall_index.recall_statement(vector=True, lexical=True, require_consent=False).as_string(None)
+    plain = recall_index.recall_statement(vector=True, lexical=True, require_consent=False).decode()
     assert "mf_principal_grants" not in plain
 
 

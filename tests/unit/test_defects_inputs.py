@@ -59,3 +59,18 @@ def test_defect_10_deeply_nested_consent_is_a_validation_error() -> None:
         deep = {"a": deep}
     with pytest.raises(ValidationError):
         RememberInput(kind="fact", content="x", consent=deep)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("content", b"abc"), ("content", bytearray(b"abc")), ("context", memoryview(b"abc")),
+    ("tags", [b"prefs"]), ("subject", b"editor"),
+])
+def test_bytes_are_not_text(field: str, value: object) -> None:
+    """A fresh-user trial stored ``content=b"abc"`` as the text 'abc' (pydantic decodes
+    bytes in lax mode): no public input is binary, so bytes are a validation error."""
+    with pytest.raises(ValidationError, match="not bytes") as info:
+        RememberInput(kind="fact", **{"content": "x", field: value})
+    assert field in {str(e["loc"][0]) for e in info.value.errors()}
+    assert RecallInput(query="q").query == "q"
+    with pytest.raises(ValidationError, match="not bytes"):
+        RecallInput(query=b"q")
