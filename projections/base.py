@@ -187,6 +187,8 @@ def prefix_where(tenant_id: str, resource_id: str | None,
 
 def in_pipeline(cur: Cursor[Any]) -> bool:
     """Whether ``cur``'s connection is in pipeline mode (a unit of work's: no COPY)."""
+    if isinstance(cur, BatchCursor):  # the rows join a write statement (issue 24)
+        return True
     return cur.connection._pipeline is not None  # noqa: SLF001 - psycopg has no public flag
 
 

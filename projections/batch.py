@@ -57,6 +57,8 @@ def _bound(value: Any) -> str:
 
 
 def _array(value: Sequence[Any]) -> Any:
+    if not value:
+        return "{}"
     if all(type(i) in _ARRAY_ITEMS for i in value):
         return "{" + ",".join(map(_array_item, value)) + "}"
     return value

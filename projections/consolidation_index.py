@@ -47,7 +47,7 @@ from memfabric.domain.subjects import WILDCARD, SubjectKey
 from memfabric.domain.note import Note
 from memfabric.domain.policy import content_hash
 from memfabric.domain import visibility
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.visibility import of_consent
 from memfabric.projections.batch import encode_params, vector_binary
 from memfabric.projections import base, partitions, tables
@@ -275,8 +275,7 @@ def select_neighbours(
 
 
 def _home(row: dict[str, Any]) -> Scope:
-    return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
-                 thread_id=row["thread_id"] or None)
+    return stored_scope(row["tenant_id"], row["resource_id"], row["thread_id"])
 
 
 _SCOPE_KIND = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"

@@ -21,7 +21,7 @@ from psycopg.types.range import Range
 
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.policy import content_hash
 from memfabric.projections import base, partitions, principals, recall_tail, tables
 from memfabric.projections.base import split_rows, write_rows
@@ -590,5 +590,4 @@ def select_scopes(cur: Cursor[Any], *, tenant_id: str | None, tags: Sequence[str
         "SELECT DISTINCT tenant_id, resource_id, thread_id FROM {t} WHERE {w} ORDER BY 1, 2, 3"
     ).format(t=sql.Identifier(TABLE), w=sql.SQL(" AND ").join(conds))
     rows = cur.execute(stmt, {"tags": list(tags), "t": tenant_id}).fetchall()
-    return [Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
-                  thread_id=r["thread_id"] or None) for r in rows]
+    return [stored_scope(r["tenant_id"], r["resource_id"], r["thread_id"]) for r in rows]

@@ -3,20 +3,26 @@
 :class:`PostgresUnitOfWork` owns everything a write touches, explicitly (no context
 variables, no pass-through keyword arguments):
 
-- the pooled connection and its transaction (opened on ``__enter__``);
+- the pooled connection and its transaction, held by a
+  :class:`~memfabric.adapters.postgres.session.TxSession`: ``BEGIN`` and the opening
+  locks are buffered on the wire (``adapters/postgres/wire.py``) and sent with the first
+  read, or with ``COMMIT`` (a plain write is one round trip, issue 24);
 - the projections' shared advisory locks and the scopes' write locks
   (``pg_advisory_xact_lock``, in sorted key order so two multi-scope writers cannot
   deadlock), taken first, in one statement, before any read;
-- every read the write decides on: aggregate replays, key reads, the consolidation
-  neighbours, paths and the working value — all on this connection;
+- every read the write decides on: aggregate replays (from the process's note cache
+  when it holds the note, :mod:`.note_cache`), key reads, the consolidation neighbours,
+  entity keys, paths and the working value, all in this transaction (on the wire while
+  it can, through :meth:`PostgresUnitOfWork.reader`);
 - the aggregates to save, their new data keys and the keys to destroy;
-- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock
-  (``ProjectionEngine.lock_statement``), seal the
-  events, insert the keys, delete the shredded keys, append the events (one
-  statement), apply the write-side projections (and every projection when projecting
-  inline) with the tenant's tracking, then COMMIT. One transaction, one connection: a
-  pool of size 1 suffices. Writers of different tenants never wait for each other
-  here (issue 24); writers of one tenant queue on its lock from the append to COMMIT.
+- at :meth:`~PostgresUnitOfWork.commit`: seal the events, take the tenants' append
+  locks, insert the keys and the events (one statement), and per tenant one statement
+  with the projections' rows and its tracking, which checks the tenant had no gap
+  (``ProjectionEngine.fast_statement``), then COMMIT; nothing is read back before it. A
+  gap, or a write whose projections a runner keeps, takes the path that reads the
+  tenant's positions back and catches the gap up first (:meth:`_commit_slow`).
+  Writers of different tenants never wait for each other here (issue 24); writers of
+  one tenant queue on its lock from the append to COMMIT.
 """
 
 from __future__ import annotations
@@ -267,14 +273,15 @@ class PostgresUnitOfWork:
         found = self.load_ids([aggregate_id])
         return found[0] if found else None
 
-    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+    def load_ids(self, aggregate_ids: Sequence[UUID], *, fresh: bool = False) -> list[Note]:
         """The notes ``aggregate_ids`` (held here, else replayed), read in the tenants of
         this unit of work's scopes only (a note of another tenant is never one a write
         decides on; a partitioned log is then read in their partitions, issue 25). On
-        the wire, the events and the keys are read in one round trip (events first)."""
+        the wire, the events and the keys are read in one round trip (events first).
+        ``fresh``: replayed from the first event, not from the note cache (erasures)."""
         missing = [i for i in aggregate_ids if i not in self._aggregates]
         tenants = sorted({s.tenant_id for s in self._scopes}) or None
-        loaded = {n.id: n for n in self._replay(missing, tenants)}
+        loaded = {n.id: n for n in self._replay(missing, tenants, fresh=fresh)}
         out = []
         for i in aggregate_ids:
             note = self._aggregates.get(i) or loaded.get(i)
@@ -282,14 +289,16 @@ class PostgresUnitOfWork:
                 out.append(note)
         return out
 
-    def _replay(self, ids: list[UUID], tenants: Sequence[str] | None) -> list[Note]:
+    def _replay(self, ids: list[UUID], tenants: Sequence[str] | None, *, fresh: bool = False) -> list[Note]:
         """Replay ``ids`` in this transaction: each from the state the process's note
         cache holds (``note_cache.NoteCache``; only the events after it are read),
         else from its first event; the states read are cached (not the ones replayed
-        as unreadable). On the wire, the events and the keys in one round trip."""
+        as unreadable). A cached note whose keys are gone is replayed from its first
+        event (a key fault is then reported as before), and so is every note when
+        ``fresh``. On the wire, the events and the keys in one round trip."""
         if not ids:
             return []
-        cache = None if self.keys.unreadable.intersection(ids) else self._log.note_cache
+        cache = None if fresh or self.keys.unreadable.intersection(ids) else self._log.note_cache
         held = cache.get(ids) if cache is not None else {}
         versions = {i: n.version for i, n in held.items()}
         query, params = replays.events_query(ids, tenants, versions)
@@ -305,6 +314,10 @@ class PostgresUnitOfWork:
             with self.conn.cursor(row_factory=tuple_row) as cur:
                 rows = cur.execute(query, params).fetchall()
             self.keys.preload(ids)
+        keyless = [i for i in held if self.keys.latest.get(i) is None]
+        if cache is not None and keyless:  # keys gone since: a shredding or a key fault, as a replay tells
+            cache.discard(keyless)
+            return self._replay(ids, tenants)
         loaded = replays.replay_rows(rows, self._log.sealing_mapper.bound(self.keys), ids, held)
         if cache is not None:  # the states read here (an erased one drops out); those changed are kept after COMMIT
             cache.put([n for n in loaded if versions.get(n.id) != n.version])

@@ -5,10 +5,11 @@ the one a full replay gives; a note erased meanwhile is never served with conten
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from memfabric.adapters import open_fabric
-from memfabric.domain.errors import NoteForgottenError
+from memfabric.domain.errors import EventIntegrityError, NoteForgottenError
 from memfabric.domain.note import note_uuid
 from tests.conftest import fetch
 
@@ -43,3 +44,19 @@ def test_a_note_forgotten_elsewhere_is_not_served_from_the_cache(dsn: str) -> No
             ours.remember(kind="fact", content="the office code changed", supersedes=old.id)
         assert cache.get([aggregate_id]) == {}  # an erased note is dropped, never kept
         assert ours.get(old.id).content is None
+
+
+def test_a_cached_note_whose_key_is_gone_is_a_key_fault_not_a_write(dsn: str) -> None:
+    with open_fabric(dsn) as mine:
+        ours = mine.scope("acme", "u1", "t1")
+        note = ours.remember(kind="fact", content="the vault code is 7731")
+        ours.remember(kind="fact", content="the vault code is 7731")  # a fold: cached after COMMIT
+        aggregate_id = note_uuid(ours.scope, note.id)
+        assert mine.log.note_cache.get([aggregate_id])  # type: ignore[attr-defined]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM mf_note_keys WHERE originator_id = %s", (aggregate_id,))
+        mine.log.keys._cache.clear()  # type: ignore[attr-defined]  # noqa: SLF001
+        before = fetch(dsn, "SELECT count(*) FROM memfabric_events")
+        with pytest.raises(EventIntegrityError, match="key"):
+            ours.remember(kind="fact", content="the vault code is 7731")
+        assert fetch(dsn, "SELECT count(*) FROM memfabric_events") == before
