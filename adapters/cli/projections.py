@@ -179,6 +179,8 @@ def reembed_command(
     embedder: Annotated[str, typer.Option(
         "--embedder", metavar="NAME", help="The new embedder: hash, hash:<dim>, wordllama or minilm.")],
     batch: Annotated[int, typer.Option(metavar="N", help="Notes per write transaction.", min=1, max=10_000)] = 256,
+    partition: PartitionOpt = None,
+    tenant: PartitionTenantOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
@@ -188,7 +190,8 @@ def reembed_command(
     Appends a Reembedded event with the new vector per note that has content, builds the recall and \
 consolidation indexes under the new dimension while recall keeps serving, then switches atomically \
 and records the new embedder. Writes meanwhile are caught up before the switch. Run it again after an \
-interruption: it resumes without duplicate events."""
+interruption: it resumes without duplicate events. With --partition N or --tenant ID, only that tenant \
+partition's notes are embedded, with no switch: run it without them at the end to switch every partition."""
     dsn_, embedded = (None, None)
     try:
         target = make_embedder(embedder)
@@ -197,7 +200,8 @@ interruption: it resumes without duplicate events."""
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
         with quiet_fallback(), open_fabric(dsn_, embedder=stand_in) as fabric, progress_reporter() as reporter:
             require_writable(fabric)
-            report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err))
+            report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err),
+                                    partition=partition, tenant=tenant)
     except HANDLED as exc:
         fail(exc, as_json=as_json)
     finally:
@@ -209,9 +213,16 @@ interruption: it resumes without duplicate events."""
            "switch_attempts": report.switch_attempts, "seconds": round(report.seconds, 3),
            "rows_per_second": round(report.rows_per_second, 1),
            "embed_seconds": round(report.embed_seconds, 3),
-           "rebuild_seconds": round(report.rebuild.seconds, 3) if report.rebuild else 0.0}
+           "rebuild_seconds": round(report.rebuild.seconds, 3) if report.rebuild else 0.0,
+           "partition": report.partition}
     if as_json:
         print_json(out)
+        return
+    if report.partition is not None:
+        console.print(
+            f"embedded {report.notes} notes of partition {report.partition} ({report.already} already done) under "
+            f"{report.embedder_id}; the fabric still serves {report.previous_embedder_id}: run reembed without "
+            f"--partition/--tenant to embed the rest and switch")
         return
     if report.rebuild is None:
         console.print(f"the fabric already uses {report.embedder_id}: nothing to do")

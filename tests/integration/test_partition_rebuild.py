@@ -1,10 +1,11 @@
-"""Issue 25: rebuild and verify one tenant partition
+"""Issue 25: rebuild, verify and reembed one tenant partition
 (``ProjectionAdmin.rebuild_partition`` / ``verify_partition``,
 ``memfabric projections rebuild|verify --partition N | --tenant ID``): the partition's rows
 are replaced from its events alone, the other partitions' rows are not rewritten (the
 same row versions), writers and readers of other partitions go on meanwhile while the
 partition's writers wait, and the tracking stays exactly-once (each of the partition's
-tenant rows at its newest event, the floor as it was)."""
+tenant rows at its newest event, the floor as it was). ``reembed(partition=)`` embeds one
+partition's notes and switches nothing; the final whole ``reembed`` finds them done."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 
 from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.embedders import HashEmbedder
 from memfabric.domain.errors import FabricError
 from memfabric.projections import partition_admin, partitions
 from memfabric.projections.rebuild import ProjectionAdmin
@@ -239,6 +241,8 @@ def test_an_unpartitioned_fabric_is_rebuilt_whole(dsn: str) -> None:
         fab.scope("acme", "u1").remember(kind="fact", content="one plain table")
         with pytest.raises(FabricError, match="not partitioned"):
             ProjectionAdmin.for_fabric(fab).rebuild_partition(0)
+        with pytest.raises(FabricError, match="not partitioned"):
+            fab.reembed("hash", tenant="acme")
 
 
 def test_the_command_line_rebuilds_and_verifies_one_partition(fab: Fabric, dsn: str) -> None:
@@ -256,3 +260,55 @@ def test_the_command_line_rebuilds_and_verifies_one_partition(fab: Fabric, dsn: 
     assert res.exit_code == 0 and "OK" in res.stdout and f"mf_recall_index_p{mine}" in res.stdout
     res = invoke(dsn, "projections", "rebuild", "--partition", "0", "--blue-green")
     assert res.exit_code == 2 and "blue-green" in res.output
+
+
+def reembedded(dsn: str) -> dict[str, int]:
+    """``Reembedded`` events per tenant."""
+    rows = fetch(dsn, "SELECT tenant, count(*) FROM memfabric_events WHERE topic LIKE %s GROUP BY tenant",
+                 ("%Reembedded",))
+    return {str(t): int(n) for t, n in rows}
+
+
+def with_content(dsn: str, tenants: list[str]) -> int:
+    """Notes of ``tenants`` that carry a vector (kinds fact, procedure, file)."""
+    return int(fetch(dsn, "SELECT count(*) FROM mf_note_scope WHERE kind IN ('fact', 'procedure', 'file')"
+                          " AND tenant_id = ANY(%s)", (tenants,))[0][0])
+
+
+def test_reembed_one_partition_then_the_rest_with_the_switch(dsn: str) -> None:
+    with open_fabric(dsn, partitions=N, embedder=HashEmbedder(256)) as fab:
+        fill(fab)
+        mine = partition_of(dsn, "t1")
+        inside = [t for t in TENANTS if partition_of(dsn, t) == mine]
+
+        first = fab.reembed("hash", tenant="t1")  # HashEmbedder(384), partition of t1 only
+
+        assert (first.partition, first.rebuild, first.already) == (mine, None, 0)
+        assert first.notes == with_content(dsn, inside) > 0
+        assert reembedded(dsn) == {t: with_content(dsn, [t]) for t in inside}  # no other partition's note
+        assert fab.service.embedder.dim == 256  # nothing switched: the fabric serves its embedder
+        assert fetch(dsn, "SELECT dim FROM mf_fabric_embedder")[0][0] == 256
+        assert fab.reembed("hash", partition=mine).notes == 0  # resumable: nothing twice
+        late = fab.scope("t1", "u1", "th").remember(kind="fact", content="t1 writes between the passes")
+        assert fab.scope("t1", "u1", "th").recall("writes between the passes").hits[0].id == late.id
+        assert all(r.ok for r in ProjectionAdmin.for_fabric(fab).verify())
+
+        rest = fab.reembed("hash")
+
+        assert rest.partition is None and rest.rebuild is not None
+        assert rest.already == first.notes and rest.notes == with_content(dsn, TENANTS) - first.notes
+        assert reembedded(dsn) == {t: with_content(dsn, [t]) for t in TENANTS}  # one event per note
+        assert fetch(dsn, "SELECT dim FROM mf_fabric_embedder")[0][0] == 384
+        assert fab.scope("t1", "u1", "th").recall("writes between the passes").hits[0].id == late.id
+        assert all(r.ok for r in ProjectionAdmin.for_fabric(fab).verify())
+
+
+def test_the_command_line_reembeds_one_partition(fab: Fabric, dsn: str) -> None:
+    mine = partition_of(dsn, "t2")
+    res: Any = invoke(dsn, "reembed", "--embedder", "hash:128", "--partition", str(mine), "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["partition"] == mine and out["notes"] > 0 and out["rebuild_seconds"] == 0.0
+    assert set(reembedded(dsn)) == {t for t in TENANTS if partition_of(dsn, t) == mine}
+    res = invoke(dsn, "reembed", "--embedder", "hash:128", "--partition", str(N))
+    assert res.exit_code == 2 and "partitions 0..3" in res.output
