@@ -253,12 +253,14 @@ class Fabric:
                                   batch_size=batch_size, progress=progress)
 
     def reembed(self, embedder: Embedder | str, *, batch: int = 256, reporter: Any = None,
-                attempts: int = 20) -> ReembedReport:
+                attempts: int = 20, partition: int | None = None, tenant: str | None = None) -> ReembedReport:
         """Migrate this fabric to another embedder without downtime (issue 19): a
         ``Reembedded`` event per note with content, a blue-green rebuild of the recall and
         consolidation indexes under the new dimension, an atomic switch that records the
         new embedder; resumable. ``embedder``: an embedder or a name for
-        :func:`~memfabric.adapters.embedders.embedder_from_name`. Returns a
+        :func:`~memfabric.adapters.embedders.embedder_from_name`. ``partition`` or
+        ``tenant`` (a partitioned fabric, issue 25): only embed that partition's notes,
+        no switch (a later call without them switches). Returns a
         :class:`~memfabric.adapters.reembed.ReembedReport`; errors: see
         :func:`memfabric.adapters.reembed.reembed`."""
         try:
@@ -267,7 +269,8 @@ class Fabric:
             raise SettingsError(str(exc)) from None
         except ImportError as exc:
             raise FabricError(f"embedder {embedder!r}: its package is not installed: {exc}") from None
-        return reembed(self, target, batch=batch, reporter=reporter, attempts=attempts)
+        return reembed(self, target, batch=batch, reporter=reporter, attempts=attempts, partition=partition,
+                       tenant=tenant)
 
     def use_embedder(self, embedder: Embedder, projections: Sequence[Any]) -> None:
         """Serve with ``embedder`` and the given projection instances (same names as the

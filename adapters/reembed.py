@@ -30,6 +30,15 @@ notices at its next recall or write whose vector has the old dimension (the inde
 refuses it), adopts the recorded embedder and retries once
 (``EmbedderChangedError`` reaches the caller only if that fails too).
 
+**One partition at a time** (issue 25, a fabric made with ``partitions=N``):
+``reembed(fabric, embedder, partition=i)`` (or ``tenant=``) runs the first pass over the
+notes of partition ``i``'s tenants only and stops there: no build, no switch, the fabric
+keeps serving with its embedder. The embedding (the costly part) can so be spread
+partition by partition, each call resumable; the final ``reembed`` without a partition
+finds those notes done (``already``), embeds the rest and switches every partition at
+once: the recall index is one partitioned table with one vector dimension, and the
+embedder record is one per fabric, so a fabric never serves two embedders.
+
 Resume: the passes skip notes that already have a vector of the new embedder, so a run
 killed anywhere (even with SIGKILL) and started again appends no duplicate event and
 finishes; left-over ``*_bg`` tables are rebuilt. A later rebuild reads the vectors from
@@ -57,7 +66,7 @@ from memfabric.domain.errors import EmbedderError, FabricError
 from memfabric.domain.note import Note, vector_for
 from memfabric.domain.ports import Embedder
 from memfabric.domain.scope import Scope
-from memfabric.projections import tables
+from memfabric.projections import partition_admin, tables
 from memfabric.adapters.replaying import ReplayingMapper
 from memfabric.projections.base import NoteProjection
 from memfabric.projections.rebuild import ProjectionAdmin, RebuildReport, Reporter
@@ -87,7 +96,9 @@ class ReembedReport:
     ``Reembedded`` events were appended (``notes``) and how many notes already had a
     vector of the new embedder (``already``: a resumed run), the passes, the switch
     attempts, seconds spent embedding and in total, and the blue-green rebuild's report
-    (``None`` when the fabric already used that embedder)."""
+    (``None`` when the fabric already used that embedder, or for one partition's pass);
+    ``partition``: the partition a ``partition=``/``tenant=`` call embedded (its
+    remainder), else ``None``."""
 
     embedder_id: str
     dim: int
@@ -100,6 +111,7 @@ class ReembedReport:
     embed_seconds: float
     seconds: float
     rebuild: RebuildReport | None
+    partition: int | None = None
 
     @property
     def rows_per_second(self) -> float:
@@ -179,6 +191,8 @@ class Reembedder:
         self.switches = 0
         self.embed_seconds = 0.0
         self.position = 0
+        self.tenants: list[str] | None = None
+        """The tenants whose notes the passes walk (one partition's), ``None``: every one."""
 
     # ----------------------------------------------------------------- reads
     def _head(self, cur: Cursor[Any]) -> int:
@@ -194,13 +208,20 @@ class Reembedder:
         with self.fabric.store.connection() as conn, conn.cursor() as c:
             return self._rows(query, params, c)
 
+    def _tenant_filter(self) -> tuple[sql.Composable, list[Any]]:
+        """``(condition, params)`` keeping the rows of :attr:`tenants` (none: every row)."""
+        if self.tenants is None:
+            return sql.SQL("true"), []
+        return sql.SQL("tenant_id = ANY(%s)"), [self.tenants]
+
     def _page(self, after: UUID | None) -> list[Any]:
         """The next ``batch`` notes of the note-scope index after ``after`` (aggregate order)."""
+        where, params = self._tenant_filter()
         return self._rows(sql.SQL(
             "SELECT aggregate_id, tenant_id, resource_id, thread_id FROM {t}"
-            " WHERE kind = ANY(%s) AND (%s::uuid IS NULL OR aggregate_id > %s::uuid)"
-            " ORDER BY aggregate_id LIMIT %s").format(t=sql.Identifier(tables.NOTE_SCOPE)),
-            (list(KINDS), after, after, self.batch))
+            " WHERE kind = ANY(%s) AND {w} AND (%s::uuid IS NULL OR aggregate_id > %s::uuid)"
+            " ORDER BY aggregate_id LIMIT %s").format(t=sql.Identifier(tables.NOTE_SCOPE), w=where),
+            (list(KINDS), *params, after, after, self.batch))
 
     def _changed(self, after: int, upto: int, cur: Cursor[Any] | None = None) -> list[Any]:
         """Notes (with their scope) with a vector-bringing event in ``(after, upto]``."""
@@ -212,8 +233,9 @@ class Reembedder:
             (list(KINDS), after, upto, VECTOR_TOPICS), cur)
 
     def _count(self) -> int:
-        rows = self._rows(sql.SQL("SELECT count(*) FROM {t} WHERE kind = ANY(%s)").format(
-            t=sql.Identifier(tables.NOTE_SCOPE)), (list(KINDS),))
+        where, params = self._tenant_filter()
+        rows = self._rows(sql.SQL("SELECT count(*) FROM {t} WHERE kind = ANY(%s) AND {w}").format(
+            t=sql.Identifier(tables.NOTE_SCOPE), w=where), (list(KINDS), *params))
         return int(rows[0][0])
 
     # ---------------------------------------------------------------- writes
@@ -334,6 +356,27 @@ class Reembedder:
         self.fabric.log.note_recorder.insert_on(cur, stored, [t for t, _ in pending])
         self.appended += len(notes)
 
+    def run_partition(self, partition: int | None, tenant: str | None) -> ReembedReport:
+        """The first pass over one partition's notes (``partition``, or the one holding
+        ``tenant``), no build, no switch (module doc); ``FabricError`` as
+        :func:`memfabric.projections.partition_admin.locate`."""
+        started = time.perf_counter()
+        old = self.fabric.service.embedder
+        with self.fabric.store.connection() as conn, conn.cursor() as cur:
+            located = partition_admin.locate(cur, partition, tenant)
+            self.tenants = list(partition_admin.target(cur, located).newest)
+        if str(old.id) != self.target:
+            self.first_pass()
+        return self._report(old, started, None, located[0])
+
+    def _report(self, old: Embedder, started: float, rebuild: RebuildReport | None,
+                partition: int | None = None) -> ReembedReport:
+        return ReembedReport(
+            embedder_id=self.target, dim=int(self.embedder.dim), previous_embedder_id=str(old.id),
+            previous_dim=int(old.dim), notes=self.appended, already=self.already, passes=self.passes,
+            switch_attempts=self.switches, embed_seconds=self.embed_seconds,
+            seconds=time.perf_counter() - started, rebuild=rebuild, partition=partition)
+
     def run(self) -> ReembedReport:
         """Passes, blue-green build, switch (see the module doc)."""
         started = time.perf_counter()
@@ -349,24 +392,26 @@ class Reembedder:
                                         between=self.catch_up_pass, attempts=self.attempts,
                                         reporter=self.reporter)
             self.fabric.use_embedder(self.embedder, projections)
-        return ReembedReport(
-            embedder_id=self.target, dim=int(self.embedder.dim), previous_embedder_id=str(old.id),
-            previous_dim=int(old.dim), notes=self.appended, already=self.already, passes=self.passes,
-            switch_attempts=self.switches, embed_seconds=self.embed_seconds,
-            seconds=time.perf_counter() - started, rebuild=report)
+        return self._report(old, started, report)
 
 
 def reembed(fabric: Fabric, embedder: Embedder, *, batch: int = 256, reporter: Reporter | None = None,
-            attempts: int = 20) -> ReembedReport:
+            attempts: int = 20, partition: int | None = None, tenant: str | None = None) -> ReembedReport:
     """Migrate ``fabric`` to ``embedder`` without downtime (module doc): returns a
     :class:`ReembedReport`. A fabric already on that embedder is left alone (report with
     ``rebuild=None``). ``batch``: notes per unit of work (1-10000, default 256);
     ``reporter``: progress (notes/s and ETA, then the rebuild's events and indexes);
-    ``attempts``: switch attempts while writes keep arriving (default 20).
+    ``attempts``: switch attempts while writes keep arriving (default 20);
+    ``partition``/``tenant``: only the first pass over that partition's notes (one of
+    the two; module doc), ``FabricError`` on an unpartitioned fabric or a partition out
+    of range.
 
     Raises ``ReadOnlyError`` for a read-only fabric, ``EmbedderError`` when the embedder
     returns a wrong shape or non-finite values (the notes done so far keep their events:
     run again to resume), ``FabricError`` when the switch was refused ``attempts`` times
     (nothing switched; run again), ``ProjectionError`` when the log cannot be replayed."""
     fabric._writable("reembed")  # noqa: SLF001
-    return Reembedder(fabric, embedder, batch=batch, reporter=reporter, attempts=attempts).run()
+    job = Reembedder(fabric, embedder, batch=batch, reporter=reporter, attempts=attempts)
+    if partition is not None or tenant is not None:
+        return job.run_partition(partition, tenant)
+    return job.run()

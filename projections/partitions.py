@@ -132,3 +132,30 @@ def rename_children(cur: Cursor[Any], old: str, new: str) -> None:
             if index.startswith(child):
                 cur.execute(sql.SQL("ALTER INDEX {a} RENAME TO {b}").format(
                     a=sql.Identifier(index), b=sql.Identifier(renamed + index[len(child):])))
+
+
+def child(cur: Cursor[Any], table: str, remainder: int) -> str:
+    """The partition of hash-partitioned ``table`` that holds remainder ``remainder``
+    (read from its bound, ``FOR VALUES WITH (modulus n, remainder r)``, not from its
+    name); ``LookupError`` when there is none."""
+    for row in cur.execute(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)", (table,)).fetchall():
+        name, bound = (row["relname"], row["bound"]) if isinstance(row, dict) else row
+        if f"remainder {remainder})" in bound:
+            return str(name)
+    raise LookupError(f"{table} has no partition of remainder {remainder}")
+
+
+def of_tenant(cur: Cursor[Any], tenant: str, table: str = tables.EVENTS) -> int:
+    """The remainder of the partition of ``table`` that holds ``tenant`` (PostgreSQL's
+    own hash, ``satisfies_hash_partition``), whether or not it has written anything;
+    0 for a plain table."""
+    n = count(cur, table)
+    if n <= 1:
+        return 0
+    row = cur.execute(
+        "SELECT r FROM generate_series(0, %s - 1) r WHERE satisfies_hash_partition(to_regclass(%s)::oid, %s, r, %s::text)",
+        (n, table, n, tenant)).fetchone()
+    assert row is not None  # every value satisfies exactly one remainder
+    return int(row["r"] if isinstance(row, dict) else row[0])

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -42,15 +42,20 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import Connection, Cursor, sql
 
 from memfabric.domain.errors import FabricError, ProjectionError
-from memfabric.projections import catalog, partitions, quarantine
+from memfabric.projections import catalog, partition_admin, partitions, quarantine
+from memfabric.projections.admin_locks import (
+    SWITCH_ATTEMPTS, SWITCH_LOCK_TIMEOUT, rebuild_locks, session_locks, switch_locks,
+)
 from memfabric.projections.base import NoteProjection, accepted
-from memfabric.projections.engine import ProjectionEngine, bounded_locks
+from memfabric.projections.engine import ProjectionEngine
+from memfabric.projections.partition_admin import PartitionRebuildReport
 from memfabric.projections.replay import Cut, ReplayMapper, replay_notes
 from memfabric.projections.verify import MIGRATION_ROW, RowDifference, VerifyReport, compare, tracking_problem
 
 __all__ = [
-    "BG_SUFFIX", "MIGRATION_ROW", "VERIFY_SUFFIX", "Cut", "PrivilegeCopy", "ProjectionAdmin", "ProjectionStatus",
-    "RebuildReport", "Reporter", "RowDifference", "VerifyReport", "replay_notes", "tracking_problem",
+    "BG_SUFFIX", "MIGRATION_ROW", "SWITCH_ATTEMPTS", "SWITCH_LOCK_TIMEOUT", "VERIFY_SUFFIX", "Cut",
+    "PartitionRebuildReport", "PrivilegeCopy", "ProjectionAdmin", "ProjectionStatus", "RebuildReport", "Reporter",
+    "RowDifference", "VerifyReport", "replay_notes", "tracking_problem",
 ]
 
 BG_SUFFIX = "_bg"
@@ -69,33 +74,6 @@ PrivilegeCopy = Callable[[Cursor[Any], str, str], None]
 """``copy(cur, table, new)``: give table ``new`` the owner and every grant of ``table``
 (issue 27); supplied by the adapter that owns the roles
 (``memfabric.adapters.postgres.roles.copy_privileges``)."""
-
-
-@contextmanager
-def _session_locks(conn: Connection[Any], engine: ProjectionEngine, names: Sequence[str]) -> Iterator[None]:
-    """Hold the session advisory locks of ``names`` (engine keys, in order; released in
-    reverse), each wait bounded by the engine's ``lock_timeout``
-    (``LockTimeoutError``)."""
-    keys = [engine.lock_key(name) for name in names]
-    taken: list[int] = []
-    try:
-        with bounded_locks("rebuild"):
-            conn.execute("SELECT set_config('lock_timeout', %s, false)", (engine.timeout_setting(),))
-            for key in keys:
-                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-                taken.append(key)
-            conn.execute("SELECT set_config('lock_timeout', '0', false)")
-        yield
-    finally:
-        for key in reversed(taken):
-            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
-
-def _rebuild_locks(conn: Connection[Any], engine: ProjectionEngine, selected: Sequence[Any],
-                   ) -> AbstractContextManager[None]:
-    """Hold the session advisory lock ``rebuild:<name>`` of every selected projection
-    so two rebuilds of one projection never overlap."""
-    return _session_locks(conn, engine, ["rebuild:" + p.name for p in selected])
 
 
 # --------------------------------------------------------------------- progress
@@ -149,40 +127,6 @@ class RebuildReport:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-SWITCH_LOCK_TIMEOUT = "200ms"
-"""How long a blue-green switch waits for each of its locks before it rolls back and
-tries again: below the server's ``deadlock_timeout`` (1 s by default), so a writer
-holding a lock the switch needs (it read the consolidation index, or holds a
-projection's shared lock) never gets a deadlock error: the switch gives way first."""
-
-SWITCH_ATTEMPTS = 50
-"""Switch attempts of a plain blue-green rebuild before it gives up (``FabricError``)."""
-
-
-def _switch_locks(cur: Cursor[Any], engine: ProjectionEngine, selected: Sequence[NoteProjection]) -> bool:
-    """In a switch's transaction: every selected projection's advisory lock
-    (exclusive; writers hold them shared from the first statement of their unit of
-    work, before any read, to COMMIT), then an ACCESS EXCLUSIVE lock on each of their
-    tables (held by no writer then, only by readers outside units of work), each wait
-    bounded by :data:`SWITCH_LOCK_TIMEOUT`; ``False`` when one ran out (the caller
-    rolls back and retries). Fixes the deadlock of a blue-green
-    rebuild of the consolidation index while writers run (round 2's closing note)."""
-    def lock_tables(projections: Sequence[NoteProjection]) -> None:
-        for p in projections:
-            for table in p.tables:
-                cur.execute(sql.SQL("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE").format(t=sql.Identifier(table)))
-
-    cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT)))
-    try:  # writers take the projection locks (shared) first, before any read: so does the switch
-        for p in selected:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (engine.lock_key(p.name),))
-        lock_tables(selected)
-    except psycopg.errors.LockNotAvailable:
-        return False
-    cur.execute("SET LOCAL lock_timeout = 0")
-    return True
-
-
 # ------------------------------------------------------------------------ admin
 class ProjectionAdmin:
     """Status, rebuild, verify and the runner for every projection of an engine.
@@ -216,7 +160,7 @@ class ProjectionAdmin:
     def select(self, names: Sequence[str] | str | None) -> list[NoteProjection]:
         """Projections named in ``names`` (``None`` or ``"all"``: every one), in engine
         order; raises ``FabricError`` naming the known projections for an unknown name."""
-        if names is None or names == "all" or (not isinstance(names, str) and "all" in names):
+        if names is None or _every(names):
             return list(self.engine.projections)
         wanted = {names} if isinstance(names, str) else set(names)
         unknown = wanted - set(self.names)
@@ -288,7 +232,7 @@ class ProjectionAdmin:
         selected = self.select(names)
         reporter = reporter or _Quiet()
         started = time.perf_counter()
-        with self.connect() as conn, _rebuild_locks(conn, self.engine, selected):
+        with self.connect() as conn, rebuild_locks(conn, self.engine, selected):
             if blue_green:
                 report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
                                           between=lambda: time.sleep(0.05), attempts=SWITCH_ATTEMPTS)
@@ -337,7 +281,7 @@ class ProjectionAdmin:
         self, conn: Connection[Any], selected: list[NoteProjection], batch: int, reporter: Reporter,
         maintenance_work_mem: str | None,
     ) -> tuple[int, int, dict[str, int], int, float, float]:
-        with _session_locks(conn, self.engine, [p.name for p in selected]):  # engine order, like writers
+        with session_locks(conn, self.engine, [p.name for p in selected]):  # engine order, like writers
             safe = self._safe_bound(selected)
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -408,7 +352,7 @@ class ProjectionAdmin:
         with conn.transaction() as tx, conn.cursor() as cur:
             if before_switch is not None and not before_switch(cur):
                 raise psycopg.Rollback(tx)
-            if not _switch_locks(cur, self.engine, selected):
+            if not switch_locks(cur, self.engine, selected):
                 raise psycopg.Rollback(tx)
             position = upto
             for p in selected:
@@ -458,7 +402,7 @@ class ProjectionAdmin:
         selected = list(projections)
         reporter = reporter or _Quiet()
         started = time.perf_counter()
-        with self.connect() as conn, _rebuild_locks(conn, self.engine, selected):
+        with self.connect() as conn, rebuild_locks(conn, self.engine, selected):
             report = self._blue_green(conn, selected, batch, reporter, maintenance_work_mem,
                                       before_switch, between, attempts)
         return RebuildReport(
@@ -522,6 +466,34 @@ class ProjectionAdmin:
                         out.append(dataclasses.replace(report, problem=problem))
         return out
 
+    # ------------------------------------------------------------ partitions
+    def rebuild_partition(self, partition: int | None = None, *, tenant: str | None = None,
+                          names: Sequence[str] | str | None = None, batch: int = 2000,
+                          reporter: Reporter | None = None) -> PartitionRebuildReport:
+        """Rebuild the rows of one tenant partition (issue 25): partition ``partition`` of
+        a fabric made with ``partitions=N``, or the one holding ``tenant`` (one of the
+        two), of the selected projections (default every one but the fabric-wide
+        principals), in one transaction, while writers of the other partitions go on
+        and the partition's own writers wait at their append
+        (:mod:`memfabric.projections.partition_admin`). Raises ``FabricError`` (an
+        unpartitioned fabric, a partition out of range, a fabric-wide projection
+        named), ``LockTimeoutError``, ``ProjectionError`` (nothing changed)."""
+        selected = partition_admin.selectable(self.select(names), named=not _every(names))
+        with self.connect() as conn, rebuild_locks(conn, self.engine, selected):
+            return partition_admin.rebuild(conn, self.engine, self.mapper, selected, partition, tenant,
+                                           batch=batch, task=(reporter or _Quiet()).task)
+
+    def verify_partition(self, partition: int | None = None, *, tenant: str | None = None,
+                         names: Sequence[str] | str | None = None, batch: int = 2000, show: int = 10,
+                         reporter: Reporter | None = None) -> list[VerifyReport]:
+        """:meth:`verify` of one tenant partition's rows (arguments as
+        :meth:`rebuild_partition`): a replay of the partition's events compared with
+        the partition's live rows, one report per table; takes no lock."""
+        selected = partition_admin.selectable(self.select(names), named=not _every(names))
+        with self.connect() as conn:
+            return partition_admin.verify(conn, self.engine, self.mapper, selected, partition, tenant,
+                                          batch=batch, show=show, task=(reporter or _Quiet()).task)
+
     # ---------------------------------------------------------------- runner
     def run(
         self,
@@ -575,3 +547,9 @@ class ProjectionAdmin:
                 if on_catch_up is not None:
                     on_catch_up(positions)
         return positions
+
+
+def _every(names: Sequence[str] | str | None) -> bool:
+    """Whether ``names`` selects every projection (``None``, ``"all"``)."""
+    return names is None or names == "all" or (not isinstance(names, str) and "all" in names)
+

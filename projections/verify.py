@@ -67,24 +67,30 @@ def tracking_problem(cur: Cursor[Any], table: str, name: str, head: int) -> str 
 
 
 def compare(
-    cur: Cursor[Any], name: str, live: str, scratch: str, position: int, head: int, show: int
+    cur: Cursor[Any], name: str, live: str, scratch: str, position: int, head: int, show: int,
+    live_where: sql.Composable | None = None,
 ) -> VerifyReport:
-    """Compare table ``live`` of projection ``name`` with its replay ``scratch`` row by
-    row (``md5`` of each row's text, matched on the primary key, or the multisets of row
-    hashes without one; columns of :data:`~memfabric.projections.tables.INDEX_STATE_COLUMNS`
-    are left out); ``show``: how many differing rows to describe."""
+    """Compare table ``live`` of projection ``name`` (with ``live_where``: its rows that
+    meet that condition, e.g. one partition's, issue 25) with its replay ``scratch`` row
+    by row (``md5`` of each row's text, matched on the primary key, or the multisets of
+    row hashes without one; columns of
+    :data:`~memfabric.projections.tables.INDEX_STATE_COLUMNS` are left out); ``show``:
+    how many differing rows to describe."""
     cols = [c for c in catalog.columns(cur, live) if c not in tables.INDEX_STATE_COLUMNS]
     keys = catalog.primary_key(cur, live) or ["_row_md5"]
-    lt, st = sql.Identifier(live), sql.Identifier(scratch)
+    st = sql.Identifier(scratch)
+    lt: sql.Composable = sql.Identifier(live)
+    if live_where is not None:
+        lt = sql.SQL("(SELECT * FROM {t} WHERE {w}) AS live_rows").format(t=lt, w=live_where)
     row_text = sql.SQL("md5(ROW({c})::text)").format(c=sql.SQL(", ").join(map(sql.Identifier, cols)))
     key_list = sql.SQL(", ").join(map(sql.Identifier, keys))
     if keys == ["_row_md5"]:  # no primary key: compare the multisets of row hashes
 
-        def side(t: sql.Identifier) -> sql.Composed:
+        def side(t: sql.Composable) -> sql.Composed:
             return sql.SQL("SELECT {h} AS _row_md5, count(*) AS v FROM {t} GROUP BY 1").format(h=row_text, t=t)
     else:
 
-        def side(t: sql.Identifier) -> sql.Composed:
+        def side(t: sql.Composable) -> sql.Composed:
             return sql.SQL("SELECT {k}, {h} AS v FROM {t}").format(k=key_list, h=row_text, t=t)
 
     diff = sql.SQL(
@@ -104,7 +110,7 @@ def compare(
             elif keys == ["_row_md5"]:
                 first.append(RowDifference(key, "changed", {"count": (row["live"], row["replayed"])}))
             else:
-                first.append(RowDifference(key, "changed", column_diff(cur, lt, st, keys, key)))
+                first.append(RowDifference(key, "changed", column_diff(cur, sql.Identifier(live), st, keys, key)))
     live_rows = int(catalog.first(cur.execute(sql.SQL("SELECT count(*) FROM {t}").format(t=lt)).fetchone()))
     replayed = int(catalog.first(cur.execute(sql.SQL("SELECT count(*) FROM {t}").format(t=st)).fetchone()))
     return VerifyReport(name, live, position, head, live_rows, replayed, count, first)

@@ -26,9 +26,21 @@ from memfabric.adapters.postgres.replicas import topology
 from memfabric.adapters.postgres.embedded import resolve_dsn
 from memfabric.adapters.cli.progress import LineReporter
 from memfabric.adapters.postgres.replicas import replicas_from_env
-from memfabric.domain.errors import ProjectionError
+from memfabric.domain.errors import FabricError, ProjectionError
 from memfabric.projections import quarantine
 from memfabric.projections.rebuild import ProjectionAdmin, VerifyReport
+
+PartitionOpt = Annotated[int | None, typer.Option(
+    "--partition", metavar="N", min=0,
+    help="Only tenant partition N (a fabric made with partitions > 1; see 'memfabric status').")]
+PartitionTenantOpt = Annotated[str | None, typer.Option(
+    "--tenant", "-t", metavar="ID", help="Only the tenant partition that holds this tenant.")]
+
+
+def _one_partition(partition: int | None, tenant: str | None) -> bool:
+    """Whether ``--partition`` or ``--tenant`` asks for one partition."""
+    return partition is not None or tenant is not None
+
 
 projections_app = typer.Typer(
     help="Projection status, rebuild (in place or blue-green), verify, and the runner.",
@@ -95,6 +107,8 @@ def rebuild_command(
     batch: Annotated[int, typer.Option(metavar="N", help="Events per fetch.", min=1)] = 2000,
     maintenance_work_mem: Annotated[str | None, typer.Option(
         "--maintenance-work-mem", metavar="SIZE", help="For the index build, e.g. 1GB (default: the server's).")] = None,
+    partition: PartitionOpt = None,
+    tenant: PartitionTenantOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
@@ -102,7 +116,12 @@ def rebuild_command(
     """Replay the log from zero into the projection(s).
 
     In place (the default), writers wait while the tables are emptied and reloaded. With --blue-green the \
-live tables keep serving until the switch."""
+live tables keep serving until the switch. With --partition N or --tenant ID, only that tenant partition's \
+rows are replaced, in place: its writers wait, the other partitions' writers and readers go on."""
+    if _one_partition(partition, tenant):
+        _rebuild_partition(projection, partition, tenant, blue_green=blue_green, batch=batch, dsn=dsn,
+                           data_dir=data_dir, as_json=as_json)
+        return
     try:
         with admin_fabric(dsn, data_dir) as fabric:
             admin = ProjectionAdmin.for_fabric(fabric)
@@ -130,10 +149,38 @@ live tables keep serving until the switch."""
     )
 
 
+def _rebuild_partition(projection: str, partition: int | None, tenant: str | None, *, blue_green: bool,
+                       batch: int, dsn: str | None, data_dir: str | None, as_json: bool) -> None:
+    """``projections rebuild --partition N`` / ``--tenant ID`` (issue 25)."""
+    try:
+        if blue_green:
+            raise FabricError("--blue-green rebuilds every partition: drop it, or drop --partition/--tenant")
+        with admin_fabric(dsn, data_dir) as fabric, progress_reporter() as reporter:
+            r = ProjectionAdmin.for_fabric(fabric).rebuild_partition(
+                partition, tenant=tenant, names=projection, batch=batch, reporter=reporter)
+    except ProjectionError as exc:
+        projection_stopped(exc)
+    except HANDLED as exc:
+        fail(exc, as_json=as_json)
+    if as_json:
+        print_json({"partition": r.remainder, "partitions": r.count, "tenants": r.tenants,
+                    "projections": r.projections, "events": r.events, "notes": r.notes, "rows": r.rows,
+                    "deleted": r.deleted, "positions": r.positions, "lock_seconds": round(r.lock_seconds, 3),
+                    "seconds": round(r.seconds, 3)})
+        return
+    rows = ", ".join(f"{k}={v}" for k, v in r.rows.items())
+    console.print(
+        f"rebuilt partition {r.remainder} of {r.count} ({len(r.tenants)} tenants) for {', '.join(r.projections)}:"
+        f" {r.events} events, {r.notes} notes, rows {rows}; {r.seconds:.2f}s"
+        f" (waited {r.lock_seconds:.2f}s for the partition's writers)")
+
+
 def reembed_command(
     embedder: Annotated[str, typer.Option(
         "--embedder", metavar="NAME", help="The new embedder: hash, hash:<dim>, wordllama or minilm.")],
     batch: Annotated[int, typer.Option(metavar="N", help="Notes per write transaction.", min=1, max=10_000)] = 256,
+    partition: PartitionOpt = None,
+    tenant: PartitionTenantOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
@@ -143,7 +190,8 @@ def reembed_command(
     Appends a Reembedded event with the new vector per note that has content, builds the recall and \
 consolidation indexes under the new dimension while recall keeps serving, then switches atomically \
 and records the new embedder. Writes meanwhile are caught up before the switch. Run it again after an \
-interruption: it resumes without duplicate events."""
+interruption: it resumes without duplicate events. With --partition N or --tenant ID, only that tenant \
+partition's notes are embedded, with no switch: run it without them at the end to switch every partition."""
     dsn_, embedded = (None, None)
     try:
         target = make_embedder(embedder)
@@ -152,7 +200,8 @@ interruption: it resumes without duplicate events."""
         stand_in: Any = RecordedEmbedder(recorded["id"], recorded["dim"]) if recorded else None
         with quiet_fallback(), open_fabric(dsn_, embedder=stand_in) as fabric, progress_reporter() as reporter:
             require_writable(fabric)
-            report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err))
+            report = fabric.reembed(target, batch=batch, reporter=reporter or LineReporter(err),
+                                    partition=partition, tenant=tenant)
     except HANDLED as exc:
         fail(exc, as_json=as_json)
     finally:
@@ -164,9 +213,16 @@ interruption: it resumes without duplicate events."""
            "switch_attempts": report.switch_attempts, "seconds": round(report.seconds, 3),
            "rows_per_second": round(report.rows_per_second, 1),
            "embed_seconds": round(report.embed_seconds, 3),
-           "rebuild_seconds": round(report.rebuild.seconds, 3) if report.rebuild else 0.0}
+           "rebuild_seconds": round(report.rebuild.seconds, 3) if report.rebuild else 0.0,
+           "partition": report.partition}
     if as_json:
         print_json(out)
+        return
+    if report.partition is not None:
+        console.print(
+            f"embedded {report.notes} notes of partition {report.partition} ({report.already} already done) under "
+            f"{report.embedder_id}; the fabric still serves {report.previous_embedder_id}: run reembed without "
+            f"--partition/--tenant to embed the rest and switch")
         return
     if report.rebuild is None:
         console.print(f"the fabric already uses {report.embedder_id}: nothing to do")
@@ -192,6 +248,8 @@ def _verify_json(r: VerifyReport) -> dict[str, Any]:
 def verify_command(
     projection: ProjectionOpt = "all",
     show: Annotated[int, typer.Option(metavar="N", help="Differing rows to print per table.", min=0)] = 10,
+    partition: PartitionOpt = None,
+    tenant: PartitionTenantOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
@@ -200,10 +258,16 @@ def verify_command(
 
     The replay goes into scratch tables (rolled back) and is compared row by row. When they differ, or a \
 tracked position is past the log head (a changed tracking row), it \
-prints the first differences and exits 1."""
+prints the first differences and exits 1. With --partition N or --tenant ID, only that tenant \
+partition's rows are replayed and compared."""
     try:
         with admin_fabric(dsn, data_dir, read=True) as fabric, progress_reporter() as reporter:
-            reports = ProjectionAdmin.for_fabric(fabric).verify(projection, show=show, reporter=reporter)
+            admin = ProjectionAdmin.for_fabric(fabric)
+            if _one_partition(partition, tenant):
+                reports = admin.verify_partition(partition, tenant=tenant, names=projection, show=show,
+                                                 reporter=reporter)
+            else:
+                reports = admin.verify(projection, show=show, reporter=reporter)
     except ProjectionError as exc:
         projection_stopped(exc)
     except HANDLED as exc:
