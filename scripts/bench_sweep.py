@@ -3,10 +3,17 @@ fraction of them due (default 10%, ``ephemeral`` with a 1 h window), swept at a 
 ``now`` one day later; meanwhile a writer process of *another* tenant remembers notes
 one by one and records each write's latency.
 
-Prints the load time, the sweep's wall time, due notes forgotten per second, notes
-covered per second (N / wall time: the sweep pages only the due ones through the
-retention index), batches, and the other tenant's writes: count, p50, p99 and the
-worst single write (goal: <= 1 s).
+Before the sweep the tenant's recall-index tail is put into the HNSW graph (the
+background work issue 24's tail indexer does for a tenant above
+``exact_search_max`` notes; a bulk load outruns it, a fabric whose notes are a day old
+has none left), and the time it took is printed; ``--keep-tail`` skips that, so the
+sweep runs beside the indexer working through the load's backlog.
+
+Prints the load time, the sweep's wall time, due notes forgotten per second (the
+goal: >= 2,000), notes covered per second (N / wall time: the sweep pages only the
+due ones through the retention index), batches, and the other tenant's writes during
+the sweep against its writes in the second before it: count, p50, p99 and the worst
+single write (goal: <= 1 s).
 
 Run (from the repository root)::
 
@@ -16,7 +23,7 @@ Run (from the repository root)::
 
 ``--statements N`` restarts the embedded server with ``pg_stat_statements`` after the
 load and prints the N statements that took the most server time during the sweep
-(calls, total ms, rows).
+(calls, total ms, rows, full-page images written).
 """
 
 from __future__ import annotations
@@ -54,9 +61,21 @@ def load(dsn: str, n: int, due: float) -> float:
     return time.monotonic() - t0
 
 
+def drain_tail(dsn: str) -> tuple[int, float]:
+    """Put the bulk tenant's unindexed recall-index rows into the HNSW graph (what the
+    background tail indexer does); returns (rows, seconds)."""
+    t0 = time.monotonic()
+    with open_fabric(dsn) as fabric:
+        tail = fabric.store.tail
+        rows = tail.run_once(["bulk"]) if tail is not None else 0
+    return rows, time.monotonic() - t0
+
+
 def writer(dsn: str, started: Any, stop: Any, out: Any) -> None:
-    """Another tenant's writer: one remember at a time until ``stop`` is set."""
-    lat: list[float] = []
+    """Another tenant's writer: one remember at a time until ``stop`` is set; puts
+    ``(start, seconds)`` of every write (``time.monotonic``, one clock for every
+    process of the machine)."""
+    lat: list[tuple[float, float]] = []
     with open_fabric(dsn) as fabric:
         notes = fabric.scope("other", "user")
         started.set()
@@ -65,9 +84,19 @@ def writer(dsn: str, started: Any, stop: Any, out: Any) -> None:
             t0 = time.monotonic()
             notes.remember(kind="fact", content=f"other tenant note {i} on topic {i * 31 % 97}",
                            consolidate=False)
-            lat.append(time.monotonic() - t0)
+            lat.append((t0, time.monotonic() - t0))
             i += 1
     out.put(lat)
+
+
+def latencies(label: str, lat: list[float]) -> str:
+    """``label: n writes, p50, p99, worst`` in ms."""
+    if not lat:
+        return f"{label}: no writes"
+    lat = sorted(lat)
+    p99 = lat[int(0.99 * (len(lat) - 1))]
+    return (f"{label}: {len(lat)} writes, p50={statistics.median(lat) * 1000:.1f} ms "
+            f"p99={p99 * 1000:.1f} ms worst={lat[-1] * 1000:.1f} ms")
 
 
 def with_statements(server: EmbeddedPostgres, path: str) -> EmbeddedPostgres:
@@ -86,11 +115,12 @@ def print_statements(dsn: str, n: int) -> None:
     """The ``n`` statements with the most server time since the reset."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT calls, round(total_exec_time::numeric, 1), rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)"
+            "SELECT calls, round(total_exec_time::numeric, 1), rows, wal_fpi,"
+            " left(regexp_replace(query, '\\s+', ' ', 'g'), 100)"
             " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s", (n,)).fetchall()
-    print("server time by statement (calls, ms, rows, statement):")
-    for calls, ms, nrows, query in rows:
-        print(f"  {calls:>6} {ms:>9} ms {nrows:>7}  {query}")
+    print("server time by statement (calls, ms, rows, full-page images, statement):")
+    for calls, ms, nrows, fpi, query in rows:
+        print(f"  {calls:>6} {ms:>9} ms {nrows:>7} {fpi:>7}  {query}")
 
 
 def main() -> int:
@@ -100,6 +130,8 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=200)
     p.add_argument("--statements", type=int, default=0, metavar="N",
                    help="print the N statements with the most server time (pg_stat_statements)")
+    p.add_argument("--keep-tail", action="store_true",
+                   help="sweep beside the tail indexer instead of draining the load's HNSW backlog first")
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="mf-sweep-")
     os.chmod(tmp, 0o755)
@@ -107,6 +139,9 @@ def main() -> int:
     try:
         load_s = load(server.dsn, args.notes, args.due)
         print(f"loaded {args.notes} notes in {load_s:.1f} s ({args.notes / load_s:.0f} notes/s)", flush=True)
+        if not args.keep_tail:
+            rows, drain_s = drain_tail(server.dsn)
+            print(f"HNSW tail drained before the sweep: {rows} rows in {drain_s:.1f} s", flush=True)
         if args.statements:
             server = with_statements(server, os.path.join(tmp, "pg"))
         started, stop, q = mp.Event(), mp.Event(), mp.Queue()
@@ -118,9 +153,10 @@ def main() -> int:
             now = datetime.now(timezone.utc) + timedelta(days=1)
             t0 = time.monotonic()
             result = fabric.sweep(now, tenant="bulk", batch_size=args.batch_size)
-            wall = time.monotonic() - t0
+            t1 = time.monotonic()
+            wall = t1 - t0
         stop.set()
-        lat = sorted(q.get(timeout=120))
+        writes = q.get(timeout=120)
         proc.join()
         if args.statements:
             print_statements(server.dsn, args.statements)
@@ -128,12 +164,16 @@ def main() -> int:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
     forgotten = result.totals["forgotten"]
-    p99 = lat[int(0.99 * (len(lat) - 1))] if lat else 0.0
     print(f"sweep: {wall:.2f} s, {forgotten} due notes forgotten ({forgotten / wall:.0f} due notes/s), "
           f"{args.notes / wall:.0f} notes covered/s, {result.batches} batches of {args.batch_size}, "
           f"complete={result.complete}")
-    print(f"other tenant's writer: {len(lat)} writes, p50={statistics.median(lat) * 1000:.1f} ms "
-          f"p99={p99 * 1000:.1f} ms worst={lat[-1] * 1000:.1f} ms")
+    before = [d for start, d in writes if start + d < t0]
+    during = [d for start, d in writes if start + d >= t0 and start <= t1]
+    print(latencies("other tenant's writer before the sweep", before))
+    print(latencies("other tenant's writer during the sweep", during))
+    if before and during:
+        print(f"  during / before: p50 x{statistics.median(during) / statistics.median(before):.2f}, "
+              f"worst x{max(during) / max(before):.2f}")
     return 0
 
 
