@@ -21,6 +21,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Generator, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, TypeVar
 
 from memfabric.adapters.bootstrap import open_fabric
@@ -160,8 +161,8 @@ class AsyncNotes:
         result: MemoryNote = await self._run(self.notes.append_block, block, text, **args)
         return result
 
-    async def working_value(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._run(self.notes.working_value)
+    async def working_value(self, *, known_at: datetime | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self._run(functools.partial(self.notes.working_value, known_at=known_at))
         return result
 
     async def context(self, current: Any = None, **options: Any) -> list[dict[str, str]]:

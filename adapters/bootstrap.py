@@ -539,7 +539,8 @@ def open_fabric(
                 consolidation=consolidation, limits=limits_model, redactor=redactor,
                 require_consent=require_consent, working_validator=working_validator,
                 subject_extractor=subjects, session_id=session_id, clock=clock, **workers,
-                known_at_store=lambda known_at: PostgresKnownAtStore(store, known_at),  # issue 31
+                known_at_store=lambda known_at: PostgresKnownAtStore(  # issue 31
+                    store, known_at, live_in_step=inline_projections),
                 ledger_store=PostgresLedgerStore(log, store.router),  # issue 14: the conversation ledger
                 retention_store=retention_store,
                 entity_store=PostgresEntityStore(log),  # issue 32

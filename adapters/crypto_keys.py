@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -133,12 +134,13 @@ class KeyStore:
             self.remember(select_keys(conn, originator_ids), epoch=epoch)
 
 
+KEYS_SELECT = f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)"  # noqa: S608
+"""Every key of the notes of one ``uuid[]`` parameter: rows ``(originator_id, gen, key)``."""
+
+
 def select_keys(conn: Connection[Any], originator_ids: list[UUID]) -> dict[tuple[UUID, int], bytes]:
     """Every key of the given notes, on ``conn`` (so in its transaction and snapshot)."""
-    rows = conn.execute(
-        f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)",  # noqa: S608
-        (originator_ids,),
-    ).fetchall()
+    rows = conn.execute(KEYS_SELECT, (originator_ids,)).fetchall()
     return {(_first(r, "originator_id", 0), int(_first(r, "gen", 1))): bytes(_first(r, "key", 2)) for r in rows}
 
 
@@ -229,8 +231,8 @@ class TransactionKeys:
     the shared cache once the transaction has committed (never before: a rolled-back
     key must not be cached)."""
 
-    def __init__(self, conn: Connection[Any], shared: KeyStore) -> None:
-        self.conn = conn
+    def __init__(self, conn: Connection[Any] | Callable[[], Connection[Any]], shared: KeyStore) -> None:
+        self._connect: Callable[[], Connection[Any]] = conn if callable(conn) else (lambda: conn)
         self.shared = shared
         self.epoch = shared.epoch()
         """The shared cache's eviction counter when this unit of work began: its new keys
@@ -244,6 +246,12 @@ class TransactionKeys:
         self.latest: dict[UUID, tuple[int, bytes] | None] = {}
         """The newest (gen, key) of each preloaded note (``None``: it has no key), so a
         write to a note just replayed needs no second key query."""
+
+    @property
+    def conn(self) -> Connection[Any]:
+        """The transaction's connection, for the key reads (a unit of work hands a
+        function that readies its connection for psycopg first)."""
+        return self._connect()
 
     def key_for_write(self, originator_id: UUID, version: int) -> tuple[int, bytes]:
         """(gen, key) to seal an event at ``version``: the note's latest key, or a fresh
@@ -271,7 +279,12 @@ class TransactionKeys:
         """Read the keys of notes about to be replayed in one query (whether a missing
         key was shredded is only asked when one is missing: :meth:`shredded`)."""
         if originator_ids:
-            found = select_keys(self.conn, originator_ids)
+            self.absorb(originator_ids, select_keys(self.conn, originator_ids))
+
+    def absorb(self, originator_ids: list[UUID], found: dict[tuple[UUID, int], bytes]) -> None:
+        """Take the keys ``found`` of the notes ``originator_ids`` (read by
+        :data:`KEYS_SELECT` in this transaction) as :meth:`preload` does."""
+        if originator_ids:
             self.loaded.update(found)
             for oid in originator_ids:
                 self.latest.setdefault(oid, None)

@@ -67,9 +67,8 @@ class HashEmbedder:
         self.id = f"hash-v1-{dim}"
 
     def features(self, text: str) -> dict[str, float]:
-        words = normalized_tokens(text)
-        content = [w for w in words if w not in STOPWORDS] or list(words)
-        stems = [stem(w) for w in content]
+        """Feature name -> summed weight of ``text`` (see the class doc)."""
+        stems = _stems(text)
         feats: dict[str, float] = {}
         for s in stems:
             feats["w:" + s] = feats.get("w:" + s, 0.0) + 1.0
@@ -83,16 +82,54 @@ class HashEmbedder:
         return feats
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The rows of :meth:`features` hashed into ``dim`` signed buckets, L2-normalised:
+        one ``np.bincount`` per text over the (bucket, signed weight) pairs of its
+        features (a word's own pairs are cached per stem, :func:`_stem_slots`), summed in
+        float64. Issue 24: a numpy scalar update per feature was most of a write's
+        embedding time."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            vec = out[row]
-            for feature, weight in self.features(text).items():
-                idx, sign = _slot(feature, self.dim)
-                vec[idx] += sign * weight
-            norm = float(np.linalg.norm(vec))
+            buckets, weights = self._slots(text)
+            if not buckets:
+                continue
+            vec = np.bincount(buckets, weights=weights, minlength=self.dim)
+            norm = float(np.sqrt(vec @ vec))
             if norm > 0:
-                vec /= norm
+                out[row] = vec / norm
         return out
+
+    def _slots(self, text: str) -> tuple[list[int], list[float]]:
+        """``(buckets, signed weights)`` of every feature occurrence of ``text`` (see
+        :meth:`features`; a feature occurring twice is listed twice)."""
+        stems = _stems(text)
+        buckets: list[int] = []
+        weights: list[float] = []
+        for s in stems:
+            own = _stem_slots(s, self.dim)
+            buckets.extend(own[0])
+            weights.extend(own[1])
+        for a, b in zip(stems, stems[1:], strict=False):
+            bucket, sign = _slot(f"b:{a} {b}", self.dim)
+            buckets.append(bucket)
+            weights.append(0.5 * sign)
+        return buckets, weights
+
+
+def _stems(text: str) -> list[str]:
+    """The stems of ``text``'s content words (all its words when it has none)."""
+    words = normalized_tokens(text)
+    content = [w for w in words if w not in STOPWORDS] or list(words)
+    return [stem(w) for w in content]
+
+
+@lru_cache(maxsize=200_000)
+def _stem_slots(s: str, dim: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The (buckets, signed weights) of one occurrence of stem ``s``: its word feature
+    (1.0) and each character trigram of ``<s>`` (0.25)."""
+    padded = f"<{s}>"
+    keys = [("w:" + s, 1.0), *(("c:" + padded[i : i + 3], 0.25) for i in range(len(padded) - 2))]
+    slots = [(_slot(k, dim), w) for k, w in keys]
+    return tuple(b for (b, _), _w in slots), tuple(sign * w for (_, sign), w in slots)
 
 
 _SPACE = re.compile(r"\s+")

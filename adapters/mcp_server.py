@@ -1,8 +1,9 @@
 """An MCP server for one memfabric scope (``memfabric mcp``), on the official ``mcp`` SDK.
 
-It serves the five memory tools of :mod:`memfabric.adapters.tools` and two read-only
-tools, ``memory_history`` and ``memory_lineage`` of a note, over stdio (default) or
-Streamable HTTP. Tools are listed under their provider-safe names (``memory_view``,
+It serves the five memory tools of :mod:`memfabric.adapters.tools` and three read-only
+tools, ``memory_history`` and ``memory_lineage`` of a note and ``memory_entities``
+(resolve a name or identifier to the scope's entities, or read one; issue 32), over
+stdio (default) or Streamable HTTP. Tools are listed under their provider-safe names (``memory_view``,
 ``memory_read``, ``memory_insert``, ``memory_recall``, ``memory_forget``; MCP hosts
 hand tool names on to model APIs that refuse dots); a call may use either form
 (``memory.insert`` works too).
@@ -84,7 +85,8 @@ def build_server(notes: Notes, tools: MemoryTools, session: object) -> Server[An
         instructions=(
             f"Memory of scope {notes.scope.key}. memory_recall searches it; memory_insert "
             "appends to a working block or a memory file; memory_view and memory_read "
-            "browse the memory files; memory_forget erases a note or block."
+            "browse the memory files; memory_forget erases a note or block; memory_entities "
+            "resolves a name, alias or identifier to the people and things memory knows."
         ),
     )
     listed = [*tools.definitions, *tools.read_only_definitions]

@@ -11,6 +11,7 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Field,
     StrictBool,
     StringConstraints,
     field_validator,
@@ -132,3 +133,30 @@ class NoteRefArgs(ToolArgs):
     """``memory.history`` / ``memory.lineage``: a note ``id`` (12 hex)."""
 
     id: NoteId
+
+
+class EntitiesArgs(ToolArgs):
+    """``memory.entities`` (issue 32, read-only): exactly one of ``name`` (a surface to
+    resolve: a name, alias, email, handle, url or phone, 1-200 characters) or ``id`` (an
+    entity id, 12 hex); ``type`` (a type label) narrows a resolution; ``limit`` 1-50
+    candidates (default 5)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_not_blank)] | None = None
+    id: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{12}$")] | None = None
+    type: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,39}$")] | None = None
+    limit: Annotated[int, Field(ge=1, le=50)] = 5
+
+    @field_validator("limit", mode="before")
+    @classmethod
+    def _int_only(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be an integer")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EntitiesArgs:
+        if (self.name is None) == (self.id is None):
+            raise ValueError("name: give exactly one of name or id")
+        return self

@@ -10,6 +10,12 @@ tool               arguments                        what it does
 ``memory.forget``  ``{id? | block?, hold?}``        ``Notes.forget`` with the same rules
 =================  ===============================  ==========================================
 
+Three optional read-only tools are callable too (``read_only_definitions``; the MCP
+server lists them, :meth:`MemoryTools.openai` / :meth:`MemoryTools.anthropic` render
+only the five): ``memory.history`` and ``memory.lineage`` of a note ``{id}``, and
+``memory.entities`` ``{name? | id?, type?, limit?}`` (issue 32: resolve a name or
+identifier to ranked entity candidates, or read one entity).
+
 Nothing is registered anywhere: :class:`MemoryTools` only holds the definitions and a
 dispatcher. A host renders them for its model (:meth:`MemoryTools.openai`,
 :meth:`MemoryTools.anthropic`) and routes the model's calls to
@@ -50,6 +56,7 @@ from memfabric.adapters.jail import (
 )
 from memfabric.adapters.serialize import jsonable
 from memfabric.adapters.tool_args import (
+    EntitiesArgs,
     ForgetToolArgs,
     InsertArgs,
     NoteRefArgs,
@@ -75,6 +82,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROVIDER_NAME_RE",
     "TOOL_NAMES",
+    "EntitiesArgs",
     "FilePathError",
     "ForgetToolArgs",
     "InsertArgs",
@@ -102,7 +110,7 @@ PROVIDER_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What OpenAI function names and Anthropic tool names must match."""
 
 TOOL_NAMES = ("memory.view", "memory.read", "memory.insert", "memory.recall", "memory.forget")
-READ_ONLY_NAMES = ("memory.history", "memory.lineage")
+READ_ONLY_NAMES = ("memory.history", "memory.lineage", "memory.entities")
 
 
 class UnknownToolError(FabricError):
@@ -216,6 +224,23 @@ def _read_only_definitions() -> list[ToolDefinition]:
                        "timestamps and causes (read-only).", ref, NoteRefArgs, True),
         ToolDefinition("memory.lineage", "The supersession chain, folds, links and tombstone "
                        "of one note (read-only).", ref, NoteRefArgs, True),
+        ToolDefinition(
+            "memory.entities",
+            "Look up the people, organisations, projects and things memory knows (read-only): "
+            "name= a name, alias, email, handle, url or phone gives ranked candidates with the "
+            "tier that matched (identifier, exact_name, exact_alias, normalised, fuzzy); id= an "
+            "entity id gives its display name, aliases and identifiers. Exactly one of the two.",
+            {"type": "object", "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 200,
+                         "description": "What to resolve, e.g. 'Maria Lopez' or 'maria@acme.example'."},
+                "id": {"type": "string", "pattern": "^[0-9a-f]{12}$",
+                       "description": "Id of an entity (12 hex digits), e.g. from a candidate."},
+                "type": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$",
+                         "description": "Only entities of this type (person, organisation, ...)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50,
+                          "description": "Most candidates to return (default 5)."}},
+             "additionalProperties": False},
+            EntitiesArgs, True),
     ]
 
 
@@ -309,6 +334,7 @@ class MemoryTools:
             "memory.view": self._view, "memory.read": self._read, "memory.insert": self._insert,
             "memory.recall": self._recall, "memory.forget": self._forget,
             "memory.history": self._history, "memory.lineage": self._lineage,
+            "memory.entities": self._entities,
         }
 
     def __repr__(self) -> str:
@@ -497,6 +523,17 @@ class MemoryTools:
 
     def _lineage(self, args: NoteRefArgs) -> dict[str, Any]:
         return dict(jsonable(self.notes.lineage(args.id)))
+
+    def _entities(self, args: EntitiesArgs) -> dict[str, Any]:
+        """``{"candidates": [{id, tier, score, type, display_name}]}`` for ``name``
+        (``notes.entities.resolve``), ``{"entity": {...}}`` for ``id`` (``get``)."""
+        if args.id is not None:
+            e = self.notes.entities.get(args.id)
+            return {"entity": {k: jsonable(getattr(e, k)) for k in e.__dataclass_fields__ if k != "scope"}
+                    | {"scope": e.scope.key}}
+        assert args.name is not None
+        found = self.notes.entities.resolve(args.name, type=args.type, limit=args.limit)
+        return {"candidates": [jsonable(c) for c in found]}
 
 
 STRICT_KEYWORDS: dict[str, frozenset[str]] = {

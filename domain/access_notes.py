@@ -21,6 +21,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memfabric.domain import access as rules
@@ -202,11 +203,11 @@ class PrincipalNotes:
         return self._governed("lineage", (), lambda p: self._service.lineage(
             self._readable(p, id)[0], NoteRefArgs(id=id).id), lambda h: [id])
 
-    def working_value(self) -> dict[str, Any]:
+    def working_value(self, *, known_at: datetime | None = None) -> dict[str, Any]:
         """``Notes.working_value`` (kind ``working`` readable)."""
         def run(p: MemoryProfile) -> dict[str, Any]:
             rules.check_read(self.agent_id, p, self.scope, ["working"])
-            return self._notes.working_value()
+            return self._notes.working_value(known_at=known_at)
         return self._governed("working_value", ("working",), run,
                               lambda v: list(v.get("_fabric", {}).get("blocks", {})))
 
@@ -401,8 +402,8 @@ class _Guarded:
     def __init__(self, notes: PrincipalNotes) -> None:
         self._notes = notes
 
-    def working_value(self, scope: Scope) -> dict[str, Any]:
-        return self._notes.working_value()
+    def working_value(self, scope: Scope, known_at: datetime | None = None) -> dict[str, Any]:
+        return self._notes.working_value(known_at=known_at)
 
     def recall(self, scope: Scope, query: RecallInput) -> Any:
         return self._notes.recall_input(query)

@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict
 from memfabric.domain import replay
 from memfabric.domain.inputs import Instant
 from memfabric.domain.note import Note
+from memfabric.domain.scope import Scope
+from memfabric.domain.working import BlockEntry, block_entry
 
 
 class _KnownAt(BaseModel):
@@ -83,3 +85,24 @@ class KnownAtStore:
         """The note replayed from its events recorded at ``known_at`` (``None`` when it
         had none then)."""
         return replay_at(self.store.stored_events(aggregate_id), self.known_at)
+
+    def working_notes(self, scope: Scope) -> list[tuple[UUID, bool]]:
+        """``(aggregate id, held now)`` of every un-forgotten working note of exactly
+        ``scope`` (the backend's note-scope index)."""
+        raise NotImplementedError
+
+    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
+        """The working blocks of exactly ``scope`` as recorded at ``known_at``, by label:
+        each working note of the scope (:meth:`working_notes`) replayed from its events
+        up to ``known_at``, kept when that state has a block
+        (:func:`memfabric.domain.working.block_entry`: live, not expired then). A block
+        forgotten since has no row to start from (its content is erased, whatever T) and
+        one held now is left out, as recall leaves such notes out; one expired since is
+        shown as it was. One replay per working note of the scope."""
+        out: dict[str, BlockEntry] = {}
+        for aggregate_id, held in self.working_notes(scope):
+            note = None if held else self.load(aggregate_id)
+            entry = block_entry(note) if note is not None else None
+            if entry is not None and note is not None and note.block is not None:
+                out[note.block] = entry
+        return out

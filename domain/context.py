@@ -34,7 +34,7 @@ class ContextSource(Protocol):
     """What a provider reads: the working value of a scope and a recall from it (the
     fabric's service, or a principal's checked handle)."""
 
-    def working_value(self, scope: Scope) -> dict[str, Any]: ...
+    def working_value(self, scope: Scope, known_at: datetime | None = None) -> dict[str, Any]: ...
 
     def recall(self, scope: Scope, query: RecallInput) -> RecallResult: ...
 
@@ -108,7 +108,7 @@ class ContextProvider:
     def __call__(self, current: str | Messages | None = None) -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
         if self.options.include_working:
-            blocks = self._source.working_value(self._scope)[FABRIC_KEY]["blocks"]
+            blocks = self._source.working_value(self._scope, self.options.known_at)[FABRIC_KEY]["blocks"]
             out += [
                 {"type": "working-memory", "text": render_block(label, entry)}
                 for label, entry in blocks.items()

@@ -46,14 +46,15 @@ def read_episode(store: Any, scope: Scope, observation_id: Any, extra: dict[str,
 def candidates(store: Any, scope: Scope, query: str, *, as_of: datetime, limit: int,
                require_consent: bool) -> list[Candidate]:
     """Recall candidates of kind ``episode``: observations of this thread's conversation
-    matching the query's terms (lexical: ``ts_rank``), created at or before ``as_of``.
+    matching the query's terms (lexical: ``ts_rank``), created at or before ``as_of``
+    (the caller's ``as_of``, or ``known_at`` when earlier: an observation's ``created_at``
+    is its event's recorded time).
     None for a scope without thread or a backend without ledger; none either when the
     fabric requires consent (observations carry none: fail closed)."""
     if store is None or scope.thread_id is None or require_consent:
         return []
     words = word_terms(query)
-    rows = [r for r in store.search_observations([conversation_uuid(scope)], words, limit)
-            if r["created_at"] <= as_of]
+    rows = store.search_observations([conversation_uuid(scope)], words, limit, until=as_of)
     out = []
     for rank, r in enumerate(rows, start=1):
         text = str(r["text"])

@@ -83,7 +83,7 @@ def load_for_erasure(uow: UnitOfWork, aggregate_ids: Sequence[UUID],
     tombstoned and its key shredded; one whose events cannot be decoded even so is
     ``failed``. One bad note never stops the others (issue 17 defect 3)."""
     try:
-        return uow.load_ids(aggregate_ids), [], []
+        return uow.load_ids(aggregate_ids, fresh=True), [], []
     except EventIntegrityError:
         pass
     readable: list[Note] = []
@@ -91,7 +91,7 @@ def load_for_erasure(uow: UnitOfWork, aggregate_ids: Sequence[UUID],
     failed: list[UUID] = []
     for aid in aggregate_ids:
         try:
-            readable += uow.load_ids([aid])
+            readable += uow.load_ids([aid], fresh=True)
         except EventIntegrityError:
             try:
                 unreadable += uow.load_unreadable([aid])

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,9 +75,11 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STEM = ENGLISH
 
 
+@lru_cache(maxsize=4096)
 def note_terms(content: str | None) -> tuple[str, ...]:
     """The sorted distinct link terms of ``content`` (see the module doc); ``()`` for
-    ``None`` or a text without any."""
+    ``None`` or a text without any. Cached (a pure function of the text: a write asks
+    for the terms of its content for its links and again for its consolidation row)."""
     if not content:
         return ()
     found: set[str] = set()

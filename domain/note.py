@@ -25,7 +25,7 @@ from memfabric.domain.note_fields import (
     ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, SUCCESSOR_VALUES, note_uuid, replaced_decision,
 )
 from memfabric.domain.note_state import narrower_consent, vector_for
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.shredding import Shredding
 
 __all__ = [
@@ -427,9 +427,10 @@ class Note(Aggregate):
 
     @property
     def scope(self) -> Scope:
-        return Scope(
-            tenant_id=self.tenant_id, resource_id=self.resource_id, thread_id=self.thread_id
-        )
+        """The note's scope (one frozen instance per scope, built without validation: its
+        ids were validated when the note was remembered; a write asks for it several
+        times, issue 24)."""
+        return stored_scope(self.tenant_id, self.resource_id, self.thread_id)
 
     @property
     def ingested_at(self) -> datetime:
@@ -588,3 +589,4 @@ class Note(Aggregate):
         if not self.held:
             raise NotHeldError(f"note {self.note_id} is not under legal hold")
         self.trigger_event(self.HoldReleased, requested_by=requested_by, cause=cause)
+

@@ -54,6 +54,8 @@ def consolidate_setting(value: Any, default: Consolidation) -> Consolidation | N
     """A per-call ``consolidate`` argument as settings (``None``: the fabric's own);
     ``pydantic.ValidationError`` for anything but a bool, a ``Consolidation`` or a
     mapping of its fields (``enabled``, ``threshold``)."""
+    if value is None:
+        return None
     if isinstance(value, Mapping):
         value = {"enabled": True, **value}
     parsed = _ConsolidateArg.model_validate({"consolidate": value}).consolidate
@@ -299,12 +301,14 @@ class Notes(LifecycleMethods):
         return self._service.append_block(self.scope, item)
 
     # ------------------------------------------------------------------ reads
-    def working_value(self) -> dict[str, Any]:
+    def working_value(self, *, known_at: datetime | None = None) -> dict[str, Any]:
         """This scope's working value, from the ``working_value`` projection:
         ``{"_fabric": {"blocks": {LABEL: {"content": str, "updated_at": datetime (UTC),
         "version": int}}}}``, one entry per live block, labels sorted. ``version`` counts
-        the block's writes, appends and forgets (1 after the first write)."""
-        return self._service.working_value(self.scope)
+        the block's writes, appends and forgets (1 after the first write). ``known_at``
+        (issue 31; timezone-aware): the blocks as recorded then (each working note of
+        the scope replayed up to it; a block forgotten or held now is left out)."""
+        return self._service.working_value(self.scope, known_at_arg(known_at))
 
     def context_provider(
         self,

@@ -11,10 +11,12 @@ import re
 import unicodedata
 import hashlib
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TOKEN = re.compile(r"[^\W_]+|[^\w\s]", re.UNICODE)
 
+@lru_cache(maxsize=4096)
 def normalized_tokens(text: str) -> tuple[str, ...]:
     """Lower-cased word tokens of ``text`` (letters and digits; punctuation dropped).
 
@@ -22,7 +24,8 @@ def normalized_tokens(text: str) -> tuple[str, ...]:
     non-space characters, case-folded, so "👍" and "👎" stay different notes.
     Two notes with equal normalized tokens are "the same note" for folding. The text is
     put in Unicode normal form NFC first, so composed and decomposed accents ("é" as
-    one code point or as e + U+0301) give the same tokens.
+    one code point or as e + U+0301) give the same tokens. Cached (a write tokenises
+    its text for its fold hash and again for the hash embedder).
     """
     text = unicodedata.normalize("NFC", text)
     words = tuple(m.group(0).lower() for m in _WORD.finditer(text))
@@ -116,3 +119,10 @@ def score(
 def token_hash(tokens: tuple[str, ...]) -> str:
     """Stable 16-hex digest of normalized tokens (BLAKE2b), used for exact-repeat folds."""
     return hashlib.blake2b(" ".join(tokens).encode(), digest_size=8).hexdigest()
+
+
+@lru_cache(maxsize=4096)
+def content_hash(text: str) -> str:
+    """``token_hash(normalized_tokens(text))``, cached: a write computes it for its
+    decision and again for two projection rows of the same content (issue 24)."""
+    return token_hash(normalized_tokens(text))

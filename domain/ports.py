@@ -200,8 +200,11 @@ class UnitOfWork(Protocol):
         the scope has no such note."""
         ...
 
-    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
-        """Like :meth:`load` for many aggregate ids (absent ids are skipped)."""
+    def load_ids(self, aggregate_ids: Sequence[UUID], *, fresh: bool = False) -> list[Note]:
+        """Like :meth:`load` for many aggregate ids (absent ids are skipped). With
+        ``fresh``, every note not held by this unit of work is replayed from its first
+        event, never from a cached state: an erasure decrypts every event it
+        tombstones, so a key fault is found (and named) before the key is shredded."""
         ...
 
     def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:

@@ -53,8 +53,9 @@ def _recall(deps: Deps, scope: Scope, query: RecallInput, access: AccessFilter |
     served = served_by(deps.store)
     if "episode" in query.kinds and query.mode != "vector":  # issue 14: ledger episodes
         from memfabric.domain import episodes  # noqa: PLC0415
+        recorded = as_of if query.known_at is None else min(as_of, query.known_at)  # issue 31
         candidates = [*candidates, *episodes.candidates(
-            deps.ledger_store, scope, query.query, as_of=as_of, limit=limit,
+            deps.ledger_store, scope, query.query, as_of=recorded, limit=limit,
             require_consent=deps.require_consent)]
     how = _ranking(deps, scope, query, as_of, candidates)
     hit_links = deps.store.hit_links if access is None else functools.partial(

@@ -100,7 +100,7 @@ def remember_many(
     group = deps.group_commit
     if group is None or len(items) > GROUP_ITEMS:
         return _write_now(deps, scope, items, settings)
-    return group.submit((scope.key, settings.model_dump_json()), items,
+    return group.submit((scope.key, settings), items,
                         lambda batch: _write_now(deps, scope, batch, settings))
 
 
@@ -191,7 +191,7 @@ def _prepare(deps: Deps, items: Sequence[RememberInput], on: bool) -> dict[int, 
     for n, ((i, item), text) in enumerate(zip(picked, texts, strict=True)):
         inferred = (extractor.extract(text, kind=item.kind)
                     if extractor is not None and item.subject is None and item.kind == "fact" else None)
-        query = NeighbourQuery(item.kind, vectors[n], policy.token_hash(policy.normalized_tokens(text)),
+        query = NeighbourQuery(item.kind, vectors[n], policy.content_hash(text),
                                item.path, item.subject, inferred, item_visibility(item))
         asks = on and item.id is None and item.supersedes is None
         out[i] = _Prepared(item, n, text, query, asks)

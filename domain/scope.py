@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
@@ -38,3 +39,12 @@ class Scope(BaseModel):
 
     def __str__(self) -> str:
         return self.key
+
+
+@lru_cache(maxsize=4096)
+def stored_scope(tenant_id: str, resource_id: str | None, thread_id: str | None) -> Scope:
+    """The scope of a note or row as the fabric stored it (``''`` or ``None`` for an
+    absent part): one frozen instance per scope, built without validating again ids the
+    fabric validated when it wrote them (a pydantic construction per row was a visible
+    part of a write's and a read's time, issue 24)."""
+    return Scope.model_construct(tenant_id=tenant_id, resource_id=resource_id or None, thread_id=thread_id or None)

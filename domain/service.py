@@ -268,9 +268,10 @@ class MemoryService:
         """How many notes ``Notes.list`` would list over every page."""
         return queries.count_notes(self.deps, scope, args, access)
 
-    def working_value(self, scope: Scope) -> dict[str, Any]:
-        """The working value of exactly ``scope`` (see ``Notes.working_value``)."""
-        return working.working_value(self.deps.store.working_blocks(scope))
+    def working_value(self, scope: Scope, known_at: datetime | None = None) -> dict[str, Any]:
+        """The working value of exactly ``scope`` (see ``Notes.working_value``); with
+        ``known_at``, as recorded then (issue 31)."""
+        return working.working_value(self.deps.at(known_at).store.working_blocks(scope))
 
     def get(self, scope: Scope, note_id: str, known_at: datetime | None = None) -> MemoryNote:
         """The note ``note_id`` of ``scope`` (``NoteNotFoundError`` when absent); with

@@ -37,7 +37,10 @@ class Stemmer:
         """The stem of ``word`` (lowercase input expected, as snowball does); the last
         :data:`CACHED_STEMS` distinct words are cached (``functools.lru_cache``,
         thread-safe; a stem is a pure function of the word, and stemming was a tenth of
-        a write's client time, issue 24)."""
+        a write's client time, issue 24). A word of digits is its own stem (snowball
+        strips no suffix from it), so it is neither stemmed nor cached."""
+        if word.isdigit():
+            return word
         return self._cached(word)
 
     def _uncached(self, word: str) -> str:

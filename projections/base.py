@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 from uuid import UUID
 
 from psycopg import Cursor, sql
 
 from memfabric.domain.errors import EmbedderChangedError
 from memfabric.domain.note import Note, vector_for
+from memfabric.projections.batch import BatchCursor
 
 
 class NoteProjection(Protocol):
@@ -57,6 +60,32 @@ def embedding_for(note: Note, embedder_id: str | None, dim: int) -> bytes | None
         f"written with {note.embedder_id}): the fabric's embedder changed; reopen or retry")
 
 
+_RowFn = TypeVar("_RowFn", bound=Callable[..., Any])
+
+
+def per_state(fn: _RowFn) -> _RowFn:
+    """``fn(note, *args)`` (a pure row function of a note's state) remembered per thread
+    for each aggregate object at its version, so projections that share a row compute
+    it once per write (issue 24: the recall index and the note versions). Every change
+    of a note is an event, which moves its version; a replay makes a new object. At
+    most 4,096 states are kept per thread (then the memory starts afresh)."""
+    local = threading.local()
+
+    @functools.wraps(fn)
+    def remembered(note: Any, *args: Any) -> Any:
+        recent = getattr(local, "recent", None)
+        if recent is None or len(recent) > 4096:
+            recent = local.recent = {}
+        key = (note.version, *args)
+        held = recent.get(id(note))
+        if held is not None and held[0] is note and held[1] == key:
+            return held[2]
+        row = fn(note, *args)
+        recent[id(note)] = (note, key, row)
+        return row
+    return cast(_RowFn, remembered)
+
+
 def finite(value: float) -> float:
     """Cosine similarity with a zero vector is NaN in pgvector; read it as 0."""
     return 0.0 if math.isnan(value) else value
@@ -84,7 +113,7 @@ def split_rows(
 
 
 def write_rows(
-    cur: Cursor[Any],
+    cur: Cursor[Any] | BatchCursor,
     table: str,
     columns: Sequence[str],
     upserts: Sequence[Sequence[Any]],
@@ -96,9 +125,11 @@ def write_rows(
     ``upserts`` (tuples in ``columns`` order, keyed by the table's primary key,
     ``<table>_pkey``: ``(aggregate_id)``, or ``(aggregate_id, tenant_id)`` when the
     table is partitioned). Columns in ``binary`` are sent in binary format (pgvector's
-    ``vector``)."""
+    ``vector``). Handed a :class:`~memfabric.projections.batch.BatchCursor`, the
+    writes are collected into its batch instead (issue 24)."""
     if isinstance(cur, BatchCursor):
-        cur.batch.add(table, tuple(columns), tuple(binary), upserts, deletes)
+        cur.batch.add(table, tuple(columns), upserts, delete_params(deletes) if deletes else None,
+                      lambda own: write_rows(own, table, columns, upserts, deletes, binary=binary))
         return
     delete, upsert = _statements(table, tuple(columns), tuple(binary))
     if deletes:
@@ -140,95 +171,6 @@ def delete_params(deletes: Sequence[Delete]) -> tuple[list[str], list[UUID]]:
     return list(dict.fromkeys(t for t, _ in deletes)), [a for _, a in deletes]
 
 
-MAX_BATCH_PARAMS = 16_000
-"""A :class:`RowBatch` with more parameters than this is run statement by statement
-(PostgreSQL takes at most 65,535 parameters in one statement)."""
-
-
-class RowBatch:
-    """The row writes of :func:`write_rows` for several projection tables, collected
-    instead of run, to travel as data-modifying CTEs of one statement with the
-    tenant's tracking (issue 24: fewer statements for the server to parse, bind and
-    execute per write). Sound because each collected write touches its own table's
-    rows (a note is either upserted or deleted, never both) and none reads another's:
-    every CTE sees the same snapshot, as PostgreSQL runs them.
-
-    The statement uses PostgreSQL's own ``$n`` placeholders (run on a
-    ``psycopg.RawCursor``: no client-side parsing of a long query); ``$1`` and ``$2``
-    are left to the caller. ``parts``: ``(table, columns, n_upserts, n_deletes)`` per
-    call, the statement's cache key; ``params``: their parameters, in order."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[str, tuple[str, ...], int, int]] = []
-        self.params: list[Any] = []
-        self._calls: list[tuple[tuple[str, ...], Sequence[Sequence[Any]], Sequence[Delete]]] = []
-
-    def add(self, table: str, columns: tuple[str, ...], binary: tuple[str, ...],
-            upserts: Sequence[Sequence[Any]], deletes: Sequence[Delete]) -> None:
-        """Collect the delete of ``deletes`` and the upsert of ``upserts`` (as
-        :func:`write_rows` would run them) into ``table``."""
-        if not upserts and not deletes:
-            return
-        self.parts.append((table, columns, len(upserts), 1 if deletes else 0))
-        self._calls.append((binary, upserts, deletes))
-        if deletes:
-            self.params.extend(delete_params(deletes))
-        for row in upserts:
-            self.params.extend(row)
-
-    def too_big(self) -> bool:
-        """Whether the collected writes must run one statement each (:data:`MAX_BATCH_PARAMS`)."""
-        return len(self.params) > MAX_BATCH_PARAMS
-
-    def run_each(self, cur: Cursor[Any]) -> None:
-        """Run the collected writes as :func:`write_rows` does, statement by statement."""
-        for (table, columns, _n_up, _n_del), (binary, ups, dels) in zip(self.parts, self._calls, strict=True):
-            write_rows(cur, table, columns, ups, dels, binary=binary)
-
-    def ctes(self, first: int = 3) -> list[str]:
-        """``d<i> AS (<delete>)``, ``u<i> AS (<multi-row upsert>)`` for each collected
-        write; placeholders ``$first`` on, in :attr:`params` order."""
-        out: list[str] = []
-        n = first
-        for i, (table, columns, n_up, n_del) in enumerate(self.parts):
-            t = _quoted(table)
-            if n_del:
-                out.append(f"d{i} AS (DELETE FROM {t} WHERE tenant_id = ANY(${n})"  # noqa: S608 - quoted identifiers
-                           f" AND aggregate_id = ANY(${n + 1}))")
-                n += 2
-            if n_up:
-                rows = []
-                for _ in range(n_up):
-                    rows.append("(" + ", ".join(f"${k}" for k in range(n, n + len(columns))) + ")")
-                    n += len(columns)
-                cols = ", ".join(map(_quoted, columns))
-                sets = ", ".join(f"{_quoted(c)} = EXCLUDED.{_quoted(c)}" for c in columns if c != "aggregate_id")
-                out.append(f"u{i} AS (INSERT INTO {t} ({cols}) VALUES {', '.join(rows)}"  # noqa: S608 - quoted identifiers
-                           f" ON CONFLICT ON CONSTRAINT {_quoted(primary_key_name(table))} DO UPDATE SET {sets})")
-        return out
-
-
-def _quoted(name: str) -> str:
-    """``name`` as a quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-class BatchCursor(Cursor[Any]):
-    """A cursor whose :func:`write_rows` calls are collected into :attr:`batch` (a
-    :class:`RowBatch`) instead of run; only projections that write through
-    :func:`write_rows` alone (``batch_rows = True``) are given one."""
-
-    def __init__(self, connection: Any, batch: RowBatch) -> None:
-        super().__init__(connection)
-        self.batch = batch
-
-
-def batch_rows(p: object) -> bool:
-    """Whether projection ``p`` writes only through :func:`write_rows` (its class says
-    ``batch_rows = True``), so its rows may travel in a :class:`RowBatch`."""
-    return bool(getattr(p, "batch_rows", False))
-
-
 def prefix_where(tenant_id: str, resource_id: str | None,
                  thread_id: str | None) -> tuple[str, list[Any]]:
     """``("tenant_id = %s AND ...", params)``: the rows of a scope prefix (``None`` =
@@ -245,6 +187,8 @@ def prefix_where(tenant_id: str, resource_id: str | None,
 
 def in_pipeline(cur: Cursor[Any]) -> bool:
     """Whether ``cur``'s connection is in pipeline mode (a unit of work's: no COPY)."""
+    if isinstance(cur, BatchCursor):  # the rows join a write statement (issue 24)
+        return True
     return cur.connection._pipeline is not None  # noqa: SLF001 - psycopg has no public flag
 
 

@@ -38,7 +38,6 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from pgvector import Vector
 from psycopg import Cursor, sql
 from psycopg.types.range import Range
 
@@ -46,10 +45,11 @@ from memfabric.domain.consolidation import Neighbour, NeighbourQuery, note_key
 from memfabric.domain.link_terms import DF_CAP, N_CAP, TermPostings, note_terms
 from memfabric.domain.subjects import WILDCARD, SubjectKey
 from memfabric.domain.note import Note
-from memfabric.domain.policy import normalized_tokens, token_hash
+from memfabric.domain.policy import content_hash
 from memfabric.domain import visibility
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.visibility import of_consent
+from memfabric.projections.batch import encode_params, vector_binary
 from memfabric.projections import base, partitions, tables
 
 NAME = "consolidation"
@@ -85,7 +85,7 @@ def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[A
         return None
     return (
         note.id, note.tenant_id, note.resource_id or "", note.thread_id or "", note.kind,
-        note.note_id, token_hash(normalized_tokens(note.content)), note.path, note.subject,
+        note.note_id, content_hash(note.content), note.path, note.subject,
         Range(note.valid_from, note.valid_to, bounds="[)"), note.created_on,
         np.frombuffer(embedding, dtype=np.float32),
         *_inferred_cols(note),
@@ -219,7 +219,7 @@ _LATERAL["plain+key"] = _LATERAL["plain"] + " UNION ALL " + _SAME_KEY
 _LATERAL["plain+entity"] = _LATERAL["plain"] + " UNION ALL " + _SAME_ENTITY
 _STATEMENTS = {
     (group, how): ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
-                   " %(path)s::text[], %(subject)s::text[], %(vec)s::vector[], %(ikey)s::text[],"
+                   " %(path)s::text[], %(subject)s::text[], %(vec)b::vector[], %(ikey)s::text[],"
                    " %(ient)s::text[]) AS q(i, kind, h, path, subject, vec, ikey, ient)"
                    " CROSS JOIN LATERAL (" + lateral.replace("{reach}", cond) + ") m")
     for group, lateral in _LATERAL.items() for how, cond in _REACH.items()
@@ -261,12 +261,12 @@ def select_neighbours(
                 "h": [queries[i].token_hash for i in chunk],
                 "path": [queries[i].path for i in chunk],
                 "subject": [queries[i].subject for i in chunk],
-                "vec": [Vector(np.asarray(queries[i].embedding, np.float32)) for i in chunk],
+                "vec": [vector_binary(np.asarray(queries[i].embedding, np.float32)) for i in chunk],
                 "ikey": [inferred_key_of(queries[i]) for i in chunk],
                 "ient": [inferred_entity_of(queries[i]) for i in chunk],
                 "ik": per_query * 3,
             }
-            for row in cur.execute(_STATEMENTS[(group, how)], params).fetchall():
+            for row in cur.execute(_STATEMENTS[(group, how)], encode_params(params)).fetchall():
                 out[row["i"]].append(Neighbour(
                     row["note_id"], base.finite(float(row["sim"])), row["token_hash"], row["path"],
                     row["subject"], row["valid_from"], row["valid_to"], key_of_row(row),
@@ -275,8 +275,7 @@ def select_neighbours(
 
 
 def _home(row: dict[str, Any]) -> Scope:
-    return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
-                 thread_id=row["thread_id"] or None)
+    return stored_scope(row["tenant_id"], row["resource_id"], row["thread_id"])
 
 
 _SCOPE_KIND = ("n.tenant_id = %(t)s AND n.resource_id = %(r)s AND n.thread_id = %(th)s"

@@ -39,7 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, Tracking
@@ -50,10 +50,12 @@ from psycopg import Cursor, sql
 from memfabric.domain.errors import ProjectionError
 from memfabric.domain.note import Note
 from memfabric.projections import tables
-from memfabric.projections.base import BatchCursor, NoteProjection, RowBatch, accepted, batch_rows
+from memfabric.projections.base import NoteProjection, accepted
+from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch, batch_rows
+from memfabric.projections.tracking_sql import GAP_MESSAGE, TrackingSQL
 from memfabric.projections.locks import LOCK_TIMEOUT, advisory_key, bounded_locks, keyed_advisory_key, lock_timed_out
 
-__all__ = ["ERRORS_DDL", "LOCK_TIMEOUT", "SAFE_HEAD_TIMEOUT", "TENANT_SEPARATOR", "LoadNotes", "ProjectionEngine",
+__all__ = ["ERRORS_DDL", "GAP_MESSAGE", "LOCK_TIMEOUT", "SAFE_HEAD_TIMEOUT", "TENANT_SEPARATOR", "LoadNotes", "ProjectionEngine",
            "advisory_key", "bounded_locks", "keyed_advisory_key", "lock_timed_out"]
 
 LoadNotes = Callable[[Cursor[Any], Sequence[UUID]], list[Note]]
@@ -69,14 +71,6 @@ ERRORS_DDL = (
 
 TENANT_SEPARATOR = "|"
 """Between the application name and the tenant id in a per-tenant tracking row."""
-
-
-def _tracking_check(i: int, name: str) -> str:
-    """The check of tracking CTE ``t<i>`` (projection ``name``) in a batched tracking
-    statement: a cast error when the row did not move (see ``_record_all``)."""
-    message = sql.Literal(f"memfabric: failed to record tracking of {name}: ").as_string(None)
-    count = f"(SELECT count(*) FROM t{i})"  # noqa: S608 - a CTE name
-    return f"CASE WHEN {count} = 0 THEN ({message} || {count})::int END"
 
 
 SAFE_HEAD_TIMEOUT = 60.0
@@ -101,10 +95,6 @@ class ProjectionEngine:
         self.load_notes = load_notes
         self.prepare: Callable[[Any], None] | None = None
         """Called with each connection ``catch_up`` uses (e.g. to register pgvector types)."""
-        self._positions_sql: dict[tuple[str, ...], bytes] = {}
-        self._tracking_sql: dict[tuple[str, ...], bytes] = {}
-        self._batched_sql: dict[tuple[tuple[str, ...], tuple[Any, ...]], bytes] = {}
-        self._positions_array: dict[tuple[str, ...], tuple[bytes, int]] = {}
         self.lock_secret: bytes | None = None
         """The fabric secret that keys every runtime advisory lock (:meth:`lock_key`);
         ``None`` until the fabric has read it (then plain BLAKE2b keys)."""
@@ -120,6 +110,8 @@ class ProjectionEngine:
             p.name: PostgresTrackingRecorder(datastore, tracking_table_name=tables.tracking(p.name))
             for p in self.projections
         }
+        self.statements = TrackingSQL(self.trackers, self._tracking, events_table)
+        """The tracking and inline-write statements, composed once per shape."""
 
     def create(self) -> None:
         """Create the projections' tables, tracking tables and the ``mf_projection_errors``
@@ -296,6 +288,12 @@ class ProjectionEngine:
         a writer."""
         return [self.lock_key(p.name) for p in projections]
 
+    def lock_statement_raw(self, tenants: Sequence[str]) -> tuple[bytes, list[int]]:
+        """:meth:`lock_statement` with ``$n`` placeholders."""
+        locks = ", ".join(f"pg_advisory_xact_lock(${i})" for i in range(1, len(tenants) + 1))
+        return (f"SELECT {locks}, pg_current_xact_id()".encode(),
+                [self.lock_key("tenant:" + t) for t in tenants])
+
     def lock_statement(self, tenants: Sequence[str]) -> tuple[bytes, list[int]]:
         """The statement a writer runs before it draws notification ids: each tenant's
         exclusive lock, in the given (sorted) order (held to COMMIT: a tenant's ids
@@ -338,46 +336,57 @@ class ProjectionEngine:
     def _apply_batched(self, cur: Cursor[Any], notes: list[Any], last: int,
                        projections: Sequence[NoteProjection], tenant: str) -> None:
         """:meth:`apply_inline` without a gap to catch up: the rows of every projection
-        that writes through ``write_rows`` alone travel with the tracking statement as
-        one statement (:class:`~memfabric.projections.base.RowBatch`); the others
-        (links, the ledger, quarantine) are applied first, each on a cursor of its own."""
-        batch = RowBatch()
-        for p in projections:
-            if batch_rows(p):
-                p.apply(BatchCursor(cur.connection, batch), accepted(p, notes))
-            else:
-                with cur.connection.cursor() as own:
-                    p.apply(own, accepted(p, notes))
-        if batch.too_big():
-            batch.run_each(cur)
-            batch = RowBatch()
+        that may batch travel with the tracking statement as one statement
+        (:class:`~memfabric.projections.batch.RowBatch`); the others (the ledger,
+        entities) are applied first, each on a cursor of its own."""
+        batch = self.collect(BatchCursor(RowBatch(), cur.connection.cursor), notes, projections)
         self._record_all(cur, last, projections, tenant, batch)
+
+    def collect(self, sink: BatchCursor, notes: list[Any], projections: Sequence[NoteProjection]) -> RowBatch:
+        """Apply ``projections`` to ``notes`` in the writer's transaction: those that may
+        batch (``batch_rows``) into ``sink``'s batch (returned), the others statement by
+        statement now, each on a cursor made when it first runs something (a projection
+        none of whose aggregate types is among ``notes`` is skipped: it has nothing to
+        write). A batch over :data:`~memfabric.projections.batch.MAX_BATCH_PARAMS` is
+        run at once and an empty one returned."""
+        try:
+            for p in projections:
+                items = accepted(p, notes)
+                if not items:
+                    continue
+                if batch_rows(p):
+                    p.apply(cast("Cursor[Any]", sink), items)  # write_rows collects into the batch
+                    continue
+                own = LazyCursor(sink.make_cursor)
+                try:
+                    p.apply(cast("Cursor[Any]", own), items)
+                finally:
+                    own.close()
+            if sink.batch.too_big():
+                sink.batch.run_each(sink.direct())
+                return RowBatch()
+            return sink.batch
+        finally:
+            sink.close()
 
     def _record_all(self, cur: Cursor[Any], position: int, projections: Sequence[NoteProjection],
                     tenant: str, batch: RowBatch | None = None) -> None:
         """Record ``position`` as tenant ``tenant``'s row of every projection with
         eventsourcing's tracking statements, composed into one statement (one
-        data-modifying CTE per projection) that fails when a row was already past
-        ``position`` (eventsourcing's single-row tracking refuses to move back): a
-        cast of the message ``memfabric: failed to record tracking of <name>`` to
-        ``int``, so nothing has to be fetched (in pipeline mode the failure surfaces
-        at COMMIT and the write rolls back). Raises ``IntegrityError`` when not in
-        pipeline mode."""
+        data-modifying CTE per projection, after ``batch``'s row writes) that fails when
+        a row was already past ``position`` (eventsourcing's single-row tracking refuses
+        to move back): a cast of the message ``memfabric: failed to record tracking of
+        <name>`` to ``int``, so nothing has to be fetched (in pipeline mode the failure
+        surfaces at COMMIT and the write rolls back). Raises ``IntegrityError`` when not
+        in pipeline mode."""
         names = tuple(p.name for p in projections)
         if batch is not None and batch.parts:
-            query = self._batched_sql.get((names, tuple(batch.parts)))
-            if query is None:
-                if len(self._batched_sql) > 256:  # the row-count shapes of large batches
-                    self._batched_sql.clear()
-                query = self._batched_sql[(names, tuple(batch.parts))] = self._batched_query(names, batch)
             with psycopg.RawCursor(cur.connection) as raw:
-                self._run_tracking(raw, query, [self.tenant_row(tenant), position, *batch.params], position)
+                self._run_tracking(raw, self.statements.batched(names, batch),
+                                   [self.tenant_row(tenant), position, *batch.params], position)
             return
-        query = self._tracking_sql.get(names)
-        if query is None:
-            query = self._tracking_sql[names] = self._tracking_query(names)
-        self._run_tracking(cur, query, {"application_name": self.tenant_row(tenant),
-                                        "notification_id": position}, position)
+        self._run_tracking(cur, self.statements.tracking(names), {"application_name": self.tenant_row(tenant),
+                                                                  "notification_id": position}, position)
 
     @staticmethod
     def _run_tracking(cur: Cursor[Any], query: bytes, params: Any, position: int) -> None:
@@ -386,29 +395,29 @@ class ProjectionEngine:
         except psycopg.errors.InvalidTextRepresentation as exc:
             raise IntegrityError(f"failed to record tracking at {position}: {exc}") from exc
 
-    def _batched_query(self, names: Sequence[str], batch: RowBatch) -> bytes:
-        """:meth:`_tracking_query` with ``batch``'s row writes as CTEs before the
-        tracking ones, in ``$n`` placeholders (``$1`` the tenant row, ``$2`` the
-        position)."""
-        trackers = [self.trackers[n].insert_tracking_statement.as_string(None)
-                    .replace("%(application_name)s", "$1").replace("%(notification_id)s", "$2")
-                    for n in names]
-        ctes = [*batch.ctes(first=3), *(f"t{i} AS ({q})" for i, q in enumerate(trackers))]
-        checks = ", ".join(_tracking_check(i, n) for i, n in enumerate(names))
-        return ("WITH " + ", ".join(ctes) + " SELECT " + checks).encode()
+    # ------------------------------------------------------ one round trip
+    def fast_statement(self, projections: Sequence[NoteProjection], batch: RowBatch, tenant: str,
+                       appended: int) -> tuple[bytes, list[Any]]:
+        """The statement (``$n`` placeholders) and parameters with which a writer of
+        tenant ``tenant`` that has just appended ``appended`` events under the tenant's
+        lock, and collected its rows (:meth:`collect`), finishes without reading
+        anything back first (issue 24: a plain write is one round trip): it writes the
+        batched rows and records the tenant's position of every projection as the
+        tenant's newest event id, which is its one value. It also checks that the
+        tenant had no gap: every event of the tenant above the lowest of its positions
+        must be one of the ``appended``; otherwise it fails with
+        :data:`~memfabric.projections.tracking_sql.GAP_MESSAGE` (a cast error) and the
+        transaction rolls back: the caller writes again through :meth:`apply_inline`,
+        which catches the gap up."""
+        query = self.statements.fast(tuple(p.name for p in projections), batch)
+        return query, [self.tenant_row(tenant), self.application_name, tenant, appended, *batch.params]
 
-    def _tracking_query(self, names: Sequence[str]) -> bytes:
-        """``WITH t0 AS (<tracking insert 0>), ... SELECT CASE WHEN (SELECT count(*)
-        FROM t0) = 0 THEN ('<message>' || 0)::int END, ...`` (the message is concatenated
-        with the count so the planner cannot fold the cast into a constant error)."""
-        ctes = sql.SQL(", ").join(
-            sql.SQL("{} AS ({})").format(sql.Identifier(f"t{i}"), self.trackers[n].insert_tracking_statement)
-            for i, n in enumerate(names))
-        checks = sql.SQL(", ").join(
-            sql.SQL("CASE WHEN (SELECT count(*) FROM {t}) = 0 THEN ({m} || (SELECT count(*) FROM {t}))::int END"
-                    ).format(t=sql.Identifier(f"t{i}"), m=sql.Literal(f"memfabric: failed to record tracking of {n}: "))
-            for i, n in enumerate(names))
-        return sql.SQL("WITH {} SELECT {}").format(ctes, checks).as_bytes(None)
+    def gap_probe(self, projections: Sequence[NoteProjection], tenant: str) -> tuple[bytes, list[str]]:
+        """A statement (and its parameters) whose one value says whether tenant
+        ``tenant`` has events some of ``projections`` have not applied (a gap: a
+        writer's one-round-trip statement would refuse, :meth:`fast_statement`)."""
+        names = tuple(p.name for p in projections)
+        return self.statements.probe(names), [tenant, *[self.tenant_row(tenant), self.application_name] * len(names)]
 
     def _tenant_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection],
                           tenant: str) -> dict[str, int]:
@@ -427,14 +436,7 @@ class ProjectionEngine:
         one ``bigint[]`` (NULL entries: no row), with one ``%s`` (the ``text[]`` of
         :meth:`tenant_rows`) per projection; and that count. What a writer's append
         statement returns beside the new ids (:meth:`send_positions` in one array)."""
-        names = tuple(p.name for p in projections)
-        found = self._positions_array.get(names)
-        if found is None:
-            expr = sql.SQL("ARRAY[{}]::bigint[]").format(sql.SQL(", ").join(
-                sql.SQL("(SELECT max(notification_id) FROM {t} WHERE application_name = ANY(%s::text[]))").format(
-                    t=self._tracking(n)) for n in names))
-            found = self._positions_array[names] = (expr.as_bytes(None), len(names))
-        return found
+        return self.statements.positions_array(tuple(p.name for p in projections))
 
     def tenant_rows(self, tenant: str) -> list[str]:
         """The tracking rows whose greatest position is tenant ``tenant``'s: the floor's and its own."""
@@ -443,15 +445,8 @@ class ProjectionEngine:
     def send_positions(self, cur: Cursor[Any], projections: Sequence[NoteProjection], tenant: str) -> None:
         """Send the query of tenant ``tenant``'s positions on ``cur`` (fetched by
         :meth:`read_positions`; in pipeline mode, without waiting)."""
-        names = tuple(p.name for p in projections)
-        query = self._positions_sql.get(names)
-        if query is None:
-            reads = sql.SQL(" UNION ALL ").join(
-                sql.SQL("(SELECT {n}::text AS name, max(notification_id) AS pos FROM {t}"
-                        " WHERE application_name = ANY(%(rows)s))").format(n=sql.Literal(n), t=self._tracking(n))
-                for n in names)
-            query = self._positions_sql[names] = reads.as_bytes(None)
-        cur.execute(query, {"rows": [self.application_name, self.tenant_row(tenant)]}, prepare=True)
+        cur.execute(self.statements.positions(tuple(p.name for p in projections)),
+                    {"rows": [self.application_name, self.tenant_row(tenant)]}, prepare=True)
 
     # --------------------------------------------------------------- catch-up
     def _select(self, cur: Cursor[Any], after: int, upto: int | None, limit: int,

@@ -5,12 +5,18 @@
   visibility, entity id, type, ``merged_into``, counts of names and identifiers.
   No name: the names live only in the entity's sealed events.
 - ``mf_entity_keys``: one row per lookup key of a *live* (not merged, not forgotten)
-  entity: the key's kind and its **keyed digest** (HMAC-SHA256 under the fabric
-  secret of :func:`memfabric.domain.entities.keys.digest_input`, computed by the writer
-  and sealed in the entity's events), the name it came from (``source``) and that
-  name's token count. btree ``(tenant_id, digest)``; a unique index on ``(grp,
-  digest)`` for identifier keys makes an identifier unique per visibility group
-  (``grp``: :func:`memfabric.domain.visibility.lock_scope` of the entity's home).
+  entity: the key's kind and its **keyed digest** (the first 128 bits of HMAC-SHA256
+  under the fabric secret of :func:`memfabric.domain.entities.keys.digest_input`,
+  computed by the writer and sealed in the entity's events; stored as ``uuid``, 16
+  bytes), the name it came from (``source``) and that name's token count. The primary
+  key ``(tenant_id, digest, aggregate_id, source) INCLUDE (ntok)`` is the lookup
+  index: a resolution reads each digest's rows from adjacent index entries without
+  touching the table (an index-only scan; the table's autovacuum thresholds are 2 %
+  so its pages stay all-visible), and checks visibility on the entity's small
+  ``mf_entities`` row. A btree on ``aggregate_id`` serves the rewrite of one entity's
+  rows; a unique index on ``(grp, digest)`` for identifier keys makes an identifier
+  unique per visibility group (``grp``: :func:`memfabric.domain.visibility.lock_scope`
+  of the entity's home).
 - ``mf_entity_notes``: one row per un-forgotten note whose subject key names an
   entity (``entity:<id>``): scope ids, visibility, note id, entity id and the merge
   that last moved it.
@@ -31,7 +37,7 @@ from psycopg import Cursor, sql
 from memfabric.domain import visibility
 from memfabric.domain.entity import Entity, note_entity
 from memfabric.domain.note import Note
-from memfabric.projections.base import copy_rows
+from memfabric.projections.base import copy_rows, has_table
 
 NAME = "entities"
 ENTITIES = "mf_entities"
@@ -43,7 +49,15 @@ ENTITY_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visi
 _ENTITY_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "int4", "int4")
 KEY_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visibility", "grp",
                "entity_id", "type", "kind", "digest", "source", "ntok")
-_KEY_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text", "text", "int4", "int4")
+_KEY_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text", "uuid", "int4", "int4")
+_DIGEST = KEY_COLUMNS.index("digest")
+KEY_PRIMARY = ("tenant_id", "digest", "aggregate_id", "source")
+"""The primary key of ``mf_entity_keys`` (with ``INCLUDE (ntok)``): the lookup index.
+Every other column of a key row is a function of it (an entity's home, visibility and
+type never change; a digest names its kind; a source its token count)."""
+KEY_RELOPTIONS = "autovacuum_vacuum_insert_scale_factor = 0.02, autovacuum_vacuum_scale_factor = 0.02"
+"""Vacuum ``mf_entity_keys`` after 2 % of its rows changed (default 20 %), so nearly all
+its pages are all-visible and a lookup stays index-only."""
 NOTE_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visibility", "note_id",
                 "entity_id", "merge_id")
 _NOTE_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text")
@@ -107,40 +121,100 @@ def _upsert(table: str, columns: Sequence[str]) -> sql.Composed:
         u=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in columns[1:]))
 
 
+def _unnest(columns: Sequence[str], types: Sequence[str]) -> sql.Composed:
+    """``SELECT * FROM unnest(%(c)s::type[], ...)``: rows given as one array per column."""
+    return sql.SQL("SELECT * FROM unnest({a})").format(a=sql.SQL(", ").join(
+        sql.SQL("{p}::" + typ + "[]").format(p=sql.Placeholder(c)) for c, typ in zip(columns, types, strict=True)))
+
+
+def _arrays(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+    """``rows`` as one list per column (the parameters of :func:`_unnest`)."""
+    return {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+
+
 def _delete(table: str) -> sql.Composed:
     return sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=sql.Identifier(table))
 
 
+def _stale_keys(table: str) -> sql.Composed:
+    """Delete the key rows of ``%(ids)s`` that are not among the rows given (``%(aggregate_id)s``,
+    ``%(digest)s``, ``%(source)s`` arrays)."""
+    return sql.SQL(
+        "DELETE FROM {t} k WHERE k.aggregate_id = ANY(%(ids)s::uuid[]) AND NOT EXISTS ("
+        " SELECT 1 FROM unnest(%(aggregate_id)s::uuid[], %(digest)s::uuid[], %(source)s::int4[]) AS n(a, d, s)"
+        " WHERE n.a = k.aggregate_id AND n.d = k.digest AND n.s = k.source)").format(t=sql.Identifier(table))
+
+
+def _insert_keys(table: str) -> sql.Composed:
+    """Insert key rows given as arrays, keeping those already there (see :data:`KEY_PRIMARY`)."""
+    return sql.SQL("INSERT INTO {t} ({c}) {rows} ON CONFLICT ({k}) DO NOTHING").format(
+        t=sql.Identifier(table), c=sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS)),
+        rows=_unnest(KEY_COLUMNS, _KEY_TYPES), k=sql.SQL(", ").join(map(sql.Identifier, KEY_PRIMARY)))
+
+
+def stored_key_rows(e: Entity) -> list[tuple[Any, ...]]:
+    """:func:`key_rows` as ``mf_entity_keys`` stores them (the digest a ``UUID``)."""
+    return [(*k[:_DIGEST], UUID(hex=k[_DIGEST]), *k[_DIGEST + 1:]) for k in key_rows(e)]
+
+
 def apply_entities(cur: Cursor[Any], entities: Sequence[Entity]) -> None:
-    """Rewrite the rows of ``entities``: every key row of them deleted first, then the
-    current ones inserted (a merge moves an identifier between two entities of one
-    batch without passing through a state that holds it twice)."""
+    """Bring the rows of ``entities`` up to date in three statements: the key rows they
+    no longer have deleted (all of them for a merged or forgotten entity), the entity
+    rows upserted, the key rows they gained inserted. Deletes come first, so a merge
+    moves an identifier between two entities of one batch without passing through a
+    state that holds it twice; an unchanged key row is neither deleted nor written
+    again (its index page stays all-visible)."""
     if not entities:
         return
-    ids = [e.id for e in entities]
-    cur.execute(_delete(KEYS), (ids,))
+    keys = [k for e in entities for k in stored_key_rows(e)]
+    arrays = _arrays(KEY_COLUMNS, keys)
+    cur.execute(_stale_keys(KEYS), {"ids": [e.id for e in entities], **arrays})
     gone = [e.id for e in entities if entity_row(e) is None]
     if gone:
         cur.execute(_delete(ENTITIES), (gone,))
     rows = [r for r in map(entity_row, entities) if r is not None]
     if rows:
         cur.executemany(_upsert(ENTITIES, ENTITY_COLUMNS), rows)
-    keys = [k for e in entities for k in key_rows(e)]
     if keys:
-        cur.executemany(sql.SQL("INSERT INTO {t} ({c}) VALUES ({p})").format(
-            t=sql.Identifier(KEYS), c=sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS)),
-            p=sql.SQL(", ").join(sql.Placeholder() * len(KEY_COLUMNS))), keys)
+        cur.execute(_insert_keys(KEYS), arrays)
 
 
 def apply_notes(cur: Cursor[Any], notes: Sequence[Note]) -> None:
-    """Upsert the rows of notes about an entity; delete those of forgotten notes (a note
-    loses its entity only when it is forgotten, so no other note needs a statement)."""
-    rows = [r for r in map(note_row, notes) if r is not None]
+    """Upsert the rows of notes about an entity (one statement); delete those of
+    forgotten notes (a note loses its entity only when it is forgotten, so no other
+    note needs a statement)."""
+    rows = list({r[0]: r for r in map(note_row, notes) if r is not None}.values())  # the last state of each
     gone = [n.id for n in notes if not n.listed]
     if gone:
         cur.execute(_delete(NOTES), (gone,))
     if rows:
-        cur.executemany(_upsert(NOTES, NOTE_COLUMNS), rows)
+        cur.execute(sql.SQL("INSERT INTO {t} ({c}) {rows} ON CONFLICT (aggregate_id) DO UPDATE SET {u}").format(
+            t=sql.Identifier(NOTES), c=sql.SQL(", ").join(map(sql.Identifier, NOTE_COLUMNS)),
+            rows=_unnest(NOTE_COLUMNS, _NOTE_TYPES),
+            u=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c))
+                                 for c in NOTE_COLUMNS[1:])), _arrays(NOTE_COLUMNS, rows))
+
+
+def migrate_keys(cur: Cursor[Any]) -> bool:
+    """Bring an ``mf_entity_keys`` of the first layout (a hex ``text`` digest, primary key
+    ``(aggregate_id, kind, digest, source)``, btree ``(tenant_id, digest)``) to the
+    current one (see the module doc), in place; returns whether anything changed."""
+    if not has_table(cur, KEYS) or _column_type(cur, KEYS, "digest") != "text":
+        return False
+    t = sql.Identifier(KEYS)
+    cur.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=sql.Identifier(KEYS + "_digest")))
+    cur.execute(sql.SQL("ALTER TABLE {t} DROP CONSTRAINT IF EXISTS {c}").format(
+        t=t, c=sql.Identifier(KEYS + "_pkey")))
+    cur.execute(sql.SQL("ALTER TABLE {t} ALTER COLUMN digest TYPE uuid USING digest::uuid,"
+                        " ADD PRIMARY KEY (" + ", ".join(KEY_PRIMARY) + ") INCLUDE (ntok),"
+                        " SET (" + KEY_RELOPTIONS + ")").format(t=t))
+    return True
+
+
+def _column_type(cur: Cursor[Any], table: str, column: str) -> str | None:
+    row = cur.execute("SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema()"
+                      " AND table_name = %s AND column_name = %s", (table, column)).fetchone()
+    return None if row is None else str(row["data_type"] if isinstance(row, dict) else row[0])
 
 
 class EntitiesProjection:
@@ -163,21 +237,23 @@ class EntitiesProjection:
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid NOT NULL, tenant_id text NOT NULL,"
             " resource_id text NOT NULL, thread_id text NOT NULL, visibility text NOT NULL,"
             " grp text NOT NULL, entity_id text NOT NULL, type text NOT NULL, kind text NOT NULL,"
-            " digest text NOT NULL, source integer NOT NULL, ntok integer NOT NULL,"
-            " PRIMARY KEY (aggregate_id, kind, digest, source))").format(t=sql.Identifier(KEYS + s)))
+            " digest uuid NOT NULL, source integer NOT NULL, ntok integer NOT NULL,"
+            " PRIMARY KEY (" + ", ".join(KEY_PRIMARY) + ") INCLUDE (ntok)) WITH (" + KEY_RELOPTIONS + ")").format(
+                t=sql.Identifier(KEYS + s)))
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
             " resource_id text NOT NULL, thread_id text NOT NULL, visibility text NOT NULL,"
             " note_id text NOT NULL, entity_id text NOT NULL, merge_id text)").format(
                 t=sql.Identifier(NOTES + s)))
         if not table_suffix:
+            migrate_keys(cur)
             self.create_indexes(cur)
 
     def create_indexes(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         s = table_suffix
         for table, cols, suffix, unique in (
                 (ENTITIES, "(tenant_id, entity_id)", "ids", ""),
-                (KEYS, "(tenant_id, digest)", "digest", ""),
+                (KEYS, "(aggregate_id)", "aggregate", ""),
                 (KEYS, "(grp, digest) WHERE kind = 'id'", "ident", "UNIQUE "),
                 (NOTES, "(tenant_id, entity_id, aggregate_id)", "entity", "")):
             t = table + s
@@ -194,7 +270,7 @@ class EntitiesProjection:
         s = table_suffix
         n = copy_rows(cur, ENTITIES + s, ENTITY_COLUMNS, _ENTITY_TYPES,
                       (r for r in map(entity_row, entities) if r is not None))
-        n += copy_rows(cur, KEYS + s, KEY_COLUMNS, _KEY_TYPES, (k for e in entities for k in key_rows(e)))
+        n += copy_rows(cur, KEYS + s, KEY_COLUMNS, _KEY_TYPES, (k for e in entities for k in stored_key_rows(e)))
         n += copy_rows(cur, NOTES + s, NOTE_COLUMNS, _NOTE_TYPES,
                        (r for r in map(note_row, notes) if r is not None))
         return n
@@ -204,27 +280,34 @@ _VISIBLE = ("tenant_id = %(t)s AND ((resource_id = %(r)s AND thread_id = %(th)s)
             " OR (visibility = 'resource' AND resource_id = %(r)s AND %(r)s <> ''))")
 """``memfabric.domain.visibility.visible`` in SQL (the reader's ``t``, ``r``, ``th``)."""
 
+_VISIBLE_E = ("e.tenant_id = %(t)s AND ((e.resource_id = %(r)s AND e.thread_id = %(th)s) OR e.visibility = 'tenant'"
+              " OR (e.visibility = 'resource' AND e.resource_id = %(r)s AND %(r)s <> ''))")
+""":data:`_VISIBLE` on the ``mf_entities`` row ``e``."""
+
 
 def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequence[tuple[str, int]],
                 type_: str | None) -> list[dict[str, Any]]:
     """Key rows of live entities visible from ``reader`` per ``(digest, n)``: at most
-    ``n`` rows of that digest (of ``type_`` when given); one statement, btree
-    ``(tenant_id, digest)`` per digest."""
+    ``n`` rows of that digest (of ``type_`` when given), ``digest`` as the hex string it
+    was asked by. One statement: per digest an index-only scan of the primary key
+    ``(tenant_id, digest, ...)``, each row's visibility and type read from its entity's
+    ``mf_entities`` row (primary key), stopping at ``n`` visible rows."""
     t, r, th = reader
-    only = " AND k.type = %(type)s" if type_ is not None else ""
+    only = " AND e.type = %(type)s" if type_ is not None else ""
     rows = cur.execute(
-        "SELECT x.* FROM unnest(%(d)s::text[], %(n)s::int[]) AS q(digest, lim) CROSS JOIN LATERAL ("  # noqa: S608
-        f" SELECT k.aggregate_id, k.entity_id, k.kind, k.digest, k.source, k.ntok FROM {KEYS} k"
-        f" WHERE k.digest = q.digest AND {_VISIBLE}{only}"
+        "SELECT x.* FROM unnest(%(d)s::uuid[], %(n)s::int[]) AS q(digest, lim) CROSS JOIN LATERAL ("  # noqa: S608
+        f" SELECT k.aggregate_id, e.entity_id, k.digest, k.source, k.ntok FROM {KEYS} k"
+        f" JOIN {ENTITIES} e ON e.aggregate_id = k.aggregate_id"
+        f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {_VISIBLE_E}{only}"
         " LIMIT q.lim) x",
         {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
          "type": type_}, prepare=True).fetchall()
-    return list(rows)
+    return [{**row, "digest": row["digest"].hex} for row in rows]
 
 
 def select_owner(cur: Cursor[Any], grp: str, digest: str) -> str | None:
-    """The entity id holding identifier key ``digest`` in group ``grp``, or ``None``."""
-    row = cur.execute(f"SELECT entity_id FROM {KEYS} WHERE grp = %s AND digest = %s AND kind = 'id'",  # noqa: S608
+    """The entity id holding identifier key ``digest`` (hex) in group ``grp``, or ``None``."""
+    row = cur.execute(f"SELECT entity_id FROM {KEYS} WHERE grp = %s AND digest = %s::uuid AND kind = 'id'",  # noqa: S608
                       (grp, digest)).fetchone()
     return None if row is None else str(row["entity_id"])
 

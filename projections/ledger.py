@@ -275,16 +275,18 @@ def search_entries(cur: Cursor[Any], aggregate_id: UUID, terms: Sequence[str],
 
 
 def search_observations(cur: Cursor[Any], aggregate_ids: Sequence[UUID], words: Sequence[str],
-                        limit: int) -> list[dict[str, Any]]:
-    """Observations of the given conversations matching any of ``words``, by ts_rank."""
+                        limit: int, *, until: Any = None) -> list[dict[str, Any]]:
+    """Observations of the given conversations matching any of ``words``, by ts_rank;
+    only those created at or before ``until`` when given (``as_of``, ``known_at``)."""
     if not words or not aggregate_ids:
         return []
     rows = cur.execute(
         f"SELECT o.aggregate_id, o.observation_id, o.text, o.source_entry_ids, o.created_at,"  # noqa: S608
         " ts_rank(o.tsv, to_tsquery('simple', %s)) AS rank"
         f" FROM {OBSERVATIONS} o WHERE o.aggregate_id = ANY(%s) AND o.tsv @@ to_tsquery('simple', %s)"
+        " AND (%s::timestamptz IS NULL OR o.created_at <= %s::timestamptz)"
         " ORDER BY rank DESC, o.created_at DESC LIMIT %s",
-        (_tsquery(words), list(aggregate_ids), _tsquery(words), limit)).fetchall()
+        (_tsquery(words), list(aggregate_ids), _tsquery(words), until, until, limit)).fetchall()
     return [dict(r) for r in rows]
 
 

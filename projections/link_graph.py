@@ -26,6 +26,7 @@ from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note, note_uuid
 from memfabric.projections import base, partitions, tables
+from memfabric.projections.batch import BatchCursor
 
 NAME = "link_graph"
 TABLE = tables.LINK_GRAPH
@@ -70,14 +71,23 @@ def index_ddl(table: str = TABLE) -> list[sql.Composed]:
         i=sql.Identifier(f"{table}_to"), t=sql.Identifier(table))]
 
 
-def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
+def apply(cur: Cursor[Any] | BatchCursor, notes: Iterable[Note], table: str = TABLE) -> None:
     """Replace the edges of ``notes`` with their current ones. A note at version 1
     without links is skipped (no DELETE round trip): every projection of that one
-    state wrote no edge, so there is none to replace (issue 18)."""
+    state wrote no edge, so there is none to replace (issue 18). Handed a
+    :class:`~memfabric.projections.batch.BatchCursor` (issue 24), the replacement joins
+    its batch as two writes on disjoint rows: the delete of the notes' edges that are
+    not among the new ones, and the upsert of the new ones."""
     notes = list(notes)
     rows = [row for n in notes for row in rows_for(n)]
     stale = [(n.tenant_id, n.id) for n in notes if n.version > 1 or n.links]
     if not stale:
+        return
+    if isinstance(cur, BatchCursor):
+        kept = list(zip(*((r[0], r[1], r[7]) for r in rows), strict=True)) if rows else [(), (), ()]
+        params = [*base.delete_params(stale), *(list(col) for col in kept)]
+        cur.batch.add_statement(_replace_template(table), params, lambda own: apply(own, notes, table))
+        cur.batch.add(table, COLUMNS, rows, None, lambda own: None)
         return
     t = sql.Identifier(table)
     cur.execute(sql.SQL("DELETE FROM {t} WHERE tenant_id = ANY(%s) AND from_aggregate_id = ANY(%s)").format(t=t),
@@ -88,6 +98,15 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], table: str = TABLE) -> None:
                 t=t, cols=sql.SQL(", ").join(map(sql.Identifier, COLUMNS)),
                 ph=sql.SQL(", ").join(sql.Placeholder() * len(COLUMNS))),
             rows)
+
+
+def _replace_template(table: str) -> str:
+    """The batched delete of :func:`apply`: the edges of the notes ``{1}`` (of tenants
+    ``{0}``) other than the new ones (``{2}``, ``{3}``, ``{4}``: their key columns)."""
+    t = sql.Identifier(table).as_string(None)
+    return (f"DELETE FROM {t} WHERE tenant_id = ANY({{0}}::text[]) AND from_aggregate_id = ANY({{1}}::uuid[])"  # noqa: S608
+            " AND (from_aggregate_id, to_aggregate_id, relation) NOT IN"
+            " (SELECT * FROM unnest({2}::uuid[], {3}::uuid[], {4}::text[]))")
 
 
 def copy_rows(cur: Cursor[Any], rows: Iterable[Sequence[Any]], table: str = TABLE) -> int:
@@ -118,6 +137,8 @@ class LinkGraphProjection:
     write_side = False
     aggregate_types: tuple[type, ...] = (Note,)
     """The engine hands it ``Note`` aggregates only (not the conversation ledger's)."""
+    batch_rows = True
+    """May be handed a ``BatchCursor`` (its edges travel in a ``RowBatch``)."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         partitions.create_table(cur, TABLE + table_suffix, COLUMNS_DDL, KEY)

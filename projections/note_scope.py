@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+from uuid import UUID
 
 from psycopg import Cursor, sql
 
 from memfabric.domain.note import Note
 from memfabric.domain.ports import NoteRef
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.projections import partitions, tables
 from memfabric.domain.visibility import Visibility, of_consent
 from memfabric.projections.base import add_visibility, copy_rows, prefix_where, split_rows, write_rows
@@ -128,8 +129,7 @@ def select_page(
     ).fetchall()
     return [
         NoteRef(aggregate_id=row["aggregate_id"],
-                scope=Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
-                            thread_id=row["thread_id"] or None),
+                scope=stored_scope(row["tenant_id"], row["resource_id"], row["thread_id"]),
                 note_id=row["note_id"], held=row["held"])
         for row in rows
     ]
@@ -154,6 +154,14 @@ def resolve(cur: Cursor[Any], scope: Scope, note_id: str, limit: int = 3) -> lis
         " OR visibility = 'tenant' OR (visibility = 'resource' AND resource_id = %(r)s AND %(r)s <> ''))"
         " ORDER BY (resource_id = %(r)s AND thread_id = %(th)s) DESC, resource_id, thread_id LIMIT %(k)s",
         {"t": t, "r": r, "th": th, "id": note_id, "k": limit}).fetchall()
-    return [(Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
-                   thread_id=row["thread_id"] or None), of_consent({"visibility": row["visibility"]}))
+    return [(stored_scope(row["tenant_id"], row["resource_id"], row["thread_id"]), of_consent({"visibility": row["visibility"]}))
             for row in rows]
+
+
+def select_kind(cur: Cursor[Any], scope: Scope, kind: str) -> list[tuple[UUID, bool]]:
+    """``(aggregate id, held)`` of the un-forgotten notes of kind ``kind`` of exactly
+    ``scope`` (issue 31: the working notes a ``known_at`` working value replays)."""
+    rows = cur.execute(
+        f"SELECT aggregate_id, held FROM {TABLE} WHERE tenant_id = %s AND resource_id = %s"  # noqa: S608
+        " AND thread_id = %s AND kind = %s ORDER BY aggregate_id", [*scope.sql(), kind]).fetchall()
+    return [(row["aggregate_id"], bool(row["held"])) for row in rows]

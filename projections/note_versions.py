@@ -47,6 +47,7 @@ from memfabric.domain import replay
 from memfabric.domain.errors import EmbedderChangedError
 from memfabric.domain.note import Note
 from memfabric.projections import base, link_graph, recall_index, tables
+from memfabric.projections.batch import BatchCursor
 
 NAME = "note_versions"
 TABLE = tables.NOTE_VERSIONS
@@ -104,12 +105,18 @@ def ddl(dim: int, suffix: str = "") -> list[sql.Composed]:
 def index_ddl(suffix: str = "") -> list[sql.Composed]:
     """Secondary indexes, as few as the reads need (each one costs every write): a
     btree on scope + kind (every read filters by tenant first), GIN on ``tsv``; the
-    edges' target. No HNSW: a ``known_at`` recall scans the scope's versions recorded at
-    T exactly, and a ``known_at`` listing sorts them (see ``docs/bitemporal.md``)."""
+    edges' target; a partial btree on ``(tenant_id, recorded_to)`` of the closed rows
+    (issue 31: a large tenant's ``known_at`` recall scans the versions closed since T,
+    :data:`RECORDED_VECTOR_LIST`; a new row is open, so only a close pays for it). No
+    HNSW: a ``known_at`` recall reads current versions through the live index's graph
+    and scans the others exactly, and a ``known_at`` listing sorts them (see
+    ``docs/bitemporal.md``)."""
     t, e = TABLE + suffix, EDGES + suffix
     return [
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, resource_id, thread_id, kind)").format(
             i=sql.Identifier(f"{t}_scope"), t=sql.Identifier(t)),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant_id, recorded_to) WHERE recorded_to IS NOT NULL").format(
+            i=sql.Identifier(f"{t}_closed"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} USING gin (tsv)").format(
             i=sql.Identifier(f"{t}_tsv"), t=sql.Identifier(t)),
         sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {e} (to_aggregate_id)").format(
@@ -203,13 +210,15 @@ def _statements(suffix: str) -> dict[str, bytes]:
     return {name: stmt.as_bytes(None) for name, stmt in composed.items()}
 
 
-def apply(cur: Cursor[Any], notes: Iterable[Note], mapper: Any, embedder_id: str | None, dim: int) -> None:
+def apply(cur: Cursor[Any] | BatchCursor, notes: Iterable[Note], mapper: Any, embedder_id: str | None,
+          dim: int) -> None:
     """Bring the versions of ``notes`` up to date (see the module doc); ``mapper``: the
     sealing mapper the slow path replays with. A note of this unit of work without a
     new event is left alone. Inserts ignore a row already there (a catch-up of the
     tenant's gap that replayed the note first) and the close never touches a row of
-    the new version, so applying a state twice changes nothing."""
-    st = _statements("")
+    the new version, so applying a state twice changes nothing. Handed a
+    :class:`~memfabric.projections.batch.BatchCursor`, the writes of the notes with
+    one new event join its batch (issue 24); a replay runs on its direct cursor."""
     fast: list[Note] = []
     slow: list[Note] = []
     for note in notes:
@@ -217,29 +226,73 @@ def apply(cur: Cursor[Any], notes: Iterable[Note], mapper: Any, embedder_id: str
         if collected == []:
             continue
         (fast if _fast(note) and note.live else slow).append(note)
+    _write_fast(cur, fast, embedder_id, dim)
+    if slow:
+        _write_replayed(cur.direct() if isinstance(cur, BatchCursor) else cur, slow, mapper, embedder_id, dim)
+
+
+def _write_fast(cur: Cursor[Any] | BatchCursor, notes: Sequence[Note], embedder_id: str | None, dim: int) -> None:
+    """Close the open row of each note that had one and insert the rows of their new
+    states (and edges), batched or run on ``cur``."""
+    st = _statements("")
+    closing = [n for n in notes if n.version > 1]
+    if closing:
+        params = ([n.id for n in closing], [n.modified_on for n in closing], [int(n.version) for n in closing])
+        if isinstance(cur, BatchCursor):
+            cur.batch.add_statement(_close_template(""), params,
+                                    lambda own: _run(own, st["close"], params))
+        else:
+            cur.execute(st["close"], params, prepare=True)
     rows: list[tuple[Any, ...]] = []
     edges: list[tuple[Any, ...]] = []
-    closing = [n for n in fast if n.version > 1]
-    if closing:
-        cur.execute(st["close"], ([n.id for n in closing], [n.modified_on for n in closing],
-                                  [int(n.version) for n in closing]), prepare=True)
-    for note in fast:
+    for note in notes:
         row, links = version_rows(note, embedder_id, dim)
         if row is not None:
             rows.append(row)
             edges.extend(links)
-    if slow:
-        ids = [n.id for n in slow]
-        cur.execute(st["drop"], (ids,), prepare=True)
-        cur.execute(st["drop_edges"], (ids,), prepare=True)
-        for events in _replayable(cur, mapper, slow).values():
-            more, more_edges = history_rows(events, embedder_id, dim)
-            rows.extend(more)
-            edges.extend(more_edges)
+    _insert(cur, st, rows, edges)
+
+
+def _write_replayed(cur: Cursor[Any], notes: Sequence[Note], mapper: Any, embedder_id: str | None,
+                    dim: int) -> None:
+    """Write every version of ``notes`` afresh from a replay of their events."""
+    st = _statements("")
+    ids = [n.id for n in notes]
+    cur.execute(st["drop"], (ids,), prepare=True)
+    cur.execute(st["drop_edges"], (ids,), prepare=True)
+    rows: list[tuple[Any, ...]] = []
+    edges: list[tuple[Any, ...]] = []
+    for events in _replayable(cur, mapper, notes).values():
+        more, more_edges = history_rows(events, embedder_id, dim)
+        rows.extend(more)
+        edges.extend(more_edges)
+    _insert(cur, st, rows, edges)
+
+
+def _insert(cur: Cursor[Any] | BatchCursor, st: dict[str, bytes], rows: list[tuple[Any, ...]],
+            edges: list[tuple[Any, ...]]) -> None:
+    """Insert version ``rows`` and ``edges`` (rows already there are kept)."""
+    if isinstance(cur, BatchCursor):
+        cur.batch.add(TABLE, COLUMNS, rows, None, lambda own: own.executemany(st["row"], rows), conflict="nothing")
+        cur.batch.add(EDGES, EDGE_COLUMNS, edges, None, lambda own: own.executemany(st["edge"], edges),
+                      conflict="nothing")
+        return
     if rows:
         cur.executemany(st["row"], rows)
     if edges:
         cur.executemany(st["edge"], edges)
+
+
+def _run(cur: Cursor[Any], query: bytes, params: Sequence[Any]) -> None:
+    cur.execute(query, params, prepare=True)
+
+
+@lru_cache(maxsize=8)
+def _close_template(suffix: str) -> str:
+    """The close statement of :func:`_statements` as a ``RowBatch`` statement template."""
+    t = sql.Identifier(TABLE + suffix).as_string(None)
+    return (f"UPDATE {t} SET recorded_to = u.ts FROM unnest({{0}}::uuid[], {{1}}::timestamptz[], {{2}}::int[])"  # noqa: S608
+            f" AS u(id, ts, v) WHERE {t}.aggregate_id = u.id AND {t}.recorded_to IS NULL AND {t}.version < u.v")
 
 
 def _replayable(cur: Cursor[Any], mapper: Any, notes: Sequence[Note]) -> dict[UUID, list[Any]]:
@@ -273,6 +326,8 @@ class NoteVersionsProjection:
     tables: tuple[str, ...] = (TABLE, EDGES)
     write_side = False
     aggregate_types: tuple[type, ...] = (Note,)
+    batch_rows = True
+    """May be handed a ``BatchCursor`` (its rows travel in a ``RowBatch``)."""
 
     def __init__(self, dim: int, embedder_id: str | None = None, mapper: Any = None) -> None:
         self.dim = dim
@@ -339,3 +394,44 @@ class RecordedCursor:
     def execute(self, query: Any, params: dict[str, Any] | None = None, **kwargs: Any) -> Cursor[Any]:
         text = query.as_bytes(self._cur) if isinstance(query, sql.Composable) else bytes(query)
         return self._cur.execute(as_recorded(text), {**(params or {}), "known_at": self._known_at}, **kwargs)
+
+
+RECORDED_VECTOR_LIST = (
+    # the notes whose state at T is their current one: the live index's HNSW graph
+    # (and its unindexed tail) admits a live row only when its own version is the
+    # note's current version and was recorded by T, so the row *is* the version at T
+    "v AS MATERIALIZED (SELECT aggregate_id, dist FROM ("
+    "(SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist FROM {live} li WHERE {w} AND li.indexed"
+    " AND {current} ORDER BY li.embedding <=> %(q)b LIMIT %(limit)s)"
+    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist"
+    " FROM {live} li WHERE {w} AND NOT li.indexed AND {current} OFFSET 0) s ORDER BY dist LIMIT %(limit)s)"
+    # the notes changed since T: their version at T is closed now (exact scan)
+    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT aggregate_id, embedding <=> %(q)b AS dist"
+    " FROM {t} WHERE {w} AND recorded_to > %(known_at)s::timestamptz OFFSET 0) s"
+    " ORDER BY dist LIMIT %(limit)s)"
+    ") u ORDER BY dist LIMIT %(limit)s),"
+    " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
+)
+"""The vector list of a ``known_at`` recall of a tenant large enough for HNSW (issue
+31): the rows recorded at T are (1) current versions recorded by T and (2) versions
+recorded by T and closed after it. (1) are read through the live recall index: a live
+row whose ``(aggregate_id, version)`` is a current version row recorded by T is that
+version (both rows are :func:`memfabric.projections.recall_index.row_for` of the same
+state), so its HNSW graph serves them, with the live tail's exact scan; (2) are the
+versions of the notes changed since T, scanned exactly. This holds when both
+projections are applied in the writer's transaction (the default), so every snapshot
+has them in step; a fabric with a separate runner keeps the exact scan of every
+version. ``{live}``: the live table, schema-qualified (the statement's
+``mf_recall_index`` names the versions at T); ``{w}``/``{t}``: as in
+:data:`memfabric.projections.recall_tail.VECTOR_LIST`."""
+
+_CURRENT = ("EXISTS (SELECT 1 FROM {v} cv WHERE cv.aggregate_id = li.aggregate_id AND cv.version = li.version"
+            " AND cv.recorded_to IS NULL AND cv.recorded_from <= %(known_at)s::timestamptz)")
+
+
+def recorded_vector_list(live: sql.Composable) -> str:
+    """:data:`RECORDED_VECTOR_LIST` with the live table ``live`` (a qualified
+    identifier) filled in; ``{t}`` and ``{w}`` are left for
+    :func:`memfabric.projections.recall_index.recall_statement`."""
+    current = _CURRENT.replace("{v}", sql.Identifier(TABLE).as_string(None))
+    return RECORDED_VECTOR_LIST.replace("{live}", live.as_string(None)).replace("{current}", current)

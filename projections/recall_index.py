@@ -21,8 +21,8 @@ from psycopg.types.range import Range
 
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
-from memfabric.domain.scope import Scope
-from memfabric.domain.policy import normalized_tokens, token_hash
+from memfabric.domain.scope import Scope, stored_scope
+from memfabric.domain.policy import content_hash
 from memfabric.projections import base, partitions, principals, recall_tail, tables
 from memfabric.projections.base import split_rows, write_rows
 
@@ -140,11 +140,17 @@ def _range(lo: datetime | None, hi: datetime | None) -> Range[datetime]:
     return Range(lo, hi, bounds="[)")
 
 
+@base.per_state
 def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[Any, ...] | None:
     """The index row of a note, or ``None`` when the note must not be recallable
     (forgotten, held, or not a recallable kind). ``embedder_id``: the embedder whose
-    vector the row carries (issue 19; ``None``: the write-time one), see
-    :func:`memfabric.projections.base.embedding_for` (``EmbedderChangedError``)."""
+    vector the row carries (issue 19; ``None``: the write-time one; ``EmbedderChangedError``:
+    :func:`memfabric.projections.base.embedding_for`). Reused per state (a write's recall
+    and versions rows)."""
+    return _row_for(note, embedder_id, dim)
+
+
+def _row_for(note: Note, embedder_id: str | None, dim: int) -> tuple[Any, ...] | None:
     if not note.recallable or note.content is None:  # (content: narrows the type)
         return None
     embedding = base.embedding_for(note, embedder_id, dim)
@@ -167,7 +173,7 @@ def row_for(note: Note, embedder_id: str | None = None, dim: int = 0) -> tuple[A
         list(note.tags),
         note.path,
         note.subject,
-        token_hash(normalized_tokens(note.content)),
+        content_hash(note.content),
         note.content,
         list(note.source_entry_ids),
         note.supersedes,
@@ -422,7 +428,7 @@ def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID],
 
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
                      filters: NoteFilter | None = None, expand: bool = False,
-                     exact: bool = False) -> sql.Composed:
+                     exact: bool = False, vector_list: str | None = None) -> sql.Composed:
     """The one recall statement: the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
     both, the exact cosine similarity and full-text score, with every scope, kind,
@@ -449,10 +455,13 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
     index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q`` over
     indexed rows merged with an exact scan of the unindexed tail
-    (:data:`memfabric.projections.recall_tail.VECTOR_LIST`)."""
+    (:data:`memfabric.projections.recall_tail.VECTOR_LIST`). ``vector_list``: another
+    template of the vector list (``{t}``, ``{w}`` as there; issue 31's ``known_at``
+    recall through the live HNSW index,
+    :data:`memfabric.projections.note_versions.RECORDED_VECTOR_LIST`)."""
     t, w = sql.Identifier(TABLE), _where(require_consent, filters)
     g = sql.Identifier(tables.LINK_GRAPH)
-    vector_list = _EXACT_VECTOR_LIST if exact else recall_tail.VECTOR_LIST
+    vector_list = vector_list or (_EXACT_VECTOR_LIST if exact else recall_tail.VECTOR_LIST)
     parts = [sql.SQL(vector_list if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(
@@ -480,12 +489,12 @@ def select_candidates(
     cur: Cursor[Any], scope: Scope, *, embedding: np.ndarray | None, query: str | None,
     kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,
     filters: NoteFilter | None = None,
-    expand: int = 0, exact: bool = False,
+    expand: int = 0, exact: bool = False, vector_list: str | None = None,
 ) -> list[Candidate]:
     """Run :func:`recall_statement` on ``cur`` (one statement); returns candidates with
     their similarity, raw lexical score and ranks (``expand`` > 0: plus up to that many
     linked notes, ``Candidate.link`` set, and every candidate's edges to list candidates
-    in ``Candidate.link_from``; ``exact``: see :func:`recall_statement`)."""
+    in ``Candidate.link_from``; ``exact``, ``vector_list``: see :func:`recall_statement`)."""
     t, r, th = scope.sql()
     params: dict[str, Any] = {"t": t, "r": r, "th": th, "kinds": list(kinds), "as_of": as_of,
                               "limit": limit, "text": query, "idf_cap": IDF_CORPUS_CAP,
@@ -495,7 +504,7 @@ def select_candidates(
         params["q"] = np.asarray(embedding, np.float32)
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
                             require_consent=require_consent, filters=filters, expand=expand > 0,
-                            exact=exact)
+                            exact=exact, vector_list=vector_list)
     out = []
     # prepare=True: the statement's plan (about 0.5 ms of the server's time) is kept per
     # pooled connection after psycopg's fifth run of the same text
@@ -581,5 +590,4 @@ def select_scopes(cur: Cursor[Any], *, tenant_id: str | None, tags: Sequence[str
         "SELECT DISTINCT tenant_id, resource_id, thread_id FROM {t} WHERE {w} ORDER BY 1, 2, 3"
     ).format(t=sql.Identifier(TABLE), w=sql.SQL(" AND ").join(conds))
     rows = cur.execute(stmt, {"tags": list(tags), "t": tenant_id}).fetchall()
-    return [Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
-                  thread_id=r["thread_id"] or None) for r in rows]
+    return [stored_scope(r["tenant_id"], r["resource_id"], r["thread_id"]) for r in rows]

@@ -23,7 +23,7 @@ from psycopg import Cursor, sql
 from memfabric.domain import retention as rules
 from memfabric.domain.note import Note
 from memfabric.domain.ports import DueRef
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import stored_scope
 from memfabric.domain.visibility import of_consent
 from memfabric.projections import base, partitions, tables
 from memfabric.projections.base import copy_rows, split_rows, write_rows
@@ -146,8 +146,7 @@ def select_due(cur: Cursor[Any], tenant_id: str, windows: rules.Windows, now: da
         f" WHERE tenant_id = %(t)s{start} AND {where} ORDER BY tenant_id, aggregate_id LIMIT %(k)s",
         params).fetchall()
     return [DueRef(aggregate_id=r["aggregate_id"],
-                   scope=Scope(tenant_id=r["tenant_id"], resource_id=r["resource_id"] or None,
-                               thread_id=r["thread_id"] or None),
+                   scope=stored_scope(r["tenant_id"], r["resource_id"], r["thread_id"]),
                    note_id=r["note_id"], visibility=r["visibility"]) for r in rows]
 
 

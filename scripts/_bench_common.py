@@ -216,6 +216,34 @@ def recall_at_k(hits: list[int], query_vec: np.ndarray, vecs: np.ndarray, rows: 
     return len(good) / min(k, len(rows))
 
 
+def run_header() -> dict:
+    """What every figure is reported with: the UTC date, the machine's load average
+    (1, 5, 15 min; ``os.getloadavg``) and the command line that made it."""
+    import os
+    import shlex
+    import sys
+    from datetime import datetime, timezone
+
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "load_avg": [round(x, 2) for x in os.getloadavg()],
+            "command": "python " + " ".join(shlex.quote(a) for a in sys.argv)}
+
+
+@contextmanager
+def kept_database(dsn: str, name: str) -> Iterator[str]:
+    """The database ``name`` on the server at ``dsn``, created when absent and never
+    dropped (``--keep-db``: a second run of a benchmark reuses what the first loaded
+    instead of loading 100,000 notes again); yields its DSN."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield make_conninfo(dsn, dbname=name)
+
+
 @contextmanager
 def scratch_database(dsn: str | None, prefix: str) -> Iterator[str]:
     """A fresh database (dropped afterwards) on the server at ``dsn``, or on a

@@ -1,25 +1,31 @@
-"""Measure entities (issue 32): resolution latency at N entities in one scope (default
-100,000) and the time to merge an entity with F facts (default 1,000).
+"""Measure entities (issue 32): resolution latency at growing entity counts in one
+scope (default 5,000 then 100,000) and the time to merge an entity with F facts
+(default 1,000) at each count.
 
-Loads N synthetic people (first x last name, one email each) in transactions of
-``--chunk`` entities, then times ``notes.entities.resolve`` on a mix of surfaces
-(exact names, emails, lower-cased names, one-letter typos, unknown names) and prints
-p50 / p95 / p99 in ms; then writes F facts about one entity and times
-``merge(winner, loser)`` (batches of ``--batch`` notes, one transaction each).
+Loads synthetic people (first x last name, one email each) in transactions of
+``--chunk`` entities, growing the one scope to each count of ``--sizes`` in turn; at
+each count times ``notes.entities.resolve`` on a mix of surfaces (exact names,
+emails, lower-cased names, one-letter typos, unknown names: p50 / p95 / p99 in ms),
+then writes F facts about a fresh entity and times ``merge(winner, loser)``
+(batches of ``--batch`` notes, one transaction each; it must re-point all F).
+Prints the date (UTC), the load average (``os.getloadavg``) before and after each
+phase and the command.
 
 Run (from the repository root)::
 
-    python scripts/bench_entities.py                       # PostgreSQL (embedded), 100k
-    python scripts/bench_entities.py --n 10000 --facts 500
-    python scripts/bench_entities.py --backend memory --n 20000
+    python scripts/bench_entities.py                        # PostgreSQL (embedded), 5k and 100k
+    python scripts/bench_entities.py --sizes 10000 --facts 500
+    python scripts/bench_entities.py --backend memory --sizes 20000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +65,11 @@ def _roman(n: int) -> str:
             return "q" + out
 
 
-def load(notes: Any, n: int, chunk: int) -> float:
-    """Create ``n`` entities in transactions of ``chunk``; returns seconds."""
+def load(notes: Any, n: int, chunk: int, first: int = 0) -> float:
+    """Create entities ``first`` .. ``n - 1`` in transactions of ``chunk``; returns seconds."""
     svc, scope = notes._service, notes.scope  # noqa: SLF001 - a bulk loader for the bench
     t0 = time.monotonic()
-    for start in range(0, n, chunk):
+    for start in range(first, n, chunk):
         with open_uow(svc, visibility_locks(scope, "resource")) as uow:
             ctx = EntityContext(svc, scope, uow)
             for i in range(start, min(n, start + chunk)):
@@ -99,31 +105,55 @@ def time_resolve(notes: Any, queries: list[str]) -> list[float]:
     return out
 
 
-def time_merge(notes: Any, facts: int, batch: int) -> tuple[float, Any]:
-    """Write ``facts`` facts about one entity, merge it into another; returns seconds."""
-    winner = notes.entities.upsert("Zed Quincy Prime", identifiers=[("email", "zq@prime.example")]).entity
-    loser = notes.entities.upsert("Zeddy Quorn", identifiers=[("email", "zeddy@quorn.example")]).entity
-    items = [{"kind": "fact", "content": f"Zeddy Quorn likes topic{i}"} for i in range(facts)]
+LOSERS = ["Zeddy Quorn", "Yorick Vantablack", "Xanthe Quillfeather", "Wilbur Zonnenvelt"]
+"""Names of the merged entities, one per size (the facts' subjects must resolve to them)."""
+
+
+def time_merge(notes: Any, facts: int, batch: int, k: int) -> tuple[float, Any]:
+    """Write ``facts`` facts about a new entity, merge it into another; returns
+    ``(seconds of the merge, MergeResult)``; ``SystemExit`` unless all were re-pointed."""
+    loser_name = LOSERS[k % len(LOSERS)]
+    winner = notes.entities.upsert(f"Prime Winner {chr(97 + k)}", identifiers=[("email", f"w{k}@prime.example")]).entity
+    loser = notes.entities.upsert(loser_name, identifiers=[("email", f"l{k}@quorn.example")]).entity
+    items = [{"kind": "fact", "content": f"{loser_name} likes topic{i}"} for i in range(facts)]
     for start in range(0, facts, 250):
         notes.remember_many(items[start:start + 250], consolidate=True)
     t0 = time.monotonic()
     result = notes.entities.merge(winner.id, loser.id, reason="bench", batch=batch)
-    return time.monotonic() - t0, result
+    took = time.monotonic() - t0
+    if result.repointed != facts:
+        raise SystemExit(f"merge re-pointed {result.repointed} of {facts} facts: the subjects did not resolve")
+    return took, result
+
+
+def _load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run(notes: Any, args: argparse.Namespace) -> None:
-    loaded = load(notes, args.n, args.chunk)
-    print(f"loaded {args.n} entities in {loaded:.1f} s ({args.n / loaded:.0f}/s)")
-    ms = time_resolve(notes, surfaces(args.n, args.queries))
-    print(f"resolve at {args.n} entities, {len(ms)} queries: p50 {pct(ms, 50):.2f} ms, "
-          f"p95 {pct(ms, 95):.2f} ms, p99 {pct(ms, 99):.2f} ms")
-    took, result = time_merge(notes, args.facts, args.batch)
-    print(f"merge of an entity with {result.repointed} facts: {took:.2f} s in {result.batches} batches")
+    print(f"date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; command: python {' '.join(sys.argv)}")
+    print(f"load average before: {_load_avg()}")
+    loaded = 0
+    for k, n in enumerate(sorted(args.sizes)):
+        took = load(notes, n, args.chunk, first=loaded)
+        print(f"loaded {n - loaded} entities ({n} in the scope) in {took:.1f} s; load {_load_avg()}")
+        loaded = n
+        ms = time_resolve(notes, surfaces(n, args.queries))
+        print(f"resolve at {n} entities, {len(ms)} queries: p50 {pct(ms, 50):.2f} ms, "
+              f"p95 {pct(ms, 95):.2f} ms, p99 {pct(ms, 99):.2f} ms; load {_load_avg()}")
+        took, result = time_merge(notes, args.facts, args.batch, k)
+        print(f"merge at {n} entities of an entity with {result.repointed} facts: {took:.2f} s in "
+              f"{result.batches} batches of {args.batch}; load {_load_avg()}")
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=100_000, help="entities in the scope")
+    parser.add_argument("--sizes", type=_sizes, default=[5_000, 100_000],
+                        help="entity counts to measure at, comma-separated (the scope grows)")
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--facts", type=int, default=1000, help="facts about the merged entity")
     parser.add_argument("--batch", type=int, default=200, help="notes re-pointed per transaction")

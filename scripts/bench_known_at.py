@@ -5,15 +5,24 @@ note-versions projection.
 One tenant gets ``--n`` notes (default 100,000) through ``remember_many``
 (consolidation off): ``0.8 n`` first, then ``0.2 n`` that each supersede one of them
 (``supersedes=``), so 20% of the notes are superseded. Then ``--queries`` recalls
-(top 10, hybrid) run plain and with ``known_at`` (half at the instant between the two
-loads, half now), alternating, and the p50s are compared. Write latency: 4 rounds of
+(top 10, hybrid) run plain, with ``known_at`` (half at the instant between the two
+loads, half now) and with ``known_at`` forced onto the exact scan of every version (the
+path before the live HNSW one: ``exact_search_max`` raised for that call), order rotated
+per query, and the p50s are compared. Write latency: 4 rounds of
 ``--writes`` single ``remember`` calls into another tenant, alternating with the
 projection applied and taken out of the engine's list (same process, same database).
 
+Before the recalls the recall index's unindexed tail is put into the HNSW graph (as the
+background indexer does within seconds of a write), so plain recall is measured as it
+runs in steady state. ``--keep-db NAME`` (with ``--dsn``) loads database ``NAME`` once
+and reuses it in later runs (the instant between the loads is kept in a table of it).
+
     .venv/bin/python scripts/bench_known_at.py --n 10000
     .venv/bin/python scripts/bench_known_at.py --n 100000 --json out.json
+    .venv/bin/python scripts/bench_known_at.py --dsn postgresql://... --keep-db known100k
 
-Prints one JSON object (``--json FILE`` also writes it).
+Prints one JSON object (``--json FILE`` also writes it), then the goals' ratios with
+the run's date, load average and command.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _bench_common import scratch_database  # noqa: E402
+from _bench_common import kept_database, run_header, scratch_database  # noqa: E402
 
 COMMON = ("deploy cache region owner budget ticket queue build server office printer vault "
           "standup window rollout pager latency schema index backup").split()
@@ -76,20 +85,62 @@ def load(fab: Any, n: int, seed: int) -> tuple[datetime, list[str]]:
     return middle, ids
 
 
+def loaded(dsn: str) -> datetime | None:
+    """The instant between the two loads of a database this script loaded before
+    (``--keep-db``), else ``None``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('bench_known_at_meta')").fetchone()[0] is None:
+            return None
+        row = conn.execute("SELECT middle FROM bench_known_at_meta").fetchone()
+    return row[0] if row else None
+
+
+def keep_middle(dsn: str, middle: datetime) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_known_at_meta (middle timestamptz NOT NULL)")
+        conn.execute("INSERT INTO bench_known_at_meta VALUES (%s)", (middle,))
+
+
+def index_tail(fab: Any) -> int:
+    """Put the recall index's unindexed tail into the HNSW graph now (what the
+    background indexer does); returns the rows indexed."""
+    total = 0
+    while (n := fab.store.tail.run_once(["bench"])) > 0:
+        total += n
+    return total
+
+
 def recall_p50(fab: Any, middle: datetime, queries: int, seed: int) -> dict[str, float]:
+    """p50 of plain and ``known_at`` recalls, alternating per query (half at the instant
+    between the loads, half now; ``as_of`` defaults to ``known_at``); also each half's
+    own ratio."""
     rng = random.Random(seed + 1)
     notes = fab.scope("bench", "u", "t")
-    plain: list[float] = []
-    known: list[float] = []
+    store = fab.store
+    modes = ("plain", "known", "known_exact")
+    lat: dict[str, list[float]] = {m: [] for m in (*modes, "known_middle", "known_now")}
+    same = 0
     for q in range(queries):
         query = " ".join(rng.sample(WORDS, 2))
+        half = "known_middle" if q % 2 == 0 else "known_now"
         at = middle if q % 2 == 0 else datetime.now(timezone.utc)
-        for out, kwargs in ((plain, {}), (known, {"known_at": at})):
+        hits = {}
+        for label in modes[q % 3:] + modes[:q % 3]:  # order rotated: no position bias
+            default = store.exact_search_max
+            if label == "known_exact":  # the scan of every version (before the live HNSW path)
+                store.exact_search_max = 10**9
             t0 = time.perf_counter()
-            notes.recall(query, **kwargs)
-            out.append((time.perf_counter() - t0) * 1000)
-    p_plain, p_known = statistics.median(plain), statistics.median(known)
-    return {"recall_p50_ms": p_plain, "known_at_recall_p50_ms": p_known, "ratio": p_known / p_plain}
+            res = notes.recall(query, **({} if label == "plain" else {"known_at": at}))
+            lat[label].append((time.perf_counter() - t0) * 1000)
+            store.exact_search_max = default
+            hits[label] = [h.id for h in res.hits]
+        lat[half].append(lat["known"][-1])
+        same += hits["known"] == hits["known_exact"]
+    p = {k: statistics.median(v) for k, v in lat.items()}
+    return {"recall_p50_ms": p["plain"], "known_at_recall_p50_ms": p["known"], "ratio": p["known"] / p["plain"],
+            "known_at_exact_p50_ms": p["known_exact"], "ratio_exact": p["known_exact"] / p["plain"],
+            "known_at_middle_p50_ms": p["known_middle"], "known_at_now_p50_ms": p["known_now"],
+            "same_hits_as_exact": same}
 
 
 def write_ab(fab: Any, writes: int, rounds: int = 4) -> dict[str, float]:
@@ -136,22 +187,44 @@ def main(argv: list[str] | None = None) -> int:
                     help="made-up words notes and queries draw from (default 5000: each word in few notes; "
                          "0: 20 common words)")
     ap.add_argument("--json", default=None, help="also write the result here")
+    ap.add_argument("--keep-db", default=None, metavar="NAME",
+                    help="with --dsn: load database NAME only once and keep it (a rerun skips the load)")
     args = ap.parse_args(argv)
+    if args.keep_db and not args.dsn:
+        ap.error("--keep-db needs --dsn (a server that outlives the run)")
     from memfabric.adapters import open_fabric
 
     WORDS[:] = vocabulary(args.vocab, args.seed)
 
-    out: dict[str, Any] = {"n": args.n, "superseded": 0.2, "vocab": args.vocab, "date": datetime.now(timezone.utc).isoformat(),
-                           "load_avg": os.getloadavg()}
-    with scratch_database(args.dsn, "bench-known-at") as dsn, open_fabric(dsn) as fab:
+    out: dict[str, Any] = {"n": args.n, "superseded": 0.2, "vocab": args.vocab, **run_header()}
+    database = (kept_database(args.dsn, args.keep_db) if args.keep_db
+                else scratch_database(args.dsn, "bench-known-at"))
+    with database as dsn, open_fabric(dsn) as fab:
         t0 = time.perf_counter()
-        middle, _ = load(fab, args.n, args.seed)
+        middle = loaded(dsn)
+        if middle is None:
+            middle, _ = load(fab, args.n, args.seed)
+            if args.keep_db:
+                keep_middle(dsn, middle)
         out["load_s"] = time.perf_counter() - t0
+        out["tail_indexed"] = index_tail(fab)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE mf_recall_index")
+            conn.execute("VACUUM ANALYZE mf_note_versions")
         out.update(recall_p50(fab, middle, args.queries, args.seed))
         out.update(disk(dsn, args.n))
         out.update(write_ab(fab, args.writes))
-    out["load_avg_after"] = os.getloadavg()
+    out["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=2))
+    print(f"{out['date']}, load {out['load_avg']} -> {out['load_avg_after']}: {out['command']}")
+    print(f"known_at / plain recall p50: {out['ratio']:.2f}x (goal <= 2x; {out['known_at_recall_p50_ms']:.1f} / "
+          f"{out['recall_p50_ms']:.1f} ms; at the middle {out['known_at_middle_p50_ms']:.1f} ms, now "
+          f"{out['known_at_now_p50_ms']:.1f} ms); the scan of every version: {out['ratio_exact']:.2f}x "
+          f"({out['known_at_exact_p50_ms']:.1f} ms); same hits as that scan {out['same_hits_as_exact']}/{args.queries}")
+    print(f"write p50 with / without note versions: {out['write_ratio']:.2f}x (goal <= 1.1x; "
+          f"{out['write_p50_ms_with_versions']:.2f} / {out['write_p50_ms_without']:.2f} ms)")
+    print(f"disk: {out['versions_bytes_per_note']:.0f} B of versions per note "
+          f"(recall index {out['recall_index_bytes_per_note']:.0f} B), {out['version_rows']} version rows")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

@@ -5,6 +5,7 @@ Run (from the repository root)::
     python scripts/eval_locomo.py                       # both consolidation modes, hybrid recall
     python scripts/eval_locomo.py --mode all --out /tmp/locomo.json
     python scripts/eval_locomo.py --limit 1 --consolidate off   # quick smoke run
+    python scripts/eval_locomo.py --bonus-weights 0.1   # also the ranking bonus before issue 29, same notes
 
 Data: ``../shared/data/locomo-dev/locomo-dev.json`` relative to the repository
 (override with ``--data``).  The data set is CC BY-NC 4.0: it is read in place and
@@ -389,6 +390,15 @@ class FabricRun:
     multi_source_hits: Counter
 
 
+def split_mode(label: str) -> tuple[str, dict[str, float] | None]:
+    """``"hybrid"`` → ``("hybrid", None)`` (the library's scoring); ``"hybrid@0.1"`` →
+    ``("hybrid", {"recency_weight": 0.1, "importance_weight": 0.1})`` (``--bonus-weights``)."""
+    base, _, weight = label.partition("@")
+    if not weight:
+        return base, None
+    return base, {"recency_weight": float(weight), "importance_weight": float(weight)}
+
+
 def run_fabric(
     convs: Sequence[Conversation],
     *,
@@ -418,8 +428,9 @@ def run_fabric(
             ingest_s += timer()
             for mode in modes:
                 timer = common.Timer()
+                base, scoring = split_mode(mode)
                 for qi, q in enumerate(conv.questions):
-                    res = notes.recall(q.question, top_k=TOP_K, mode=mode)
+                    res = notes.recall(q.question, top_k=TOP_K, mode=base, scoring=scoring)
                     hits = list(res.hits)[:TOP_K]
                     ranking = [frozenset(common.source_ids(h)) for h in hits]
                     rankings[mode][(conv.sample_id, qi)] = ranking
@@ -559,6 +570,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="supersession cosine threshold for consolidate=on (default: the library's, 0.85)",
     )
+    p.add_argument("--bonus-weights", type=float, nargs="*", default=[],
+                   help="also recall with these recency and importance weights (each W: both = W), side by side"
+                        " with the library's defaults on the same notes (issue 29: 0.1 was the default before)")
     p.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     p.add_argument("--max-questions", type=int, default=None, help="only the first N questions per conversation")
     p.add_argument("--no-fabric", action="store_true", help="BM25 baseline only (no database)")
@@ -588,6 +602,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"BM25 done in {timer():.1f}s")
 
     modes = ("hybrid", "vector", "lexical") if args.mode == "all" else (args.mode,)
+    modes += tuple(f"{modes[0]}@{w:g}" for w in args.bonus_weights)
     settings = {"both": (True, False), "on": (True,), "off": (False,)}[args.consolidate]
     runs: dict[bool, FabricRun] = {}
     if not args.no_fabric:

@@ -15,6 +15,8 @@ Run (from the repository root)::
   *coverage* = notes with a key.
 * **Suites** (``tests/data/supersession``): positive = fraction of pairs where the new
   note supersedes the old one; negative = number of pairs that wrongly supersede.
+* **Generated phrasings** (``tests/supersession_phrasings.py``, issue 29): the same two
+  figures per family of sentence (a negative pair counts if it supersedes either way).
 * **LoCoMo** (``--locomo``): every turn ``"<speaker>: <text>"``; how many turns get a key,
   how many distinct turn pairs share a key (same value = restatement, different value =
   would supersede), with examples.
@@ -118,6 +120,27 @@ def suites(ex: RuleSubjectExtractor, show: int) -> None:
             print("   " + w)
 
 
+def generated(ex: RuleSubjectExtractor, show: int) -> None:
+    """The generated phrasings of issue 29 (``tests/supersession_phrasings.py``), per family."""
+    from tests import supersession_phrasings as ph
+
+    for name, rows in (("positive", ph.positive()), ("negative", ph.negative())):
+        per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        wrong: list[str] = []
+        for r in rows:
+            a, b = ex.extract(r["new"]), ex.extract(r["old"])
+            hit = supersedes(a, b) is not None or (name == "negative" and supersedes(b, a) is not None)
+            per[r["category"]][0] += hit
+            per[r["category"]][1] += 1
+            if hit != (name == "positive") and len(wrong) < show:
+                wrong.append(f"[{r['category']}] {r['old']!r} -> {r['new']!r}")
+        hits, n = sum(v[0] for v in per.values()), len(rows)
+        verb = "recognised" if name == "positive" else "wrongly supersede (either way round)"
+        print(f"generated {name}: {hits}/{n} {verb}; " + ", ".join(f"{c} {v[0]}/{v[1]}" for c, v in per.items()))
+        for w in wrong:
+            print("   " + w)
+
+
 def locomo(ex: RuleSubjectExtractor, path: Path, show: int) -> list[str]:
     data = json.loads(path.read_text())
     texts: list[str] = []
@@ -188,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ex = RuleSubjectExtractor()
     dyknow(ex, args.data, args.show)
     suites(ex, args.show)
+    generated(ex, args.show)
     texts = locomo(ex, args.locomo, args.show)
     cost(ex, texts)
     return 0

@@ -20,11 +20,22 @@ from pathlib import Path
 
 from memfabric.adapters import open_fabric
 
-DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "supersession"
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "tests" / "data" / "supersession"
 
 
 def rate(fab, name: str) -> tuple[int, int]:
-    rows = [json.loads(x) for x in (DATA / f"{name}.jsonl").read_text().splitlines() if x.strip()]
+    """(supersessions, pairs) of suite ``name`` through the write path."""
+    return rate_rows(fab, [json.loads(x) for x in (DATA / f"{name}.jsonl").read_text().splitlines() if x.strip()])
+
+
+GENERATED_STRIDE = 5
+"""Every 5th row of the generated phrasings (issue 29) goes through the write path (all
+of them: ``scripts/eval_subjects.py``, without a database)."""
+
+
+def rate_rows(fab, rows: list[dict[str, str]]) -> tuple[int, int]:
     hits = 0
     for r in rows:
         notes = fab.scope("suite-" + uuid.uuid4().hex[:8])
@@ -103,6 +114,11 @@ def main() -> int:
             p, np_ = rate(fab, "positive")
             n, nn = rate(fab, "negative")
             print(f"positive suite: {p}/{np_} superseded ({p / np_:.1%}); negative suite: {n}/{nn} superseded")
+            from tests import supersession_phrasings as ph
+            gp, ngp = rate_rows(fab, ph.positive()[::GENERATED_STRIDE])
+            gn, ngn = rate_rows(fab, ph.negative()[::GENERATED_STRIDE])
+            print(f"generated phrasings (every {GENERATED_STRIDE}th row): positive {gp}/{ngp} superseded"
+                  f" ({gp / ngp:.1%}); negative {gn}/{ngn} superseded")
         with open_fabric(dsn, subjects=True) as on, open_fabric(dsn, subjects=None) as off:
             ab_latency(on, off, updates, 2, 10)  # warm-up: plans, caches, pools
             for name, (stream, held) in limited.items():

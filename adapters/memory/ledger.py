@@ -82,11 +82,13 @@ class InMemoryLedgerStore:
                 "created_at": o.created_at}
 
     def search_observations(self, aggregate_ids: Sequence[UUID], words: Sequence[str],
-                            limit: int) -> list[dict[str, Any]]:
+                            limit: int, *, until: datetime | None = None) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for aid in aggregate_ids:
             conv = self.load(aid)
             for o in ([] if conv is None else conv.observations.values()):
+                if until is not None and o.created_at > until:
+                    continue
                 have = set(terms(o.text))
                 rank = sum(1 for w in words if w in have) / max(len(words), 1)
                 if rank > 0:

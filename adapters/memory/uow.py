@@ -119,8 +119,8 @@ class InMemoryUnitOfWork:
     def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         return self.load_ids(aggregate_ids)  # no keys in memory: nothing can be unreadable
 
-    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
-        self._check()
+    def load_ids(self, aggregate_ids: Sequence[UUID], *, fresh: bool = False) -> list[Note]:
+        self._check()  # (always replayed: ``fresh`` changes nothing here)
         out: list[Note] = []
         for aid in aggregate_ids:
             note = self._aggregates.get(aid) or self._log.replay(aid)

@@ -118,3 +118,12 @@ class MemoryKnownAtStore(KnownAtStore):
 
     def count_notes(self, query: ListQuery) -> int:
         return self._store().count_notes(query)
+
+    def working_notes(self, scope: Scope) -> list[tuple[UUID, bool]]:
+        t, r, th = scope.sql()
+        log = self.store.log
+        with log.lock:
+            rows = [row for row in log.scope_rows.values()
+                    if (row["tenant_id"], row["resource_id"], row["thread_id"]) == (t, r, th)
+                    and row["kind"] == "working"]
+        return sorted((row["aggregate_id"], bool(row["held"])) for row in rows)

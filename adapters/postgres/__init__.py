@@ -37,10 +37,12 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.postgres.replicas import PRIMARY, ReplicaRouter
 from memfabric.adapters.postgres.conninfo import CONNINFO_ENV, use_whole_dsn
-from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper, TransactionKeys
+from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper
 from memfabric.adapters.postgres.counts import scope_counts
 from memfabric.adapters.postgres.tail import TailIndexer
-from memfabric.domain import replay
+from memfabric.adapters.postgres.note_cache import NoteCache
+from memfabric.adapters.postgres.vectors import VectorTypes as VectorTypes
+from memfabric.adapters.postgres.replays import select_notes as select_notes
 from memfabric.domain.errors import EmbedderChangedError, ProjectionLagError, ReadOnlyError
 from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
@@ -49,11 +51,9 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import note_scope, recall_index, tables, working_value
 from memfabric.projections.engine import ProjectionEngine, advisory_key
-from pgvector.psycopg.vector import register_vector_info
 from psycopg import Connection, Cursor, sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
-from psycopg.types import TypeInfo
 
 T = TypeVar("T")
 
@@ -163,6 +163,14 @@ class PostgresNoteRecorder(PostgresApplicationRecorder):
     def insert_sql(self) -> bytes:
         """The statement of :meth:`send_insert` (``%s``: the five arrays of :meth:`insert_params`)."""
         return self._insert_sql()
+
+    def insert_values_sql(self, n: int) -> bytes:
+        """:meth:`insert_sql` for ``n`` events as ``VALUES`` rows of five scalars each
+        (``originator_id, originator_version, topic, state, tenant``; ids drawn in row order)."""
+        t = sql.Identifier(self.datastore.schema, self.events_table_name).as_string(None)
+        rows = ", ".join(["(%s::uuid, %s::bigint, %s::text, %s::bytea, %s::text)"] * n)
+        return (f"INSERT INTO {t} (originator_id, originator_version, topic, state, tenant) VALUES {rows}"  # noqa: S608
+                " RETURNING notification_id").encode()
 
     def _insert_sql(self) -> bytes:
         if self._insert_statement is None:
@@ -322,55 +330,13 @@ class NoteLog(Application[UUID]):
         assert isinstance(factory, PostgresFactory)
         return factory.keys
 
-
-class VectorTypes:
-    """Registers pgvector's psycopg adapters once per pooled connection (no query after
-    the first connection)."""
-
-    def __init__(self) -> None:
-        self.info: TypeInfo | None = None
-        self.done: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
-
-    def ensure(self, conn: Connection[Any]) -> None:
-        if conn in self.done:
-            return
-        if self.info is None:
-            self.info = TypeInfo.fetch(conn, "vector")
-        register_vector_info(conn, self.info)
-        self.done.add(conn)
-
-
-def select_notes(
-    cur: Cursor[Any], mapper: SealingMapper, ids: Sequence[UUID],
-    keys: TransactionKeys | None = None, tenants: Sequence[str] | None = None,
-) -> list[Note]:
-    """Replay the aggregates ``ids`` from the log on ``cur`` (its transaction and
-    snapshot), in the order given; absent ids are skipped. Keys are read on the same
-    connection: through ``keys`` (a unit of work's vault) or a batch read. ``tenants``:
-    the tenants the ids belong to, when the caller knows them (a partitioned log is
-    then read in their partitions only; an id of another tenant is not found)."""
-    if not ids:
-        return []
-    # events first, keys second: outside a snapshot, a note committed between the two
-    # statements then has its keys too (keys first read its events without them)
-    by_tenant = sql.SQL(" AND tenant = ANY(%s)" if tenants else "")
-    params: tuple[Any, ...] = (list(ids), list(dict.fromkeys(tenants))) if tenants else (list(ids),)
-    rows = cur.connection.cursor(row_factory=tuple_row).execute(
-        sql.SQL("SELECT originator_id, originator_version, topic, state FROM {t}"
-                " WHERE originator_id = ANY(%s){by} ORDER BY originator_id, originator_version").format(
-            t=sql.Identifier(tables.EVENTS), by=by_tenant), params).fetchall()
-    if keys is None:
-        batch = BatchKeys()
-        batch.load(cur.connection, list(ids))
-        local = mapper.bound(batch)
-    else:
-        keys.preload(list(ids))
-        local = mapper.bound(keys)
-    found: dict[UUID, Any] = {}
-    for oid, version, topic, state in rows:
-        event = local.to_domain_event(StoredEvent(oid, version, topic, bytes(state)))
-        found[oid] = replay.step(event, found.get(oid))  # issue 28: a missing version is typed
-    return [found[i] for i in ids if i in found]
+    @property
+    def note_cache(self) -> NoteCache:
+        """This process's committed note states (:mod:`.note_cache`), made on first use."""
+        found = self.__dict__.get("_note_cache")
+        if found is None:
+            found = self.__dict__["_note_cache"] = NoteCache()
+        return found
 
 
 class PostgresNoteStore:

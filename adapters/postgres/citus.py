@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from memfabric.projections import tables
 from memfabric.projections.ledger import ENTRIES, OBSERVATIONS, THREADS
-from memfabric.projections.entities import ENTITIES, KEYS as ENTITY_KEYS, NOTES as ENTITY_NOTES
+from memfabric.projections.entities import ENTITIES, KEY_PRIMARY, KEYS as ENTITY_KEYS, NOTES as ENTITY_NOTES
 from memfabric.projections.principals import GRANTS, PRINCIPALS
 
 ACCESS_LOG = "mf_access_log"
@@ -48,9 +48,13 @@ DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
                                          "relation")),
     ENTITIES: ("tenant_id", ("tenant_id", "aggregate_id")),
     ENTITY_NOTES: ("tenant_id", ("tenant_id", "aggregate_id")),
-    ENTITY_KEYS: ("tenant_id", ("tenant_id", "aggregate_id", "kind", "digest", "source")),
+    ENTITY_KEYS: ("tenant_id", KEY_PRIMARY),
 }
 """Table → (distribution column, primary key rebuilt to lead with it)."""
+
+PRIMARY_INCLUDE: dict[str, tuple[str, ...]] = {ENTITY_KEYS: ("ntok",)}
+"""Table → the ``INCLUDE`` columns of its primary key (the entity keys' lookup index is
+its primary key, read index-only, issue 32)."""
 
 UNIQUE_INDEXES: dict[str, tuple[str, tuple[str, ...]]] = {
     tables.EVENTS: (f"{tables.EVENTS}_notification_id_idx", ("tenant", "notification_id")),
@@ -96,7 +100,8 @@ def citus_ddl() -> list[str]:
     out = ["CREATE EXTENSION IF NOT EXISTS citus"]
     out.append(f"ALTER TABLE {tables.EVENTS} ALTER COLUMN tenant SET NOT NULL")
     for table, (_, key) in DISTRIBUTED.items():
-        out.append(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey, ADD PRIMARY KEY ({', '.join(key)})")
+        include = f" INCLUDE ({', '.join(PRIMARY_INCLUDE[table])})" if table in PRIMARY_INCLUDE else ""
+        out.append(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey, ADD PRIMARY KEY ({', '.join(key)}){include}")
     for table, (index, columns) in UNIQUE_INDEXES.items():
         out.append(f"DROP INDEX {index}")
         where = f" WHERE {PARTIAL[index]}" if index in PARTIAL else ""

@@ -3,7 +3,9 @@
 
 A read inside a write runs on the unit of work's own connection (``uow.conn``: its
 transaction and locks; a write never takes a second connection); other reads take a
-pooled connection of the log."""
+pooled connection of the log. Entities are replayed by :func:`replay_entities`: the
+statements of :func:`memfabric.adapters.postgres.select_notes` (events, their data
+keys, their tombstones, in that order) sent in one round trip."""
 
 from __future__ import annotations
 
@@ -12,18 +14,53 @@ from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
-from psycopg import Cursor
+from eventsourcing.persistence import StoredEvent
+from psycopg import Connection, Cursor
+from psycopg.rows import tuple_row
 
-from memfabric.adapters.postgres import NoteLog, select_notes
+from memfabric.adapters.crypto import BatchKeys, SealingMapper
+from memfabric.adapters.crypto_keys import KEYS_TABLE, shredding_topics
+from memfabric.adapters.postgres import NoteLog
+from memfabric.domain import replay
 from memfabric.domain.entities import EntityRef, KeyHit, NoteAbout
 from memfabric.domain.entity import Entity
-from memfabric.domain.scope import Scope
+from memfabric.domain.scope import Scope, stored_scope
 from memfabric.projections import entities as proj
+from memfabric.projections.tables import EVENTS
+
+_EVENTS = (f'SELECT originator_id, originator_version, topic, state FROM "{EVENTS}"'  # noqa: S608
+           " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version")
+_KEYS = f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)"  # noqa: S608
+_TOMBSTONES = (f'SELECT originator_id, max(originator_version) FROM "{EVENTS}"'  # noqa: S608
+               " WHERE originator_id = ANY(%s) AND topic = ANY(%s) GROUP BY originator_id")
+
+
+def replay_entities(conn: Connection[Any], mapper: SealingMapper, ids: Sequence[UUID]) -> list[Entity]:
+    """The entities ``ids`` replayed from the log (absent ones skipped), in order: their
+    events, then their data keys, then their latest tombstones (each statement its own
+    snapshot, in that order, as ``select_notes`` reads them: an entity forgotten between
+    two of them reads erased), sent in one round trip (pipeline mode). An entity's events
+    are sealed under its own key only, so no other key is looked up."""
+    if not ids:
+        return []
+    with conn.pipeline():
+        events = conn.cursor(row_factory=tuple_row).execute(_EVENTS, (list(ids),), prepare=True)
+        keys = conn.cursor(row_factory=tuple_row).execute(_KEYS, (list(ids),), prepare=True)
+        tombs = conn.cursor(row_factory=tuple_row).execute(_TOMBSTONES, (list(ids), shredding_topics()),
+                                                           prepare=True)
+    vault = BatchKeys()
+    vault.keys = {(oid, int(gen)): bytes(key) for oid, gen, key in keys.fetchall()}
+    vault.forgotten = {oid: int(v) for oid, v in tombs.fetchall()}
+    local = mapper.bound(vault)
+    found: dict[UUID, Any] = {}
+    for oid, version, topic, state in events.fetchall():
+        found[oid] = replay.step(local.to_domain_event(StoredEvent(oid, version, topic, bytes(state))),
+                                 found.get(oid))
+    return [e for e in (found.get(i) for i in ids) if isinstance(e, Entity)]
 
 
 def _scope(row: dict[str, Any]) -> Scope:
-    return Scope(tenant_id=row["tenant_id"], resource_id=row["resource_id"] or None,
-                 thread_id=row["thread_id"] or None)
+    return stored_scope(row["tenant_id"], row["resource_id"], row["thread_id"])
 
 
 class PostgresEntityStore:
@@ -34,10 +71,13 @@ class PostgresEntityStore:
 
     @contextmanager
     def _cursor(self, uow: Any = None) -> Iterator[Cursor[Any]]:
-        conn = getattr(uow, "conn", None) if uow is not None else None
-        if conn is not None:
-            with conn.cursor() as cur:
+        reader = getattr(uow, "reader", None) if uow is not None else None
+        if reader is not None:  # a unit of work's read (issue 24: on its wire while it can)
+            cur = reader()
+            try:
                 yield cur
+            finally:
+                cur.close()
             return
         with self.log.datastore.get_connection() as own, own.cursor() as cur:
             yield cur
@@ -81,11 +121,9 @@ class PostgresEntityStore:
     def load_many(self, aggregate_ids: Sequence[UUID]) -> list[Entity]:
         if not aggregate_ids:
             return []
-        with self._cursor() as cur:
-            found: list[Any] = select_notes(cur, self.log.sealing_mapper, list(aggregate_ids))
-        return [e for e in found if isinstance(e, Entity)]
+        with self.log.datastore.get_connection() as conn:
+            return replay_entities(conn, self.log.sealing_mapper, aggregate_ids)
 
     def load(self, aggregate_id: UUID) -> Entity | None:
-        with self._cursor() as cur:
-            found = select_notes(cur, self.log.sealing_mapper, [aggregate_id])
-        return found[0] if found and isinstance(found[0], Entity) else None
+        found = self.load_many([aggregate_id])
+        return found[0] if found else None

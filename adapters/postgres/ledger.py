@@ -99,8 +99,9 @@ class PostgresLedgerStore:
         return self._read(lambda conn: ledger.observation(conn.cursor(), aggregate_id, observation_id))
 
     def search_observations(self, aggregate_ids: Sequence[UUID], words: Sequence[str],
-                            limit: int) -> list[dict[str, Any]]:
-        return self._read(lambda conn: ledger.search_observations(conn.cursor(), aggregate_ids, words, limit))
+                            limit: int, *, until: datetime | None = None) -> list[dict[str, Any]]:
+        return self._read(lambda conn: ledger.search_observations(conn.cursor(), aggregate_ids, words, limit,
+                                                                  until=until))
 
     def threads(self, tenant_id: str, resource_id: str | None,
                 thread_id: str | None) -> list[tuple[UUID, str, str | None, str]]:

@@ -3,24 +3,31 @@
 :class:`PostgresUnitOfWork` owns everything a write touches, explicitly (no context
 variables, no pass-through keyword arguments):
 
-- the pooled connection and its transaction (opened on ``__enter__``);
+- the pooled connection and its transaction, held by a
+  :class:`~memfabric.adapters.postgres.session.TxSession`: ``BEGIN`` and the opening
+  locks are buffered on the wire (``adapters/postgres/wire.py``) and sent with the first
+  read, or with ``COMMIT`` (a plain write is one round trip, issue 24);
 - the projections' shared advisory locks and the scopes' write locks
   (``pg_advisory_xact_lock``, in sorted key order so two multi-scope writers cannot
   deadlock), taken first, in one statement, before any read;
-- every read the write decides on: aggregate replays, key reads, the consolidation
-  neighbours, paths and the working value — all on this connection;
+- every read the write decides on: aggregate replays (from the process's note cache
+  when it holds the note, :mod:`.note_cache`), key reads, the consolidation neighbours,
+  entity keys, paths and the working value, all in this transaction (on the wire while
+  it can, through :meth:`PostgresUnitOfWork.reader`);
 - the aggregates to save, their new data keys and the keys to destroy;
-- at :meth:`~PostgresUnitOfWork.commit`: take the tenant's append lock
-  (``ProjectionEngine.lock_statement``), seal the
-  events, insert the keys, delete the shredded keys, append the events (one
-  statement), apply the write-side projections (and every projection when projecting
-  inline) with the tenant's tracking, then COMMIT. One transaction, one connection: a
-  pool of size 1 suffices. Writers of different tenants never wait for each other
-  here (issue 24); writers of one tenant queue on its lock from the append to COMMIT.
+- at :meth:`~PostgresUnitOfWork.commit`: seal the events, take the tenants' append
+  locks, insert the keys and the events (one statement), and per tenant one statement
+  with the projections' rows and its tracking, which checks the tenant had no gap
+  (``ProjectionEngine.fast_statement``), then COMMIT; nothing is read back before it. A
+  gap, or a write whose projections a runner keeps, takes the path that reads the
+  tenant's positions back and catches the gap up first (:meth:`_commit_slow`).
+  Writers of different tenants never wait for each other here (issue 24); writers of
+  one tenant queue on its lock from the append to COMMIT.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import hashlib
@@ -29,11 +36,14 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from memfabric.adapters.crypto import TransactionKeys
+from memfabric.adapters.crypto_keys import KEYS_SELECT
+from memfabric.adapters.postgres import appends, replays
 from memfabric.adapters.postgres import NoteLog, VectorTypes, dimension_guard, select_notes
+from memfabric.adapters.postgres.session import Sent, SessionReads, SessionStatements, TxSession
 from memfabric.domain.consolidation import Neighbour, NeighbourQuery
 from eventsourcing.persistence import IntegrityError
 
@@ -44,9 +54,11 @@ from memfabric.domain.scope import Scope
 from memfabric.domain.shredding import shreds_keys
 from memfabric.domain.working import BlockEntry
 from memfabric.projections import consolidation_index, note_scope, tables, working_value
-from memfabric.projections.engine import ProjectionEngine, bounded_locks, lock_timed_out
+from memfabric.projections.batch import BatchCursor, RowBatch, encode_params
+from memfabric.projections.engine import GAP_MESSAGE, ProjectionEngine, bounded_locks, lock_timed_out
 import psycopg
 from psycopg import Connection, Cursor, sql
+from psycopg.rows import tuple_row
 
 
 class PostgresUnitOfWork:
@@ -65,7 +77,7 @@ class PostgresUnitOfWork:
         self._scopes = list(scopes)
         self._inline_all = inline_all
         self._stack: ExitStack | None = None
-        self._conn: Connection[Any] | None = None
+        self._session: TxSession | None = None
         self._keys: TransactionKeys | None = None
         self._events: list[Any] = []
         self._aggregates: dict[UUID, Note] = {}
@@ -75,59 +87,85 @@ class PostgresUnitOfWork:
         self._position = 0
         self._tenants: list[str] = []
         """The tenants :meth:`commit` appended events of (for ``engine.on_commit``)."""
+        self._read = False
+        """Whether anything read on the transaction's connection (:attr:`conn`)."""
+        self._gap_probes: dict[str, Sent] = {}
+        self._position_reader: Callable[[], int] | None = None
+        self._pending: tuple[Sequence[Any], Sequence[str], dict[UUID, Any], Sequence[Any]] | None = None
+        """What the one-round-trip commit wrote, kept to write it again (:meth:`_write_again`)."""
 
     # --------------------------------------------------------------- lifetime
     def __enter__(self) -> PostgresUnitOfWork:
+        self._stack, self._session = self._open()
+        self._keys = TransactionKeys(self._psycopg_conn, self._log.keys)
+        return self
+
+    def _open(self) -> tuple[ExitStack, TxSession]:
+        """A pooled connection with the transaction begun and the opening locks sent on
+        the wire (:class:`~memfabric.adapters.postgres.session.TxSession`: nothing is
+        waited for; they travel with the first read, or with COMMIT)."""
         stack = ExitStack()
         try:
             conn = stack.enter_context(self._log.datastore.get_connection())
             self._vectors.ensure(conn)
-            # Pipeline mode (issue 24) with BEGIN and COMMIT sent as statements (the pool's
-            # connections are in autocommit mode): psycopg's ``transaction()`` nests
-            # pipelines and syncs at each level, five round trips for a write that needs
-            # two (everything up to the append's ids; the rows, the tracking and COMMIT).
-            pipeline = conn.pipeline()
-            pipeline.__enter__()
-            stack.callback(self._end_pipeline, conn, pipeline)
-            conn.execute(b"BEGIN")
+            stack.push(self._after_sync)
+            session = TxSession(conn)
+            stack.push(self._end)
             projections = self._engine.inline(all_projections=self._inline_all)
             keys = sorted(self._engine.lock_key("scope:" + key) for key in {s.key for s in self._scopes})
-            conn.execute(_opening_sql(len(projections), len(keys)),
-                         [self._engine.timeout_setting(), *self._engine.shared_keys(projections), *keys],
-                         prepare=True)
+            session.send(_opening_sql(len(projections), len(keys)),
+                         [self._engine.timeout_setting(), *self._engine.shared_keys(projections), *keys])
         except BaseException as exc:
             self._ending = exc
             stack.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        self._stack, self._conn = stack, conn
-        self._keys = TransactionKeys(conn, self._log.keys)
-        return self
+        return stack, session
+
+    def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+             tb: TracebackType | None) -> None:
+        """End the transaction: COMMIT when :meth:`commit` ran and nothing failed, else
+        roll back (:meth:`TxSession.finish` / :meth:`TxSession.abandon`)."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        failed = self._ending or exc
+        if failed is None:
+            session.finish(commit=self._committed)
+        else:
+            session.abandon(failed)
+
+    def _after_sync(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                    tb: TracebackType | None) -> None:
+        """After the transaction's last round trip, before the connection goes back to
+        the pool: read the position the one-round-trip write recorded."""
+        reader, self._position_reader = self._position_reader, None
+        if reader is not None and exc_type is None and self._ending is None and self._committed:
+            self._position = reader()
 
     _ending: BaseException | None = None
     """The exception a unit of work ends with (``None``: it commits or rolls back cleanly)."""
 
-    def _end_pipeline(self, conn: Connection[Any], pipeline: Any) -> None:
-        """End the transaction and leave pipeline mode: COMMIT when :meth:`commit` ran
-        and nothing failed, else roll back (psycopg's ``rollback()``, after the Sync). A
-        failure the final Sync reports (a statement's error surfaces there in pipeline
-        mode) leaves the session in a failed transaction block: it is rolled back before
-        the error propagates."""
-        failed = self._ending
-        if failed is None and self._committed:
-            conn.execute(b"COMMIT")
-        # Otherwise psycopg's own ``rollback()`` below, after the Sync: a ``ROLLBACK`` sent
-        # as a statement makes psycopg forget its prepared statements and defer the
-        # server's ``DEALLOCATE ALL`` past the next statement it prepares ("prepared
-        # statement _pg3_N does not exist" on that connection's next use).
-        try:
-            pipeline.__exit__(type(failed) if failed else None, failed, None)
-        finally:
-            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
-                conn.rollback()
-
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        stack, self._stack, self._conn = self._stack, None, None
+        try:
+            self._close(exc_type, exc, tb)
+        except Exception as failed:
+            if exc_type is not None or not (_gap_refused(failed) or _statements_lost(failed)):
+                raise
+            if self._read:  # a decision read in the rolled-back transaction: not replayable here
+                raise ConflictError(f"write: {failed}; nothing was written; retry") from failed
+            self._write_again()
+        if exc_type is None and self._committed and self._keys is not None:
+            self._keys.committed()
+            self._log.note_cache.put(self._aggregates.values(), shredded=self._keys.doomed | self._keys.unreadable,
+                                     owned=True)  # this unit of work is done with them
+            if self._tenants and self._engine.on_commit is not None:
+                self._engine.on_commit(self._tenants)
+
+    def _close(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+               tb: TracebackType | None) -> None:
+        """COMMIT (or roll back) and give the connection back; a failure is typed."""
+        stack, self._stack = self._stack, None
         if stack is None:
             return
         self._ending = exc
@@ -135,22 +173,87 @@ class PostgresUnitOfWork:
             if lock_timed_out(exc):
                 stack.__exit__(exc_type, exc, tb)
                 raise LockTimeoutError(f"write: a lock wait ran out ({exc}); nothing was written") from exc
+            if _statements_lost(exc):  # a read's: the wire prepares them again next time
+                with contextlib.suppress(Exception):  # the same error, as the pool's context re-raises it
+                    stack.__exit__(exc_type, exc, tb)
+                raise ConflictError(f"write: {exc}; nothing was written; retry") from exc
             try:
-                stack.__exit__(exc_type, exc, tb)
+                with dimension_guard():
+                    stack.__exit__(exc_type, exc, tb)
             except Exception as failed:
                 if _tracking_refused(failed):  # the batched tracking check, reported at the Sync
                     raise TrackingError(f"write: {failed}; nothing was written") from failed
+                if self._appended_twice(failed):
+                    raise ConflictError(f"a concurrent write appended to the same note first ({failed}); "
+                                        "retry") from failed
                 raise
-        if exc_type is None and self._committed and self._keys is not None:
-            self._keys.committed()
-            if self._tenants and self._engine.on_commit is not None:
-                self._engine.on_commit(self._tenants)
+
+    def _appended_twice(self, failed: BaseException) -> bool:
+        """Whether ``failed`` is the events table's refusal of a version taken meanwhile
+        (reported at the Sync on the one-round-trip path)."""
+        cause = failed.__cause__ if isinstance(failed, IntegrityError) else failed
+        diag = getattr(cause, "diag", None)
+        return isinstance(cause, psycopg.errors.UniqueViolation) and diag is not None and (
+            diag.table_name == self._log.note_recorder.events_table_name)
+
+    def _write_again(self) -> None:
+        """The one-round-trip write found its tenant's projections behind, or its
+        connection had lost the wire's prepared statements (nothing was written): write
+        the same sealed events again in a new transaction, through the path that
+        catches the tenant's gap up first. Sound because no decision of this unit of
+        work read the rolled-back transaction (``_read`` is false)."""
+        assert self._pending is not None
+        self._stack, self._session = self._open()
+        self._committed = False
+        self._ending = None
+        try:
+            self._commit_slow(*self._pending)
+        except BaseException as exc:
+            self._close(type(exc), exc, exc.__traceback__)
+            raise
+        self._close(None, None, None)
+
+    def _psycopg_conn(self) -> Connection[Any]:
+        """The connection in psycopg's pipeline mode (the session leaves the wire)."""
+        if self._session is None:
+            raise FabricError("the unit of work is not open")
+        return self._session.psycopg()
 
     @property
     def conn(self) -> Connection[Any]:
-        if self._conn is None:
+        """The transaction's connection, for reads a write decides on: the first use
+        sends the tenant's gap probe along (:meth:`_probe_gap`)."""
+        if self._session is None:
             raise FabricError("the unit of work is not open")
-        return self._conn
+        self._mark_read()
+        return self._session.psycopg()
+
+    def _mark_read(self) -> None:
+        if not self._read:
+            self._read = True
+            self._probe_gap()
+
+    def _probe_gap(self) -> None:
+        """Ask, with the first read (same round trip), whether the tenants of the unit of
+        work's scopes have events their projections have not applied: then
+        :meth:`commit` takes the path that catches them up (in this transaction), since
+        a rollback of the one-round-trip write could not be replayed after a decision
+        read."""
+        if not self._inline_all or self._session is None:
+            return
+        projections = self._engine.inline(all_projections=True)
+        for tenant in sorted({s.tenant_id for s in self._scopes}):
+            query, params = self._engine.gap_probe(projections, tenant)
+            self._gap_probes[tenant] = self._session.send_psycopg(query, params)
+
+    def _gap_found(self, tenants: Sequence[str]) -> bool:
+        """Whether the gap probe found a gap in any of ``tenants`` (or did not ask for one)."""
+        probes, self._gap_probes = self._gap_probes, {}
+        if any(t not in probes for t in tenants):
+            return True
+        if self._session is not None:
+            self._session.sync()
+        return any(bool(rows and rows[0][0]) for rows in (probes[t].rows() for t in tenants))
 
     @property
     def keys(self) -> TransactionKeys:
@@ -170,20 +273,55 @@ class PostgresUnitOfWork:
         found = self.load_ids([aggregate_id])
         return found[0] if found else None
 
-    def load_ids(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
+    def load_ids(self, aggregate_ids: Sequence[UUID], *, fresh: bool = False) -> list[Note]:
         """The notes ``aggregate_ids`` (held here, else replayed), read in the tenants of
         this unit of work's scopes only (a note of another tenant is never one a write
-        decides on; a partitioned log is then read in their partitions, issue 25)."""
+        decides on; a partitioned log is then read in their partitions, issue 25). On
+        the wire, the events and the keys are read in one round trip (events first).
+        ``fresh``: replayed from the first event, not from the note cache (erasures)."""
         missing = [i for i in aggregate_ids if i not in self._aggregates]
         tenants = sorted({s.tenant_id for s in self._scopes}) or None
-        with self.conn.cursor() as cur:
-            loaded = {n.id: n for n in select_notes(cur, self._log.sealing_mapper, missing, self.keys, tenants)}
+        loaded = {n.id: n for n in self._replay(missing, tenants, fresh=fresh)}
         out = []
         for i in aggregate_ids:
             note = self._aggregates.get(i) or loaded.get(i)
             if note is not None:
                 out.append(note)
         return out
+
+    def _replay(self, ids: list[UUID], tenants: Sequence[str] | None, *, fresh: bool = False) -> list[Note]:
+        """Replay ``ids`` in this transaction: each from the state the process's note
+        cache holds (``note_cache.NoteCache``; only the events after it are read),
+        else from its first event; the states read are cached (not the ones replayed
+        as unreadable). A cached note whose keys are gone is replayed from its first
+        event (a key fault is then reported as before), and so is every note when
+        ``fresh``. On the wire, the events and the keys in one round trip."""
+        if not ids:
+            return []
+        cache = None if fresh or self.keys.unreadable.intersection(ids) else self._log.note_cache
+        held = cache.get(ids) if cache is not None else {}
+        versions = {i: n.version for i, n in held.items()}
+        query, params = replays.events_query(ids, tenants, versions)
+        session = self._session
+        if session is not None and session.on_wire:
+            self._mark_read()
+            events = session.send_psycopg(query, params)
+            keys = session.send_psycopg(KEYS_SELECT, encode_params([ids]))
+            session.sync()
+            self.keys.absorb(ids, {(oid, int(gen)): bytes(key) for oid, gen, key in keys.rows()})
+            rows = events.rows()
+        else:
+            with self.conn.cursor(row_factory=tuple_row) as cur:
+                rows = cur.execute(query, params).fetchall()
+            self.keys.preload(ids)
+        keyless = [i for i in held if self.keys.latest.get(i) is None]
+        if cache is not None and keyless:  # keys gone since: a shredding or a key fault, as a replay tells
+            cache.discard(keyless)
+            return self._replay(ids, tenants)
+        loaded = replays.replay_rows(rows, self._log.sealing_mapper.bound(self.keys), ids, held)
+        if cache is not None:  # the states read here (an erased one drops out); those changed are kept after COMMIT
+            cache.put([n for n in loaded if versions.get(n.id) != n.version])
+        return loaded
 
     def load_unreadable(self, aggregate_ids: Sequence[UUID]) -> list[Note]:
         """Replay ``aggregate_ids`` as if their data keys were destroyed (protected
@@ -195,20 +333,29 @@ class PostgresUnitOfWork:
         aggregate_id = note_uuid(scope, note_id)
         if aggregate_id in self._aggregates:
             return True
-        row = self.conn.execute(
+        row = self.reader().execute(
             sql.SQL("SELECT 1 FROM {t} WHERE originator_id = %s LIMIT 1").format(
                 t=sql.Identifier(tables.EVENTS)), (aggregate_id,)).fetchone()
         return row is not None
 
     def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
-        """:func:`memfabric.projections.note_scope.resolve` on this transaction's connection."""
-        with self.conn.cursor() as cur:
-            return list(note_scope.resolve(cur, scope, note_id))
+        """:func:`memfabric.projections.note_scope.resolve` in this transaction."""
+        return list(note_scope.resolve(self.reader(), scope, note_id))
+
+    def reader(self) -> Cursor[Any]:
+        """A read-only cursor of the transaction for a read a write decides on (dict
+        rows; ``execute`` then ``fetchall`` / ``fetchone``): on the wire while the unit of
+        work is there (the read travels with what waits: BEGIN, the locks), else psycopg's."""
+        session = self._session
+        if session is not None and session.on_wire:
+            self._mark_read()
+            return cast("Cursor[Any]", SessionReads(session))
+        return self.conn.cursor()
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
                    now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
-        with dimension_guard(), self.conn.cursor() as cur:
-            return consolidation_index.select_neighbours(cur, scope, queries, now=now,
+        with dimension_guard():
+            return consolidation_index.select_neighbours(self.reader(), scope, queries, now=now,
                                                          per_query=per_query)
 
     def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
@@ -217,12 +364,10 @@ class PostgresUnitOfWork:
             return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now, latest=latest)
 
     def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
-        with self.conn.cursor() as cur:
-            return note_scope.ids_by_path(cur, scope, path)
+        return note_scope.ids_by_path(self.reader(), scope, path)
 
     def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
-        with self.conn.cursor() as cur:
-            return working_value.select_blocks(cur, scope)
+        return working_value.select_blocks(self.reader(), scope)
 
     def content_hmac(self, text: str) -> str:
         return hmac.new(self._secret(), text.encode(), hashlib.sha256).hexdigest()
@@ -271,22 +416,35 @@ class PostgresUnitOfWork:
     def commit(self) -> None:
         """Lock, seal, append and project everything added (see the module doc). Each
         event is appended in its aggregate's tenant (:func:`_tenant_of`); a unit of work
-        that writes several (a fabric-wide sweep record beside a tenant's notes) takes
-        their locks in sorted order and records each tenant's positions."""
-        conn = self.conn
+        that writes several (a group commit of several tenants' writers, a fabric-wide
+        sweep record beside a tenant's notes) takes their locks in sorted order and
+        records each tenant's positions."""
         if not self._events:
             self._committed = True
             return
         aggregates: dict[UUID, Any] = {**self._others, **self._aggregates}
         event_tenants = [_tenant_of(aggregates[e.originator_id]) for e in self._events]
-        tenants = sorted(set(event_tenants))
-        self._tenants = tenants
+        self._tenants = sorted(set(event_tenants))
         projections = self._engine.inline(all_projections=self._inline_all)
         mapper = self._log.sealing_mapper.bound(self.keys)
         stored = [mapper.to_stored_event(e) for e in self._events]
+        pending = (stored, event_tenants, aggregates, projections)
+        if self._inline_all and not (self._read and self._gap_found(self._tenants)):
+            self._pending = pending
+            self._commit_fast(*pending)
+        else:
+            self._commit_slow(*pending)
+
+    def _commit_slow(self, stored: Sequence[Any], event_tenants: Sequence[str], aggregates: dict[UUID, Any],
+                     projections: Sequence[Any]) -> None:
+        """:meth:`commit` through psycopg, reading each tenant's positions back to catch
+        a gap up first (``ProjectionEngine.apply_inline``); also the path of a writer
+        whose projections a runner keeps (``NOTIFY``)."""
+        tenants = sorted(set(event_tenants))
         if len(tenants) == 1 and self._inline_all:
             self._commit_one_tenant(stored, tenants[0], aggregates, projections)
             return
+        conn = self._psycopg_conn()
         with dimension_guard(), conn.cursor() as cur, conn.cursor() as ins:
             # one round trip for lock, keys, append and the tenants' positions (pipeline mode);
             # every result that is fetched has a cursor of its own (see ``apply_inline``)
@@ -314,6 +472,33 @@ class PostgresUnitOfWork:
         self._position = max(ids, default=0)
         self._committed = True
 
+    def _commit_fast(self, stored: Sequence[Any], event_tenants: Sequence[str], aggregates: dict[UUID, Any],
+                     projections: Sequence[Any]) -> None:
+        """:meth:`commit` of a unit of work that projects inline, sent with everything
+        before it (on the wire: one round trip for a plain write): the tenants' locks
+        (sorted), the keys and the events (one statement), the projections that cannot
+        batch (when they write anything), then per tenant one statement with every
+        batched row and the tenant's tracking, which also checks the tenant had no gap
+        (``ProjectionEngine.fast_statement``); COMMIT follows in ``__exit__``. Nothing is
+        read back before it; failures surface there (:meth:`_close` types them)."""
+        session = self._session
+        assert session is not None
+        tenants = sorted(set(event_tenants))
+        query, params = self._engine.lock_statement_raw(tenants)
+        session.send(query, params)
+        if self.keys.doomed:
+            self.keys.destroy(cast("Cursor[Any]", SessionStatements(session)))
+        statement, args = appends.events_statement(self._log.note_recorder, self.keys, stored, event_tenants)
+        session.send_psycopg(statement, args)
+        sent = []
+        for tenant in tenants:
+            notes = [a for a in aggregates.values() if _tenant_of(a) == tenant]
+            sink = BatchCursor(RowBatch(), lambda: self._psycopg_conn().cursor())
+            batch = self._engine.collect(sink, notes, projections)
+            query, params = self._engine.fast_statement(projections, batch, tenant, event_tenants.count(tenant))
+            sent.append(session.send(query, params))
+        self._position_reader = lambda: max(int(s.rows()[0][0]) for s in sent)
+        self._committed = True
 
     def _commit_one_tenant(self, stored: Sequence[Any], tenant: str, aggregates: dict[UUID, Any],
                            projections: Sequence[Any]) -> None:
@@ -323,12 +508,13 @@ class PostgresUnitOfWork:
         the lock, so it sees every earlier write of the tenant), then the rows and the
         tracking in one more (``ProjectionEngine.apply_inline``): four statements with
         the scope locks, where one per table would be eleven."""
-        conn = self.conn
+        conn = self._psycopg_conn()
         with dimension_guard(), conn.cursor() as cur, conn.cursor() as ins:
             query, params = self._engine.lock_statement([tenant])
             cur.execute(query, params, prepare=True)
             self.keys.destroy(cur)
-            statement, args = self._append_statement(stored, tenant, projections)
+            statement, args = appends.positions_statement(self._log.note_recorder, self.keys, self._engine,
+                                                          stored, tenant, projections)
             try:
                 ins.execute(statement, args, prepare=True)
                 row = ins.fetchone()
@@ -342,38 +528,14 @@ class PostgresUnitOfWork:
         self._position = max(ids, default=0)
         self._committed = True
 
-    def _append_statement(self, stored: Sequence[Any], tenant: str,
-                          projections: Sequence[Any]) -> tuple[bytes, list[Any]]:
-        """``WITH k AS (<new keys>), e AS (<events> RETURNING notification_id) SELECT
-        <ids in order>, <the tenant's positions>`` and its parameters."""
-        recorder = self._log.note_recorder
-        positions, n = self._engine.positions_array(projections)
-        keys = self.keys.pending
-        key = (bool(keys), positions)
-        query = _APPEND_SQL.get(key)
-        if query is None:
-            ctes = ([b"k AS (" + TransactionKeys.FLUSH_SQL.encode() + b")"] if keys else [])
-            ctes.append(b"e AS (" + recorder.insert_sql() + b")")
-            query = _APPEND_SQL[key] = (b"WITH " + b", ".join(ctes)
-                                        + b" SELECT ARRAY(SELECT notification_id FROM e ORDER BY 1) AS ids, "
-                                        + positions + b" AS pos")
-        args: list[Any] = [*(self.keys.flush_params() if keys else ()),
-                           *recorder.insert_params(stored, [tenant] * len(stored)),
-                           *([self._engine.tenant_rows(tenant)] * n)]
-        return query, args
-
-
-_APPEND_SQL: dict[tuple[bool, bytes], bytes] = {}
-"""The append statements of :meth:`PostgresUnitOfWork._append_statement`, by (new keys?, positions)."""
-
-
 @functools.lru_cache(maxsize=64)
 def _opening_sql(n_shared: int, n_scopes: int) -> bytes:
     """The statement a unit of work opens with: its ``lock_timeout``, the shared lock of
     each of its ``n_shared`` projections (``ProjectionEngine.shared_keys``), then the
-    exclusive lock of each of its ``n_scopes`` scopes; one ``%s`` each, composed once."""
-    items = ["set_config('lock_timeout', %s, true)", *["pg_advisory_xact_lock_shared(%s)"] * n_shared,
-             *["pg_advisory_xact_lock(%s)"] * n_scopes]
+    exclusive lock of each of its ``n_scopes`` scopes; one ``$n`` each, composed once."""
+    items = ["set_config('lock_timeout', $1::text, true)",
+             *[f"pg_advisory_xact_lock_shared(${i}::bigint)" for i in range(2, n_shared + 2)],
+             *[f"pg_advisory_xact_lock(${i}::bigint)" for i in range(n_shared + 2, n_shared + n_scopes + 2)]]
     return ("SELECT " + ", ".join(items)).encode()
 
 
@@ -383,6 +545,28 @@ def _tracking_refused(exc: BaseException | None) -> bool:
     seen = 0
     while exc is not None and seen < 5:
         if "memfabric: failed to record tracking" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _gap_refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or one it was raised from) is the one-round-trip write's gap
+    check (``ProjectionEngine.send_fast``)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if GAP_MESSAGE in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _statements_lost(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or one it was raised from) says a prepared statement of the
+    wire was gone from the server (deallocated behind psycopg's back)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False

@@ -23,9 +23,14 @@ Pre-processing (before any rule)
 * **speaker prefix** ``"Caroline: I moved to Boston"`` (a capitalised name before a
   colon): first person (I, my, me) resolves to the speaker, so two speakers never share
   a key; ``you``/``he``/``she``/``they`` cannot be resolved → no key;
-* contractions expanded (``I'm`` → ``I am``, ``doesn't`` → ``does not``), curly quotes
-  straightened, leading discourse markers (``Update:``, ``Actually,``, ``Guess what,``,
-  ``As of May,``) dropped; every sentence is tried, the first that yields a key wins.
+* contractions expanded (``I'm`` → ``I am``, ``doesn't`` → ``does not``, ``Alice's no
+  longer`` → ``Alice is no longer``), curly quotes
+  straightened, leading discourse markers and time phrases (``Update:``, ``Actually,``,
+  ``Guess what,``, ``As of May,``, ``As of this week``, ``These days``, ``Nowadays``)
+  dropped; a note without its subject that starts with an update verb before "my"/"our"
+  ("Switched my editor to Emacs") is the writer's ("I switched …"); every sentence, and
+  every clause that starts again with "I"/"we" after "and"/"but"/"so", is tried, the
+  first that yields a key wins.
 
 Rules (``SubjectKey.rule``), tried in this order
 -------------------------------------------------
@@ -48,46 +53,75 @@ Rules (``SubjectKey.rule``), tried in this order
                     in … anymore", "quit her job at", "left her job at") gives
                     ``polarity=False``.
 ``update_verb``     a new value of a named slot stated with an update verb and without
-                    the old value (issue 29): "I switched my editor to Emacs", "Alice
-                    changed her number to …", "We raised the budget to 50k", "I replaced
-                    my laptop with a ThinkPad", "I switched to Emacs as my editor"; and
-                    "I use Vim as my editor" / "… for my notes" (the slot stated without a
-                    change). The thing is read like an attribute noun phrase ("my X" →
-                    the speaker, "her X" → the subject, "the X" → the implicit entity),
-                    so it meets the copular "My editor is Vim". A verb of motion with a
-                    place value ("moved my car to the garage") keys ``…/location``; plans
-                    and hedges ("might change my …", past-only forms) give no key.
+                    the old value (issue 29, :mod:`~memfabric.domain.subjects.updates`):
+                    a change of the possessed thing ("I switched my editor to Emacs",
+                    "Alice changed her number to …", "We raised the budget to 50k", "I
+                    replaced my laptop with a ThinkPad", "I swapped my bank for Ally",
+                    any auxiliary, adverb, particle and trailing time phrase); a value
+                    adopted for the slot ("I switched to Emacs as my editor", "started
+                    using Obsidian for my notes", "went with Azure as our new cloud
+                    provider", "made Emacs my default editor"); and the slot stated
+                    without a change ("I use Vim as my editor" / "… for my notes"). The
+                    thing is read like an attribute noun phrase ("my X" → the speaker,
+                    "our X" → the speaker's group, "her X" → the subject, "the X" → the
+                    implicit entity), so it meets the copular "My editor is Vim". A
+                    possessed *name* is the old value: "I swapped my Prius for a Model
+                    Y", "I ditched Vim for Emacs", "dropped Vim in favour of Emacs" are
+                    ``from_to`` keys with ``previous`` ("prius", "vim"). A bare plural
+                    names the slot ("I switched banks to Ally" → ``self|bank``). An ended
+                    use ("I no longer use Vim as my editor", "I stopped using Vim …") is
+                    the same key with ``polarity=False``. A verb of motion with a place
+                    ("moved my car to the garage", "moved our office to Berlin": a
+                    determined place, or a name when the thing stands somewhere) keys
+                    ``…/location``. A role of an organisation changing hands: "Andy
+                    Jassy took over as CEO of Amazon", "… succeeded Jeff Bezos as CEO
+                    of Amazon" (``previous``), "Amazon named Andy Jassy as its new CEO"
+                    (the noun a role: CEO, chair, coach, …). Negated, planned and hedged
+                    updates ("never switched", "almost switched", "might change my …",
+                    "used to use", "will succeed") give no key.
 ``sentiment``       love / like / enjoy / adore / am a fan of  vs  hate / dislike / can't
-                    stand / do not like / no longer like: the key is
+                    stand / do not like / no longer like / am no longer into / am not a
+                    fan of … anymore / stopped being a fan of: the key is
                     ``entity|feeling:<object stem>``, the value ``+``/``-``; "I love X" →
                     "I hate X" supersedes, "I love X" → "I love Y" does not (other key).
-``copular``         an *attribute* noun phrase + is/are/changed to/is now set to/…:
+``copular``         an *attribute* noun phrase + is/are/changed to/is now set to/…, or
+                    the thing as the subject of an update verb ("My editor has been
+                    switched to Emacs", "The budget was raised to 50k"):
                     "Alice's phone number is now 555-0199", "My favourite colour is green",
                     "The current CEO of Walmart is Doug McMillon", "The deadline moved to
-                    Monday", "The budget was raised to 50k", "The office is in Hamburg"
+                    Monday", "The office is in Hamburg"
                     (sub-attribute ``location``), "The build is broken" (sub-attribute
-                    ``status``).
+                    ``status``). A role subject ("The user is vegetarian") is a holder,
+                    read by ``state``.
 ``status``          an entity with an identifier or a name + is/was marked + a status word
                     (open, closed, resolved, merged, shipped, paid, …):
                     "Ticket 4411 is open" → ticket 4411|status.
 ``age``             "Alice is 34" / "Alice just turned 35" → alice|age.
 ``label_value``     "Home city: Munich", "Alice's phone: 555-0100", "Ticket 4411: resolved".
-``state``           a holder + am/is/are + a state: "I am vegetarian", "I am no longer
-                    vegetarian", "Sara is not in the hospital anymore" (issue 29). The
-                    state is part of the key (``self|state:vegetarian``): only its
-                    negation (or a reaffirmation) supersedes, two states never do. One
-                    word, or a noun / prepositional phrase ("a member of the chess club",
-                    "on a diet"); feelings with a complement ("proud of Alice"),
-                    progressives and opinions give no key.
+``state``           a holder's copular state (:mod:`~memfabric.domain.subjects.states`):
+                    "I am vegetarian" (also "am now …", "became …", "have been … for
+                    years") and its negation (issue 29): "I am no longer vegetarian", "not
+                    … anymore / any more / any longer", "am now no longer …", "stopped /
+                    quit being …", "have not been … since May", "off the diet" after "on
+                    the diet". The state is part of the
+                    key (``self|state:vegetarian``): only its negation (or a
+                    reaffirmation) supersedes, two states never do. One word, two words
+                    ending in an adjective ("lactose intolerant"), a noun / prepositional
+                    phrase ("a member of the chess club", "on a diet") or a word with its
+                    complement ("allergic to peanuts", "afraid of flying"); a feeling
+                    toward someone ("proud of Alice"), progressives and opinions give no
+                    key.
 
 Added values (issue 29): a value ends at the first clause boundary, except an "and" that
 adds a short noun phrase ("User prefers metric units and Celsius": value "metric units and
-celsius", the key from the first conjunct). Such a value is *another* value of the slot, so
-it supersedes "metric units"; a refinement ("tesla" → "tesla model 3") is the same value,
-and a plain repeat folds (the same tokens, before any key is looked at).
+celsius", the key from the first conjunct) or a comma that starts a list of them ("metric
+units, Celsius and dark mode"). Such a value is *another* value of the slot, so it
+supersedes "metric units"; a refinement ("tesla" → "tesla model 3") is the same value, and
+a plain repeat folds (the same tokens, before any key is looked at).
 
 Normalisation: entities and attributes are lower-cased, accent-folded, articles and
-"current/new/present" dropped, attribute words stemmed (Snowball) and mapped to a small
+"current/new/present/default/usual/go-to/preferred/regular" dropped ("my default shell" is
+"my shell"), attribute words stemmed (Snowball) and mapped to a small
 table of synonyms (CEO = chief executive officer, headquarters = head office = main office
 location, team = club = football team, secretary general = general secretary, …).
 Identifiers stay part of the entity ("ticket 4411" ≠ "ticket 4412").
@@ -95,7 +129,10 @@ Identifiers stay part of the entity ("ticket 4411" ≠ "ticket 4412").
 Single- vs multi-valued: relations such as likes, has, visited, speaks, is a <noun>,
 and family/friend/pet/hobby nouns ("my sister is …") are multi-valued: their value is part
 of the key (``entity|has:dog``), so a different value never supersedes and only a
-negation of the same value does ("I no longer have a dog").
+negation of the same value does ("I no longer have a dog"). A modifier that singles one
+out makes the slot single-valued ("my primary language", "my first language"), and so
+does a noun before ``client`` (the software: "my email client"; "my biggest client" stays
+a customer).
 
 Deliberately left alone (no key → insert)
 -----------------------------------------
@@ -105,15 +142,22 @@ Deliberately left alone (no key → insert)
 * future and plans ("is moving to", "will join", "plans to"), past-only states ("used
   to live in", "lived in", "was the CEO"), conditionals and questions;
 * "switched to X" / "now uses X" without a named slot ("as my editor", "my editor") or a previous value;
+* the same slot named in another word order ("our vendor for payroll" / "our payroll
+  vendor"); "moved my X to <a bare name>" when the name is a place ("moved my car to
+  Berlin" keys the car's value, not its location: only a determined place, "the
+  garage", is a location); an update joined to another clause ("Our building was sold
+  and our landlord is now …");
 * non-English text, and notes longer than 600 characters;
 * multi-clause sentences where the verb is buried after a subordinate clause.
 
 Module layout
 -------------
 This module is the public face (the types, :func:`supersedes`, :class:`RuleSubjectExtractor`);
-the work is done in ``subject_key`` (:class:`SubjectKey`), ``subject_prep`` (pre-processing),
-``subject_text`` (word lists, normalisation, noun-phrase readers), ``subject_rules`` (the
-rules in order) and ``subject_verbs`` (the ``holder_verb`` rule and its verb tables).
+the work is done in ``key`` (:class:`SubjectKey`), ``prep`` (pre-processing), ``text`` (word
+lists, normalisation, noun-phrase readers), ``vocab`` (the attribute synonyms), ``rules``
+(the rules in order), ``verbs`` (the ``holder_verb`` rule and its verb tables),
+``updates`` (``update_verb``) and ``states`` (``sentiment`` and ``state``). The generated
+phrasings that test the issue 29 families are ``tests/supersession_phrasings.py``.
 """
 
 from __future__ import annotations

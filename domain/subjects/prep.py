@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from memfabric.domain.subjects.text import WORD_RE, has_digit, norm_entity
+from memfabric.domain.subjects.updates import CHANGE_VERBS
 
 _ENGLISH_FUNCTION = {
     "the", "is", "are", "was", "of", "and", "to", "in", "my", "i", "at", "for", "has",
@@ -30,20 +31,27 @@ _FOREIGN_FUNCTION = {
 }
 _NON_LATIN = re.compile(r"[^\W\d_a-zA-Z\u00c0-\u024f\u1e00-\u1eff]", re.UNICODE)
 
+_WHEN = (r"today|now|yesterday|tonight|(?:this|last|next) [a-z]+|\d{4}|(?:[a-z]+ )?\d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?|"
+         r"(?:january|february|march|april|may|june|july|august|september|october|november|december|spring|"
+         r"summer|autumn|fall|winter|monday|tuesday|wednesday|thursday|friday|saturday|sunday)(?: \d{4})?")
+"""A short time phrase a leading "as of / since / starting / after" may take without a
+comma ("As of this week I am …"); a longer one needs its comma ("Since the move, …")."""
 _LEAD = re.compile(
     r"^(?:(?:update|fyi|note|news|good news|big news|quick update|heads up|btw|by the way|so|well|oh|ok|okay|"
     r"yeah|yes|yep|actually|guess what|just so you know|turns out|correction|also|and|but|anyway|hey|hi|"
-    r"as of [^,]{1,30}|since [^,]{1,30}|starting [^,]{1,30}|from [^,]{1,30} on|last [a-z]+|this [a-z]+|"
-    r"in (?:19|20)\d\d|recently|effective [^,]{1,30}|after [^,]{1,40})\s*[,:!\-–]?\s+)+",
+    r"(?:as of|since|starting|effective|after) (?:" + _WHEN + r")|"
+    r"(?:as of|since|starting|effective|after) [^,:]{1,40}(?=[,:])|from [^,]{1,30} on|last [a-z]+|this [a-z]+|"
+    r"in (?:19|20)\d\d|recently|these days|nowadays|lately|currently|today|now|at the moment|for now)"
+    r"\s*[,:!\-–]?\s+)+",
     re.IGNORECASE,
 )
 _SPEAKER = re.compile(r"^(?P<spk>[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}):\s+(?P<body>.+)$", re.DOTALL)
 LABEL_WORDS = {"update", "note", "fyi", "news", "correction", "edit", "reminder", "todo", "summary",
                 "heads up", "good news", "big news", "quick update", "btw", "ps", "status", "info"}
 _ABBREV = re.compile(r"(?:^|\s)(?:[A-Z]|Dr|Mr|Mrs|Ms|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp|vs|No|Nr|[A-Z]\.[A-Z])\.$")
-_TRAILING_ADV = re.compile(r"(?:[\s,]+(?:now|again|anymore|any more|these days|currently|already|lately|then|"
+_TRAILING_ADV = re.compile(r"(?:[\s,]+(?:now|again|anymore|any more|any longer|these days|currently|already|lately|then|"
                            r"actually|as well|too|for now|for good))+$", re.IGNORECASE)
-_TRAIL_LAST = {"now", "again", "anymore", "more", "days", "currently", "already", "lately", "then",
+_TRAIL_LAST = {"now", "again", "anymore", "more", "longer", "days", "currently", "already", "lately", "then",
                "actually", "well", "too", "good"}
 _SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])|\s*[\n]+\s*")
 
@@ -68,7 +76,15 @@ def normalise(s: str) -> str:
     s = s.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
     if "'" in s:
         s = _CONTRACTION.sub(_expand, s)
+        s = _NAME_IS.sub(r"\1 is ", s)
     return " ".join(s.split())
+
+
+_NAME_IS = re.compile(r"\b((?!(?:let|Let)\b)[A-Za-z][\w-]*)'s (?=(?:no longer|not|never|now|currently|still|"
+                      r"officially|a|an)\b)")
+"""A name's or a noun's "'s" before a negation, an adverb or an article is "is", never a
+possessive: "Alice's no longer vegan", "The user's a vegetarian" (before a preposition it
+may be a place: "Luigi's in Rome")."""
 
 
 _CONTRACTION = re.compile(
@@ -92,7 +108,9 @@ def _expand(m: re.Match[str]) -> str:
 
 
 def sentences(body: str) -> list[str]:
-    """Sentence split that keeps "Dr. Patel", "Khalid A. Al-Falih" together."""
+    """Sentence split that keeps "Dr. Patel", "Khalid A. Al-Falih" together; a clause that
+    starts again with "I" or "we" after "and" / "but" / "so" is a sentence of its own ("I
+    got a job and I'm no longer unemployed")."""
     out: list[str] = []
     for piece in _SENT_SPLIT.split(body):
         piece = piece.strip()
@@ -102,7 +120,10 @@ def sentences(body: str) -> list[str]:
             out[-1] = f"{out[-1]} {piece}"
         else:
             out.append(piece)
-    return out
+    return [clause for sent in out for clause in _FIRST_PERSON_CLAUSE.split(sent) if clause]
+
+
+_FIRST_PERSON_CLAUSE = re.compile(r",?\s+(?:and|but|so)\s+(?=(?:I|we|We)\b)")
 
 
 def split_speaker(text: str) -> tuple[str | None, str]:
@@ -134,4 +155,13 @@ def prepare_sentence(sent: str, speaker: str | None) -> str | None:
         return None
     if speaker is not None and re.match(r"^(?:you|he|she|they)\b", sent, re.IGNORECASE):
         return None
+    if _FIRST_PERSON_NOTE.match(sent):
+        sent = "I " + sent[0].lower() + sent[1:]
     return sent
+
+
+_FIRST_PERSON_NOTE = re.compile(
+    r"^(?-i:(?=[A-Z]))(?:" + "|".join(CHANGE_VERBS) + r"|started using|stopped using|began using)"
+    r"(?: (?:back|over|up|down|out|in))? (?:my|our) ", re.IGNORECASE)
+"""A note without its subject ("Switched my editor to Emacs", "Moved our standup to
+10am"): an update verb in the past before "my"/"our" is the writer's own (issue 29)."""

@@ -15,11 +15,13 @@ from collections.abc import Callable
 
 from memfabric.domain.subjects.key import WILDCARD, SubjectKey
 from memfabric.domain.subjects.text import (
-    ADVERBS, PRONOUNS, STATUS_WORDS, STEM, WORD_RE, Context, adjective_like, attribute_np, clean_value,
-    fold_accents, has_digit, holder_of, looks_like_place, looks_like_value, make_key, norm_attr, proper_name,
+    ADVERBS, PRONOUNS, ROLE_SUBJECTS, STATUS_WORDS, Context, adjective_like, attribute_np, clean_value,
+    has_digit, holder_of, looks_like_place, looks_like_value, make_key, norm_attr, proper_name,
     union_by_first_letter,
 )
-from memfabric.domain.subjects.verbs import MODAL as _MODAL, rule_holder_verb
+from memfabric.domain.subjects.updates import CHANGE_VERBS, PLACE_ATTRS, ROLE_WORDS, rule_update_verb
+from memfabric.domain.subjects.states import NOT_A_SLOT_VALUE, rule_sentiment, rule_state
+from memfabric.domain.subjects.verbs import rule_holder_verb
 
 
 Rule = Callable[[str, Context], SubjectKey | None]
@@ -60,20 +62,13 @@ def _rule_held_by(s: str, ctx: Context) -> SubjectKey | None:
 
 
 _INVERTED = re.compile(
-    r"^(?P<val>.+?) (?:is|has become|became|was (?:appointed|named|elected) (?:as )?|"
-    r"has been (?:appointed|named|elected) (?:as )?|is now|is currently) (?:now |currently |officially )?"
+    r"^(?P<val>.+?) (?:is|has become|became|was (?:appointed|named|elected)(?: as)?|"
+    r"has been (?:appointed|named|elected)(?: as)?|is now|is currently) (?:now |currently |officially )?"
     r"(?P<np>(?:the |my |our |[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s )?.+)$"
 )
-_ROLE_WORDS = re.compile(
-    r"\b(?:ceo|cfo|cto|coo|chief|president|chair|chairman|chairwoman|chairperson|director|head|manager|"
-    r"captain|coach|mayor|governor|minister|secretary|treasurer|leader|lead|owner|editor|principal|dean|"
-    r"chancellor|speaker|commissioner|ambassador|capital|champion|king|queen|pope|host|conductor)\b",
-    re.IGNORECASE,
-)
-
-
-_INVERTED_VERB_HINTS = (" is ", " became ", " become ", " was ")
+_INVERTED_VERB_HINTS = (" is ", " became ", " become ", " was ", " been ")
 _INVERTED_OWNER_HINTS = (" of ", " at ", " for ", " my ", " our ", "'s ")
+_OWNED_BY_NAME_NOUN = re.compile(r"^[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s [a-z]")
 _OWNED_BY_NAME = re.compile(r"^[A-Z][\w.-]*(?: [A-Z][\w.-]*)*['’]s ")
 _ROLE_OF = re.compile(r"^(?:the )?(.+?) (?:of|at|for) ")
 _UPPER_OR_DIGIT = re.compile(r"^[A-Z0-9]")
@@ -99,8 +94,8 @@ def _rule_inverted_role(s: str, ctx: Context) -> SubjectKey | None:
 
 def _is_named_value(val: str) -> bool:
     """The value of an inverted role is a name or an id: not "the …", not a pronoun."""
-    if val.lower().startswith("the "):
-        return False
+    if val.lower().startswith(("the ", "my ", "our ")) or _OWNED_BY_NAME_NOUN.match(val):
+        return False  # "My editor is …", "Bob's pizza place is …": an attribute, read by the copular rule
     if proper_name(val) is None and not _UPPER_OR_DIGIT.match(val):
         return False
     return val.split()[0].lower() not in PRONOUNS
@@ -112,15 +107,19 @@ def _is_owned_role(np: str) -> bool:
     if np.lower().startswith(("my ", "our ")) or _OWNED_BY_NAME.match(np):
         return True
     m = _ROLE_OF.match(np)
-    return m is not None and bool(_ROLE_WORDS.search(m.group(1)))
+    return m is not None and bool(ROLE_WORDS.search(m.group(1)))
 
 
 _FROM_TO = re.compile(
     r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*(?:switched|changed|moved|went|upgraded|downgraded|"
-    r"transferred|swapped|traded|relocated|shifted|converted|migrated)"
+    r"transferred|swapped|traded|relocated|shifted|converted|migrated)(?: over| back)?"
     r"(?: (?P<poss>her|his|my|their|our|its) (?P<attr>[a-z][a-z -]{0,30}?))? from (?P<prev>.+?) (?:to|for) (?P<val>.+)$",
     re.IGNORECASE,
 )
+
+_NAMED_AFTER = re.compile(r"^(?P<val>.+?) (?:as|for) (?P<poss>my|our|her|his|their) (?P<attr>[a-z][\w' -]{0,40})$",
+                          re.IGNORECASE)
+
 
 def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
     if " from " not in s:
@@ -130,7 +129,11 @@ def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
         return None
     subj = m.group("subj")
     ent = holder_of(subj, ctx)
-    prev, val = clean_value(m.group("prev")), clean_value(m.group("val"))
+    raw_val, poss, attr = m.group("val"), m.group("poss"), m.group("attr")
+    named = None if attr else _NAMED_AFTER.match(raw_val)
+    if named:  # "switched from Vim to Emacs for my editor"
+        raw_val, poss, attr = named.group("val"), named.group("poss"), named.group("attr")
+    prev, val = clean_value(m.group("prev")), clean_value(raw_val)
     if not prev or not val:
         return None
     if ent is None:
@@ -138,185 +141,31 @@ def _rule_from_to(s: str, ctx: Context) -> SubjectKey | None:
         if ea is None:
             return None
         return make_key(ea[0], ea[1], val, "from_to", previous=prev)
-    if m.group("attr"):
-        poss = m.group("poss").lower()
-        owner = ent if poss != "my" else ctx.me
-        return make_key(owner, norm_attr(m.group("attr")), val, "from_to", previous=prev)
+    if attr:
+        owner = ent if poss.lower() != "my" else ctx.me
+        return make_key(owner, norm_attr(clean_value(attr)), val, "from_to", previous=prev)
     verb = re.search(r"(moved|relocated)", s[len(subj):], re.IGNORECASE)
     if verb and looks_like_place(prev) and looks_like_place(val):
         return make_key(ent, "residence", val, "from_to", previous=prev)
     return make_key(ent, WILDCARD, val, "from_to", single=True, previous=prev)
 
 
-_POSSESSED = r"(?P<np>(?:my|our|her|his|their|its|the) [a-z][\w -]{0,40}?)"
-_UPDATE_VERB = (r"(?P<verb>switched|changed|updated|set|reset|swapped|upgraded|downgraded|renamed|rebooked|"
-                r"rescheduled|moved|pushed|postponed|bumped|raised|lowered|cut|reduced|increased|decreased|"
-                r"converted|migrated|transferred|shifted|replaced)")
-_UPDATE = re.compile(
-    r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*" + _UPDATE_VERB + " " + _POSSESSED
-    + r" (?:(?:back|over|up|down) )?(?:to|with) (?P<val>.+)$",
-    re.IGNORECASE,
-)
-_SWITCHED_TO_AS = re.compile(
-    r"^(?P<subj>.+?) (?:has |have |had )?" + ADVERBS + r"*(?:switched|moved|changed|migrated|upgraded|"
-    r"downgraded|went) (?:over |back )?to (?P<val>.+?) (?:as|for) (?P<np>(?:my|our|her|his|their) .{1,60})$",
-    re.IGNORECASE,
-)
-_USES_AS = re.compile(
-    r"^(?P<subj>.+?) (?:(?:now|currently|still|also|mostly|mainly|just) )*(?:use|uses|am using|is using|"
-    r"are using) (?P<val>.+?) (?:as|for) (?P<np>(?:my|our|her|his|their) .{1,60})$",
-    re.IGNORECASE,
-)
-_MOTION_VERBS = {"moved", "pushed", "shifted", "transferred", "migrated"}
-_UPDATE_TRIGGER = re.compile(r"\b(?:" + union_by_first_letter([
-    "switched", "changed", "updated", "set", "reset", "swapped", "upgraded", "downgraded", "renamed", "rebooked",
-    "rescheduled", "moved", "pushed", "postponed", "bumped", "raised", "lowered", "cut", "reduced", "increased",
-    "decreased", "converted", "migrated", "transferred", "shifted", "replaced", "went", "use", "uses",
-    "using"]) + r")\b", re.IGNORECASE)
-
-
-def _possessed_slot(np: str, subj: str, ctx: Context) -> tuple[str, str] | None:
-    """(entity, attribute) of the thing an update names: "my editor" (the speaker), "her
-    editor" (the subject: "Alice switched her editor"), "the budget" (the implicit entity)."""
-    np = clean_value(np)
-    first, _, thing = np.partition(" ")
-    if first.lower() in {"her", "his", "their", "its"}:
-        owner = holder_of(subj, ctx)
-        return (owner, norm_attr(thing)) if owner and thing else None
-    return attribute_np(np, ctx)
-
-
-def _update_slot_key(subj: str, np: str, val: str, ctx: Context, verb: str = "") -> SubjectKey | None:
-    """The key of "<subj> <update verb> <np> to <val>": a modal or hedged head ("I might
-    change my …", "I am thinking of …") or a value that is no value (a pronoun) gives none; a verb of motion
-    with a place value moves the thing (sub-attribute ``location``, as the copular rule)."""
-    if _MODAL.search(subj):
-        return None
-    slot = _possessed_slot(np, subj, ctx)
-    value = clean_value(val)
-    if slot is None or not slot[1] or not looks_like_value(value):
-        return None
-    entity, attribute = slot
-    if verb.lower() in _MOTION_VERBS and looks_like_place(value) and not attribute.endswith(_PLACE_ATTRS):
-        attribute = f"{attribute}/location"
-    return make_key(entity, attribute, value, "update_verb")
-
-
-def _rule_update_verb(s: str, ctx: Context) -> SubjectKey | None:
-    """A new value of a named slot stated with an update verb, without the old value:
-    "I switched my editor to Emacs", "Alice changed her number to 555-0199", "We raised
-    the budget to 50k", "I replaced my laptop with a ThinkPad", "I switched to Emacs as my
-    editor"; and "<holder> uses X as/for <poss> <thing>" ("I use Vim as my editor"), the
-    same slot stated without a change."""
-    has_to, has_as = " to " in s, " as " in s or " for " in s
-    if not (has_to or has_as or " with " in s) or not _UPDATE_TRIGGER.search(s):
-        return None
-    m = _UPDATE.match(s) if has_to or " with " in s else None
-    if m and (m.group("verb").lower() == "replaced") == (" with " in s[m.end("np"):m.start("val")]):
-        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx, m.group("verb"))
-    m = ((_SWITCHED_TO_AS.match(s) if has_to else None) or _USES_AS.match(s)) if has_as else None
-    if m:
-        return _update_slot_key(m.group("subj"), m.group("np"), m.group("val"), ctx)
-    return None
-
-
-_STATE = re.compile(
-    r"^(?P<subj>.+?) (?:am|is|are) (?P<neg>no longer |not )?(?P<val>.+)$",
-    re.IGNORECASE,
-)
-_STATE_PHRASE = re.compile(r"^(?:a|an|the|in|on|at|off|out of) \S", re.IGNORECASE)
-"""A state of several words is a noun phrase ("a member of the chess club") or a
-prepositional one ("on a diet", "in the hospital"); one word ("vegetarian") always is."""
-_NOT_A_STATE = re.compile(r"^(?:\w+ing|a bit|sure|glad|sorry|afraid|here|there|back|able|about|going)\b",
-                          re.IGNORECASE)
-
-
-def _rule_state(s: str, ctx: Context) -> SubjectKey | None:
-    """A copular state of a holder: "I am vegetarian" / "I am no longer vegetarian" ("not
-    … anymore", "not"). The state is part of the key (``self|state:vegetarian``), so only
-    its negation supersedes it, and two states never do; a progressive, a feeling of the
-    moment, an opinion ("I am working", "I am not sure", "is great") or an adjective with
-    its complement ("proud of Alice") gives no key."""
-    if " am " not in s and " is " not in s and " are " not in s:
-        return None
-    m = _STATE.match(s)
-    if not m or m.group("subj").count(" ") > 3:  # a holder is a short noun phrase
-        return None
-    ent = holder_of(m.group("subj"), ctx)
-    if ent is None:
-        return None
-    neg = m.group("neg")
-    val = clean_value(m.group("val"))
-    if not val or _NOT_A_STATE.match(val) or _NOT_A_SLOT_VALUE.match(val) or not looks_like_value(val):
-        return None
-    if " " in val and not _STATE_PHRASE.match(val):
-        return None  # "proud of Alice", "pumped to start": a feeling or a clause, not a state
-    stem = _sentiment_object_stem(val, max_words=6)
-    if stem is None or has_digit(stem):
-        return None
-    return make_key(ent, f"state:{stem}", val, "state", polarity=not neg, single=True)
-
-
-_POS = r"(?:love|loves|loved|like|likes|enjoy|enjoys|adore|adores|am into|is into|are into|am a (?:big |huge )?fan of|is a (?:big |huge )?fan of|really like|really love)"
-_NEGS = (r"(?:hate|hates|dislike|dislikes|can not stand|cannot stand|could not stand|detest|detests|"
-         r"am not a fan of|is not a fan of|(?:do|does|did) not (?:really )?(?:like|love|enjoy)|no longer (?:like|likes|love|loves|enjoy|enjoys)|"
-         r"(?:am|is) (?:tired|sick) of|(?:got|am|is|have got|has gotten) bored (?:of|with)|stopped (?:liking|enjoying|loving)|"
-         r"(?:am|is) over)")
-_SENTIMENT = re.compile(
-    r"^(?P<subj>I|we|We|(?-i:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3})|my \w+|My \w+|the user|The user|user|User) (?:(?:now|still|really|absolutely|totally|actually|honestly|kind of|kinda|just|also) )*"
-    r"(?:(?P<neg>" + _NEGS + r")|(?P<pos>" + _POS + r")) (?P<obj>.+)$",
-    re.IGNORECASE,
-)
-_SENTIMENT_TRIGGER = re.compile(
-    r"\b(?:" + union_by_first_letter(["lov", "lik", "enjoy", "ador", "into", "fan", "hat", "dislik", "stand",
-                                       "detest", "tired", "sick", "bored", "over"]) + ")",
-    re.IGNORECASE,
-)
-_OBJ_STOP = {"to", "it", "that", "this", "how", "when", "what", "the", "a", "an", "you", "your", "them",
-             "her", "him", "those", "these", "being", "seeing", "hearing", "having", "doing", "getting",
-             "my", "our", "his", "their", "its", "all", "so", "some", "every", "each", "with", "there", "here"}
-
-
-def _rule_sentiment(s: str, ctx: Context) -> SubjectKey | None:
-    if not _SENTIMENT_TRIGGER.search(s):
-        return None
-    m = _SENTIMENT.match(s)
-    if not m:
-        return None
-    ent = holder_of(m.group("subj"), ctx)
-    if ent is None:
-        return None
-    stem = _sentiment_object_stem(clean_value(m.group("obj")))
-    if stem is None:
-        return None
-    return SubjectKey(entity=ent, attribute=f"feeling:{stem}"[:120], value="+" if m.group("pos") else "-",
-                      rule="sentiment", polarity=True, single_valued=True)
-
-
-def _sentiment_object_stem(obj: str, max_words: int = 4) -> str | None:
-    """The stemmed object of a feeling ("the beach" → "beach"), at most ``max_words`` words;
-    ``None`` when it starts with a pronoun or a stop word ("that …", "how …", "being …")."""
-    words = WORD_RE.findall(fold_accents(obj).lower())
-    if words and words[0] == "to" and len(words) > 1:
-        words = words[1:]
-    while words and words[0] in {"the", "a", "an"}:
-        words = words[1:]
-    if not words or words[0] in _OBJ_STOP or words[0] in PRONOUNS or len(words) > max_words:
-        return None
-    return " ".join(STEM.stemWord(w) for w in words)
-
-
-_PLACE_ATTRS = ("location", "headquarters", "address", "residence")
-
-
 _COPULAR_TRIGGER = re.compile(
-    r" (?:" + union_by_first_letter(["is", "are", "changed", "moved", "was", "has", "got", "rose", "increased",
+    r" (?:" + union_by_first_letter(["is", "are", "changed", "moved", "was", "were", "has", "had", "got", "gets", "rose", "increased",
                                       "went", "dropped", "fell", "decreased", "became", "switched", "now",
                                       "reads"]) + r")\b|'s ",
     re.IGNORECASE,
 )
+_PASSIVE_UPDATE = (
+    r"(?:has been|have been|had been|has now been|was|were|got|gets|is|are)(?: now| just| recently| finally| "
+    r"officially)? (?:" + union_by_first_letter([v for v in CHANGE_VERBS if v not in {"replaced", "swapped", "traded",
+                                                                             "exchanged"}])
+    + r")(?: back| over| up| down| forward)? to"
+)
+"""The thing as the subject of an update verb ("My editor has been switched to Emacs",
+"The budget was raised to 50k"): a copula like "is" (issue 29)."""
 _COPULAR = re.compile(
-    r"^(?P<np>.+?) (?P<cop>is|are|'s|has changed to|changed to|has been changed to|was changed to|"
+    r"^(?P<np>.+?) (?P<cop>" + _PASSIVE_UPDATE + r"|is|are|'s|has changed to|changed to|has been changed to|was changed to|"
     r"got changed to|was updated to|has been updated to|is now set to|is set to|was set to|has been set to|"
     r"moved to|has moved to|was moved to|has been moved to|got moved to|was pushed (?:back )?to|"
     r"has been pushed (?:back )?to|was postponed to|was rescheduled (?:for|to)|has been rescheduled (?:for|to)|"
@@ -334,14 +183,6 @@ _COPULAR_ADVERB = re.compile(r"^(?:now|currently|still|officially|finally|actual
 _COPULAR_ADVERB_AGAIN = re.compile(r"^(?:now|currently|still) ", re.IGNORECASE)
 _COPULAR_PLACE_VERB = re.compile(r"^(?:located|situated|based|stored|kept) (?=in |at )", re.IGNORECASE)
 _COPULAR_PLACE_PREP = re.compile(r"^(?:in|at|on) ", re.IGNORECASE)
-_NOT_A_SLOT_VALUE = re.compile(  # "is very ...", "is going to", "is great": an opinion, not a value
-    r"^(?:very|so|really|too|quite|pretty|super|a bit|kind of|always|usually|often|"
-    r"going|about|getting|being|doing|looking|coming|gonna|like|such|one of|the best|"
-    r"great|good|bad|awesome|amazing|important|hard|tough|nice|fine|ok|okay)\b",
-    re.IGNORECASE,
-)
-
-
 def _rule_copular(s: str, ctx: Context) -> SubjectKey | None:
     if not _COPULAR_TRIGGER.search(s):
         return None
@@ -349,8 +190,8 @@ def _rule_copular(s: str, ctx: Context) -> SubjectKey | None:
     if not m:
         return None
     ea = attribute_np(m.group("np"), ctx)
-    if ea is None:
-        return None
+    if ea is None or m.group("np").strip().lower() in ROLE_SUBJECTS:
+        return None  # "The user is vegetarian": a holder's state (rule state), not an attribute
     ent, attr = ea
     if not attr or attr.split()[0] in PRONOUNS:
         return None
@@ -400,12 +241,12 @@ def _copular_sub_attribute(attr: str, cop: str, rest: str) -> tuple[str, str] | 
     elif "moved" in cop or "located" in cop or "based" in cop:
         placed = True
     if placed:
-        if looks_like_place(rest) and not attr.endswith(_PLACE_ATTRS):
+        if looks_like_place(rest) and not attr.endswith(PLACE_ATTRS):
             attr = f"{attr}/location"
     elif cop in _BE:
         if clean_value(rest).lower() in STATUS_WORDS:
             attr = f"{attr}/status"
-        elif _NOT_A_SLOT_VALUE.match(rest):
+        elif NOT_A_SLOT_VALUE.match(rest):
             return None
     return attr, rest
 
@@ -513,12 +354,12 @@ RULES: tuple[Rule, ...] = (
     _rule_held_by,
     _rule_inverted_role,
     _rule_from_to,
-    _rule_sentiment,
-    _rule_update_verb,
+    rule_sentiment,
+    rule_update_verb,
     rule_holder_verb,
     _rule_status,
     _rule_placed,
     _rule_age,
     _rule_copular,
-    _rule_state,
+    rule_state,
 )

@@ -19,13 +19,17 @@ from typing import Literal
 from memfabric.domain.stemming import ENGLISH
 
 from memfabric.domain.subjects.key import MAX_KEY_CHARS, WILDCARD, SubjectKey
+from memfabric.domain.subjects.vocab import ATTR_SYNONYMS
 
 
 STEM = ENGLISH
 """The shared, thread-safe English stemmer (:mod:`memfabric.domain.stemming`)."""
 
 _ARTICLES = {"the", "a", "an"}
-_MODIFIERS = {"current", "currently", "new", "present", "latest", "actual", "now"}
+_MODIFIERS = {"current", "currently", "new", "present", "latest", "actual", "now", "default", "usual", "go-to",
+              "preferred", "regular"}
+"""Words that mark *which* value of a slot, not another slot: "my new editor", "my default
+shell", "my go-to pizza place" are "my editor", "my shell", "my pizza place"."""
 PRONOUNS = {
     "he", "she", "they", "it", "this", "that", "these", "those", "you", "we", "him", "her",
     "them", "his", "hers", "their", "its", "there", "here", "who", "what", "which", "one",
@@ -34,84 +38,6 @@ PRONOUNS = {
 }
 _FIRST_PERSON = {"i", "me", "myself"}
 
-# synonym table over *stemmed* attribute phrases → canonical attribute
-_ATTR_SYNONYMS: dict[str, str] = {
-    "chief execut offic": "ceo",
-    "chief execut": "ceo",
-    "ceo": "ceo",
-    "headquart": "headquarters",
-    "headquart locat": "headquarters",
-    "head offic": "headquarters",
-    "head offic locat": "headquarters",
-    "main offic": "headquarters",
-    "main offic locat": "headquarters",
-    "central locat": "headquarters",
-    "hq": "headquarters",
-    "general secretari": "secretary general",
-    "secretari general": "secretary general",
-    "secretary-gener": "secretary general",
-    "secretari-gener": "secretary general",
-    "chairperson": "chair",
-    "chairman": "chair",
-    "chairwoman": "chair",
-    "chair": "chair",
-    "director / manag": "director",
-    "director/manag": "director",
-    "director manag": "director",
-    "director": "director",
-    "director general": "director",
-    "director-gener": "director",
-    "head coach": "head coach",
-    "coach": "head coach",
-    "manag": "manager",
-    "phone": "phone",
-    "phone number": "phone",
-    "telephon": "phone",
-    "telephon number": "phone",
-    "mobil": "phone",
-    "mobil number": "phone",
-    "cell": "phone",
-    "cell number": "phone",
-    "cell phone number": "phone",
-    "email": "email",
-    "e-mail": "email",
-    "email address": "email",
-    "e-mail address": "email",
-    "car": "car",
-    "vehicl": "car",
-    "employ": "employer",
-    "compani": "employer",
-    "workplac": "employer",
-    "job": "role",
-    "job titl": "role",
-    "titl": "role",
-    "role": "role",
-    "occup": "role",
-    "profess": "role",
-    "posit": "role",
-    "home": "residence",
-    "home citi": "residence",
-    "citi": "residence",
-    "resid": "residence",
-    "partner": "partner",
-    "husband": "partner",
-    "wife": "partner",
-    "spous": "partner",
-    "boyfriend": "partner",
-    "girlfriend": "partner",
-    "fianc": "partner",
-    "fiance": "partner",
-    "fiancé": "partner",
-    "team": "team",
-    "club": "team",
-    "footbal club": "team",
-    "footbal team": "team",
-    "basketbal team": "team",
-    "nba team": "team",
-    "school": "school",
-    "univers": "school",
-    "colleg": "school",
-}
 
 # attribute heads that hold several values at once
 _MULTI_NOUNS = {
@@ -140,8 +66,10 @@ ADVERBS = (
 )
 _TRAIL_CUT = re.compile(
     r"(?:,|;|:|\(|\s[-–—]\s|\s+(?:since|as of|starting|from now|last|this|next|now|anymore|any more|"
-    r"these days|for (?:the )?(?:past|last)|because|but|so that|after|when|where|which|"
-    r"who|while|until|in order|recently|yesterday|today|tonight|this week|"
+    r"these days|any longer|for (?:the )?(?:past|last)|because|but|so that|after|when|where|which|"
+    r"for (?:years|months|weeks|ages|decades|a while|a long time|good|(?:a|one|two|three|several|many|a few|\d+) "
+    r"(?:days?|weeks?|months?|years?|decades?))|"
+    r"who|while|until|in order|recently|yesterday|today|tonight|this week|earlier|later on|"
     r"a (?:few|couple)|effective|instead|again|too|as well|"
     r"(?:in|on|by|around|from) (?:(?:19|20)\d\d|january|february|march|april|may|june|july|"
     r"august|september|october|november|december|spring|summer|autumn|fall|winter|monday|"
@@ -233,8 +161,8 @@ def norm_attr(s: str) -> str:
     toks = [t for t in toks if t not in _ARTICLES and t not in _MODIFIERS]
     stems = _drop_position_words([t if t == "/" else STEM.stemWord(t) for t in toks])
     phrase = " ".join(stems)
-    if phrase in _ATTR_SYNONYMS:
-        return _ATTR_SYNONYMS[phrase]
+    if phrase in ATTR_SYNONYMS:
+        return ATTR_SYNONYMS[phrase]
     if stems and stems[-1] in {"team", "club"}:
         return "team"
     if stems and stems[-1] in {"headquart"}:
@@ -251,9 +179,22 @@ def _drop_position_words(stems: list[str]) -> list[str]:
     return stems
 
 
+_ONE_OF_A_KIND = {"primari", "main", "favorit", "nativ", "first", "onli"}
+"""Stemmed modifiers that single out one value of a multi-valued noun ("my primary
+language", "my first language", "my main client")."""
+
+
 def is_multi_valued(attr: str) -> bool:
+    """A stemmed attribute holds several values at once when its head noun does (``sister``,
+    ``languag``, ``client``, ...), unless a modifier singles one out ("primary language")
+    or, for ``client``, a noun names the software ("email client", "VPN client"; an
+    adjective keeps the customer: "biggest client")."""
     words = attr.split()
-    return bool(words) and (words[-1] in _MULTI_NOUNS or attr in _MULTI_NOUNS)
+    if not words or attr in _MULTI_NOUNS:
+        return bool(words)
+    if words[-1] not in _MULTI_NOUNS or any(w in _ONE_OF_A_KIND for w in words[:-1]):
+        return False
+    return not (words[-1] == "client" and len(words) > 1 and not adjective_like(words[-2]))
 
 
 _COMMON_ADJ = {
@@ -274,12 +215,39 @@ def adjective_like(v: str) -> bool:
 def clean_value(obj: str) -> str:
     """The value phrase: cut at the first clause boundary / time adverbial, except an
     "and" that adds a short noun phrase to the value ("metric units and Celsius", see
-    :func:`added_noun_phrase`): that is part of the value."""
-    obj = obj.strip()
+    :func:`added_noun_phrase`) or a comma that starts a list of them ("metric units,
+    Celsius and dark mode", see :func:`added_list`, written "metric units and Celsius and
+    dark mode"): those are part of the value. "as well as", "along with" add like "and";
+    a leading "both" is dropped."""
+    obj = _ALSO.sub(" and ", _BOTH.sub("", obj.strip()))
     m = _TRAIL_CUT.search(obj)
-    if m and m.start() > 0 and not (m.group(0).strip().lower() == "and" and added_noun_phrase(obj[m.end():])):
-        obj = obj[: m.start()]
+    if m and m.start() > 0:
+        cut, tail = m.group(0).strip().lower(), obj[m.end():]
+        if cut == "," and added_list(tail):
+            obj = _LIST_COMMA.sub(" and ", obj)
+        elif not (cut == "and" and added_noun_phrase(tail)):
+            obj = _DANGLING.sub("", obj[: m.start()])
     return obj.strip(" .!,;:'\"")
+
+
+_DANGLING = re.compile(r"\s+(?:and|or|plus|but)$", re.IGNORECASE)
+
+
+_ALSO = re.compile(r"\s+(?:as well as|along with|together with|in addition to)\s+(?=\S)", re.IGNORECASE)
+_BOTH = re.compile(r"^both\s+(?=\S.*\sand\s)", re.IGNORECASE)
+"""Other ways to add a value: "X as well as Y" is "X and Y"; "both X and Y" is "X and Y"."""
+_LIST_COMMA = re.compile(r"\s*,\s*(?:(?:and|plus)\s+)?", re.IGNORECASE)
+_LIST_TAIL = re.compile(r"^(?P<items>[^,;:]+(?:,[^,;:]+)*?),?\s+(?:and|plus)\s+(?P<last>[^,;:]+)$", re.IGNORECASE)
+
+
+def added_list(tail: str) -> bool:
+    """True when ``tail`` (what follows a value's comma) ends a list of added noun phrases:
+    "Celsius and dark mode", "Celsius, dark mode and 24-hour time" (each item as
+    :func:`added_noun_phrase`, the last after "and" / "plus")."""
+    m = _LIST_TAIL.match(tail.strip())
+    if m is None:
+        return False
+    return all(added_noun_phrase(item) for item in [*m.group("items").split(","), m.group("last")])
 
 
 _CLAUSE_WORDS = {
@@ -295,10 +263,16 @@ def added_noun_phrase(tail: str) -> bool:
     short noun phrase added to the value ("Celsius", "gluten-free meals"): 1-4 words, none a
     pronoun, a preposition, an adverb or a verb that would start a clause ("and I love it",
     "and works at Siemens", "and then left"), and no clause boundary of its own."""
-    words = [w.lower() for w in WORD_RE.findall(tail)]
+    words = WORD_RE.findall(tail)
     if not words or len(words) > 4 or _TRAIL_CUT.search(" " + tail.strip()):
         return False
-    return not any(w in PRONOUNS or w in _CLAUSE_WORDS or w.endswith("ly") for w in words)
+    return not any(_starts_a_clause(w) for w in words)
+
+
+def _starts_a_clause(word: str) -> bool:
+    """A pronoun, a clause word or a lower-case adverb in -ly ("Ally" is a name)."""
+    low = word.lower()
+    return low in PRONOUNS or low in _CLAUSE_WORDS or (word[:1].islower() and low.endswith("ly"))
 
 
 def first_conjunct(value: str) -> str:
@@ -306,9 +280,14 @@ def first_conjunct(value: str) -> str:
     return re.split(r"\s+(?:and|plus)\s+", value, maxsplit=1, flags=re.IGNORECASE)[0]
 
 
+_NOT_COUNTED = {"and", "plus", "the", "a", "an"}
+
+
 def looks_like_value(v: str) -> bool:
+    """A value is 1-8 words (articles and the "and"/"plus" of an added list not counted),
+    not led by a pronoun unless it is a possessive ("her sister")."""
     words = v.split()
-    if not words or len(words) > 8:
+    if not words or sum(w.lower() not in _NOT_COUNTED for w in words) > 8:
         return False
     return words[0].lower() not in PRONOUNS or len(words) > 1 and words[0].lower() in {"her", "his", "their", "my"}
 
@@ -372,8 +351,9 @@ class Context:
         return self.speaker or "self"
 
 
-_ROLE_SUBJECTS = {"the user": "user", "user": "user", "the customer": "customer", "customer": "customer",
-                  "the client": "client", "client": "client", "the patient": "patient", "patient": "patient"}
+ROLE_SUBJECTS = {"the user": "user", "user": "user", "the customer": "customer", "customer": "customer",
+                 "the client": "client", "client": "client", "the patient": "patient", "patient": "patient"}
+"""The people an assistant's notes are about, named by their role: holders, not attributes."""
 
 
 def holder_of(np: str, ctx: Context) -> str | None:
@@ -384,8 +364,8 @@ def holder_of(np: str, ctx: Context) -> str | None:
         return ctx.me
     if low == "we":
         return f"{ctx.me}/we"
-    if low in _ROLE_SUBJECTS:
-        return _ROLE_SUBJECTS[low]
+    if low in ROLE_SUBJECTS:
+        return ROLE_SUBJECTS[low]
     m = re.match(r"^(?:my|our) ([a-z][a-z -]{0,30})$", s, re.IGNORECASE)
     if m:
         return f"{ctx.me}/{norm_attr(m.group(1))}"
@@ -412,9 +392,10 @@ _AttrReading = tuple[str, str] | None | Literal[_Miss.MISS]
 _ROLE_OF_PREFIX = re.compile(r"^(?:the )?(?:position|post|office|role|name|title|job) of (?:the )?", re.IGNORECASE)
 _MY_ATTR = re.compile(r"^(?:my|our) (.{1,60})$", re.IGNORECASE)
 _POSSESSIVE_ATTR = re.compile(r"^(?:the )?(.+?)['’]s? (.{1,60})$", re.IGNORECASE)
-_COMMON_OWNER = re.compile(r"(?i:the )?[a-z][a-z -]{0,30}")
+COMMON_OWNER = re.compile(r"(?i:the )?[a-z][a-z -]{0,30}")
+"""An owner named by a common noun ("the team's deploy day", "The team moved its …")."""
 _HELD_BY_ATTR = re.compile(r"^(?:the )?(.{1,60}?) (?:held|led|run|owned|coached|managed) by (.+)$", re.IGNORECASE)
-_OF_NAME_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?=[A-Z0-9])(.+)$")
+_OF_NAME_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?(?=[A-Z0-9])(.+)$")
 _OF_COMMON_ATTR = re.compile(r"^(?:the )?(.{1,80}?) (?:of|at|for) (?:the )?([a-z][a-z0-9 -]{0,40})$")
 _THE_ATTR = re.compile(r"^the ([a-z][a-z0-9 /_-]{0,50})$", re.IGNORECASE)
 
@@ -438,8 +419,12 @@ def attribute_np(np: str, ctx: Context) -> tuple[str, str] | None:
 
 
 def _read_my_attr(s: str, ctx: Context) -> _AttrReading:
+    """"my X" is the speaker's, "our X" the speaker's group's (the holder "we" names)."""
     m = _MY_ATTR.match(s)
-    return (ctx.me, norm_attr(m.group(1))) if m else _Miss.MISS
+    if not m:
+        return _Miss.MISS
+    owner = ctx.me if s[:2].lower() == "my" else f"{ctx.me}/we"
+    return owner, norm_attr(m.group(1))
 
 
 def _read_possessive_attr(s: str, ctx: Context) -> _AttrReading:
@@ -448,7 +433,7 @@ def _read_possessive_attr(s: str, ctx: Context) -> _AttrReading:
     if not m:
         return _Miss.MISS
     owner = holder_of(m.group(1), ctx)
-    if owner is None and _COMMON_OWNER.fullmatch(m.group(1)):
+    if owner is None and COMMON_OWNER.fullmatch(m.group(1)):
         owner = norm_entity(m.group(1))
     if owner is None or owner.split()[0] in PRONOUNS:
         return None

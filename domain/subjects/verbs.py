@@ -46,7 +46,6 @@ _HOLDER_VERBS: list[tuple[str, str, bool, bool]] = [
     (r"(?:visited|has visited|have visited|been to|has been to|have been to)", "visited", False, True),
     (r"speaks?", "speaks", False, True),
     (r"(?:uses?|is using|am using)", "uses", False, True),
-    (r"(?:is|am) (?:allergic) to", "allergic", False, True),
 ]
 _NEG_VERBS: list[tuple[str, str, bool]] = [
     (r"(?:quit|left|has left|resigned from|stopped working (?:at|for)|was laid off (?:from|by)|got fired from|"
@@ -118,7 +117,7 @@ def _negated_holder_value(m: re.Match[str], attr: str, ctx: Context) -> tuple[st
     Volvo"; ``None`` lets the next verb pattern try."""
     ent = holder_of(m.group("subj"), ctx)
     val = clean_value(m.group("obj"))
-    if not ent or not looks_like_value(val) or val.lower().startswith(("to ", "for ")):
+    if not ent or not looks_like_value(val) or val.lower().startswith(("to ", "for ", "being ")):
         return None
     if attr == "car":
         val = re.sub(r"^(?:car|vehicle)\b\s*(?:,\s*)?(?:a |an |the )?", "", val)

@@ -63,6 +63,9 @@ async def _session_run(dsn: str, root: Path, outside: Path) -> dict[str, Any]:
 
         hist = await session.call_tool("memory_history", {"id": out["insert"]["note_id"]})
         out["history"] = _payload(hist)
+        ent = await session.call_tool("memory_entities", {"name": "maria@acme.example"})
+        assert not ent.isError, ent.content
+        out["entities"] = _payload(ent)
 
         esc = await session.call_tool("memory_insert", {
             "text": "pwned", "path": "../outside/evil.md"})
@@ -87,7 +90,7 @@ def assert_provider_safe(schemas: dict[str, Any]) -> None:
     of the model APIs a host hands it on to (``tests/unit/provider_rules.py``)."""
     from tests.unit import provider_rules as r
 
-    assert len(schemas) == 7
+    assert len(schemas) == 8
     for name, schema in schemas.items():
         assert r.TOOL_NAME.match(name)
         for rules in (r.MCP_INPUT_SCHEMA, r.ANTHROPIC_INPUT_SCHEMA, r.OPENAI_PARAMETERS):
@@ -95,8 +98,9 @@ def assert_provider_safe(schemas: dict[str, Any]) -> None:
 
 
 def test_mcp_stdio_round_trip(dsn: str, tmp_path: Path) -> None:
-    with open_fabric(dsn):
-        pass  # create the tables before the subprocess starts
+    with open_fabric(dsn) as fabric:  # create the tables before the subprocess starts
+        maria = fabric.scope("acme", "u", "t").entities.upsert(
+            "Maria Lopez", type="person", identifiers=[("email", "maria@acme.example")]).entity
     root = tmp_path / "mem"
     root.mkdir()
     outside = tmp_path / "outside"
@@ -107,7 +111,10 @@ def test_mcp_stdio_round_trip(dsn: str, tmp_path: Path) -> None:
     out = anyio.run(_session_run, dsn, root, outside)
 
     assert out["names"] == ["memory_view", "memory_read", "memory_insert", "memory_recall",
-                            "memory_forget", "memory_history", "memory_lineage"]
+                            "memory_forget", "memory_history", "memory_lineage", "memory_entities"]
+    assert out["read_only"]["memory_entities"]
+    assert out["entities"]["candidates"][0] == {"id": maria.id, "tier": "identifier", "score": 1.0,
+                                                "type": "person", "display_name": "Maria Lopez"}
     assert out["read_only"]["memory_recall"] and not out["read_only"]["memory_forget"]
     assert out["insert"]["path"] == "prefs/units.md" and out["insert"]["note_id"]
     assert out["insert"]["size"] == len("User prefers metric units") and out["insert"]["created"]

@@ -3,6 +3,7 @@ forgetting, rebuild and isolation, on both backends (real PostgreSQL and in memo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -149,6 +150,40 @@ def test_merge_repoints_notes_in_batches_and_undo_restores(backend: Backend) -> 
     assert [h.cause for h in notes.history(facts[0])][-1] == f"undo_merge:{result.merge_id}"
     with pytest.raises(EntityError):
         notes.entities.merge(e.id, e.id)
+
+
+def test_an_interrupted_merge_resumes_where_it_stopped(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge killed after its first batch (one transaction per batch) has moved the
+    names and that batch only; the same call again moves the rest under the same merge
+    id, and no note is re-pointed twice."""
+    import memfabric.domain.entities as entities_module
+
+    notes = backend.fabric.scope("t1", "u1", "th1")
+    e = maria(notes)
+    m2 = notes.entities.upsert("M. Lopez", type="person").entity
+    about = [notes.remember(kind="fact", content=f"M. Lopez likes {h}").id
+             for h in ("tennis", "chess", "golf", "jazz", "opera")]
+    real, opened = entities_module.open_uow, []
+
+    def killed_at_the_second_batch(deps: Any, locks: Any) -> Any:
+        opened.append(locks)
+        if len(opened) == 2:
+            raise RuntimeError("killed")
+        return real(deps, locks)
+
+    monkeypatch.setattr(entities_module, "open_uow", killed_at_the_second_batch)
+    with pytest.raises(RuntimeError):
+        notes.entities.merge(e.id, m2.id, batch=2)
+    monkeypatch.undo()
+    assert notes.entities.get(m2.id).merged_into == e.id  # step one committed
+    causes = {i: [h.cause for h in notes.history(i) if (h.cause or "").startswith("merge:")] for i in about}
+    assert sorted(len(c) for c in causes.values()) == [0, 0, 0, 1, 1]  # the first batch only
+    result = notes.entities.merge(e.id, m2.id, batch=2)
+    assert (result.repointed, result.batches) == (3, 2)
+    causes = {i: [h.cause for h in notes.history(i) if (h.cause or "").startswith("merge:")] for i in about}
+    assert all(c == [f"merge:{result.merge_id}"] for c in causes.values()), causes
+    assert {h.id for h in notes.recall("M. Lopez likes", entity=e.id, top_k=10).hits} == set(about)
+    assert notes.recall("M. Lopez likes", entity=m2.id).hits == []  # the loser has no notes left
 
 
 def test_merge_refuses_other_visibility_and_unknown(backend: Backend) -> None:
@@ -315,3 +350,74 @@ def test_erase_scope_forgets_the_entities_homed_there(backend: Backend) -> None:
     assert backend.fabric.scope("t1", "u2", "th1").entities.get(kept.id).display_name == "Other Person"
     if backend.dsn is not None:
         assert_no_plaintext(backend.dsn, ["Maria Lopez", "maria@acme.example"])
+
+
+def test_the_entities_read_tool_resolves_and_reads_within_its_scope(backend: Backend) -> None:
+    """The optional read-only agent tool ``memory.entities``: a name or identifier gives the
+    ranked candidates ``resolve`` gives, an id the entity; nothing is written; an entity of
+    another user is not found; a bad call is a tool error that does not echo the name."""
+
+    class Session:
+        id = "s-entities"
+
+    notes = backend.fabric.scope("t1", "u1", "th1")
+    e = maria(notes)
+    notes.entities.upsert("Mia", identifiers=[("email", "maria@acme.example")])
+    tools, session = notes.tools(), Session()
+    events = backend.events()
+    with notes.attach(session):
+        found = tools.call("memory_entities", {"name": "Lopez, Maria"}, session=session)["candidates"]
+        assert found[0] == {"id": e.id, "tier": "normalised", "score": 0.8, "type": "person",
+                            "display_name": "Maria Lopez"}
+        assert found == [dataclasses.asdict(c) for c in notes.entities.resolve("Lopez, Maria")]
+        one = tools.call("memory.entities", {"id": e.id}, session=session)["entity"]
+        assert (one["display_name"], one["aliases"], one["identifiers"]) == (
+            "Maria Lopez", ["Mia"], [["email", "maria@acme.example"]])
+        assert one["scope"] == "t1/u1/th1" and one["type"] == "person"
+        assert tools.call("memory_entities", {"name": "Zebulon Nobody"}, session=session) == {"candidates": []}
+        bad, is_error = tools.call_or_error("memory_entities", {"name": "Maria", "limit": 0}, session=session)
+        assert is_error and bad["error"]["type"] == "ValidationError"
+    assert backend.events() == events  # read-only
+    other = backend.fabric.scope("t1", "u2", "th1")
+    with other.attach(session):
+        out, is_error = other.tools().call_or_error("memory_entities", {"id": e.id}, session=session)
+        assert is_error and out["error"]["type"] == "EntityNotFoundError"
+        assert other.tools().call("memory_entities", {"name": "maria@acme.example"}, session=session) == {
+            "candidates": []}
+    backend.fabric.principals.define("reader", {"read_kinds": ["fact"], "recall_scope": ["t1/u1/*"]})
+    reader = notes.as_principal("reader")
+    with reader.attach(session):  # memory profiles do not govern entities yet: refused
+        out, is_error = reader.tools().call_or_error("memory_entities", {"name": "Maria Lopez"}, session=session)
+        assert is_error and out["error"]["type"] == "AccessDenied"
+
+
+def test_an_index_of_the_first_layout_is_migrated_in_place(dsn: str) -> None:
+    """``mf_entity_keys`` made with a hex ``text`` digest and the primary key ``(aggregate_id,
+    kind, digest, source)`` is brought to the lookup layout (``uuid`` digest, primary key
+    ``(tenant_id, digest, aggregate_id, source) INCLUDE (ntok)``) when a fabric opens; the
+    rows carry over, resolution serves and the projection verifies against the log."""
+    with open_fabric(dsn) as fab:
+        e = maria(fab.scope("t1", "u1", "th1"))
+    k = proj.KEYS
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the first layout, as it was created
+        conn.execute(f"ALTER TABLE {k} DROP CONSTRAINT {k}_pkey")
+        conn.execute(f"DROP INDEX {k}_aggregate")
+        conn.execute(f"ALTER TABLE {k} ALTER COLUMN digest TYPE text USING replace(digest::text, '-', ''),"
+                     " ADD PRIMARY KEY (aggregate_id, kind, digest, source), RESET (autovacuum_vacuum_scale_factor)")
+        conn.execute(f"CREATE INDEX {k}_digest ON {k} (tenant_id, digest)")
+        before = conn.execute(f"SELECT count(*) FROM {k}").fetchone()
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("t1", "u1", "th1")
+        assert [c.id for c in notes.entities.resolve("maria@acme.example")] == [e.id]
+        assert notes.entities.resolve("Lopez, Maria")[0].id == e.id
+        assert all(r.ok for r in ProjectionAdmin.for_fabric(fab).verify("entities"))
+    with psycopg.connect(dsn) as conn:
+        pkey = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"{k}_pkey",)).fetchone()
+        typ = conn.execute("SELECT data_type FROM information_schema.columns WHERE table_name = %s"
+                           " AND column_name = 'digest'", (k,)).fetchone()
+        after = conn.execute(f"SELECT count(*) FROM {k}").fetchone()
+        options = conn.execute("SELECT reloptions FROM pg_class WHERE relname = %s", (k,)).fetchone()
+        old = conn.execute("SELECT to_regclass(%s)", (f"{k}_digest",)).fetchone()
+    assert pkey is not None and "(tenant_id, digest, aggregate_id, source) INCLUDE (ntok)" in pkey[0]
+    assert typ == ("uuid",) and after == before and old == (None,)
+    assert options is not None and "autovacuum_vacuum_scale_factor=0.02" in options[0]

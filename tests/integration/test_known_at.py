@@ -118,6 +118,57 @@ def test_context_provider_known_at(fab: Any) -> None:
     assert "berlin" in then[0]["text"] and "paris" in now[0]["text"]
 
 
+def _blocks(value: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    return {label: (e["content"], e["version"]) for label, e in value["_fabric"]["blocks"].items()}
+
+
+def test_working_blocks_known_at(fab: Any) -> None:
+    """The working value (and the context provider's working blocks) as recorded at T:
+    writes and appends after T are not seen, a block written after T is absent, one
+    forgotten or held now is absent at every T (its content erased, or kept sealed)."""
+    notes = fab.scope("acme", "u1", "t1")
+    before = _tick()
+    notes.remember(kind="working", block="persona", content="terse")
+    held = notes.remember(kind="working", block="secret", content="kept sealed")
+    t1 = _tick()
+    notes.append_block("persona", " and polite")
+    notes.remember(kind="working", block="plan", content="ship it")
+    t2 = _tick()
+    notes.forget(block="plan")
+    notes.forget(id=held.id, hold=True)
+    notes.remember(kind="working", block="todo", content="write docs")
+    fab.scope("acme", "u1", "t2").remember(kind="working", block="persona", content="another thread")
+    t3 = _tick()
+    assert _blocks(notes.working_value(known_at=before)) == {}
+    assert _blocks(notes.working_value(known_at=t1)) == {"persona": ("terse", 1)}
+    assert _blocks(notes.working_value(known_at=t2)) == {"persona": ("terse\n and polite", 2)}  # plan: forgotten since
+    assert notes.working_value(known_at=t3) == notes.working_value()  # now: the projection's value
+    assert set(_blocks(notes.working_value(known_at=t3))) == {"persona", "todo"}
+    then = notes.context_provider(include_semantic=False, known_at=t1)()
+    assert [b["text"].split("\n", 1)[1] for b in then] == ["terse"]
+    with pytest.raises(ValidationError, match="known_at"):
+        notes.working_value(known_at=datetime(2026, 1, 1))
+
+
+def test_episodes_known_at(fab: Any) -> None:
+    """Ledger observations (recall of kind ``episode``) as recorded at T: one observed
+    after T is not recalled at T, even with an ``as_of`` after it."""
+    notes = fab.scope("acme", "u1", "t1")
+    ledger = notes.conversation()
+    entry = ledger.append("user", "we sail from the harbour at dawn")
+    first = ledger.observe("harbour departure at dawn", source_entry_ids=[entry.id])
+    t1 = _tick()
+    second = ledger.observe("harbour fees are due monthly", source_entry_ids=[entry.id])
+    t2 = _tick()
+
+    def ids(**kw: Any) -> set[str]:
+        return set(_ids(notes.recall("harbour", kinds=["episode"], **kw)))
+    assert ids() == {first, second}
+    assert ids(known_at=t1) == {first}
+    assert ids(known_at=t1, as_of=t2) == {first}  # valid time later than T: still only what T knew
+    assert ids(known_at=t2) == {first, second}
+
+
 def test_bad_known_at_is_a_validation_error(fab: Any) -> None:
     notes = fab.scope("acme", "u1", "t1")
     for bad in (datetime(2026, 1, 1), "yesterday"):  # naive, not an instant
@@ -219,3 +270,34 @@ def test_the_demo_shows_a_known_at_recall_next_to_as_of(dsn: str) -> None:
     summary = run_demo(Console(file=out, width=200), dsn=dsn)
     assert summary["known_at_returns_first"] and summary["as_of_returns_first"]
     assert "known_at " in out.getvalue() and "transaction time" in out.getvalue()
+
+
+def test_a_principal_known_at_through_the_graph_equals_the_exact_scan(dsn: str) -> None:
+    """A tenant past ``exact_search_max`` reads its current versions through the live
+    HNSW index; with a principal's access filter (patterns and a grant) the answer at T
+    is the one the exact scan of the versions gives."""
+    with open_fabric(dsn) as fab:
+        fab.principals.define("bot", {"read_kinds": ["fact"], "recall_scope": ["acme/u1/*"]})
+        mine, other = fab.scope("acme", "u1", "t1"), fab.scope("acme", "u2", "t1")
+        tenant = {"visibility": "tenant"}
+        ids = [n.id for n in mine.remember_many(
+            [{"kind": "fact", "content": f"widget{i % 20} note {i}", "consent": tenant} for i in range(120)],
+            consolidate=False)]
+        theirs = [n.id for n in other.remember_many(
+            [{"kind": "fact", "content": f"widget{i % 20} other {i}", "consent": tenant} for i in range(120)],
+            consolidate=False)]
+        other.grant(theirs[3], "bot")
+        t1 = _tick()
+        mine.remember_many([{"kind": "fact", "content": f"widget{i % 20} newer {i}", "supersedes": sid,
+                             "consent": tenant} for i, sid in enumerate(ids[:30])], consolidate=False)
+        fab.store.tail.run_once(["acme"])
+        bot = mine.as_principal("bot")
+        for at in (t1, _tick()):
+            for query in ("widget3", "widget7 other", "widget12 newer"):
+                fab.store.exact_search_max = 20_000
+                exact = _ids(bot.recall(query, known_at=at))
+                fab.store.exact_search_max = 0
+                graph = _ids(bot.recall(query, known_at=at))
+                assert graph == exact and graph, (at, query)
+                assert not set(graph) & (set(theirs) - {theirs[3]})  # only the granted note of u2
+        assert theirs[3] in _ids(bot.recall("widget3", known_at=t1))

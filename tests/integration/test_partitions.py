@@ -16,6 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.postgres import wire
+from memfabric.adapters.postgres.vectors import VectorTypes
 from memfabric.domain.errors import PartitionsMismatchError
 from memfabric.projections import partitions, tables
 from memfabric.projections.ledger import THREADS
@@ -73,17 +75,34 @@ def test_a_bad_partition_count_is_refused_before_anything_is_made(dsn: str, bad:
 
 # ------------------------------------------------------------------ pruning
 class Recorder:
-    """Records the statements (and parameters) psycopg cursors execute while active."""
+    """Records the statements (and parameters) psycopg cursors execute and units of
+    work send on their wire (``adapters/postgres/wire.py``) while active."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.statements: list[tuple[Any, Any, bool]] = []
         original = psycopg.Cursor.execute
+        send, send_psycopg = wire.Wire.send, wire.Wire.send_psycopg
 
         def execute(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
             self.statements.append((query, params, isinstance(cur, psycopg.RawCursor)))
             return original(cur, query, params, **kw)
+
+        def sent(w: Any, query: Any, params: Any = ()) -> Any:
+            self.statements.append((query, list(params), True))
+            return send(w, query, params)
+
+        def sent_psycopg(w: Any, query: Any, params: Any = None) -> Any:
+            self.statements.append((query, params, False))
+            return send_psycopg(w, query, params)
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
-        self.undo = lambda: monkeypatch.setattr(psycopg.Cursor, "execute", original)
+        monkeypatch.setattr(wire.Wire, "send", sent)
+        monkeypatch.setattr(wire.Wire, "send_psycopg", sent_psycopg)
+
+        def undo() -> None:
+            monkeypatch.setattr(psycopg.Cursor, "execute", original)
+            monkeypatch.setattr(wire.Wire, "send", send)
+            monkeypatch.setattr(wire.Wire, "send_psycopg", send_psycopg)
+        self.undo = undo
 
 
 def _text(query: Any, conn: psycopg.Connection[Any]) -> str:
@@ -111,8 +130,7 @@ def plans(dsn: str, recorded: list[tuple[Any, Any, bool]]) -> list[tuple[str, di
     table: (statement, parent → partitions scanned)."""
     out = []
     with psycopg.connect(dsn) as conn:
-        from pgvector.psycopg import register_vector  # noqa: PLC0415
-        register_vector(conn)
+        VectorTypes().ensure(conn)  # pgvector's adapters and the write statements' vector dumper
         for query, params, raw in recorded:
             text = _text(query, conn)
             if not any(t in text for t in PARTITIONED) or not re.match(r"\s*(WITH|SELECT|INSERT|UPDATE|DELETE)", text):

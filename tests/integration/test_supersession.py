@@ -157,3 +157,27 @@ def test_issue_29_seed_example_and_phrasing_families(fabric: Fabric) -> None:
     assert no_veg.outcome == "superseding" and no_veg.supersedes == veg.id
     assert live(notes, "units editor vegetarian") == {
         "User prefers metric units and Celsius", "I switched my editor to Emacs", "I am no longer vegetarian"}
+
+
+def test_generated_phrasings_through_the_write_path(fabric: Fabric) -> None:
+    """Issue 29: a sample of the generated phrasings (tests/supersession_phrasings.py, every
+    family and form) through the real write path, each pair in a fresh scope: a positive
+    pair's second note supersedes the first, a negative pair's inserts (or folds a repeat)."""
+    from tests import supersession_phrasings as ph
+
+    by_form: dict[tuple[str, str], dict[str, str]] = {}
+    for r in ph.positive():
+        by_form.setdefault((r["category"], r.get("form", "")), r)
+    wrong = []
+    for i, r in enumerate(by_form.values()):
+        notes = fabric.scope("acme", f"gen-pos-{i}")
+        notes.remember(kind="fact", content=r["old"])
+        if notes.remember(kind="fact", content=r["new"]).outcome != "superseding":
+            wrong.append(r)
+    negatives = ph.negative()[::25]
+    for i, r in enumerate(negatives):
+        notes = fabric.scope("acme", f"gen-neg-{i}")
+        notes.remember(kind="fact", content=r["old"])
+        if notes.remember(kind="fact", content=r["new"]).outcome == "superseding":
+            wrong.append(r)
+    assert len(by_form) >= 60 and len(negatives) >= 40 and wrong == []

@@ -75,6 +75,7 @@ ALL_CALLS = [
     ("memory.insert", {"text": "x", "path": "a.md"}),
     ("memory.recall", {"query": "x"}), ("memory.forget", {"block": "todo"}),
     ("memory.history", {"id": "0123456789ab"}), ("memory.lineage", {"id": "0123456789ab"}),
+    ("memory.entities", {"name": "Maria Lopez"}), ("memory.entities", {"id": "0123456789ab"}),
 ]
 
 

@@ -1,8 +1,9 @@
-"""Issue 24, round 3 session 2: a plain ``remember`` is six statements (BEGIN, the scope
-locks, the tenant lock, the append, the batched rows with the tracking, COMMIT), plus
-the note-versions projection's own (issue 31), in one pipeline Sync; a failure at that
-Sync rolls the whole write back and leaves the pooled connection usable; the batched
-rows equal a rebuild from the log."""
+"""Issue 24: a plain ``remember`` is one round trip: six statements (BEGIN, the scope
+locks, the tenant lock, the keys and the append, the batched rows with the tracking,
+COMMIT) buffered on the unit of work's wire (``adapters/postgres/wire.py``) and sent with
+one Sync, none through a psycopg cursor; a failure at that Sync rolls the whole write
+back and leaves the pooled connection usable; the batched rows equal a rebuild from
+the log."""
 
 from __future__ import annotations
 
@@ -12,49 +13,65 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import _pipeline_base
 
 from memfabric.adapters import Fabric, ProjectionAdmin
+from memfabric.adapters.postgres import wire
 from memfabric.domain.errors import TrackingError
 from tests.conftest import event_count, fetch
 from tests.history import make_history
 
 
-def test_a_plain_remember_is_six_statements_and_one_sync(dsn: str) -> None:
+def _count_round_trips(mp: pytest.MonkeyPatch, seen: Counter[str]) -> None:
+    """Count, in this thread, the statements a unit of work sends on its wire, its
+    Syncs, and any statement through a psycopg cursor."""
+    writer = threading.current_thread()  # (not the recall tail's indexer)
+
+    def counting(name: str, method: Any) -> Any:
+        def counted(self: Any, *a: Any, **k: Any) -> Any:
+            if threading.current_thread() is writer and (name != "syncs" or self.pending):
+                seen[name] += 1
+            return method(self, *a, **k)
+        return counted
+    mp.setattr(wire.Wire, "_send_dumped", counting("statements", wire.Wire._send_dumped))  # noqa: SLF001
+    mp.setattr(wire.Wire, "send_plain", counting("statements", wire.Wire.send_plain))
+    mp.setattr(wire.Wire, "sync", counting("syncs", wire.Wire.sync))
+    mp.setattr(psycopg.Cursor, "execute", counting("psycopg", psycopg.Cursor.execute))
+    mp.setattr(psycopg.Cursor, "executemany", counting("psycopg", psycopg.Cursor.executemany))
+
+
+def test_a_plain_remember_is_six_statements_and_one_round_trip(dsn: str) -> None:
     from memfabric.adapters import open_fabric
     with open_fabric(dsn, consolidate=False) as fab:
         notes = fab.scope("acme", "u1", "t1")
         notes.remember(kind="fact", content="warm the pool and the statement caches")
+        seen: Counter[str] = Counter()
         with pytest.MonkeyPatch.context() as mp:
-            seen: Counter[str] = Counter()
-            execute, sync = psycopg.Cursor.execute, _pipeline_base.BasePipeline._enqueue_sync  # noqa: SLF001
-
-            writer = threading.current_thread()  # (not the recall tail's indexer)
-
-            def counted_execute(self: Any, *a: Any, **k: Any) -> Any:
-                seen["statements"] += threading.current_thread() is writer
-                return execute(self, *a, **k)
-
-            def counted_sync(self: Any) -> None:
-                seen["syncs"] += 1
-                sync(self)
-            mp.setattr(psycopg.Cursor, "execute", counted_execute)
-            executemany = psycopg.Cursor.executemany
-
-            def counted_executemany(self: Any, query: Any, params: Any, **k: Any) -> Any:
-                params = list(params)
-                seen["statements"] += len(params)
-                seen["versions"] += len(params) if b"mf_note_versions" in bytes(query if isinstance(
-                    query, bytes) else str(query).encode()) else 0
-                return executemany(self, query, params, **k)
-            mp.setattr(psycopg.Cursor, "executemany", counted_executemany)
-            mp.setattr(_pipeline_base.BasePipeline, "_enqueue_sync", counted_sync)
+            _count_round_trips(mp, seen)
             got = notes.remember(kind="fact", content="the build server is in Frankfurt")
-        # six of the write path, and the versions projection's own (issue 31: close the
-        # open version, insert the new one), each a statement of its own
-        assert seen["syncs"] == 1 and seen["statements"] - seen["versions"] == 6, seen
-        assert seen["versions"] <= 2, seen
+        assert seen == Counter({"statements": 6, "syncs": 1}), seen
         assert [h.id for h in notes.recall("build server Frankfurt").hits][:1] == [got.id]
+
+
+def test_a_consolidating_insert_is_two_round_trips(dsn: str) -> None:
+    """The reads a decision needs travel on the wire, the first with BEGIN, the locks
+    and the tenant's gap probe: the entities named by the inferred subject ("bob"), then
+    the neighbour lookup; the decision's events, rows and COMMIT in the last round trip.
+    A fold or a supersession replays the note it changes through psycopg, then commits
+    there."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        notes.remember(kind="fact", content="Alice lives in Lisbon")
+        seen: Counter[str] = Counter()
+        with pytest.MonkeyPatch.context() as mp:
+            _count_round_trips(mp, seen)
+            works = notes.remember(kind="fact", content="Bob works at Initech")
+        assert works.outcome == "inserted"
+        assert seen == Counter({"statements": 9, "syncs": 3}), seen
+        moved = notes.remember(kind="fact", content="Alice moved to Porto")
+        assert moved.outcome == "superseding"
+        assert [h.id for h in notes.recall("where does Alice live").hits][:1] == [moved.id]
+        assert [h.id for h in notes.recall("where does Bob work").hits][:1] == [works.id]
 
 
 def test_a_failure_at_the_sync_rolls_the_write_back_and_the_pool_goes_on(fabric: Fabric, dsn: str) -> None:

@@ -99,7 +99,10 @@ def test_the_ddl_names_the_tenant_column_of_every_distributed_table() -> None:
         assert key[0] == column and set(key) <= cols[table], table
         colocate = "'none'" if table == tables.EVENTS else f"'{tables.EVENTS}'"
         assert f"SELECT create_distributed_table('{table}', '{column}', colocate_with => {colocate})" in ddl
-        assert f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey, ADD PRIMARY KEY ({', '.join(key)})" in ddl
+        include = citus.PRIMARY_INCLUDE.get(table, ())
+        assert set(include) <= cols[table], table
+        tail = f" INCLUDE ({', '.join(include)})" if include else ""
+        assert f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey, ADD PRIMARY KEY ({', '.join(key)}){tail}" in ddl
     for table, (index, columns) in citus.UNIQUE_INDEXES.items():
         assert columns[0] == citus.DISTRIBUTED[table][0] and f"DROP INDEX {index}" in ddl
 

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from memfabric.domain.inputs import Scoring
 from memfabric.domain.ports import Candidate
 from memfabric.domain.ranking import Ranking, rank
@@ -140,3 +142,25 @@ def test_alice_importance_does_not_lift_a_less_relevant_note() -> None:
     out = rank([kiwi9, berlin], how(scoring=Scoring(), w=0.2))
     assert ids(out) == ["berlin", "kiwi9"]
     assert out.explain[0].relevance - out.explain[1].relevance == pytest.approx(0.0326, abs=1e-4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.floats(-1.0, 1.0), st.floats(0.0, 10.0), st.floats(0.0, 1.0), st.integers(0, 5000)),
+        min_size=2, max_size=12),
+    mode=st.sampled_from(["hybrid", "vector", "lexical"]),
+    w=st.floats(0.0, 1.0),
+)
+def test_no_bonus_bridges_the_margin_in_any_result(rows: list[tuple[float, float, float, int]], mode: str,
+                                                   w: float) -> None:
+    """Issue 29, the documented margin as a property: in any ranked result (default
+    weights, any cosines, full-text scores, importances and ages), a hit never ranks
+    above one whose relevance is higher by more than recency_weight + importance_weight."""
+    scoring = Scoring()
+    margin = scoring.recency_weight + scoring.importance_weight
+    cands = [cand(f"n{i}", sim=sim, lex=lex, importance=imp, ingested=AS_OF - timedelta(days=age))
+             for i, (sim, lex, imp, age) in enumerate(rows)]
+    out = rank(cands, how(mode, scoring=scoring, w=w, top_k=len(cands)))
+    rel = [e.relevance for e in out.explain]
+    assert all(rel[j] - rel[i] <= margin + 1e-9 for i in range(len(rel)) for j in range(i + 1, len(rel)))

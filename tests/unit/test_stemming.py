@@ -31,3 +31,14 @@ def test_stems_equal_snowball_and_stay_equal_under_threads() -> None:
     for t in threads:
         t.join()
     assert wrong == []
+
+
+def test_a_word_of_digits_is_its_own_stem_as_snowball_says() -> None:
+    """Issue 24: digit words skip the stemmer (and its cache); snowball agrees."""
+    import snowballstemmer
+
+    from memfabric.domain.stemming import ENGLISH
+    raw = snowballstemmer.stemmer("english")
+    for word in ["0", "7", "42", "3813", "2026", "00017", "١٢٣", "²", *(str(i) for i in range(0, 100_000, 97))]:
+        assert ENGLISH.stemWord(word) == raw.stemWord(word) == word
+    assert ENGLISH.stemWord("servers") == raw.stemWord("servers") == "server"

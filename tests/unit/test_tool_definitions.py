@@ -128,6 +128,7 @@ BAD: list[tuple[str, dict[str, Any]]] = [
 EXACTLY_ONE: list[tuple[str, dict[str, Any]]] = [
     ("memory.insert", {"text": "hi"}), ("memory.insert", {"text": "hi", "block": "b", "path": "p"}),
     ("memory.forget", {}), ("memory.forget", {"id": "0123456789ab", "block": "b"}),
+    ("memory.entities", {}), ("memory.entities", {"name": "Maria", "id": "0123456789ab"}),
 ]
 """Issue 26 defect 4: "exactly one of" is no top-level ``oneOf`` (providers refuse it)
 but a validation rule of the tool: a clear tool error naming both fields."""
@@ -231,7 +232,7 @@ def test_every_rendered_schema_meets_the_providers_rules(tools: MemoryTools) -> 
     from tests.unit import provider_rules as r
 
     rendered = _rendered(tools)
-    assert len(rendered) == 5 * 3 + 7 * 2
+    assert len(rendered) == 5 * 3 + 8 * 2
     broken = {where: r.violations(schema, rules) for where, schema, rules in rendered
               if r.violations(schema, rules)}
     assert broken == {}

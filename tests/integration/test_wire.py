@@ -1,0 +1,63 @@
+"""Issue 24: the unit of work's wire (``adapters/postgres/wire.py``) prepares its
+statements once per connection under names of its own and keeps them valid when
+psycopg deallocates every statement of the connection; statements lost behind
+psycopg's back are prepared again (a write that decided on nothing is written again,
+one that read is refused with a typed ``ConflictError``, never a partial write)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from memfabric.adapters import Fabric, open_fabric
+from memfabric.domain.errors import ConflictError
+from tests.conftest import event_count
+
+
+@pytest.fixture
+def one_connection(dsn: str) -> Iterator[Fabric]:
+    """A fabric whose event-log pool holds one connection (every write uses it)."""
+    with open_fabric(dsn, pool_size=1, max_overflow=0, consolidate=False) as fab:
+        yield fab
+
+
+def _on_the_connection(fab: Fabric, command: str, *, behind_psycopg: bool) -> None:
+    with fab.log.datastore.get_connection() as conn:  # type: ignore[attr-defined]
+        if behind_psycopg:
+            conn.pgconn.exec_(command.encode())
+        else:
+            conn.execute(command)
+
+
+def test_writes_go_on_after_psycopg_deallocates_every_statement(one_connection: Fabric, dsn: str) -> None:
+    notes = one_connection.scope("acme", "u1", "t1")
+    notes.remember(kind="fact", content="the first write prepares the wire's statements")
+    for command in ("DEALLOCATE ALL", "DISCARD ALL", "ROLLBACK"):
+        _on_the_connection(one_connection, command, behind_psycopg=False)
+        before = event_count(dsn)
+        got = notes.remember(kind="fact", content=f"written after psycopg ran {command}")
+        assert event_count(dsn) == before + 1
+        assert [h.id for h in notes.recall(f"psycopg ran {command}").hits][:1] == [got.id]
+
+
+def test_a_plain_write_is_written_again_when_its_statements_were_lost(one_connection: Fabric, dsn: str) -> None:
+    notes = one_connection.scope("acme", "u1", "t1")
+    notes.remember(kind="fact", content="the first write prepares the wire's statements")
+    _on_the_connection(one_connection, "DEALLOCATE ALL", behind_psycopg=True)
+    before = event_count(dsn)
+    got = notes.remember(kind="fact", content="written although the server forgot the statements")
+    assert event_count(dsn) == before + 1
+    assert [h.id for h in notes.recall("server forgot the statements").hits][:1] == [got.id]
+
+
+def test_a_deciding_write_whose_statements_were_lost_is_refused_whole(one_connection: Fabric, dsn: str) -> None:
+    notes = one_connection.scope("acme", "u1", "t1")
+    notes.remember(kind="fact", content="Alice lives in Lisbon", consolidate=True)
+    _on_the_connection(one_connection, "DEALLOCATE ALL", behind_psycopg=True)
+    before = event_count(dsn)
+    with pytest.raises(ConflictError, match="retry"):
+        notes.remember(kind="fact", content="Alice moved to Porto", consolidate=True)
+    assert event_count(dsn) == before
+    moved = notes.remember(kind="fact", content="Alice moved to Porto", consolidate=True)  # the retry
+    assert moved.outcome == "superseding" and event_count(dsn) == before + 2
