@@ -184,3 +184,40 @@ def test_a_sweep_batch_writes_its_page_images_uncompressed(dsn: str) -> None:
             assert conn.info.backend_pid == pid
     assert inside is not None and next(iter(dict(inside).values())) == "off"
     assert after is not None and next(iter(dict(after).values())) == server_setting
+
+
+def test_no_lock_is_held_across_batches_nor_against_other_tenants(dsn: str) -> None:
+    """A writer whose lock waits run out after 0.5 s (``LockTimeoutError`` then) writes
+    into the swept scope between two batches (the sweep's progress callback), and into
+    another tenant while a batch holds its locks (inside the batch's unit of work, the
+    locks taken): a batch's locks go with its commit, and they are its own tenant's
+    scopes' only."""
+    now = datetime.now(timezone.utc) + timedelta(days=1)
+    with open_fabric(dsn, retention=RETENTION) as fabric, open_fabric(dsn, lock_timeout=0.5) as other:
+        fabric.scope("acme", "u1").remember_many([
+            {"kind": "fact", "content": f"brief note {i} on herons {i * 13}", "retention": "ephemeral"}
+            for i in range(12)])
+        same, elsewhere = other.scope("acme", "u1"), other.scope("globex", "u9")
+        between: list[str] = []
+        during: list[str] = []
+
+        def progress(n: int) -> None:
+            between.append(same.remember(kind="fact", content=f"written between batches {len(between)}",
+                                         retention="durable", consolidate=False).id)
+
+        store = fabric.service.retention_store
+        assert store is not None
+        prepare = store.prepare_erasure
+
+        def prepare_then_write(uow: Any) -> None:
+            prepare(uow)
+            uow.conn.execute("SELECT 1").fetchone()  # the batch's locks are held from here
+            during.append(elsewhere.remember(kind="fact", content=f"another tenant's note {len(during)}",
+                                             consolidate=False).id)
+
+        store.prepare_erasure = prepare_then_write  # type: ignore[method-assign]
+        result = fabric.sweep(now, batch_size=4, progress=progress)
+        assert result.complete and result.batches == 3 and result.totals["forgotten"] == 12
+        assert len(between) == 3 and len(during) == 3
+        assert all(not same.get(i).forgotten for i in between)
+        assert all(elsewhere.get(i) is not None for i in during)
