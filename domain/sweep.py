@@ -6,10 +6,15 @@ How it runs:
 - the notes that may be due are paged from the retention index
   (``RetentionStore.due``), tenant by tenant in ``aggregate_id`` order, ``batch_size``
   at a time;
+- each page's notes are replayed outside any unit of work, the next page read while the
+  current one is written (:mod:`memfabric.domain.sweep_pages`);
 - each batch is one unit of work holding the write locks of the scopes it touches (and
   of their consolidation groups, as ``erase_scope`` takes them), nothing held across
-  batches; in it the notes are replayed and :func:`~memfabric.domain.retention.decide`
-  decides each one again (so a write that landed meanwhile is honoured): ``Expired``
+  batches; :func:`~memfabric.domain.retention.decide` decides each note on its replay
+  and the append carries the versions that replay saw, so a write that landed on one
+  of them since makes the append fail (``ConflictError``), and the batch is decided
+  again on a replay inside its unit of work (a write that landed meanwhile is
+  honoured; a store whose log checks no versions replays there always): ``Expired``
   events, ``Forgotten`` tombstones with cause ``retention`` (keys destroyed, as by
   ``forget``), nothing for held and floor-kept notes; with decay configured
   (:class:`~memfabric.domain.retention.Decay`), ``ImportanceDecayed`` for idle notes;
