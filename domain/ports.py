@@ -154,6 +154,22 @@ class RetentionStore(Protocol):
         of :func:`memfabric.domain.retention.decide`), by aggregate id after ``after``."""
         ...
 
+    def replay(self, tenant_id: str, aggregate_ids: Sequence[UUID]) -> list[Note] | None:
+        """The notes ``aggregate_ids`` of ``tenant_id`` replayed from the committed log
+        outside any unit of work, in the order given (absent ids skipped): a sweep
+        decides on them before it takes a batch's locks. Its appends then fail with
+        ``ConflictError`` when another write took one of their next versions meanwhile
+        (the log's unique ``(originator_id, originator_version)``), and it replays them
+        again inside the unit of work. ``None``: replay them in the unit of work (a store
+        whose log checks no versions, or a note whose events could not be decoded)."""
+        ...
+
+    def prepare_erasure(self, uow: UnitOfWork) -> None:
+        """Make ``uow`` (just opened) suited to a sweep batch that erases many notes
+        (PostgreSQL: full-page images written uncompressed, see its store); may do
+        nothing."""
+        ...
+
 
 class UnitOfWork(Protocol):
     """One write transaction over the scopes it was opened for.

@@ -6,10 +6,15 @@ How it runs:
 - the notes that may be due are paged from the retention index
   (``RetentionStore.due``), tenant by tenant in ``aggregate_id`` order, ``batch_size``
   at a time;
+- each page's notes are replayed outside any unit of work, the next page read while the
+  current one is written (:mod:`memfabric.domain.sweep_pages`);
 - each batch is one unit of work holding the write locks of the scopes it touches (and
   of their consolidation groups, as ``erase_scope`` takes them), nothing held across
-  batches; in it the notes are replayed and :func:`~memfabric.domain.retention.decide`
-  decides each one again (so a write that landed meanwhile is honoured): ``Expired``
+  batches; :func:`~memfabric.domain.retention.decide` decides each note on its replay
+  and the append carries the versions that replay saw, so a write that landed on one
+  of them since makes the append fail (``ConflictError``), and the batch is decided
+  again on a replay inside its unit of work (a write that landed meanwhile is
+  honoured; a store whose log checks no versions replays there always): ``Expired``
   events, ``Forgotten`` tombstones with cause ``retention`` (keys destroyed, as by
   ``forget``), nothing for held and floor-kept notes; with decay configured
   (:class:`~memfabric.domain.retention.Decay`), ``ImportanceDecayed`` for idle notes;
@@ -33,12 +38,13 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 from eventsourcing.domain import Aggregate
 
 from memfabric.domain import retention as rules
-from memfabric.domain.errors import SettingsError
+from memfabric.domain.errors import ConflictError, SettingsError
 from memfabric.domain.lifecycle import KEY_FAULT, load_for_erasure, tombstone
 from memfabric.domain.note import Note
 from memfabric.domain.ports import DueRef, UnitOfWork
 from memfabric.domain.scope import Scope
 from memfabric.domain.sweep_ledger import sweep_conversations
+from memfabric.domain.sweep_pages import Fetch, Page, pages
 from memfabric.domain.visibility import write_locks
 
 if TYPE_CHECKING:
@@ -257,8 +263,6 @@ def _is_int(value: object) -> bool:
 def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -> bool:
     """Page and process the due notes from ``cursor``; ``True`` when all were seen,
     ``False`` when ``limit`` notes were examined first."""
-    store = run.deps.retention_store
-    assert store is not None
     budget = limit
     start = cursor[0] if cursor else None
     after = UUID(cursor[1]) if cursor and cursor[1] else None
@@ -268,22 +272,28 @@ def _walk(run: _Run, cursor: tuple[str, str | None] | None, limit: int | None) -
         pending = ([start] if start is not None else []) + _tenants(run, start)
     for tenant_id in pending:
         windows = run.config.for_tenant(tenant_id)
-        while True:
-            size = run.batch_size if budget is None else min(run.batch_size, budget)
-            if size == 0:
-                return False
-            refs = store.due(tenant_id, windows, run.now, after=after, limit=size)
-            if not refs:
-                break
-            _batch(run, tenant_id, windows, refs)
-            after = refs[-1].aggregate_id
+        for page in pages(_fetcher(run, tenant_id, windows), after, run.batch_size, budget):
+            _batch(run, tenant_id, windows, page)
+            after = page.refs[-1].aggregate_id
             if budget is not None:
-                budget -= len(refs)
-            if len(refs) < size:
-                break
+                budget -= len(page.refs)
+        if budget == 0:
+            return False
         sweep_conversations(run, tenant_id, windows, after)
         after = None
     return True
+
+
+def _fetcher(run: _Run, tenant_id: str, windows: rules.Windows) -> Fetch:
+    """The page reader of :func:`memfabric.domain.sweep_pages.pages`: due refs from the
+    retention index and their notes replayed outside a unit of work."""
+    store = run.deps.retention_store
+    assert store is not None
+
+    def fetch(after: UUID | None, size: int) -> Page:
+        refs = store.due(tenant_id, windows, run.now, after=after, limit=size)
+        return Page(refs, store.replay(tenant_id, [ref.aggregate_id for ref in refs]) if refs else [])
+    return fetch
 
 
 def _tenants(run: _Run, after: str | None) -> list[str]:
@@ -295,19 +305,43 @@ def _tenants(run: _Run, after: str | None) -> list[str]:
     return sorted(found)
 
 
-def _batch(run: _Run, tenant_id: str, windows: rules.Windows, refs: list[DueRef]) -> None:
-    """Decide and apply one batch in one unit of work (read-only for a dry run)."""
+def _batch(run: _Run, tenant_id: str, windows: rules.Windows, page: Page) -> None:
+    """Decide and apply one page in one unit of work (read-only for a dry run): on the
+    notes replayed with the page when there are, else (and again, when another write
+    took one of their versions meanwhile: ``ConflictError``, rolled back) on the notes
+    replayed in the unit of work."""
+    if page.notes is not None:
+        try:
+            _write(run, tenant_id, windows, page.refs, page.notes)
+            return
+        except ConflictError:
+            if run.record is not None:  # its pending batch event was rolled back
+                run.record = _load_record(run.deps, run.tenant_id, run.now)
+    _write(run, tenant_id, windows, page.refs, None)
+
+
+def _write(run: _Run, tenant_id: str, windows: rules.Windows, refs: list[DueRef],
+           notes: list[Note] | None) -> None:
+    """One unit of work over ``refs``: ``notes`` replayed already, or ``None`` to
+    replay them in it (:func:`~memfabric.domain.lifecycle.load_for_erasure`)."""
     counts = rules.empty_counts()
     locks = [] if run.dry_run else sorted(
         {lock for ref in refs for lock in write_locks(ref.scope, "tenant")}, key=lambda s: s.key)
+    store = run.deps.retention_store
+    assert store is not None
     with run.deps.unit_of_work(locks) as uow:
-        readable, unreadable, lost = load_for_erasure(uow, [ref.aggregate_id for ref in refs])
+        if not run.dry_run:
+            store.prepare_erasure(uow)
+        if notes is None:
+            readable, unreadable, lost = load_for_erasure(uow, [ref.aggregate_id for ref in refs])
+        else:
+            readable, unreadable, lost = notes, [], []
         names = {ref.aggregate_id: ref.note_id for ref in refs}
         run.failed += [names[a] for a in lost]
         changed = _apply(uow, readable, windows, run.now, counts, unreadable=False)
         changed += _apply(uow, unreadable, windows, run.now, counts, unreadable=True)
         if not run.dry_run:
-            record = run.record or Sweep.start(run.tenant_id, run.now)
+            record = run.open_record()
             record.record_batch(tenant_id, refs[-1].aggregate_id, counts)
             _add_record(uow, record)
             uow.commit()

@@ -3,10 +3,17 @@ fraction of them due (default 10%, ``ephemeral`` with a 1 h window), swept at a 
 ``now`` one day later; meanwhile a writer process of *another* tenant remembers notes
 one by one and records each write's latency.
 
-Prints the load time, the sweep's wall time, due notes forgotten per second, notes
-covered per second (N / wall time: the sweep pages only the due ones through the
-retention index), batches, and the other tenant's writes: count, p50, p99 and the
-worst single write (goal: <= 1 s).
+Before the sweep the tenant's recall-index tail is put into the HNSW graph (the
+background work issue 24's tail indexer does for a tenant above
+``exact_search_max`` notes; a bulk load outruns it, a fabric whose notes are a day old
+has none left), and the time it took is printed; ``--keep-tail`` skips that, so the
+sweep runs beside the indexer working through the load's backlog.
+
+Prints the load time, the sweep's wall time, due notes forgotten per second (the
+goal: >= 2,000), notes covered per second (N / wall time: the sweep pages only the
+due ones through the retention index), batches, and the other tenant's writes during
+the sweep against its writes in the second before it: count, p50, p99 and the worst
+single write (goal: <= 1 s).
 
 Run (from the repository root)::
 
@@ -14,9 +21,16 @@ Run (from the repository root)::
     python scripts/bench_sweep.py --notes 20000 --due 0.1 --batch-size 500
     python scripts/bench_sweep.py --notes 20000 --statements 12   # + where the server's time goes
 
+``--baseline`` loads the same notes into a second tenant first and sweeps it the way
+the sweep ran before its pages were read ahead: every batch replays its notes inside
+its unit of work and keeps the server's full-page-image compression (the store's
+``replay`` answering ``None``, its ``prepare_erasure`` doing nothing); both sweeps run
+after a ``CHECKPOINT`` (so each pays the first-change page images alike), side by side
+in one run, and the ratio is printed.
+
 ``--statements N`` restarts the embedded server with ``pg_stat_statements`` after the
 load and prints the N statements that took the most server time during the sweep
-(calls, total ms, rows).
+(calls, total ms, rows, full-page images written).
 """
 
 from __future__ import annotations
@@ -35,16 +49,18 @@ import psycopg
 
 from memfabric.adapters import open_fabric
 from memfabric.adapters.postgres.embedded import EmbeddedPostgres
+from memfabric.domain.sweep import SweepResult
 
 CHUNK = 1000
 
 
-def load(dsn: str, n: int, due: float) -> float:
-    """Write ``n`` notes (every ``1/due``-th ephemeral) in chunks; returns seconds."""
+def load(dsn: str, n: int, due: float, tenant: str = "bulk") -> float:
+    """Write ``n`` notes (every ``1/due``-th ephemeral) into ``tenant`` in chunks;
+    returns seconds."""
     every = max(1, round(1 / due))
     t0 = time.monotonic()
     with open_fabric(dsn, retention={"ephemeral": "1h"}) as fabric:
-        notes = fabric.scope("bulk", "user")
+        notes = fabric.scope(tenant, "user")
         for start in range(0, n, CHUNK):
             items: list[dict[str, Any]] = [
                 {"kind": "fact", "content": f"bulk note {i} about item {i * 7919 % 10007}",
@@ -54,9 +70,21 @@ def load(dsn: str, n: int, due: float) -> float:
     return time.monotonic() - t0
 
 
+def drain_tail(dsn: str, tenants: list[str]) -> tuple[int, float]:
+    """Put the tenants' unindexed recall-index rows into the HNSW graph (what the
+    background tail indexer does); returns (rows, seconds)."""
+    t0 = time.monotonic()
+    with open_fabric(dsn) as fabric:
+        tail = fabric.store.tail
+        rows = tail.run_once(tenants) if tail is not None else 0
+    return rows, time.monotonic() - t0
+
+
 def writer(dsn: str, started: Any, stop: Any, out: Any) -> None:
-    """Another tenant's writer: one remember at a time until ``stop`` is set."""
-    lat: list[float] = []
+    """Another tenant's writer: one remember at a time until ``stop`` is set; puts
+    ``(start, seconds)`` of every write (``time.monotonic``, one clock for every
+    process of the machine)."""
+    lat: list[tuple[float, float]] = []
     with open_fabric(dsn) as fabric:
         notes = fabric.scope("other", "user")
         started.set()
@@ -65,9 +93,19 @@ def writer(dsn: str, started: Any, stop: Any, out: Any) -> None:
             t0 = time.monotonic()
             notes.remember(kind="fact", content=f"other tenant note {i} on topic {i * 31 % 97}",
                            consolidate=False)
-            lat.append(time.monotonic() - t0)
+            lat.append((t0, time.monotonic() - t0))
             i += 1
     out.put(lat)
+
+
+def latencies(label: str, lat: list[float]) -> str:
+    """``label: n writes, p50, p99, worst`` in ms."""
+    if not lat:
+        return f"{label}: no writes"
+    lat = sorted(lat)
+    p99 = lat[int(0.99 * (len(lat) - 1))]
+    return (f"{label}: {len(lat)} writes, p50={statistics.median(lat) * 1000:.1f} ms "
+            f"p99={p99 * 1000:.1f} ms worst={lat[-1] * 1000:.1f} ms")
 
 
 def with_statements(server: EmbeddedPostgres, path: str) -> EmbeddedPostgres:
@@ -86,11 +124,47 @@ def print_statements(dsn: str, n: int) -> None:
     """The ``n`` statements with the most server time since the reset."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT calls, round(total_exec_time::numeric, 1), rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)"
+            "SELECT calls, round(total_exec_time::numeric, 1), rows, wal_fpi,"
+            " left(regexp_replace(query, '\\s+', ' ', 'g'), 100)"
             " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s", (n,)).fetchall()
-    print("server time by statement (calls, ms, rows, statement):")
-    for calls, ms, nrows, query in rows:
-        print(f"  {calls:>6} {ms:>9} ms {nrows:>7}  {query}")
+    print("server time by statement (calls, ms, rows, full-page images, statement):")
+    for calls, ms, nrows, fpi, query in rows:
+        print(f"  {calls:>6} {ms:>9} ms {nrows:>7} {fpi:>7}  {query}")
+
+
+def timed_sweep(dsn: str, tenant: str, now: datetime, batch_size: int, *,
+                baseline: bool) -> tuple[SweepResult, float, float]:
+    """One sweep of ``tenant`` after a ``CHECKPOINT``; ``baseline``: replay in each unit
+    of work, page images compressed as the server does. Returns (result, t0, t1) on
+    ``time.monotonic``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    with open_fabric(dsn) as fabric:
+        store = fabric.service.retention_store
+        if baseline and store is not None:
+            store.replay = lambda tenant_id, ids: None  # type: ignore[method-assign]
+            store.prepare_erasure = lambda uow: None  # type: ignore[method-assign]
+        t0 = time.monotonic()
+        result = fabric.sweep(now, tenant=tenant, batch_size=batch_size)
+        return result, t0, time.monotonic()
+
+
+def report(label: str, n: int, batch_size: int, result: SweepResult, t0: float, t1: float,
+           writes: list[tuple[float, float]]) -> float:
+    """Print one sweep's figures and the other tenant's writes during it; returns the
+    due notes forgotten per second."""
+    wall = t1 - t0
+    forgotten = result.totals["forgotten"]
+    print(f"{label}: {wall:.2f} s, {forgotten} due notes forgotten ({forgotten / wall:.0f} due notes/s), "
+          f"{n / wall:.0f} notes covered/s, {result.batches} batches of {batch_size}, "
+          f"complete={result.complete}")
+    print(latencies("  other tenant's writer during it", during(writes, t0, t1)))
+    return forgotten / wall
+
+
+def during(writes: list[tuple[float, float]], t0: float, t1: float) -> list[float]:
+    """The latencies of the writes that overlapped ``[t0, t1]``."""
+    return [d for start, d in writes if start + d >= t0 and start <= t1]
 
 
 def main() -> int:
@@ -100,13 +174,23 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=200)
     p.add_argument("--statements", type=int, default=0, metavar="N",
                    help="print the N statements with the most server time (pg_stat_statements)")
+    p.add_argument("--keep-tail", action="store_true",
+                   help="sweep beside the tail indexer instead of draining the load's HNSW backlog first")
+    p.add_argument("--baseline", action="store_true",
+                   help="also sweep an identical tenant the way the sweep ran before its read-ahead pages")
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="mf-sweep-")
     os.chmod(tmp, 0o755)
     server = EmbeddedPostgres(os.path.join(tmp, "pg"))
     try:
-        load_s = load(server.dsn, args.notes, args.due)
-        print(f"loaded {args.notes} notes in {load_s:.1f} s ({args.notes / load_s:.0f} notes/s)", flush=True)
+        tenants = (["bulk-base"] if args.baseline else []) + ["bulk"]
+        for tenant in tenants:
+            load_s = load(server.dsn, args.notes, args.due, tenant)
+            print(f"loaded {args.notes} notes into {tenant} in {load_s:.1f} s ({args.notes / load_s:.0f} notes/s)",
+                  flush=True)
+        if not args.keep_tail:
+            rows, drain_s = drain_tail(server.dsn, tenants)
+            print(f"HNSW tail drained before the sweep: {rows} rows in {drain_s:.1f} s", flush=True)
         if args.statements:
             server = with_statements(server, os.path.join(tmp, "pg"))
         started, stop, q = mp.Event(), mp.Event(), mp.Queue()
@@ -114,26 +198,25 @@ def main() -> int:
         proc.start()
         started.wait(60)
         time.sleep(1.0)  # a few writes before the sweep starts
-        with open_fabric(server.dsn) as fabric:
-            now = datetime.now(timezone.utc) + timedelta(days=1)
-            t0 = time.monotonic()
-            result = fabric.sweep(now, tenant="bulk", batch_size=args.batch_size)
-            wall = time.monotonic() - t0
+        now = datetime.now(timezone.utc) + timedelta(days=1)
+        base = timed_sweep(server.dsn, "bulk-base", now, args.batch_size, baseline=True) if args.baseline else None
+        swept = timed_sweep(server.dsn, "bulk", now, args.batch_size, baseline=False)
+        time.sleep(0.5)
         stop.set()
-        lat = sorted(q.get(timeout=120))
+        writes = q.get(timeout=120)
         proc.join()
         if args.statements:
             print_statements(server.dsn, args.statements)
     finally:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    forgotten = result.totals["forgotten"]
-    p99 = lat[int(0.99 * (len(lat) - 1))] if lat else 0.0
-    print(f"sweep: {wall:.2f} s, {forgotten} due notes forgotten ({forgotten / wall:.0f} due notes/s), "
-          f"{args.notes / wall:.0f} notes covered/s, {result.batches} batches of {args.batch_size}, "
-          f"complete={result.complete}")
-    print(f"other tenant's writer: {len(lat)} writes, p50={statistics.median(lat) * 1000:.1f} ms "
-          f"p99={p99 * 1000:.1f} ms worst={lat[-1] * 1000:.1f} ms")
+    first = min(t0 for _, t0, _ in ([base] if base else []) + [swept])
+    print(latencies("other tenant's writer before the sweeps", [d for start, d in writes if start + d < first]))
+    rate = report("sweep", args.notes, args.batch_size, *swept, writes)
+    if base is not None:
+        base_rate = report("baseline sweep (replay in the unit of work, page images compressed)",
+                           args.notes, args.batch_size, *base, writes)
+        print(f"  sweep / baseline: x{rate / base_rate:.2f} due notes/s")
     return 0
 
 

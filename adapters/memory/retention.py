@@ -10,7 +10,8 @@ from uuid import UUID
 
 from memfabric.adapters.memory.log import InMemoryEventLog
 from memfabric.adapters.memory.rows import home
-from memfabric.domain.ports import DueRef
+from memfabric.domain.note import Note
+from memfabric.domain.ports import DueRef, UnitOfWork
 from memfabric.domain.retention import DECAY_KINDS, ERASABLE, RetentionConfig, Windows
 
 
@@ -45,6 +46,15 @@ class InMemoryRetentionStore:
         rows.sort(key=lambda r: r["aggregate_id"])
         return [DueRef(aggregate_id=r["aggregate_id"], scope=home(r), note_id=r["note_id"],
                        visibility=r["visibility"]) for r in rows[:limit]]
+
+
+    def replay(self, tenant_id: str, aggregate_ids: Sequence[UUID]) -> list[Note] | None:
+        """``None``: the in-memory log checks no versions on append, so a sweep replays
+        its notes in the unit of work (under the scope locks)."""
+        return None
+
+    def prepare_erasure(self, uow: UnitOfWork) -> None:
+        """Nothing to set in memory."""
 
 
 def due(row: dict[str, Any], windows: Windows, now: datetime) -> bool:

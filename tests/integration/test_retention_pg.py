@@ -10,6 +10,9 @@ import subprocess
 import sys
 import textwrap
 from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
 
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.domain.note import note_uuid
@@ -121,3 +124,100 @@ def test_the_demo_shows_one_sweep(dsn: str) -> None:
     summary = run_demo(Console(quiet=True), dsn=dsn)["retention"]
     expected = {"expired": 1, "forgotten": 1, "skipped_held": 1, "skipped_floor": 0, "decayed": 0}
     assert summary == {"dry": expected, "totals": expected, "again": 0}
+
+
+def test_a_write_after_the_page_was_read_is_honoured(dsn: str) -> None:
+    """The sweep decides on a page replayed outside its unit of work (one page ahead);
+    writes that land on two of its notes after that replay make the batch's append
+    conflict on their versions, and the batch is decided again on a replay in its unit
+    of work: the note moved to `durable` is kept, the held one counted as held. On a
+    pool of one connection: the page read ahead waits for the batch's connection."""
+    now = datetime.now(timezone.utc) + timedelta(days=1)
+    with open_fabric(dsn, retention=RETENTION, pool_size=1, max_overflow=0) as fabric:
+        notes = fabric.scope("acme", "u1")
+        made = notes.remember_many([{"kind": "fact", "content": f"passing note {i} on gulls {i * 11}",
+                                     "retention": "ephemeral"} for i in range(6)])
+        store = fabric.service.retention_store
+        assert store is not None
+        replay, calls = store.replay, []
+
+        def replay_then_write(tenant_id: str, ids: Any) -> Any:
+            found = replay(tenant_id, ids)
+            if not calls:  # the first page: change two of its notes after it was replayed
+                moved, held = (n for n in made if note_uuid(notes.scope, n.id) in set(ids[:2]))
+                notes.set_retention(moved.id, "durable")
+                notes.forget(id=held.id, hold=True)
+            calls.append(len(ids))
+            assert found is not None and len(found) == len(ids)
+            return found
+
+        store.replay = replay_then_write  # type: ignore[method-assign]
+        result = fabric.sweep(now, batch_size=3)
+        assert calls == [3, 3]
+        assert result.complete and result.batches == 2
+        assert result.counts["ephemeral"] == {"expired": 0, "forgotten": 4, "skipped_held": 1,
+                                              "skipped_floor": 0, "decayed": 0}
+        states = {n.id: notes.get(n.id) for n in made}
+        assert sorted(s.forgotten for s in states.values()) == [False, False, True, True, True, True]
+        kept = [s for s in states.values() if not s.forgotten]
+        assert sorted([h.type for h in notes.history(s.id)][-1] for s in kept) == ["Forgotten", "RetentionChanged"]
+        assert sum(1 for s in kept if s.held) == 1
+        assert fabric.sweep(now, batch_size=3).counts == result.counts
+
+
+def test_a_sweep_batch_writes_its_page_images_uncompressed(dsn: str) -> None:
+    """On a server compressing full-page images with pglz (the embedded default) a sweep
+    batch's transaction turns that off for itself only (`SET LOCAL`): its connection's
+    session keeps the server's setting (a pool of one connection: the same one)."""
+    server_setting = fetch(dsn, "SHOW wal_compression")[0][0]
+    if server_setting not in ("pglz", "on"):
+        pytest.skip(f"the server compresses with {server_setting}")
+    with open_fabric(dsn, pool_size=1, max_overflow=0) as fabric:
+        store = fabric.service.retention_store
+        assert store is not None
+        with fabric.service.deps.unit_of_work([]) as uow:
+            store.prepare_erasure(uow)
+            inside = uow.conn.execute("SHOW wal_compression").fetchone()  # type: ignore[attr-defined]
+            pid = uow.conn.info.backend_pid  # type: ignore[attr-defined]
+        with fabric.store.connection() as conn:
+            after = conn.execute("SHOW wal_compression").fetchone()
+            assert conn.info.backend_pid == pid
+    assert inside is not None and next(iter(dict(inside).values())) == "off"
+    assert after is not None and next(iter(dict(after).values())) == server_setting
+
+
+def test_no_lock_is_held_across_batches_nor_against_other_tenants(dsn: str) -> None:
+    """A writer whose lock waits run out after 0.5 s (``LockTimeoutError`` then) writes
+    into the swept scope between two batches (the sweep's progress callback), and into
+    another tenant while a batch holds its locks (inside the batch's unit of work, the
+    locks taken): a batch's locks go with its commit, and they are its own tenant's
+    scopes' only."""
+    now = datetime.now(timezone.utc) + timedelta(days=1)
+    with open_fabric(dsn, retention=RETENTION) as fabric, open_fabric(dsn, lock_timeout=0.5) as other:
+        fabric.scope("acme", "u1").remember_many([
+            {"kind": "fact", "content": f"brief note {i} on herons {i * 13}", "retention": "ephemeral"}
+            for i in range(12)])
+        same, elsewhere = other.scope("acme", "u1"), other.scope("globex", "u9")
+        between: list[str] = []
+        during: list[str] = []
+
+        def progress(n: int) -> None:
+            between.append(same.remember(kind="fact", content=f"written between batches {len(between)}",
+                                         retention="durable", consolidate=False).id)
+
+        store = fabric.service.retention_store
+        assert store is not None
+        prepare = store.prepare_erasure
+
+        def prepare_then_write(uow: Any) -> None:
+            prepare(uow)
+            uow.conn.execute("SELECT 1").fetchone()  # the batch's locks are held from here
+            during.append(elsewhere.remember(kind="fact", content=f"another tenant's note {len(during)}",
+                                             consolidate=False).id)
+
+        store.prepare_erasure = prepare_then_write  # type: ignore[method-assign]
+        result = fabric.sweep(now, batch_size=4, progress=progress)
+        assert result.complete and result.batches == 3 and result.totals["forgotten"] == 12
+        assert len(between) == 3 and len(during) == 3
+        assert all(not same.get(i).forgotten for i in between)
+        assert all(elsewhere.get(i) is not None for i in during)
