@@ -109,6 +109,26 @@ def test_reads_are_served_by_the_replica_and_writes_by_the_primary(dsn: str, rep
         assert plain.scope("acme", "u1").recall("staging").served_by == PRIMARY
 
 
+def test_lineage_conversation_search_and_an_auditor_s_reads_are_served_by_the_replica(
+        dsn: str, replica: str) -> None:
+    """The reads of issue 25's list beyond recall/list/count/get/history: lineage,
+    ``search_conversation`` and a read-only (auditor's) fabric's reads of the log."""
+    with open_fabric(dsn, replicas=[replica]) as fabric:
+        notes = fabric.scope("acme", "u1", "t1")
+        old = notes.remember(kind="fact", content="The build server is named orion")
+        new = notes.remember(kind="fact", content="The build server is named vega", supersedes=old.id)
+        assert notes.lineage(old.id).successors == [new.id]
+        assert fabric.served_by().startswith("replica:")
+        notes.conversation().append("user", "when does my flight to Lisbon leave?")
+        hits = notes.search_conversation("flights lisbon").hits
+        assert len(hits) == 1 and fabric.served_by().startswith("replica:")
+    with open_fabric(dsn, replicas=[replica], read_only=True) as auditor:
+        view = auditor.scope("acme", "u1", "t1")
+        assert [h.type for h in view.history(old.id)] == ["Remembered", "Superseded"]
+        assert auditor.served_by().startswith("replica:")
+        assert view.lineage(new.id).predecessors == [old.id] and auditor.served_by().startswith("replica:")
+
+
 def test_replica_dsns_from_the_environment(dsn: str, replica: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMFABRIC_REPLICA_DSNS", f" {replica} ,")
     with open_fabric(dsn) as fabric:
