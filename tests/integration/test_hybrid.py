@@ -164,7 +164,8 @@ def _counting(fabric: Fabric, calls: list[str]) -> Iterator[None]:
             self._conn = conn
 
         def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-            text = query if isinstance(query, str) else query.as_string(conn)
+            text = (query if isinstance(query, str) else query.decode() if isinstance(query, bytes)
+                    else query.as_string(conn))
             calls.append(text)
             return self._conn.execute(query, *args, **kwargs)
 
