@@ -280,7 +280,7 @@ def verify(conn: Connection[Any], engine: ProjectionEngine, mapper: ReplayMapper
         for p in selected:
             by_floor.setdefault(engine.floor(p.name, cur), []).append(p)
         for floor, group in sorted(by_floor.items()):
-            _scratch(cur, group)
+            create_shadow_tables(cur, group, SCRATCH)
             cut = Cut(engine.trackers[group[0].name].tracking_table_name, engine.tenant_row(""))
             _load(conn, cur, group, t, mapper, batch, task, cut, SCRATCH, upto=floor)
             out.extend(r for p in group for r in _compare_tables(cur, engine, p, t, floor, head, show))
@@ -291,13 +291,16 @@ SCRATCH = "_vp"
 """Suffix of a partition verify's scratch tables (temporary, rolled back)."""
 
 
-def _scratch(cur: Cursor[Any], group: Sequence[NoteProjection]) -> None:
+def create_shadow_tables(cur: Cursor[Any], group: Sequence[NoteProjection], suffix: str) -> None:
+    """Each projection of ``group``'s tables made afresh as ``<table><suffix>``, without
+    their secondary indexes (a loader builds them after loading): a partition verify's
+    scratch tables and a blue-green rebuild's shadow tables."""
     for p in group:
         for table in p.tables:
-            cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table + SCRATCH)))
-        p.create(cur, table_suffix=SCRATCH)
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table + suffix)))
+        p.create(cur, table_suffix=suffix)
         for table in p.tables:
-            catalog.drop_secondary_indexes(cur, table + SCRATCH)
+            catalog.drop_secondary_indexes(cur, table + suffix)
 
 
 def _compare_tables(cur: Cursor[Any], engine: ProjectionEngine, p: NoteProjection, t: Target, floor: int,

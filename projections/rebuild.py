@@ -327,12 +327,7 @@ class ProjectionAdmin:
         upto = self.engine.safe_head()
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            for p in selected:
-                for table in p.tables:
-                    cur.execute(sql.SQL("DROP TABLE IF EXISTS {t}").format(t=sql.Identifier(table + BG_SUFFIX)))
-                p.create(cur, table_suffix=BG_SUFFIX)
-                for table in p.tables:
-                    catalog.drop_secondary_indexes(cur, table + BG_SUFFIX)
+            partition_admin.create_shadow_tables(cur, selected, BG_SUFFIX)
             t0 = time.perf_counter()
             events, notes, rows = self._load(conn, cur, selected, upto, BG_SUFFIX, batch, reporter, "replay")
             load_s = time.perf_counter() - t0
