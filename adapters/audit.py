@@ -21,10 +21,13 @@ checkpointed part, and every checkpoint that no longer matches its own leaves or
 predecessor; then (when everything matched) it checkpoints the events since the last
 checkpoint. Crypto-shredding deletes keys outside the log, so it never changes a leaf.
 
-After the last checkpoint a gap in notification ids may be a rolled-back write, but a
-tenant's last committed write is also named by its projection tracking rows (written
-in the append's transaction): such a row whose event is gone is reported as removed,
-never checkpointed (:func:`_acknowledged_missing`, issue 28).
+After the last checkpoint a gap in notification ids may be a rolled-back write (issue
+28 tells it apart): every committed append counts its events per tenant in the same
+transaction (:mod:`memfabric.adapters.postgres.tenant_heads`), so a tenant with fewer
+events than counted lost some (``miscounted``), and a tenant's last committed write is
+also named by its projection tracking rows: such a row whose event is gone is reported
+as removed (:func:`_acknowledged_missing`). Either fails the verification and nothing
+is checkpointed.
 
 The chain proves integrity against anyone who cannot also rewrite ``mf_audit_chain``;
 to be independent of the database, record the printed head digest elsewhere and pass it
@@ -46,6 +49,7 @@ from psycopg.rows import tuple_row
 from memfabric.domain.errors import EventIntegrityError, SettingsError
 from memfabric.projections.engine import advisory_key
 from memfabric.adapters.audit_log import LogEntry, export_jsonl, read_log
+from memfabric.adapters.postgres import tenant_heads
 from memfabric.adapters.postgres.event_rows import (
     CHAIN_DDL, CHAIN_TABLE, EVENTS_TABLE, GENESIS, LEAF_SQL, REMEMBERED_TOPIC, leaf_hash, plain_fields,
 )
@@ -83,6 +87,11 @@ class AuditReport:
     not_checkpointed: str | None = None
     """Why no checkpoint was written although asked (a read-only role without
     ``INSERT`` on ``mf_audit_chain``); ``None`` otherwise."""
+    miscounted: list[tuple[str, int, int]] = field(default_factory=list)
+    """Issue 28: ``(tenant, events found, events its appends counted)`` of each tenant whose
+    events differ from the count its committed appends kept in the same transaction
+    (:mod:`memfabric.adapters.postgres.tenant_heads`): fewer means events were deleted,
+    wherever they were, which a gap alone cannot tell from a rolled-back write."""
     acknowledged_missing: list[tuple[str, int]] = field(default_factory=list)
     """Issue 28: ``(tenant, notification id)`` of each tenant's last acknowledged write
     whose event row is gone (:func:`_acknowledged_missing`): a removal, never a
@@ -90,7 +99,8 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        return (not (self.changed or self.removed or self.inserted or self.broken or self.unauthenticated)
+        return (not (self.changed or self.removed or self.inserted or self.broken or self.unauthenticated
+                     or self.miscounted)
                 and self.anchor_ok is not False)
 
 
@@ -165,6 +175,7 @@ def verify_chain(
                 if hasattr(fabric, "engine"):
                     report.acknowledged_missing = _acknowledged_missing(conn, fabric.engine)
                     report.removed.extend(pos for _, pos in report.acknowledged_missing)
+                report.miscounted = tenant_heads.miscounted(conn, EVENTS_TABLE)
                 _verify(conn, report, checkpoint, every, wanted, batch, progress, have_chain, safe)
                 report.removed = sorted(set(report.removed))
         finally:

@@ -24,6 +24,7 @@ from memfabric.adapters.postgres.entities import PostgresEntityStore
 from memfabric.adapters.postgres.ledger import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresFactory, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres.tail import TailIndexer
+from memfabric.adapters.postgres import tenant_heads
 from memfabric.adapters.postgres.uow import PostgresUnitOfWork, cursor_loader
 from memfabric.adapters.reembed import ReembedReport, reembed, new_projections
 from memfabric.adapters.replaying import ReplayingMapper
@@ -517,6 +518,7 @@ def open_fabric(
                 engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
                 engine.lock_timeout = lock_timeout
                 backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
+                tenant_heads.ensure(log.datastore, tables.EVENTS)  # issue 28: counted appends
                 store.tail = TailIndexer(log.datastore, engine, store.needs_hnsw)  # issue 24: HNSW off the write
                 engine.on_commit = store.tail.want
                 keep_grants(ddl_lock)

@@ -9,7 +9,8 @@ tampering, printing attempts, failures, leaks and lost acknowledged writes.
 - erasure: ``--erase`` notes forgotten, then every column of every table scanned for
   their content (raw bytes too);
 - tampering: changed state bytes, edited plain metadata, a deleted, an inserted and a
-  renumbered event, each detected by decoding or by ``audit verify``.
+  renumbered event, and a deleted event after the last checkpoint (a tenant's middle
+  one and the log's last), each detected by decoding or by ``audit verify``.
 
 Run (from the repository root)::
 
@@ -47,11 +48,17 @@ TAMPERS = {
                        " FROM memfabric_events WHERE notification_id = 1"),
     "renumbered event": "UPDATE memfabric_events SET originator_version = originator_version + 10"
                         " WHERE notification_id = 1",
+    # issue 28 item 3: after the last checkpoint, where a gap may also be a rolled-back write
+    "deleted unchecked event": "DELETE FROM memfabric_events WHERE notification_id = (SELECT min(notification_id)"
+                               " FROM memfabric_events WHERE notification_id > (SELECT max(position)"
+                               " FROM mf_audit_chain))",
+    "deleted last event": "DELETE FROM memfabric_events WHERE notification_id = (SELECT max(notification_id)"
+                          " FROM memfabric_events)",
 }
 
 
 def tamper_once(dsn: str, name: str) -> bool:
-    """Write five notes, checkpoint, tamper, and report whether it was detected (by
+    """Write five notes, checkpoint, write three more, tamper, and report whether it was detected (by
     ``audit verify`` without writing checkpoints, or by reading the notes)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public; CREATE EXTENSION IF NOT EXISTS vector")
@@ -60,6 +67,8 @@ def tamper_once(dsn: str, name: str) -> bool:
         made = [notes.remember(kind="fact", content=f"ledger line {i} item{i}", consolidate=False)
                 for i in range(5)]
         assert verify_chain(fabric).ok
+        for i in range(3):  # unchecked: after the last checkpoint
+            notes.remember(kind="fact", content=f"ledger line {i} note{i}", consolidate=False)
         with psycopg.connect(dsn) as conn:
             statement = TAMPERS[name]
             if statement is None:

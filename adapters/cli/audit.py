@@ -55,7 +55,7 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             "head_digest": report.head_digest, "changed": report.changed,
             "removed": report.removed, "inserted": report.inserted, "broken": report.broken,
             "gaps": report.gaps, "anchor_ok": report.anchor_ok, "not_checkpointed": report.not_checkpointed,
-            "unauthenticated": report.unauthenticated,
+            "unauthenticated": report.unauthenticated, "miscounted": report.miscounted,
         }))
     elif report.ok:
         if report.not_checkpointed:
@@ -70,13 +70,17 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             f"OK: {plural(report.events, 'event')} hashed, {plural(report.checkpoints, 'checkpoint')} verified; {done}",
             style="green"))
         if report.gaps:
-            console.print(f"note: ids missing after the last checkpoint (rolled-back writes?): {report.gaps}")
+            console.print("note: ids missing after the last checkpoint (rolled-back writes: every tenant's"
+                          f" event count matches): {report.gaps}")
     else:
         console.print(Text("TAMPERED: the event log does not match its audit chain", style="bold red"))
         for label, ids in (("changed", report.changed), ("removed", report.removed), ("inserted", report.inserted),
                            ("unauthenticated (tag fails)", report.unauthenticated)):
             if ids:
                 console.print(Text(f"  {label} event rows (notification ids): {ids}", style="red"))
+        for tenant, found, counted in report.miscounted:
+            console.print(Text(f"  tenant {tenant!r}: {found} events in the log, its appends counted {counted}"
+                               f" ({'deleted' if found < counted else 'inserted past the append'})", style="red"))
         for problem in report.broken:
             console.print(Text(f"  {problem}", style="red"))
         if report.anchor_ok is False:
