@@ -190,7 +190,7 @@ def write_ab(fab: Any, writes: int, rounds: int, *, label: str = "with", warmup:
     ratio, low, high = _ab.ratio_ci(lat[label], lat["without"])
     verdict = "met" if high <= WRITE_GOAL else "not met" if low > WRITE_GOAL else "undecided"
     return {f"write_p50_ms_{label}": statistics.median(lat[label]),
-            "write_p50_ms_without": statistics.median(lat["without"]),
+            f"write_p50_ms_without_{label}": statistics.median(lat["without"]),
             f"write_ratio_{label}": ratio, f"write_ratio_ci95_{label}": [low, high],
             f"write_ratio_rounds_{label}": _ab.spread(per_round), f"write_verdict_{label}": verdict,
             "write_rounds": rounds, "writes_per_round": writes}
@@ -258,7 +258,7 @@ def report(out: dict[str, Any], args: argparse.Namespace) -> None:
         rounds = out[f"write_ratio_rounds_{label}"]
         print(f"write p50 {label} / without note versions: {out[f'write_ratio_{label}']:.3f}x "
               f"(95% CI {low:.3f}-{high:.3f}; {out[f'write_p50_ms_{label}']:.2f} / "
-              f"{out['write_p50_ms_without']:.2f} ms); per-round ratio median {rounds['median']:.3f}, "
+              f"{out[f'write_p50_ms_without_{label}']:.2f} ms); per-round ratio median {rounds['median']:.3f}, "
               f"quartiles {rounds['q1']:.3f}-{rounds['q3']:.3f}, range {rounds['min']:.3f}-{rounds['max']:.3f} "
               f"over {rounds['n']} ABAB rounds of {args.writes} writes; goal <= {WRITE_GOAL}x: "
               f"{out[f'write_verdict_{label}']}")
