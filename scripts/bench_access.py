@@ -134,13 +134,6 @@ def load(fabric: Any, ds: data.Dataset, batch: int) -> list[tuple[str, str]]:
     return mine
 
 
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 def _setup_principals(fabric: Any, mine: list[tuple[str, str]]) -> None:
     tenant = data.tenant_name(data.QUERY_TENANT)
     fabric.principals.define("broad", {"read_kinds": ["fact"], "recall_scope": [f"{tenant}/*"]})
@@ -298,7 +291,7 @@ def figures(times: dict[str, list[list[float]]], gets: dict[str, list[float]]) -
     per-round p50 differences' median and spread, and the median paired difference with
     its 95% bootstrap interval; the same paired figure for a cheap ``get``."""
     flat = {m: [x for r in rs for x in r] for m, rs in times.items()}
-    stats = {m: {"p50_ms": round(pct(v, 50), 3), "p95_ms": round(pct(v, 95), 3),
+    stats = {m: {"p50_ms": round(_ab.quantile(v, 0.5), 3), "p95_ms": round(_ab.quantile(v, 0.95), 3),
                  "mean_ms": round(sum(v) / len(v), 3)} for m, v in flat.items()}
     ratio, r_low, r_high = _ab.ratio_ci(flat["principal"], flat["plain"])
     log_pair, l_low, l_high = _ab.median_ci(paired(times["principal"], times["principal_nolog"]))
@@ -312,7 +305,7 @@ def figures(times: dict[str, list[list[float]]], gets: dict[str, list[float]]) -
         "log_p50_ms": round(stats["principal"]["p50_ms"] - stats["principal_nolog"]["p50_ms"], 3),
         "log_rounds_ms": _ab.spread([statistics.median(p) - statistics.median(n) for _, p, n in rounds]),
         "log_paired_p50_ms": round(log_pair, 3), "log_paired_ci95_ms": [round(l_low, 3), round(l_high, 3)],
-        "get_p50_ms": {m: round(pct(v, 50), 3) for m, v in gets.items()},
+        "get_p50_ms": {m: round(_ab.quantile(v, 0.5), 3) for m, v in gets.items()},
         "get_log_paired_p50_ms": round(get_pair, 4), "get_log_paired_ci95_ms": [round(g_low, 4), round(g_high, 4)],
         "log_verdict": verdict(l_low, l_high, LOG_GOAL_MS),
         "get_log_verdict": verdict(g_low, g_high, LOG_GOAL_MS),
