@@ -134,16 +134,7 @@ class BufferedAccessLog:
                 first = self._queue.get(timeout=self.interval)
             except queue.Empty:
                 continue
-            batch = [first]
-            deadline = time.monotonic() + self.interval  # linger: one write per interval
-            while len(batch) < BATCH and not self._flushing.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    batch.append(self._queue.get(timeout=left))
-                except queue.Empty:
-                    break
+            batch = self._collect(first)
             try:
                 self.sink.write(batch)
             except Exception as exc:  # noqa: BLE001 - a log write must never break a reader
@@ -151,6 +142,26 @@ class BufferedAccessLog:
                 LOG.warning("access log: %d records not written: %s", len(batch), exc)
             finally:
                 self._done(len(batch))
+
+    def _collect(self, first: AccessRecord) -> list[AccessRecord]:
+        """``first`` and the records that follow it, at most :data:`BATCH`: those that
+        arrive within :attr:`interval` (one write per interval under load), or, while a
+        flush waits, those already queued (taken without waiting, so a flush writes the
+        buffer in batches of up to :data:`BATCH`, not a record at a time)."""
+        batch = [first]
+        deadline = time.monotonic() + self.interval
+        while len(batch) < BATCH:
+            try:
+                if self._flushing.is_set():
+                    batch.append(self._queue.get_nowait())
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                batch.append(self._queue.get(timeout=left))
+            except queue.Empty:
+                break
+        return batch
 
     def flush(self, timeout: float = 5.0) -> None:
         """Write every record queued so far now (waits at most ``timeout`` s)."""
