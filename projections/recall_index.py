@@ -298,9 +298,9 @@ class RecallIndexProjection:
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
         apply(cur, notes, embedder_id=self.embedder_id, dim=self.dim)
 
-    def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
+    def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "", indexed: bool = True) -> int:
         rows = (r for r in (row_for(n, self.embedder_id, self.dim) for n in notes) if r is not None)
-        return copy_rows(cur, rows, TABLE + table_suffix)
+        return copy_rows(cur, rows, TABLE + table_suffix, indexed=indexed)
 
 
 MAX_QUERY_TERMS = 32
