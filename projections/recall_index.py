@@ -24,7 +24,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.policy import content_hash
-from memfabric.projections import base, partitions, principals, recall_tail, tables
+from memfabric.projections import base, partitions, principals, recall_partition, recall_tail, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
@@ -298,9 +298,9 @@ class RecallIndexProjection:
     def apply(self, cur: Cursor[Any], notes: Iterable[Note]) -> None:
         apply(cur, notes, embedder_id=self.embedder_id, dim=self.dim)
 
-    def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "") -> int:
+    def copy(self, cur: Cursor[Any], notes: Iterable[Note], *, table_suffix: str = "", indexed: bool = True) -> int:
         rows = (r for r in (row_for(n, self.embedder_id, self.dim) for n in notes) if r is not None)
-        return copy_rows(cur, rows, TABLE + table_suffix)
+        return copy_rows(cur, rows, TABLE + table_suffix, indexed=indexed)
 
 
 MAX_QUERY_TERMS = 32
@@ -421,14 +421,14 @@ def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID],
         return {}
     t, r, th = scope.sql()
     params = {"t": t, "r": r, "th": th, "ids": list(aggregate_ids), **_access_params(filters)}
-    rows = cur.execute(_links_text(filters), params, prepare=True).fetchall()
+    rows = cur.execute(_links_text(filters, recall_partition.of_tenant(cur, t)), params, prepare=True).fetchall()
     return {row["aggregate_id"]: list(row["links"]) for row in rows}
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=2048)
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
                      filters: NoteFilter | None = None, expand: bool = False,
-                     exact: bool = False, vector_list: str | None = None) -> bytes:
+                     exact: bool = False, vector_list: str | None = None, partition: int | None = None) -> bytes:
     """The text of the one recall statement (composed once per process per set of
     arguments: composing was ~0.4 ms of a recall): the vector list (top ``limit`` by cosine distance), the
     full-text list (top ``limit`` by IDF-weighted term overlap) and, for the union of
@@ -457,11 +457,11 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q`` over
     indexed rows merged with an exact scan of the unindexed tail
     (:data:`memfabric.projections.recall_tail.VECTOR_LIST`). ``vector_list``: another
-    template of the vector list (``{t}``, ``{w}`` as there; issue 31's ``known_at``
-    recall through the live HNSW index,
-    :data:`memfabric.projections.note_versions.RECORDED_VECTOR_LIST`)."""
-    t, w = sql.Identifier(TABLE), _where(require_consent, filters)
-    g = sql.Identifier(tables.LINK_GRAPH)
+    template of the vector list (``{t}``, ``{w}`` as there; issue 31's ``known_at`` recall through the live
+    HNSW index, :data:`memfabric.projections.note_versions.RECORDED_VECTOR_LIST`). ``partition``: the
+    tenant's partition, named instead of the parents (:mod:`memfabric.projections.recall_partition`)."""
+    t, w = sql.Identifier(recall_partition.relation(TABLE, partition)), _where(require_consent, filters)
+    g = sql.Identifier(recall_partition.relation(tables.LINK_GRAPH, partition))
     vector_list = vector_list or (_EXACT_VECTOR_LIST if exact else recall_tail.VECTOR_LIST)
     parts = [sql.SQL(vector_list if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
@@ -505,7 +505,7 @@ def select_candidates(
         params["q"] = np.asarray(embedding, np.float32)
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
                             require_consent=require_consent, filters=filters, expand=expand > 0,
-                            exact=exact, vector_list=vector_list)
+                            exact=exact, vector_list=vector_list, partition=recall_partition.of_tenant(cur, t))
     out = []
     # prepare=True: the statement's plan (about 0.5 ms of the server's time) is kept per
     # pooled connection after psycopg's fifth run of the same text
@@ -522,10 +522,10 @@ def select_candidates(
     return out
 
 
-@functools.lru_cache(maxsize=64)
-def _links_text(filters: NoteFilter | None) -> bytes:
-    """:func:`select_links`' statement text for ``filters``, composed once per process."""
-    g, t = sql.Identifier(tables.LINK_GRAPH), sql.Identifier(TABLE)
+@functools.lru_cache(maxsize=512)
+def _links_text(filters: NoteFilter | None, partition: int | None) -> bytes:
+    """:func:`select_links`' statement text for ``filters`` (and the tenant's ``partition``), composed once."""
+    g, t = (sql.Identifier(recall_partition.relation(x, partition)) for x in (tables.LINK_GRAPH, TABLE))
     return sql.SQL(_LINKS).format(g=g, t=t, xs=_scope_access(filters, "x")).as_bytes(None)
 
 

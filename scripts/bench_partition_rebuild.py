@@ -10,7 +10,8 @@ times each: a full in-place rebuild of every projection
 (``ProjectionAdmin.rebuild()``: tables emptied, indexes dropped, bulk load, indexes built
 again) and the rebuild of the partition holding ``tenant-000``
 (``ProjectionAdmin.rebuild_partition(tenant=...)``: that partition's rows deleted and
-copied again with the indexes maintained row by row). Prints the medians, the
+copied again with the indexes maintained row by row, the recall rows outside the HNSW
+graph as a writer's land). Prints the medians, the
 partition's share of the log's events (its events / all events) and the ratio
 partition seconds / (share × full seconds): the goal is ≤ 1.
 

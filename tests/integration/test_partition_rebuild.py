@@ -132,6 +132,52 @@ def test_a_partition_rebuild_replaces_its_rows_and_rewrites_no_other(fab: Fabric
     assert all(r.ok for r in admin.verify())
 
 
+PARTITION_LAYOUT = (
+    "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound,"
+    " (SELECT count(*) FROM pg_inherits pi WHERE pi.inhparent = p.oid AND pi.inhrelid = c.oid) AS attached,"
+    " array(SELECT (ic.relname, x.indisvalid AND x.indisready AND x.indislive,"
+    "  EXISTS (SELECT 1 FROM pg_inherits ii WHERE ii.inhrelid = x.indexrelid))::text"
+    "  FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid WHERE x.indrelid = c.oid ORDER BY ic.relname) AS indexes,"
+    " (SELECT count(*) FROM pg_index px WHERE px.indrelid = p.oid) AS parent_indexes"
+    " FROM pg_class p JOIN pg_partitioned_table pt ON pt.partrelid = p.oid"
+    " JOIN pg_inherits i ON i.inhparent = p.oid JOIN pg_class c ON c.oid = i.inhrelid"
+    " WHERE p.relname = ANY(%s) AND pg_get_expr(c.relpartbound, c.oid) LIKE %s ORDER BY 1")
+
+
+def test_a_rebuilt_partition_stays_attached_with_the_same_bound_and_valid_indexes(fab: Fabric, dsn: str) -> None:
+    mine = partition_of(dsn, "t1")
+    layout = lambda: fetch(dsn, PARTITION_LAYOUT, (list(COVERED), f"%remainder {mine})"))  # noqa: E731
+    before = layout()
+    assert len(before) == 7  # the covered tables partitioned by tenant
+    ProjectionAdmin.for_fabric(fab).rebuild_partition(tenant="t1")
+    after = layout()
+    assert after == before
+    for name, bound, attached, indexes, parent_indexes in after:
+        assert bound == f"FOR VALUES WITH (modulus {N}, remainder {mine})" and attached == 1, name
+        assert len(indexes) == parent_indexes and all(i.endswith(",t,t)") for i in indexes), (name, indexes)
+
+
+def test_a_partition_rebuild_leaves_recall_rows_outside_the_graph_and_recall_finds_them(
+        fab: Fabric, dsn: str) -> None:
+    """The rebuilt recall rows land as a writer's do (``indexed = false``, no HNSW
+    insertion in the rebuild); a recall through HNSW finds them by the tail's exact scan,
+    and the other partitions' index state is untouched."""
+    mine = partition_of(dsn, "t1")
+    inside = [t for t in TENANTS if partition_of(dsn, t) == mine]
+    outside = [t for t in TENANTS if t not in inside]
+    state = "SELECT tenant_id, aggregate_id::text, indexed FROM mf_recall_index WHERE tenant_id = ANY(%s) ORDER BY 1, 2"
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE mf_recall_index SET indexed = true")  # every row in the graph, as after a full rebuild
+    others = fetch(dsn, state, (outside,))
+    ProjectionAdmin.for_fabric(fab).rebuild_partition(tenant="t1")
+    rebuilt = fetch(dsn, state, (inside,))
+    assert rebuilt and not any(indexed for _, _, indexed in rebuilt)
+    assert fetch(dsn, state, (outside,)) == others
+    fab.store.exact_search_max = 0  # every tenant recalls through HNSW
+    hits = fab.scope("t1", "u1", "th").recall("Maria Lopez Porto").hits
+    assert any(h.content == "Maria Lopez moved to Porto" for h in hits)
+
+
 class Pause:
     """A rebuild's progress sink that stops the rebuild inside its transaction (after
     the partition's rows are deleted, before any is loaded) until :meth:`release`."""

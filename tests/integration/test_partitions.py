@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 from pydantic import ValidationError
 
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.postgres import wire
 from memfabric.adapters.postgres.vectors import VectorTypes
 from memfabric.domain.errors import PartitionsMismatchError
-from memfabric.projections import partitions, tables
+from memfabric.domain.scope import Scope
+from memfabric.projections import note_versions, partitions, recall_index, recall_partition, tables
 from memfabric.projections.ledger import THREADS
 from tests.conftest import event_count, fetch
 from tests.contract.behaviours import Backend, FabricContract
@@ -177,6 +181,33 @@ def test_a_write_and_a_recall_of_one_tenant_touch_one_partition(pfabric: Fabric,
         [t[:80] for t, _ in explained]
     deletes = [(text, found) for text, found in explained if f"DELETE FROM \"{tables.RECALL_INDEX}\"" in text]  # noqa: S608 - a constant
     assert deletes and all(len(found[tables.RECALL_INDEX]) == 1 for _, found in deletes), deletes
+
+
+def test_a_recall_names_the_tenants_partition_and_keeps_a_generic_plan(pfabric: Fabric, dsn: str) -> None:
+    """The recall statement names the tenant's partition of the recall index and the link
+    graph (``recall_partition``), so PostgreSQL keeps its generic plan as it does on the
+    plain layout: over the parents a generic plan is costed over every partition and was
+    never chosen (0 generic plans; each recall planned afresh)."""
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        VectorTypes().ensure(conn)
+        cur = conn.cursor()
+        remainder = partitions.of_tenant(cur, "t3", tables.RECALL_INDEX)
+        assert recall_partition.of_tenant(cur, "t3") == remainder
+        assert recall_partition.of_tenant(note_versions.RecordedCursor(cur, datetime.now(UTC)), "t3") is None
+        row = cur.execute("SELECT embedding FROM mf_recall_index WHERE tenant_id = 't3' LIMIT 1").fetchone()
+        assert row is not None
+        for _ in range(12):
+            found = recall_index.select_candidates(
+                cur, Scope(tenant_id="t3", resource_id="u1"), embedding=np.asarray(row["embedding"].to_numpy()),
+                query="runbook wiki", kinds=["fact"], as_of=datetime.now(UTC), limit=10, require_consent=False,
+                expand=5, exact=True)
+            assert [c.fields["content"] for c in found] == ["tenant t3 keeps its runbook in the wiki"]
+        plans = cur.execute("SELECT statement, generic_plans FROM pg_prepared_statements"
+                            " WHERE statement LIKE '%% vr AS (%%'").fetchall()
+    assert len(plans) == 1 and plans[0]["generic_plans"] >= 1, plans
+    assert f'"{tables.RECALL_INDEX}_p{remainder}"' in plans[0]["statement"]
+    assert f'"{tables.LINK_GRAPH}_p{remainder}"' in plans[0]["statement"]
+    assert f'"{tables.RECALL_INDEX}" ' not in plans[0]["statement"]
 
 
 def test_the_same_recall_on_a_plain_fabric_scans_the_whole_table(fabric: Fabric, dsn: str,
