@@ -15,8 +15,9 @@ How it runs:
   of them since makes the append fail (``ConflictError``), and the batch is decided
   again on a replay inside its unit of work (a write that landed meanwhile is
   honoured; a store whose log checks no versions replays there always): ``Expired``
-  events, ``Forgotten`` tombstones with cause ``retention`` (keys destroyed, as by
-  ``forget``), nothing for held and floor-kept notes; with decay configured
+  events, ``Forgotten`` tombstones with cause ``retention`` that carry the note's class
+  and the sweep's ``now`` and expire it too (one event per erased note; keys destroyed,
+  as by ``forget``), nothing for held and floor-kept notes; with decay configured
   (:class:`~memfabric.domain.retention.Decay`), ``ImportanceDecayed`` for idle notes;
 - the sweep's progress (cursor and counts so far) is an event of a ``Sweep`` aggregate
   (id: the tenant filter and ``now``) committed in the batch's own transaction, so a
@@ -377,16 +378,15 @@ def _apply(uow: UnitOfWork, notes: list[Note], windows: rules.Windows, now: date
         if outcome not in ("expired", "forgotten"):
             continue
         changed += 1
-        if rules.expired_at(note) is None:
-            reason = "retention" if rules.window_closed(note, windows, now) else "interval"
-            note.expire(reason=reason, at=now)
-        if outcome == "forgotten":
+        if outcome == "forgotten":  # its tombstone records its expiry (one event)
             doomed.append(note)
-        else:
-            uow.add(note)
+            continue
+        reason = "retention" if rules.window_closed(note, windows, now) else "interval"
+        note.expire(reason=reason, at=now)
+        uow.add(note)
     if doomed:
         tombstone(uow, doomed, hold=False, requested_by=REQUESTED_BY,
-                  cause=KEY_FAULT if unreadable else "retention", unreadable=unreadable)
+                  cause=KEY_FAULT if unreadable else "retention", unreadable=unreadable, swept_at=now)
     return changed
 
 
