@@ -56,8 +56,10 @@ _SWEEP_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/sweep")
 REQUESTED_BY = rules.SWEEP_REQUESTED_BY
 """``requested_by`` of the tombstones a sweep writes (their cause is ``retention``)."""
 
-BATCH_SIZE = 200
-"""Default notes per batch (one unit of work each)."""
+BATCH_SIZE = 500
+"""Default notes per batch (one unit of work each). 500 due notes of 20,000 per batch
+erased 1,339/s against 1,097/s with 200 (``scripts/bench_sweep.py``, Dec 3 2026); a
+batch holds only its own tenant's scope locks, for about a third of a second."""
 
 
 def sweep_uuid(tenant_id: str | None, now: datetime) -> UUID:
@@ -327,7 +329,8 @@ def _write(run: _Run, tenant_id: str, windows: rules.Windows, refs: list[DueRef]
     replay them in it (:func:`~memfabric.domain.lifecycle.load_for_erasure`)."""
     counts = rules.empty_counts()
     locks = [] if run.dry_run else sorted(
-        {lock for ref in refs for lock in write_locks(ref.scope, "tenant")}, key=lambda s: s.key)
+        {lock for scope in {ref.scope for ref in refs} for lock in write_locks(scope, "tenant")},
+        key=lambda s: s.key)
     store = run.deps.retention_store
     assert store is not None
     with run.deps.unit_of_work(locks) as uow:
