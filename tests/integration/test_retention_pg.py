@@ -224,3 +224,25 @@ def test_no_lock_is_held_across_batches_nor_against_other_tenants(dsn: str) -> N
         assert len(between) == 3 and len(during) == 3
         assert all(not same.get(i).forgotten for i in between)
         assert all(elsewhere.get(i) is not None for i in during)
+
+
+def test_a_page_replay_reads_tombstones_off_the_events_it_fetched(dsn: str) -> None:
+    """The read-ahead replay (``replay_page``: events, then keys) tells a shredded key
+    from a key fault by the tombstones among the events it fetched: a working block
+    forgotten (its key destroyed) and written again (a fresh key) replays on the page
+    with its new content, not as a fault (``None``), and the sweep erases it."""
+    now = datetime.now(timezone.utc) + timedelta(days=1)
+    with open_fabric(dsn, retention=RETENTION) as fabric:
+        notes = fabric.scope("acme", "u1")
+        notes.remember(kind="working", block="scratch", content="Quibblestone first draft")
+        notes.forget(block="scratch")
+        again = notes.remember(kind="working", block="scratch", content="second draft of the plan")
+        fabric.service.set_retention(notes.scope, again.id, "ephemeral", requested_by="t")
+        store = fabric.service.retention_store
+        assert store is not None
+        aid = note_uuid(notes.scope, again.id)
+        page = store.replay("acme", [aid])
+        assert page is not None and [n.content for n in page] == ["second draft of the plan"]
+        result = fabric.sweep(now)
+        assert result.totals["forgotten"] == 1 and notes.get(again.id).forgotten
+        assert [h.type for h in notes.history(again.id)][-1] == "Forgotten"
