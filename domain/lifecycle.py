@@ -102,12 +102,14 @@ def load_for_erasure(uow: UnitOfWork, aggregate_ids: Sequence[UUID],
 
 def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_by: str,
               cause: str, unreadable: bool = False, guard: Guard | None = None,
-              approval: str | None = None) -> _Tally:
+              approval: str | None = None, swept_at: datetime | None = None) -> _Tally:
     """Give every live note of ``notes`` its ``Forgotten`` tombstone (reason
     ``legal_hold`` with ``hold``) in ``uow``, shredding the keys of the tombstoned (not
     held) ones. Forgotten notes are skipped; held notes stay as they are; with a
     ``guard`` (issue 30) a note it names a floor for is kept (``tally.floor``);
-    ``approval`` is recorded in the tombstones."""
+    ``approval`` is recorded in the tombstones; ``swept_at``: the ``now`` of the
+    retention sweep erasing them, recorded with each note's class (the tombstone then
+    stands for the note's expiry too: one event per erased note)."""
     tally = _Tally()
     in_flight = {note.id: note for note in notes}
     for note in notes:
@@ -124,7 +126,8 @@ def tombstone(uow: UnitOfWork, notes: Sequence[Note], *, hold: bool, requested_b
             links.withdraw_contributions(uow, note, in_flight)
         digest = uow.content_hmac(note.content) if note.content is not None and not unreadable else None
         note.forget(content_hmac=digest, reason="legal_hold" if hold else "forgotten",
-                    requested_by=requested_by, cause=cause, approval=None if hold else approval)
+                    requested_by=requested_by, cause=cause, approval=None if hold else approval,
+                    retention=None if swept_at is None else retention.class_of(note), at=swept_at)
         uow.add(note)
         (tally.held if hold else tally.deleted).append(note.note_id)
     return tally

@@ -270,6 +270,11 @@ class Note(Aggregate):
         approval: str | None = None
         """Issue 30: the approval reference of a legal erasure before a regulated floor
         (absent in older logs)."""
+        retention: str | None = None
+        at: datetime | None = None
+        """Issue 30: the class and ``now`` of the retention sweep that erased the note (the
+        tombstone also expires it at ``at``, unless expired already; older sweeps wrote an
+        ``Expired`` event first). ``None``: another erasure, or an older log."""
 
         def keeps_keys(self) -> bool:
             """A legal hold keeps the content and its keys."""
@@ -281,6 +286,8 @@ class Note(Aggregate):
                 note.held = True
             else:
                 state.erase(note, self)
+            if self.at is not None and getattr(note, "expired_at", None) is None:
+                state.expire(note, self.at)
 
     class HoldReleased(Aggregate.Event):
         """A legal hold was lifted: the note is live again (recalled, listed, a fold
@@ -323,9 +330,7 @@ class Note(Aggregate):
         cause: str = "sweep"
 
         def apply(self, note: Note) -> None:
-            note.expired_at = self.at
-            if note.kind != "working" and (note.valid_to is None or self.at < note.valid_to):
-                note.valid_to = self.at
+            state.expire(note, self.at)
             note.updated_at = self.timestamp
 
     class ImportanceDecayed(Aggregate.Event):
@@ -523,8 +528,9 @@ class Note(Aggregate):
 
     def forget(
         self, *, content_hmac: str | None, reason: str, requested_by: str, cause: str = "caller",
-        approval: str | None = None,
+        approval: str | None = None, retention: str | None = None, at: datetime | None = None,
     ) -> None:
+        """``Forgotten`` (``retention``, ``at``: a retention sweep's class and ``now``)."""
         self._check_live()
         self.trigger_event(
             self.Forgotten,
@@ -541,7 +547,7 @@ class Note(Aggregate):
             reason=reason,
             requested_by=requested_by,
             cause=cause,
-            approval=approval,
+            approval=approval, retention=retention, at=at,
         )
 
     def reembed(self, *, embedding: bytes, embedder_id: str, dim: int, cause: str = "reembed") -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from memfabric.domain.note import Note
 
 _VISIBILITY_ORDER = {"thread": 0, "resource": 1, "tenant": 2}
@@ -147,6 +149,15 @@ def withdraw(note: Note, e: Note.Withdrawn) -> None:
         if patch.get("context") is not None and note.context == patch["context"]:
             note.context = None
     note.updated_at = e.timestamp
+
+
+def expire(note: Note, at: datetime) -> None:
+    """The note expired at ``at`` (``Note.Expired``, or a retention sweep's tombstone):
+    no longer current from ``at`` on, its validity window (not a working block's) closed
+    there when it ran later."""
+    note.expired_at = at
+    if note.kind != "working" and (note.valid_to is None or at < note.valid_to):
+        note.valid_to = at
 
 
 def erase(note: Note, e: Note.Forgotten) -> None:

@@ -53,7 +53,8 @@ SWEEP_REQUESTED_BY = "retention-sweep"
 
 OUTCOMES: tuple[str, ...] = ("expired", "forgotten", "skipped_held", "skipped_floor", "decayed")
 """What a sweep did with a due note: ``expired`` (a ``Note.Expired`` event only),
-``forgotten`` (``Expired`` and a ``Forgotten`` tombstone, key destroyed),
+``forgotten`` (a ``Forgotten`` tombstone carrying the class and the sweep's ``now``, which
+also expires the note; key destroyed),
 ``skipped_held`` (under legal hold: untouched), ``skipped_floor`` (its regulated floor
 has not passed: untouched), ``decayed`` (an ``ImportanceDecayed`` event: its importance
 lowered, see :class:`Decay`; only with decay configured)."""

@@ -27,6 +27,7 @@ from memfabric.adapters.cli.fabric import (
 from memfabric.adapters.cli.replica import ReplicaOpt, topology_table
 from memfabric.adapters.serialize import jsonable
 from memfabric.domain.errors import FabricError
+from memfabric.domain.sweep import BATCH_SIZE
 from memfabric.projections import tables
 
 
@@ -312,7 +313,7 @@ def sweep_command(
     tenant: TenantFilterOpt = None,
     limit: Annotated[int | None, typer.Option(metavar="N", min=1, help="Examine at most N due notes.")] = None,
     batch_size: Annotated[int, typer.Option(
-        "--batch-size", metavar="N", min=1, max=10000, help="Notes per transaction.")] = 200,
+        "--batch-size", metavar="N", min=1, max=10000, help="Notes per transaction.")] = BATCH_SIZE,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,

@@ -15,7 +15,11 @@ from uuid import UUID
 
 import psycopg
 
-from memfabric.adapters.postgres import NoteLog, select_notes
+from psycopg.rows import tuple_row
+
+from memfabric.adapters.crypto import BatchKeys, SealingMapper, select_keys, shredding_topics
+from memfabric.adapters.postgres import NoteLog
+from memfabric.adapters.postgres.replays import events_query, replay_rows
 from memfabric.adapters.postgres.uow import PostgresUnitOfWork
 from memfabric.domain.errors import EventIntegrityError
 from memfabric.domain.note import Note
@@ -96,14 +100,13 @@ class PostgresRetentionStore:
             return retention_index.select_due(cur, tenant_id, windows, now, after=after, limit=limit)
 
     def replay(self, tenant_id: str, aggregate_ids: Sequence[UUID]) -> list[Note] | None:
-        """The notes replayed on a pooled connection (events, then keys: see
-        ``select_notes``); ``None`` when one cannot be decoded (a key fault or changed
+        """The notes replayed on a pooled connection (:func:`replay_page`); ``None`` when one cannot be decoded (a key fault or changed
         bytes: the unit of work's replay tombstones it as unreadable or reports it)."""
         if not aggregate_ids:
             return []
         try:
-            with self.log.datastore.get_connection() as conn, conn.cursor() as cur:
-                return select_notes(cur, self.log.sealing_mapper, list(aggregate_ids), tenants=[tenant_id])
+            with self.log.datastore.get_connection() as conn:
+                return replay_page(conn, self.log.sealing_mapper, list(aggregate_ids), tenant_id)
         except EventIntegrityError:
             return None
 
@@ -124,6 +127,36 @@ class PostgresRetentionStore:
             self._uncompressed = may_uncompress(uow.conn)
         if self._uncompressed:
             uow.conn.execute(b"SET LOCAL wal_compression = off")
+
+
+def replay_page(conn: psycopg.Connection[Any], mapper: SealingMapper, ids: list[UUID],
+                tenant_id: str) -> list[Note]:
+    """The notes ``ids`` of tenant ``tenant_id`` replayed on ``conn`` in two statements:
+    their events, then their keys (so a note committed between the two has its keys).
+    Which notes have a tombstone (a missing key is then a shredding, not a fault) is read
+    off the events already fetched, where ``select_notes`` asks the server a third time;
+    a key missing otherwise is looked up again on ``conn`` with its tombstones (a note
+    forgotten between the two statements, a key of another note). Raises
+    ``EventIntegrityError`` as the replay does."""
+    query, params = events_query(ids, [tenant_id])
+    rows = conn.cursor(row_factory=tuple_row).execute(query, params).fetchall()
+    keys = BatchKeys()
+    keys.load(conn, [])  # nothing asked yet: a missing key is looked up on conn
+    keys.keys = select_keys(conn, ids)
+    keys.forgotten = tombstone_versions(rows)
+    return replay_rows(rows, mapper.bound(keys), ids)
+
+
+def tombstone_versions(rows: Sequence[Sequence[Any]]) -> dict[UUID, int]:
+    """Per aggregate of the event ``rows`` ``(id, version, topic, state)``, the version of
+    its latest event of :func:`~memfabric.adapters.crypto.shredding_topics` (what
+    ``forgotten_versions`` reads from the log)."""
+    topics = set(shredding_topics())
+    found: dict[UUID, int] = {}
+    for oid, version, topic, _ in rows:
+        if topic in topics and version > found.get(oid, 0):
+            found[oid] = int(version)
+    return found
 
 
 def may_uncompress(conn: psycopg.Connection[Any]) -> bool:

@@ -184,6 +184,6 @@ def test_sweep_dry_run_then_sweep_json_and_table(dsn: str) -> None:
     assert bad.exit_code == 2 and "time zone" in bad.stderr
     log = run(dsn, "log", "--json")  # the sweep's progress events decode like any other
     assert log.exit_code == 0, log.stderr
-    assert "Sweep.BatchSwept" in log.stdout and "Note.Expired" in log.stdout
+    assert "Sweep.BatchSwept" in log.stdout and "Note.Forgotten" in log.stdout
     audit = run(dsn, "audit", "verify")
     assert audit.exit_code == 0, audit.stdout + audit.stderr

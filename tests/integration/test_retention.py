@@ -15,8 +15,10 @@ from memfabric.adapters import open_fabric
 from memfabric.adapters.memory import open_memory_fabric
 from memfabric.domain import retention as rules
 from memfabric.domain.errors import RetentionError, RetentionFloorError, SupersessionError
-from memfabric.domain.note import Note
+from memfabric.domain.lifecycle import load_for_erasure, tombstone
+from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
+from memfabric.domain.visibility import write_locks
 from tests.conftest import fetch
 
 T0 = datetime.now(timezone.utc)
@@ -106,9 +108,11 @@ def test_every_class_and_outcome_with_exact_counts(make: Open) -> None:
     assert c["durable"] == {"expired": 1, "forgotten": 0, "skipped_held": 0, "skipped_floor": 0, "decayed": 0}
     assert sum(r.totals.values()) == 4 and r.changed == 2 and r.complete
     assert notes.get(eph.id).forgotten and notes.get(eph.id).content is None
-    assert types(notes, eph.id)[-2:] == ["Expired", "Forgotten"]
+    assert types(notes, eph.id) == ["Remembered", "Forgotten"]  # one event: the tombstone expires it too
     tomb = notes.history(eph.id)[-1].fields
     assert tomb["cause"] == "retention" and tomb["requested_by"] == "retention-sweep"
+    assert tomb["retention"] == "ephemeral" and tomb["at"] == at(1)
+    assert notes.get(eph.id).expired_at == at(1)
     expired = notes.get(window.id)
     assert expired.expired_at == at(1) and not expired.forgotten
     assert notes.history(window.id)[-1].fields["reason"] == "interval"
@@ -145,6 +149,39 @@ def test_a_second_sweep_at_the_same_now_changes_nothing(make: Open) -> None:
     later = fabric.sweep(at(1) + timedelta(seconds=1))  # a new sweep finds nothing to change
     assert later.changed == 0 and sum(later.totals.values()) == 0 and later.batches == 0
     assert event_total(fabric) == events  # and, finding nothing due, writes nothing
+
+
+def old_sweep_erasure(fabric: Any, scope: Scope, note_id: str, now: datetime) -> None:
+    """Erase a note the way sweeps before the one-event tombstone did: an ``Expired``
+    event (reason ``retention``) then a ``Forgotten`` tombstone without class or ``now``,
+    in one unit of work (the events an older log holds)."""
+    deps = fabric.service.deps
+    with deps.unit_of_work(sorted(write_locks(scope, "tenant"), key=lambda s: s.key)) as uow:
+        readable, _, _ = load_for_erasure(uow, [note_uuid(scope, note_id)])
+        note = readable[0]
+        note.expire(reason="retention", at=now)
+        tombstone(uow, [note], hold=False, requested_by=rules.SWEEP_REQUESTED_BY, cause="retention")
+        uow.commit()
+    deps.store.await_position(uow.position)
+
+
+def test_an_older_log_with_expired_and_forgotten_pairs_still_replays(make: Open) -> None:
+    fabric = make(retention=RETENTION)
+    notes = fabric.scope("acme", "u1")
+    old = notes.remember(kind="fact", content="an old passing note on kites", retention="ephemeral")
+    new = notes.remember(kind="fact", content="a new passing note on kites", retention="ephemeral")
+    old_sweep_erasure(fabric, notes.scope, old.id, at(1))
+    assert types(notes, old.id) == ["Remembered", "Expired", "Forgotten"]
+    tomb = notes.history(old.id)[-1].fields
+    assert tomb.get("retention") is None and tomb.get("at") is None  # the older shape
+    r = fabric.sweep(at(1))  # the old pair is not due again; the new note gets one event
+    assert r.totals["forgotten"] == 1 and r.changed == 1
+    assert types(notes, new.id) == ["Remembered", "Forgotten"]
+    before, after = notes.get(old.id), notes.get(new.id)
+    assert before.forgotten and after.forgotten and before.content is None is after.content
+    assert before.expired_at == after.expired_at == at(1)  # both shapes read the same
+    assert before.valid_to == after.valid_to == at(1)
+    assert fabric.sweep(at(2)).changed == 0
 
 
 def test_limit_stops_and_the_next_call_resumes_with_exact_totals(make: Open) -> None:

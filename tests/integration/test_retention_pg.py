@@ -19,6 +19,7 @@ from memfabric.domain.note import note_uuid
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import fetch
 from tests.integration.test_privacy import dump_every_table
+from tests.integration.test_retention import old_sweep_erasure
 
 RETENTION = {"ephemeral": "1h", "durable": "30d"}
 
@@ -86,7 +87,9 @@ def test_projections_rebuild_identical_after_a_sweep(fabric: Fabric) -> None:
     notes.remember(kind="working", block="todo", content="check the ropes")
     reg = notes.remember(kind="fact", content="crew contract of frank", retention="regulated")
     notes.set_retention(reg.id, "ephemeral")
-    fabric.sweep(datetime.now(timezone.utc) + timedelta(days=2))
+    older = notes.remember(kind="fact", content="an older log's passing note", retention="ephemeral")
+    old_sweep_erasure(fabric, notes.scope, older.id, datetime.now(timezone.utc) + timedelta(days=1))
+    fabric.sweep(datetime.now(timezone.utc) + timedelta(days=2))  # one-event tombstones beside the old pair
     admin = ProjectionAdmin.for_fabric(fabric)
     reports = admin.verify()
     assert any(r.table == "mf_retention" for r in reports)
@@ -114,7 +117,7 @@ def test_raw_dump_after_a_retention_erasure_holds_none_of_the_content(dsn: str) 
             assert needle not in blob and needle.lower() not in blob.lower()
         assert not fetch(dsn, "SELECT 1 FROM mf_note_keys WHERE originator_id = %s",
                          (note_uuid(notes.scope, n.id),))
-        assert [h.type for h in notes.history(n.id)] == ["Remembered", "Expired", "Forgotten"]
+        assert [h.type for h in notes.history(n.id)] == ["Remembered", "Forgotten"]
 
 
 def test_the_demo_shows_one_sweep(dsn: str) -> None:
@@ -221,3 +224,25 @@ def test_no_lock_is_held_across_batches_nor_against_other_tenants(dsn: str) -> N
         assert len(between) == 3 and len(during) == 3
         assert all(not same.get(i).forgotten for i in between)
         assert all(elsewhere.get(i) is not None for i in during)
+
+
+def test_a_page_replay_reads_tombstones_off_the_events_it_fetched(dsn: str) -> None:
+    """The read-ahead replay (``replay_page``: events, then keys) tells a shredded key
+    from a key fault by the tombstones among the events it fetched: a working block
+    forgotten (its key destroyed) and written again (a fresh key) replays on the page
+    with its new content, not as a fault (``None``), and the sweep erases it."""
+    now = datetime.now(timezone.utc) + timedelta(days=1)
+    with open_fabric(dsn, retention=RETENTION) as fabric:
+        notes = fabric.scope("acme", "u1")
+        notes.remember(kind="working", block="scratch", content="Quibblestone first draft")
+        notes.forget(block="scratch")
+        again = notes.remember(kind="working", block="scratch", content="second draft of the plan")
+        fabric.service.set_retention(notes.scope, again.id, "ephemeral", requested_by="t")
+        store = fabric.service.retention_store
+        assert store is not None
+        aid = note_uuid(notes.scope, again.id)
+        page = store.replay("acme", [aid])
+        assert page is not None and [n.content for n in page] == ["second draft of the plan"]
+        result = fabric.sweep(now)
+        assert result.totals["forgotten"] == 1 and notes.get(again.id).forgotten
+        assert [h.type for h in notes.history(again.id)][-1] == "Forgotten"

@@ -76,3 +76,18 @@ def test_an_error_of_the_read_reaches_the_caller() -> None:
     next(walk)
     with pytest.raises(RuntimeError, match="the index is gone"):
         next(walk)
+
+
+def test_tombstone_versions_are_read_off_the_fetched_events() -> None:
+    """``replay_page`` tells a shredded key from a fault by the page's own events: the
+    latest version of a tombstone topic per note (a hold has that topic too, as in
+    ``forgotten_versions``); other topics never count."""
+    from memfabric.adapters.postgres.retention import tombstone_versions  # noqa: PLC0415
+    from memfabric.domain.note import Note  # noqa: PLC0415
+    from memfabric.domain.shredding import shredding_topics  # noqa: PLC0415
+    tomb = next(t for t in shredding_topics() if t.endswith("Note.Forgotten"))
+    other = Note.Remembered.__module__ + ":Note.Remembered"
+    a, b, c = UUID(int=1), UUID(int=2), UUID(int=3)
+    rows = [(a, 1, other, b""), (a, 2, tomb, b""), (a, 3, other, b""), (a, 4, tomb, b""),
+            (b, 1, other, b""), (c, 1, other, b""), (c, 2, tomb, b"")]
+    assert tombstone_versions(rows) == {a: 4, c: 2}
