@@ -48,18 +48,18 @@ def replay_entities(conn: Connection[Any], mapper: SealingMapper, ids: Sequence[
     rows = conn.cursor(row_factory=tuple_row).execute(_REPLAY, {"ids": list(ids)}, prepare=True).fetchall()
     tombstones = set(shredding_topics())
     vault = BatchKeys()
-    events = []
+    events: list[tuple[UUID, StoredEvent]] = []
     for oid, version, topic, state in rows:
         if topic is None:
             vault.keys[(oid, int(version))] = bytes(state)
             continue
-        events.append(StoredEvent(oid, version, topic, bytes(state)))
+        events.append((oid, StoredEvent(oid, version, topic, bytes(state))))
         if topic in tombstones:
             vault.forgotten[oid] = version  # rows come by version: the last one is the latest
     local = mapper.bound(vault)
     found: dict[UUID, Any] = {}
-    for stored in events:
-        found[stored.originator_id] = replay.step(local.to_domain_event(stored), found.get(stored.originator_id))
+    for oid, stored in events:
+        found[oid] = replay.step(local.to_domain_event(stored), found.get(oid))
     return [e for e in (found.get(i) for i in ids) if isinstance(e, Entity)]
 
 
