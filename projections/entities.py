@@ -288,21 +288,22 @@ _VISIBLE_E = ("e.tenant_id = %(t)s AND ((e.resource_id = %(r)s AND e.thread_id =
 def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequence[tuple[str, int]],
                 type_: str | None) -> list[dict[str, Any]]:
     """Key rows of live entities visible from ``reader`` per ``(digest, n)``: at most
-    ``n`` rows of that digest (of ``type_`` when given), ``digest`` as the hex string it
-    was asked by. One statement: per digest an index-only scan of the primary key
-    ``(tenant_id, digest, ...)``, each row's visibility and type read from its entity's
-    ``mf_entities`` row (primary key), stopping at ``n`` visible rows."""
+    ``n`` rows of that digest (of ``type_`` when given), the first by aggregate id.
+    Rows ``{i, aggregate_id, entity_id, source, ntok}``, ``i`` the 1-based position of
+    the row's digest in ``digests`` (the caller maps it back: no digest travels back
+    or is parsed). One prepared statement: per digest an index-only scan of the
+    primary key ``(tenant_id, digest, ...)``, each row's visibility and type read from
+    its entity's ``mf_entities`` row (primary key), stopping at ``n`` visible rows."""
     t, r, th = reader
     only = " AND e.type = %(type)s" if type_ is not None else ""
-    rows = cur.execute(
-        "SELECT x.* FROM unnest(%(d)s::uuid[], %(n)s::int[]) AS q(digest, lim) CROSS JOIN LATERAL ("  # noqa: S608
-        f" SELECT k.aggregate_id, e.entity_id, k.digest, k.source, k.ntok FROM {KEYS} k"
+    return list(cur.execute(
+        "SELECT x.* FROM unnest(%(d)s::uuid[], %(n)s::int[]) WITH ORDINALITY AS q(digest, lim, i)"  # noqa: S608
+        f" CROSS JOIN LATERAL (SELECT q.i, k.aggregate_id, e.entity_id, k.source, k.ntok FROM {KEYS} k"
         f" JOIN {ENTITIES} e ON e.aggregate_id = k.aggregate_id"
         f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {_VISIBLE_E}{only}"
         " LIMIT q.lim) x",
         {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
-         "type": type_}, prepare=True).fetchall()
-    return [{**row, "digest": row["digest"].hex} for row in rows]
+         "type": type_}, prepare=True).fetchall())
 
 
 def select_owner(cur: Cursor[Any], grp: str, digest: str) -> str | None:

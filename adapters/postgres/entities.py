@@ -3,9 +3,8 @@
 
 A read inside a write runs on the unit of work's own connection (``uow.conn``: its
 transaction and locks; a write never takes a second connection); other reads take a
-pooled connection of the log. Entities are replayed by :func:`replay_entities`: the
-statements of :func:`memfabric.adapters.postgres.select_notes` (events, their data
-keys, their tombstones, in that order) sent in one round trip."""
+pooled connection of the log. Entities are replayed by :func:`replay_entities`: their
+events and data keys read by one statement."""
 
 from __future__ import annotations
 
@@ -28,34 +27,39 @@ from memfabric.domain.scope import Scope, stored_scope
 from memfabric.projections import entities as proj
 from memfabric.projections.tables import EVENTS
 
-_EVENTS = (f'SELECT originator_id, originator_version, topic, state FROM "{EVENTS}"'  # noqa: S608
-           " WHERE originator_id = ANY(%s) ORDER BY originator_id, originator_version")
-_KEYS = f"SELECT originator_id, gen, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%s)"  # noqa: S608
-_TOMBSTONES = (f'SELECT originator_id, max(originator_version) FROM "{EVENTS}"'  # noqa: S608
-               " WHERE originator_id = ANY(%s) AND topic = ANY(%s) GROUP BY originator_id")
+_REPLAY = (f'SELECT originator_id, originator_version, topic, state FROM "{EVENTS}"'  # noqa: S608
+           " WHERE originator_id = ANY(%(ids)s)"
+           f" UNION ALL SELECT originator_id, gen, NULL, key FROM {KEYS_TABLE} WHERE originator_id = ANY(%(ids)s)"
+           " ORDER BY 1, 2")
+"""The events of the entities ``%(ids)s`` (rows ``(id, version, topic, state)``) and their data
+keys (rows ``(id, gen, NULL, key)``), in one statement and so one snapshot."""
 
 
 def replay_entities(conn: Connection[Any], mapper: SealingMapper, ids: Sequence[UUID]) -> list[Entity]:
-    """The entities ``ids`` replayed from the log (absent ones skipped), in order: their
-    events, then their data keys, then their latest tombstones (each statement its own
-    snapshot, in that order, as ``select_notes`` reads them: an entity forgotten between
-    two of them reads erased), sent in one round trip (pipeline mode). An entity's events
-    are sealed under its own key only, so no other key is looked up."""
+    """The entities ``ids`` replayed from the log (absent ones skipped), in order.
+
+    One prepared statement (:data:`_REPLAY`, one round trip and one snapshot: an entity
+    forgotten concurrently reads either whole or erased) returns their events and data
+    keys; each entity's latest tombstone (an event of :func:`shredding_topics`, which
+    tells a destroyed key from a missing one) is read off its own events. An entity's
+    events are sealed under its own key only, so no other key is looked up."""
     if not ids:
         return []
-    with conn.pipeline():
-        events = conn.cursor(row_factory=tuple_row).execute(_EVENTS, (list(ids),), prepare=True)
-        keys = conn.cursor(row_factory=tuple_row).execute(_KEYS, (list(ids),), prepare=True)
-        tombs = conn.cursor(row_factory=tuple_row).execute(_TOMBSTONES, (list(ids), shredding_topics()),
-                                                           prepare=True)
+    rows = conn.cursor(row_factory=tuple_row).execute(_REPLAY, {"ids": list(ids)}, prepare=True).fetchall()
+    tombstones = set(shredding_topics())
     vault = BatchKeys()
-    vault.keys = {(oid, int(gen)): bytes(key) for oid, gen, key in keys.fetchall()}
-    vault.forgotten = {oid: int(v) for oid, v in tombs.fetchall()}
+    events: list[tuple[UUID, StoredEvent]] = []
+    for oid, version, topic, state in rows:
+        if topic is None:
+            vault.keys[(oid, int(version))] = bytes(state)
+            continue
+        events.append((oid, StoredEvent(oid, version, topic, bytes(state))))
+        if topic in tombstones:
+            vault.forgotten[oid] = version  # rows come by version: the last one is the latest
     local = mapper.bound(vault)
     found: dict[UUID, Any] = {}
-    for oid, version, topic, state in events.fetchall():
-        found[oid] = replay.step(local.to_domain_event(StoredEvent(oid, version, topic, bytes(state))),
-                                 found.get(oid))
+    for oid, stored in events:
+        found[oid] = replay.step(local.to_domain_event(stored), found.get(oid))
     return [e for e in (found.get(i) for i in ids) if isinstance(e, Entity)]
 
 
@@ -86,7 +90,7 @@ class PostgresEntityStore:
              uow: Any = None) -> list[KeyHit]:
         with self._cursor(uow) as cur:
             rows = proj.select_keys(cur, reader.sql(), digests, type_)
-        return [KeyHit(r["aggregate_id"], r["entity_id"], r["digest"], int(r["source"]), int(r["ntok"]))
+        return [KeyHit(r["aggregate_id"], r["entity_id"], digests[r["i"] - 1][0], r["source"], r["ntok"])
                 for r in rows]
 
     def owner(self, grp: str, digest: str, uow: Any = None) -> str | None:

@@ -1,0 +1,96 @@
+"""Issue 32: what one ``resolve`` costs on PostgreSQL, and that it ranks as the
+in-memory index does.
+
+Every tier (identifier, exact name, exact alias, normalised, fuzzy) is looked up by
+one statement on ``mf_entity_keys``, and only the few ranked candidates are replayed
+from the log, by one more statement: two statements (two round trips) for a
+resolution that finds something, one for one that finds nothing. The budget is what
+keeps resolution at 100,000 entities under 5 ms (``scripts/bench_entities.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from memfabric.adapters import open_fabric
+from memfabric.adapters.memory import open_memory_fabric
+from tests.entity_cases import WORLD, cases
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text of every statement psycopg cursors execute from here on."""
+    seen: list[str] = []
+    original = psycopg.Cursor.execute
+
+    def recording(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(query if isinstance(query, str) else query.as_string(self))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    return seen
+
+
+@pytest.fixture
+def notes(dsn: str) -> Iterator[Any]:
+    with open_fabric(dsn) as fabric:
+        scope = fabric.scope("acme", "user-1", "thread-1")
+        scope.entities.upsert("Maria Lopez", type="person", identifiers=[("email", "maria@acme.example")])
+        scope.entities.upsert("Maria Lopes", type="person")      # a typo away
+        scope.entities.upsert("Mario Lopez", type="person")      # a typo away
+        scope.entities.upsert("Lopez Maria Ines", type="person")  # shares both tokens
+        yield scope
+
+
+def _kinds(seen: list[str]) -> list[str]:
+    """Each statement as ``keys`` (the entity index), ``replay`` (events and data keys) or itself."""
+    return ["keys" if "mf_entity_keys" in s else "replay" if "memfabric_events" in s and "mf_note_keys" in s
+            else s for s in seen]
+
+
+def test_an_exact_match_is_one_lookup_and_one_replay(notes: Any, statements: list[str]) -> None:
+    found = notes.entities.resolve("Maria Lopez")
+    assert _kinds(statements) == ["keys", "replay"]
+    assert [(c.display_name, c.tier) for c in found[:1]] == [("Maria Lopez", "exact_name")]
+    # the fuzzy tiers came from the same lookup: the typos and the namesake are candidates
+    assert {c.display_name for c in found[1:]} == {"Maria Lopes", "Mario Lopez", "Lopez Maria Ines"}
+    assert {c.tier for c in found[1:]} == {"fuzzy"}
+
+
+def test_every_tier_is_one_lookup(notes: Any, statements: list[str]) -> None:
+    for surface, tier in (("maria@acme.example", "identifier"), ("Lopez, Maria", "normalised"),
+                          ("Maria Lopezz", "fuzzy")):
+        statements.clear()
+        found = notes.entities.resolve(surface)
+        assert found[0].tier == tier, surface
+        assert _kinds(statements) == ["keys", "replay"], surface
+
+
+def test_nothing_found_is_one_statement(notes: Any, statements: list[str]) -> None:
+    assert notes.entities.resolve("Quentin Zbigniewski") == []
+    assert _kinds(statements) == ["keys"]
+
+
+def _ranked(scope: Any, surface: str, identifiers: Any) -> list[tuple[str, float, str | None]]:
+    found = scope.entities.resolve(surface, limit=50)
+    picked = scope.entities.match(surface, identifiers=identifiers)
+    return sorted((c.tier, c.score, c.display_name) for c in found) + [("match", 0.0, picked and picked.display_name)]
+
+
+def test_postgres_ranks_the_case_set_as_the_memory_index_does(dsn: str) -> None:
+    """Every case of ``tests/entity_cases.py`` gets the same candidates (tier, score,
+    name) and the same auto-resolution on both backends (entity ids are random, so
+    they are compared by name)."""
+    with open_fabric(dsn) as fabric:
+        scopes = [open_memory_fabric().scope("t", "r", "th"), fabric.scope("t", "r", "th")]
+        for scope in scopes:
+            for e in WORLD:
+                scope.entities.upsert(e["name"], type=e["type"], identifiers=e["ids"])
+                for alias in e["aliases"]:
+                    scope.entities.upsert(alias, identifiers=e["ids"][:1])
+        differ = [surface for surface, identifiers, _ in cases()
+                  if _ranked(scopes[0], surface, identifiers) != _ranked(scopes[1], surface, identifiers)]
+    assert differ == []
