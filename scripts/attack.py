@@ -45,6 +45,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,35 +136,59 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _put(results: dict[str, dict[str, Any]], name: str, run: Callable[[], dict[str, Any]]) -> None:
+    """Run one scenario, keep its figures in ``results[name]`` and print its line (with
+    its own duration) at once."""
+    started = time.perf_counter()
+    results[name] = run()
+    _line(name, results[name], time.perf_counter() - started)
+
+
 def _basic(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
     with common.scratch_database(args.dsn, "mf_attack") as dsn:
-        results["same-fact racers"] = _attacks.concurrent_same_fact(dsn, rounds=args.rounds)
+        _put(results, "same-fact racers", lambda: _attacks.concurrent_same_fact(dsn, rounds=args.rounds))
     with common.scratch_database(args.dsn, "mf_attack") as dsn, tempfile.TemporaryDirectory() as tmp:
-        results["kill -9 of a writer"] = {**_attacks.kill_writer(dsn, tmp, runs=args.kills), "kills": args.kills}
+        _put(results, "kill -9 of a writer",
+             lambda: {**_attacks.kill_writer(dsn, tmp, runs=args.kills), "kills": args.kills})
     with common.scratch_database(args.dsn, "mf_attack") as dsn:
-        results["erasure raw dump"] = _attacks.erasure_dump(dsn, notes_n=args.erase)
+        _put(results, "erasure raw dump", lambda: _attacks.erasure_dump(dsn, notes_n=args.erase))
     with common.scratch_database(args.dsn, "mf_attack") as dsn:
-        missed = [name for name in TAMPERS if not tamper_once(dsn, name)]
-        results["tampering"] = {"attempts": len(TAMPERS), "failures": len(missed), "leaks": 0, "lost": 0}
+        def tampering() -> dict[str, Any]:
+            missed = [name for name in TAMPERS if not tamper_once(dsn, name)]
+            return {"attempts": len(TAMPERS), "failures": len(missed), "leaks": 0, "lost": 0}
+        _put(results, "tampering", tampering)
 
 
 def _kill_kinds(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
     with common.scratch_database(args.dsn, "mf_attack") as dsn, tempfile.TemporaryDirectory() as tmp:
         for kind in _kills.KINDS:
-            results[f"kill -9 of {kind}"] = _kills.kill_kind(
-                dsn, tmp, kind, getattr(args, f"kill_{kind}"), seconds=args.kill_seconds)
+            _put(results, f"kill -9 of {kind}", lambda kind=kind: _kills.kill_kind(
+                dsn, tmp, kind, getattr(args, f"kill_{kind}"), seconds=args.kill_seconds))
 
 
-def _print(results: dict[str, dict[str, Any]], seconds: float) -> dict[str, int]:
+def _isolation_reads(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    with common.scratch_database(args.dsn, "mf_attack") as dsn:
+        _put(results, "isolation reads", lambda: _isolation.isolation_reads(dsn, reads=args.reads))
+
+
+def _soak_run(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+    with common.scratch_database(args.dsn, "mf_attack") as dsn:
+        _put(results, "soak", lambda: _soak.soak(dsn, seconds=args.soak_seconds, threads=args.soak_threads,
+                                                 procs=args.soak_procs))
+
+
+def _line(name: str, r: dict[str, Any], seconds: float | None = None) -> None:
+    """One scenario's line (and its errors, if any), flushed at once."""
+    extra = "".join(f"  {k} {r[k]}" for k in ("kills", "cross_tenant", "typed") if k in r)
+    print(f"{name:22s} attempts {r['attempts']:6d}  failures {r['failures']}  leaks {r['leaks']}"
+          f"  lost {r['lost']}{extra}" + (f"  ({seconds:.0f} s)" if seconds is not None else ""), flush=True)
+    if r.get("errors"):
+        print(f"{'':22s} errors: {r['errors']}", flush=True)
+
+
+def _total(results: dict[str, dict[str, Any]]) -> dict[str, int]:
     keys = ("attempts", "failures", "leaks", "lost", "kills")
-    total = {k: sum(int(r.get(k, 0)) for r in results.values()) for k in keys}
-    for name, r in [*results.items(), ("total", total)]:
-        extra = "".join(f"  {k} {r[k]}" for k in ("kills", "cross_tenant", "typed") if k in r)
-        print(f"{name:22s} attempts {r['attempts']:6d}  failures {r['failures']}  leaks {r['leaks']}"
-              f"  lost {r['lost']}{extra}" + (f"  ({seconds:.0f} s)" if name == "total" else ""))
-        if r.get("errors"):
-            print(f"{'':22s} errors: {r['errors']}")
-    return total
+    return {k: sum(int(r.get(k, 0)) for r in results.values()) for k in keys}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,19 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--only: unknown {sorted(unknown)}; known: {sorted(SCENARIOS)}")
     results: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
-    if "basic" in groups:
-        _basic(args, results)
-    if "kills" in groups:
-        _kill_kinds(args, results)
-    if "isolation" in groups:
-        with common.scratch_database(args.dsn, "mf_attack") as dsn:
-            results["isolation reads"] = _isolation.isolation_reads(dsn, reads=args.reads)
-    if "soak" in groups:
-        with common.scratch_database(args.dsn, "mf_attack") as dsn:
-            results["soak"] = _soak.soak(dsn, seconds=args.soak_seconds, threads=args.soak_threads,
-                                         procs=args.soak_procs)
+    runs = {"basic": _basic, "kills": _kill_kinds, "isolation": _isolation_reads, "soak": _soak_run}
+    for group in SCENARIOS:
+        if group in groups:
+            runs[group](args, results)
     seconds = time.perf_counter() - started
-    total = _print(results, seconds)
+    total = _total(results)
+    _line("total", total, seconds)
     if args.out:
         Path(args.out).write_text(json.dumps({"scenarios": results, "total": total, "seconds": round(seconds)},
                                              indent=2))
