@@ -431,7 +431,8 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
     largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
     the candidates it is linked to and the edge weights; a list candidate carries in ``link_seeds``/``link_ws`` its edges to
-    the other list candidates (for the link term of :mod:`memfabric.domain.ranking`).
+    the other list candidates (for the link term of :mod:`memfabric.domain.ranking`); the
+    link CTEs are :mod:`memfabric.projections.recall_links`'.
 
     ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
     index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q`` over

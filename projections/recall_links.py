@@ -31,21 +31,17 @@ lists' conditions) are hashed subplans, never joins; and the link columns travel
 
 from __future__ import annotations
 
-_EDGES = (
-    " le AS (SELECT e.aggregate_id, e.seed, e.weight FROM c CROSS JOIN LATERAL ("
+EXPAND = (
+    # every edge of each list candidate ``seed`` (either direction) as (aggregate_id: the
+    # other end, seed, weight): two index probes per candidate, which stay probes with
+    # stale statistics (``= ANY(ARRAY(...))`` over all candidates became a sequential
+    # scan then, 7 ms on a 400-note scope)
+    ", le AS (SELECT e.aggregate_id, e.seed, e.weight FROM c CROSS JOIN LATERAL ("
     "SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight FROM {g} g"
     " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = c.aggregate_id"  # one partition
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
     " WHERE g.tenant_id = %(t)s AND g.to_aggregate_id = c.aggregate_id OFFSET 0) e),"
-)
-"""Every edge of each list candidate ``seed`` (either direction) as ``(aggregate_id``:
-the other end``, seed, weight)``: two index probes per candidate (a probe stays a probe
-with stale statistics; ``= ANY(ARRAY(...))`` over all candidates became a sequential
-scan then, 7 ms on a 400-note scope)."""
-
-EXPAND = (
-    "," + _EDGES
-    + " lk AS MATERIALIZED (SELECT l.aggregate_id, l.aggregate_id IN (SELECT aggregate_id FROM c) AS in_c,"
+    " lk AS MATERIALIZED (SELECT l.aggregate_id, l.aggregate_id IN (SELECT aggregate_id FROM c) AS in_c,"
     " max(l.weight)::float8 AS lw, array_agg(l.seed ORDER BY l.seed, l.weight) AS seeds,"
     " array_agg(l.weight::float8 ORDER BY l.seed, l.weight) AS ws FROM le l GROUP BY l.aggregate_id),"
     # the linked notes that pass the lists' conditions, read at once by their keys
