@@ -24,7 +24,7 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.policy import content_hash
-from memfabric.projections import base, partitions, principals, recall_partition, recall_tail, tables
+from memfabric.projections import base, partitions, principals, recall_links, recall_partition, recall_tail, tables
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
@@ -380,26 +380,6 @@ _EXACT_VECTOR_LIST = (
 _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"
 
 
-_EXPAND = (
-    # issue 15: 1-hop link expansion. Seeds = the union of both lists; a linked note
-    # (either direction) must pass every condition of the lists ({w}: scope, kinds,
-    # validity, consent and the caller's filters) and not be a seed.
-    ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight"
-    " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s"  # one partition
-    " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
-    " JOIN c ON g.to_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s),"
-    " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
-    " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
-    " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"  # a hashed subplan, whatever the estimates
-    " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
-    " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
-    # the edges between list candidates (both ends passed the lists' conditions)
-    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(l.seed ORDER BY l.seed) AS seeds,"
-    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
-    " WHERE l.aggregate_id IN (SELECT aggregate_id FROM c) GROUP BY l.aggregate_id),"
-    " ca AS (SELECT aggregate_id FROM c UNION ALL SELECT aggregate_id FROM lx)"
-)
-_NO_EXPAND = ", ca AS (SELECT aggregate_id FROM c)"
 _LINKS = (
     "SELECT g.from_aggregate_id AS aggregate_id, coalesce(jsonb_agg(jsonb_build_object("
     "'id', g.to_note_id, 'relation', g.relation, 'weight', g.weight)"
@@ -451,7 +431,8 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
     largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
     the candidates it is linked to and the edge weights; a list candidate carries in ``link_seeds``/``link_ws`` its edges to
-    the other list candidates (for the link term of :mod:`memfabric.domain.ranking`).
+    the other list candidates (for the link term of :mod:`memfabric.domain.ranking`); the
+    link CTEs are :mod:`memfabric.projections.recall_links`'.
 
     ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
     index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q`` over
@@ -468,21 +449,16 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     return sql.SQL(
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
         " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
-        " {link_w} AS link_w, {seeds} AS link_seeds, {ws} AS link_ws"
+        " ca.lw AS link_w, ca.seeds AS link_seeds, ca.ws AS link_ws"
         " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id AND i.tenant_id = %(t)s"  # one partition
         " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
-        " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}{lx_join}"
+        " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}"
     ).format(
         parts=sql.SQL(", ").join(parts), ret=sql.SQL(RETURNED), t=t,
-        expand=sql.SQL(_EXPAND if expand else _NO_EXPAND).format(t=t, w=w, g=g),
+        expand=sql.SQL(recall_links.EXPAND if expand else recall_links.NO_EXPAND).format(t=t, w=w, g=g),
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
         lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
         lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
-        lx_join=sql.SQL(" LEFT JOIN lx ON lx.aggregate_id = ca.aggregate_id"
-                        " LEFT JOIN lc ON lc.aggregate_id = ca.aggregate_id" if expand else ""),
-        link_w=sql.SQL("lx.lw" if expand else "NULL::float8"),
-        seeds=sql.SQL("coalesce(lx.seeds, lc.seeds)" if expand else "NULL::uuid[]"),
-        ws=sql.SQL("coalesce(lx.ws, lc.ws)" if expand else "NULL::float8[]"),
     ).as_bytes(None)
 
 

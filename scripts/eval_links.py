@@ -25,7 +25,12 @@ order); on each half the rule of :func:`choose` picks one setting of :data:`GRID
 fewer edges) and the other half reports it, off vs linker: both folds are printed.
 **Latency on the same notes**: each conversation is stored twice in one fabric, once
 with the linker attached and once without, and the two recalls of each question run
-back to back (p50 / p95 and the p50 ratio; goal ≤ 1.3×).
+back to back (p50 / p95 and the p50 ratio; goal ≤ 1.3×). **At scale** (``--scale N``,
+default 100,000; 0 skips it): the synthetic notes of ``scripts/bench_recall.py`` (10
+tenants, the queried one holds 10%) with the queried tenant's notes stored a second time
+in a tenant of their own, ``--scale-links`` edges per note written into the link graph of
+every tenant but that copy, the two recalls of each paraphrase query back to back as
+above: both ratios print in one run. ``--latency-only`` runs only the two latency parts.
 
 Reports frac@10 / any@10 / frac@25 per LoCoMo category (the goal: multi-hop,
 category 1, frac@10 +10% relative with the linker, no other category lower), link
@@ -219,6 +224,84 @@ def same_notes_latency(convs: Sequence[locomo.Conversation], args: argparse.Name
     return out
 
 
+def scale_latency(args: argparse.Namespace) -> dict[str, float]:
+    """Recall p50 / p95 (ms) at ``args.scale`` notes: the queried tenant's notes with
+    ``args.scale_links`` edges per note (``bench_recall.add_links``) vs the same notes
+    stored again in a tenant without links; ``args.scale_queries`` paraphrase queries,
+    ``top_k`` as the conversation part, the two recalls of a query back to back,
+    alternating which goes first, after 20 untimed queries."""
+    import psycopg  # noqa: PLC0415
+
+    import _bench_common as data  # noqa: PLC0415
+
+    ds = data.make_dataset(args.scale, n_queries=args.scale_queries + 20)
+    plain_tenant = data.tenant_name(data.QUERY_TENANT) + "-plain"
+    with data.scratch_database(args.dsn, "mf-eval-links") as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        lat = _scale_run(args, ds, dsn, plain_tenant)
+    return _latency_summary(lat) | {"notes": args.scale + ds.tenants.count(data.QUERY_TENANT)}
+
+
+def _scale_run(args: argparse.Namespace, ds: Any, dsn: str, plain_tenant: str) -> dict[str, list[float]]:
+    """Load, link and time :func:`scale_latency`'s recalls on the database ``dsn``."""
+    import bench_recall  # noqa: PLC0415
+    import psycopg  # noqa: PLC0415
+
+    import _bench_common as data  # noqa: PLC0415
+    from memfabric.adapters import HashEmbedder, open_fabric  # noqa: PLC0415
+
+    warmup = len(ds.queries) - args.scale_queries
+    with open_fabric(dsn, embedder=HashEmbedder(), consolidate=False) as fabric:
+        bench_recall.load(fabric, ds, 5000)
+        again = [ds.texts[r] for r, t in enumerate(ds.tenants) if t == data.QUERY_TENANT]
+        fabric.scope(plain_tenant).remember_many([{"kind": "fact", "content": c} for c in again])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            bench_recall.add_links(conn, args.scale_links)
+            conn.execute("DELETE FROM mf_link_graph WHERE tenant_id = %s", (plain_tenant,))
+            conn.execute("VACUUM ANALYZE mf_recall_index")
+            conn.execute("VACUUM ANALYZE mf_link_graph")
+        scopes = {"links": fabric.scope(data.tenant_name(data.QUERY_TENANT)), "plain": fabric.scope(plain_tenant)}
+        lat: dict[str, list[float]] = {"links": [], "plain": []}
+        for qi, query in enumerate(ds.queries):
+            for name in (("links", "plain") if qi % 2 == 0 else ("plain", "links")):
+                t0 = time.perf_counter()
+                scopes[name].recall(query, top_k=locomo.TOP_K)
+                if qi >= warmup:
+                    lat[name].append(time.perf_counter() - t0)
+    return lat
+
+
+def _latency_summary(lat: dict[str, list[float]]) -> dict[str, float]:
+    """``{links,plain}_{p50,p95}_ms``, ``ratio_p50`` (links / plain) and ``n`` of
+    ``lat`` (seconds per recall, keyed ``links`` / ``plain``)."""
+    q = {k: sorted(v) for k, v in lat.items()}
+    out = {f"{k}_p50_ms": 1000 * statistics.median(v) for k, v in q.items()}
+    out |= {f"{k}_p95_ms": 1000 * v[int(0.95 * (len(v) - 1))] for k, v in q.items()}
+    out["ratio_p50"] = out["links_p50_ms"] / out["plain_p50_ms"]
+    out["n"] = len(q["links"])
+    return out
+
+
+def print_latency(label: str, same: dict[str, float]) -> None:
+    print(f"recall with vs without links, {label} (interleaved, n={same['n']}):"
+          f" p50 {same['links_p50_ms']:.2f} vs {same['plain_p50_ms']:.2f} ms ({same['ratio_p50']:.2f}x, goal <= 1.3x),"
+          f" p95 {same['links_p95_ms']:.2f} vs {same['plain_p95_ms']:.2f} ms")
+
+
+def latency_only(convs: Sequence[locomo.Conversation], args: argparse.Namespace,
+                 linker: dict[str, Any], embedder: str) -> dict[str, Any]:
+    """The two latency parts alone: the same notes with vs without links on the
+    conversations, then at ``args.scale`` notes (skipped when 0)."""
+    with common.scratch_dir(None) as data_dir:
+        same = same_notes_latency(convs, args, embedder, data_dir, linker)
+        print_latency(f"same conversation notes ({embedder})", same)
+        scale = scale_latency(args) if args.scale else {}
+    if scale:
+        print_latency(f"{scale['notes']} notes, {args.scale_links} edges per note (hash)", scale)
+    return {"same_notes_latency": same, "scale_latency": scale}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=common.default_data_path("locomo-dev", "locomo-dev.json"))
@@ -236,6 +319,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--link-weight", type=float, default=None, help="Scoring.link_weight (default the library's)")
     p.add_argument("--no-single", action="store_true", help="skip the single-write latency runs")
     p.add_argument("--no-cv", action="store_true", help="skip the two-fold cross-validation of the setting")
+    p.add_argument("--scale", type=int, default=100_000,
+                   help="notes of the at-scale latency part (default 100000; 0 skips it)")
+    p.add_argument("--scale-links", type=int, default=6, help="edges per note at scale (default 6)")
+    p.add_argument("--scale-queries", type=int, default=200, help="timed queries at scale (default 200)")
+    p.add_argument("--latency-only", action="store_true",
+                   help="only the latency parts (same conversation notes, then at --scale notes)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     stats = locomo.EvidenceStats()
@@ -247,7 +336,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedders = [e.strip() for e in args.embedder.split(",") if e.strip()]
     results: dict[str, Any] = {}
     for embedder in embedders:
-        results[embedder] = one_embedder(convs, args, linker, embedder)
+        if args.latency_only:
+            results[embedder] = latency_only(convs, args, linker, embedder)
+            args.scale = 0  # the synthetic part uses the hash embedder: once per run
+        else:
+            results[embedder] = one_embedder(convs, args, linker, embedder)
     common.write_json(args.out, {**results, "args": vars(args) | {"data": str(args.data)}})
     return 0
 
@@ -266,6 +359,8 @@ def one_embedder(convs: Sequence[locomo.Conversation], args: argparse.Namespace,
         folds = [] if args.no_cv or len(convs) < 2 else cross_validate(
             convs, args, embedder, data_dir, off["rankings"][True])
         same = same_notes_latency(convs, args, embedder, data_dir, linker)
+        scale = scale_latency(args) if args.scale else {}
+        args.scale = 0  # the synthetic part uses the hash embedder: once per run
     rows = []
     for cat in (*locomo.CATEGORIES, locomo.POOLED):
         b = off["scores"][True].get(cat, {})
@@ -287,13 +382,14 @@ def one_embedder(convs: Sequence[locomo.Conversation], args: argparse.Namespace,
         print(f"single remember after 200 notes, p50 ms: off {single['off']['p50_ms']:.2f},"
               f" linker+evolution attached {single['workers']['p50_ms']:.2f}"
               f" (mean {single['off']['mean_ms']:.2f} / {single['workers']['mean_ms']:.2f})")
-    print(f"recall on the same notes with vs without links (one fabric, interleaved, n={same['n']}):"
-          f" p50 {same['links_p50_ms']:.2f} vs {same['plain_p50_ms']:.2f} ms ({same['ratio_p50']:.2f}x, goal <= 1.3x),"
-          f" p95 {same['links_p95_ms']:.2f} vs {same['plain_p95_ms']:.2f} ms")
+    print_latency("same conversation notes (one fabric)", same)
+    if scale:
+        print_latency(f"{scale['notes']} notes, {args.scale_links} edges per note (hash)", scale)
     print_folds(folds, embedder)
     for part in (off, on):
         part.pop("rankings")
-    return {"off": off, "linker": on, "single_remember": single, "folds": folds, "same_notes_latency": same}
+    return {"off": off, "linker": on, "single_remember": single, "folds": folds, "same_notes_latency": same,
+            "scale_latency": scale}
 
 
 if __name__ == "__main__":

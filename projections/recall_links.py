@@ -1,0 +1,61 @@
+"""The link part of the recall statement (issue 15's 1-hop expansion, issue 29's cost).
+
+:data:`EXPAND` and :data:`NO_EXPAND` are CTE templates that
+:func:`memfabric.projections.recall_index.recall_statement` appends after its candidate
+CTE ``c`` (the union of the vector and full-text lists); both end in ``ca``, the rows
+the statement returns, with the columns ``aggregate_id``, ``lw`` (float8), ``seeds``
+(uuid[]) and ``ws`` (float8[]). Placeholders: ``{t}`` the recall index, ``{w}`` the
+lists' conditions (scope, kinds, validity, consent, the caller's filters), ``{g}`` the
+link graph; parameters ``%(t)s`` (tenant) and ``%(expand)s`` (how many linked notes).
+
+With expansion, ``ca`` holds
+
+* every list candidate, with ``seeds`` / ``ws`` its edges (either direction) to other
+  list candidates, sorted by the other end's id, then weight (``NULL`` without one), ``lw`` ``NULL``;
+* up to ``expand`` notes linked (either direction) to a list candidate, not list
+  candidates themselves, each passing every condition of the lists: the ``expand`` of
+  largest ``lw`` (the largest weight of such an edge; ties: the smaller id), with
+  ``seeds`` / ``ws`` the list candidates it is linked to and those edges' weights.
+
+The plan does not depend on the planner's row estimates (issue 29: right after a
+conversation is written its statistics are stale, and the joins of the former form,
+planned as nested loops over CTE scans, took 0.3-0.5 s per recall on a 400-note
+scope): the edges of each candidate are read by a probe per candidate on the link
+graph's primary key (outgoing) and its ``to_aggregate_id`` btree (incoming), through
+``LATERAL ... OFFSET 0`` (a subquery the planner cannot flatten into a join); every
+edge is grouped once (``lk``); membership of ``c`` and of the visible linked notes
+(``lv``: one read of the linked notes by their keys, ``= ANY(ARRAY(...))``, with the
+lists' conditions) are hashed subplans, never joins; and the link columns travel in
+``ca`` instead of two more joins in the final select.
+"""
+
+from __future__ import annotations
+
+EXPAND = (
+    # every edge of each list candidate ``seed`` (either direction) as (aggregate_id: the
+    # other end, seed, weight): two index probes per candidate, which stay probes with
+    # stale statistics (``= ANY(ARRAY(...))`` over all candidates became a sequential
+    # scan then, 7 ms on a 400-note scope)
+    ", le AS (SELECT e.aggregate_id, e.seed, e.weight FROM c CROSS JOIN LATERAL ("
+    "SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight FROM {g} g"
+    " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = c.aggregate_id"  # one partition
+    " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
+    " WHERE g.tenant_id = %(t)s AND g.to_aggregate_id = c.aggregate_id OFFSET 0) e),"
+    " lk AS MATERIALIZED (SELECT l.aggregate_id, l.aggregate_id IN (SELECT aggregate_id FROM c) AS in_c,"
+    " max(l.weight)::float8 AS lw, array_agg(l.seed ORDER BY l.seed, l.weight) AS seeds,"
+    " array_agg(l.weight::float8 ORDER BY l.seed, l.weight) AS ws FROM le l GROUP BY l.aggregate_id),"
+    # the linked notes that pass the lists' conditions, read at once by their keys
+    " lv AS MATERIALIZED (SELECT aggregate_id FROM {t}"
+    " WHERE aggregate_id = ANY(ARRAY(SELECT aggregate_id FROM lk WHERE NOT in_c)) AND {w}),"
+    " lx AS MATERIALIZED (SELECT aggregate_id, lw, seeds, ws FROM lk WHERE NOT in_c"
+    " AND (aggregate_id IN (SELECT aggregate_id FROM lv)) IS TRUE"  # a hashed subplan, not a join
+    " ORDER BY lw DESC, aggregate_id LIMIT %(expand)s),"
+    " ca AS (SELECT aggregate_id, NULL::float8 AS lw, seeds, ws FROM lk WHERE in_c"
+    " UNION ALL SELECT aggregate_id, NULL::float8, NULL::uuid[], NULL::float8[] FROM c"
+    " WHERE aggregate_id NOT IN (SELECT aggregate_id FROM lk WHERE in_c)"  # a hashed subplan
+    " UNION ALL SELECT aggregate_id, lw, seeds, ws FROM lx)"
+)
+"""The 1-hop expansion (see the module doc)."""
+
+NO_EXPAND = ", ca AS (SELECT aggregate_id, NULL::float8 AS lw, NULL::uuid[] AS seeds, NULL::float8[] AS ws FROM c)"
+"""No expansion: the list candidates, without link columns."""

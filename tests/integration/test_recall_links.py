@@ -1,0 +1,175 @@
+"""Issue 29: the link part of the recall statement (``projections/recall_links.py``).
+
+The shipped form must return exactly the rows of the plain join form it replaced
+(:data:`REFERENCE_EXPAND`, issue 15's text) and rank the same hits, with the table
+statistics stale (right after the writes, as a conversation is recalled once stored)
+and after ``ANALYZE``; and its plan must stay estimate-proof: the link graph read by
+index only, and no join filter (a nested loop comparing every pair of rows) in the link
+CTEs. Real PostgreSQL (fresh database per test)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from memfabric.adapters import Fabric, HashEmbedder, open_fabric
+from memfabric.adapters.postgres.vectors import VectorTypes
+from memfabric.domain.ports import NoteFilter
+from memfabric.domain.scope import Scope
+from memfabric.projections import recall_index, recall_links
+
+REFERENCE_EXPAND = (
+    # issue 15's form: every join left to the planner's estimates
+    ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight"
+    " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s"
+    " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
+    " JOIN c ON g.to_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s),"
+    " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
+    " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"
+    " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
+    " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
+    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(l.seed ORDER BY l.seed) AS seeds,"
+    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    " WHERE l.aggregate_id IN (SELECT aggregate_id FROM c) GROUP BY l.aggregate_id),"
+    " ca AS (SELECT c.aggregate_id, NULL::float8 AS lw, lc.seeds, lc.ws FROM c LEFT JOIN lc USING (aggregate_id)"
+    " UNION ALL SELECT aggregate_id, lw, seeds, ws FROM lx)"
+)
+
+TOPICS = ("cello", "orchestra", "tuesday", "berlin", "paris", "garden", "tomatoes", "marathon",
+          "training", "budget", "kiwi", "project")
+QUERIES = ("when does the orchestra rehearse", "what does Alice grow in her garden",
+           "marathon training plan", "project kiwi budget", "where did Alice move", "cello lessons")
+
+
+class _Session:
+    id = "s-29"
+
+
+@pytest.fixture
+def linked(dsn: str) -> Iterator[Fabric]:
+    """A scope of 400 notes (a conversation's size) written with the linker attached (shared rare terms, the
+    ``follows`` edge to the previous note): some are procedures (not recalled with
+    ``kinds=("fact",)``), some tagged, two forgotten after linking, and a note of another
+    resource whose content matches every query."""
+    with open_fabric(dsn, consolidate=False, embedder=HashEmbedder(),
+                     linker={"enabled": True, "top_k": 8, "by": "terms", "adjacent": 0.5}) as fab:
+        notes = fab.scope("acme", "u1")
+        att = notes.attach(_Session())
+        written = []
+        for i in range(400):
+            a, b = TOPICS[i % len(TOPICS)], TOPICS[(i * 5 + 3) % len(TOPICS)]
+            written.append(dict(
+                kind="procedure" if i % 7 == 0 else "fact", tags=["music"] if i % 3 == 0 else [],
+                content=f"Alice note {i}: the {a} and the {b} came up again (item {i % 11})"))
+        written = list(notes.remember_many(written))
+        att.detach()
+        for n in written[10:12]:
+            notes.forget(id=n.id)
+        fab.scope("acme", "u2").remember(kind="fact", content=" ".join(QUERIES))
+        yield fab
+
+
+def _candidates(conn: psycopg.Connection[Any], query: str, kinds: tuple[str, ...],
+                filters: NoteFilter | None, cursor: Any = None) -> list[tuple[Any, ...]]:
+    emb = _EMBEDDER.embed([query])[0]
+    out = recall_index.select_candidates(
+        cursor or conn.cursor(), Scope(tenant_id="acme", resource_id="u1"), embedding=emb, query=query,
+        kinds=kinds, as_of=datetime.now(timezone.utc), limit=40, require_consent=False, filters=filters,
+        expand=40)
+    return sorted((c.aggregate_id, c.link, c.link_from, c.similarity, c.lexical, c.vector_rank, c.lexical_rank)
+                  for c in out)
+
+
+def _with_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recall_links, "EXPAND", REFERENCE_EXPAND)
+    recall_index.recall_statement.cache_clear()
+
+
+def _shipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    recall_index.recall_statement.cache_clear()
+
+
+_EMBEDDER = HashEmbedder()
+CASES = [(("fact",), None), (("fact", "procedure"), None), (("fact", "procedure"), NoteFilter(tags=("music",)))]
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
+    VectorTypes().ensure(conn)
+    return conn
+
+
+@pytest.mark.parametrize("analyze", [False, True], ids=["stale-statistics", "analyzed"])
+def test_rows_and_hits_equal_the_join_form(linked: Fabric, dsn: str, monkeypatch: pytest.MonkeyPatch,
+                                           analyze: bool) -> None:
+    notes = linked.scope("acme", "u1")
+    with _connect(dsn) as conn:
+        if analyze:
+            conn.execute("ANALYZE")
+        expanded = 0
+        for query in QUERIES:
+            for kinds, filters in CASES:
+                shipped = _candidates(conn, query, kinds, filters)
+                # a list candidate's edges come sorted by (other end, weight)
+                assert all(row[2] == tuple(sorted(row[2])) for row in shipped)
+                _with_reference(monkeypatch)
+                reference = _candidates(conn, query, kinds, filters)
+                _shipped(monkeypatch)
+                norm = lambda rows: [(*r[:2], tuple(sorted(r[2])), *r[3:]) for r in rows]  # noqa: E731
+                assert norm(shipped) == norm(reference), (query, kinds, filters)
+                expanded += sum(r[1] is not None for r in shipped)
+            hits = notes.recall(query, top_k=10, kinds=["fact", "procedure"])
+            _with_reference(monkeypatch)
+            ref_hits = notes.recall(query, top_k=10, kinds=["fact", "procedure"])
+            _shipped(monkeypatch)
+            assert [(h.id, h.links) for h in hits.hits] == [(h.id, h.links) for h in ref_hits.hits]
+            assert [e.link_score for e in hits.explain] == [e.link_score for e in ref_hits.explain]
+        assert expanded > 0  # the fixture exercises the expansion
+
+
+def _plan_nodes(node: dict[str, Any], cte: str | None = None) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    """Every node of an ``EXPLAIN (FORMAT JSON)`` plan with the name of the CTE it is in."""
+    name = node.get("Subplan Name", "")
+    cte = name[4:] if name.startswith("CTE ") else cte
+    yield cte, node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child, cte)
+
+
+class _ExplainCursor:
+    """Runs ``EXPLAIN (ANALYZE, FORMAT JSON)`` of the statement instead; keeps the plan."""
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+        self.plan: dict[str, Any] = {}
+
+    def execute(self, query: bytes, params: Any = None, **_: Any) -> _ExplainCursor:
+        row = self._cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()
+        self.plan = next(iter(row.values()))[0]["Plan"]
+        return self
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+
+@pytest.mark.parametrize("analyze", [False, True], ids=["stale-statistics", "analyzed"])
+def test_plan_reads_the_link_graph_by_index_without_join_filters(linked: Fabric, dsn: str, analyze: bool) -> None:
+    with _connect(dsn) as conn:
+        if analyze:
+            conn.execute("ANALYZE")
+        for query in QUERIES:
+            cur = _ExplainCursor(conn.cursor())
+            _candidates(conn, query, ("fact", "procedure"), None, cursor=cur)
+            nodes = list(_plan_nodes(cur.plan))
+            graph = [n for _, n in nodes if n.get("Relation Name", "").startswith("mf_link_graph")]
+            assert graph and all(n["Node Type"] in ("Index Scan", "Bitmap Heap Scan", "Index Only Scan")
+                                 for n in graph), [n["Node Type"] for n in graph]
+            in_links = [n for cte, n in nodes if cte in ("le", "lk", "lv", "lx", "ca")]
+            assert in_links and not [n for n in in_links if "Join Filter" in n], query
