@@ -1,6 +1,6 @@
 """Issue 28 defect 1: raw-dump erasure proofs for the integration write paths — the
 LangGraph store (and LangMem on it), the agent memory tools, the Anthropic memory
-tool and the MCP server over stdio. Each writes a secret, erases it the way the
+tool, the MCP server over stdio and entities. Each writes a secret, erases it the way the
 framework does, runs ``VACUUM FULL`` and reads every table (COPY text and binary) and
 every event state with psycopg: the secret appears nowhere."""
 
@@ -148,3 +148,21 @@ def test_mcp_writes_leave_no_trace_after_forget(dsn: str, tmp_path: Path) -> Non
     assert out[2]["file_removed"] is True and out[3]["deleted"] == 1
     _vacuum(dsn)
     assert traces(dsn, ["Snarkhunt"]) == {}
+
+
+def test_entity_forget_leaves_no_trace(fabric: Fabric, dsn: str) -> None:
+    """Entities (issue 32): names, aliases, identifiers and the facts' subject keys that
+    named them are gone from every table and every event state once the entity and its
+    facts are forgotten (``VACUUM FULL``, raw pages)."""
+    notes = fabric.scope("acme", "user-1", "thread-1")
+    secrets = ["Quillonia Brask", "Quillonia", "qbrask@hospice.example"]
+    e = notes.entities.upsert("Quillonia Brask", type="person",
+                              identifiers=[("email", "qbrask@hospice.example")]).entity
+    notes.entities.upsert("Quillonia", identifiers=[("email", "qbrask@hospice.example")])  # an alias
+    fact = notes.remember(kind="fact", content="Quillonia moved to Porto")
+    assert traces(dsn, secrets)  # positive control: the live fact is in the recall index
+    assert "events" not in {w for ws in traces(dsn, secrets).values() for w in ws}  # sealed in the log
+    notes.forget(id=fact.id)
+    assert notes.entities.forget(e.id) is True
+    _vacuum(dsn)
+    assert traces(dsn, secrets) == {}
