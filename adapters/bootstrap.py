@@ -493,6 +493,7 @@ def open_fabric(
             log = NoteLog({**_env_from_dsn(dsn, pool_size, max_overflow, read_only),
                            PostgresFactory.PARTITIONS: str(partitions)})
             store = PostgresNoteStore(log)
+            store.vectors.partitions = partitions  # issue 25: known at open, never asked per connection
             replica_dsns = replicas_from_env(replicas)
             if replica_dsns:
                 store.router = ReplicaRouter(log.datastore.get_connection, replica_dsns,

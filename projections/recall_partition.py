@@ -68,6 +68,14 @@ def of_tenant(cur: Any, tenant: str) -> int | None:
     return remainder
 
 
+def known_count(conn: Connection[Any], n: int) -> None:
+    """Record that ``conn``'s database is laid out with ``n`` partitions (the fabric
+    knows it at open), so :func:`of_tenant` never asks on that connection."""
+    if n >= 1:
+        with _lock:
+            _counts[conn] = n
+
+
 def relation(table: str, remainder: int | None) -> str:
     """``table``'s partition of ``remainder`` (``<table>_p<remainder>``), or ``table``
     itself when ``remainder`` is ``None``."""

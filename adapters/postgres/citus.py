@@ -26,6 +26,10 @@ from memfabric.projections.entities import ENTITIES, KEY_PRIMARY, KEYS as ENTITY
 from memfabric.projections.principals import GRANTS, PRINCIPALS
 
 ACCESS_LOG = "mf_access_log"
+TENANT_HEADS = "mf_tenant_heads"
+"""``memfabric.adapters.postgres.tenant_heads.HEADS_TABLE`` (issue 28): each tenant's event
+count, kept by a statement-level trigger on the events table; co-located with it, the
+trigger touches only the co-located shard (Citus runs it with ``citus.enable_unsafe_triggers``)."""
 """``memfabric.adapters.access_log.TABLE`` (issue 33; not imported: that module needs cryptography)."""
 
 PROJECTIONS = ("recall_index", "working_value", "note_scope", "consolidation", "link_graph", "ledger",
@@ -49,6 +53,7 @@ DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
     ENTITIES: ("tenant_id", ("tenant_id", "aggregate_id")),
     ENTITY_NOTES: ("tenant_id", ("tenant_id", "aggregate_id")),
     ENTITY_KEYS: ("tenant_id", KEY_PRIMARY),
+    TENANT_HEADS: ("tenant", ("tenant",)),
 }
 """Table → (distribution column, primary key rebuilt to lead with it)."""
 

@@ -38,7 +38,7 @@ HEADS_TABLE = "mf_tenant_heads"
 FUNCTION = "mf_count_tenant_events"
 TRIGGER = "mf_tenant_heads_count"
 
-_DDL = f"CREATE TABLE IF NOT EXISTS {HEADS_TABLE} (tenant text PRIMARY KEY, events bigint NOT NULL)"
+DDL = f"CREATE TABLE IF NOT EXISTS {HEADS_TABLE} (tenant text PRIMARY KEY, events bigint NOT NULL)"
 _FUNCTION = (
     "CREATE OR REPLACE FUNCTION mf_count_tenant_events() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
     " INSERT INTO mf_tenant_heads AS h (tenant, events)"
@@ -61,7 +61,7 @@ def ensure(datastore: Any, events_table: str) -> bool:
             return False
         table = sql.Identifier(events_table)
         cur.execute(sql.SQL("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE").format(t=table))
-        cur.execute(_DDL)
+        cur.execute(DDL)
         cur.execute(_FUNCTION)
         cur.execute(sql.SQL(
             "CREATE TRIGGER {g} AFTER INSERT ON {t} REFERENCING NEW TABLE AS new_rows"
@@ -98,4 +98,4 @@ def miscounted(conn: Connection[Any], events_table: str) -> list[tuple[str, int,
     return [(str(t), int(found), int(counted)) for t, found, counted in rows]
 
 
-__all__ = ["FUNCTION", "HEADS_TABLE", "TRIGGER", "ensure", "miscounted"]
+__all__ = ["DDL", "FUNCTION", "HEADS_TABLE", "TRIGGER", "ensure", "miscounted"]

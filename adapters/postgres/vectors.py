@@ -12,6 +12,7 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
+from memfabric.projections import recall_partition
 from memfabric.projections.batch import VectorBinary
 
 
@@ -19,11 +20,13 @@ class VectorTypes:
     """Registers pgvector's psycopg adapters, and the dumper of
     :class:`~memfabric.projections.batch.VectorBinary` (a vector a write statement
     encoded already), once per pooled connection (no query after the first
-    connection)."""
+    connection). ``partitions``: the fabric's partition count when known, recorded on
+    each connection for the recall statement (:mod:`memfabric.projections.recall_partition`)."""
 
     def __init__(self) -> None:
         self.info: TypeInfo | None = None
         self.done: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
+        self.partitions: int | None = None
 
     def ensure(self, conn: Connection[Any]) -> None:
         if conn in self.done:
@@ -35,6 +38,8 @@ class VectorTypes:
             raise psycopg.ProgrammingError("the vector type (pgvector) is not installed in this database")
         register_vector_info(conn, info)
         conn.adapters.register_dumper(VectorBinary, _binary_dumper(info.oid))
+        if self.partitions is not None:  # issue 25: recall names the tenant's partition
+            recall_partition.known_count(conn, self.partitions)
         self.done.add(conn)
 
 
