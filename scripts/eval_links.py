@@ -216,12 +216,7 @@ def same_notes_latency(convs: Sequence[locomo.Conversation], args: argparse.Name
                     t0 = time.perf_counter()
                     notes.recall(q.question, top_k=locomo.TOP_K)
                     lat[name].append(time.perf_counter() - t0)
-    q = {k: sorted(v) for k, v in lat.items()}
-    out = {f"{k}_p50_ms": 1000 * statistics.median(v) for k, v in q.items()}
-    out |= {f"{k}_p95_ms": 1000 * v[int(0.95 * (len(v) - 1))] for k, v in q.items()}
-    out["ratio_p50"] = out["links_p50_ms"] / out["plain_p50_ms"]
-    out["n"] = len(q["links"])
-    return out
+    return _latency_summary(lat)
 
 
 def scale_latency(args: argparse.Namespace) -> dict[str, float]:
