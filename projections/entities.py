@@ -9,11 +9,11 @@
   under the fabric secret of :func:`memfabric.domain.entities.keys.digest_input`,
   computed by the writer and sealed in the entity's events; stored as ``uuid``, 16
   bytes), the name it came from (``source``) and that name's token count. The primary
-  key ``(tenant_id, digest, aggregate_id, source) INCLUDE (ntok)`` is the lookup
-  index: a resolution reads each digest's rows from adjacent index entries without
-  touching the table (an index-only scan; the table's autovacuum thresholds are 2 %
-  so its pages stay all-visible), and checks visibility on the entity's small
-  ``mf_entities`` row. A btree on ``aggregate_id`` serves the rewrite of one entity's
+  key ``(tenant_id, digest, aggregate_id, source) INCLUDE`` :data:`KEY_INCLUDE` is the
+  lookup index: a resolution reads each digest's rows, their entity id and everything
+  its visibility and type filter checks, from adjacent index entries and nothing else
+  (an index-only scan, no join: the table's autovacuum thresholds are 2 % so its pages
+  stay all-visible). A btree on ``aggregate_id`` serves the rewrite of one entity's
   rows; a unique index on ``(grp, digest)`` for identifier keys makes an identifier
   unique per visibility group (``grp``: :func:`memfabric.domain.visibility.lock_scope`
   of the entity's home).
@@ -52,15 +52,23 @@ KEY_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visibil
 _KEY_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text", "text", "uuid", "int4", "int4")
 _DIGEST = KEY_COLUMNS.index("digest")
 KEY_PRIMARY = ("tenant_id", "digest", "aggregate_id", "source")
-"""The primary key of ``mf_entity_keys`` (with ``INCLUDE (ntok)``): the lookup index.
-Every other column of a key row is a function of it (an entity's home, visibility and
-type never change; a digest names its kind; a source its token count)."""
+"""The primary key of ``mf_entity_keys`` (with ``INCLUDE`` :data:`KEY_INCLUDE`): the lookup
+index. Every other column of a key row is a function of it (an entity's home, visibility
+and type never change; a digest names its kind; a source its token count)."""
+KEY_INCLUDE = ("ntok", "entity_id", "type", "resource_id", "thread_id", "visibility")
+"""The columns the lookup index carries beside its key: what :func:`select_keys` returns
+(``ntok``, ``entity_id``) and what its filter reads (``type`` and the home and
+visibility of :data:`_VISIBLE`), so a lookup reads the index alone. A key row exists
+only while its entity is live and its home, visibility and type never change, so they
+are the entity's own (``mf_entities``) at every commit."""
 KEY_RELOPTIONS = "autovacuum_vacuum_insert_scale_factor = 0.02, autovacuum_vacuum_scale_factor = 0.02"
 """Vacuum ``mf_entity_keys`` after 2 % of its rows changed (default 20 %), so nearly all
 its pages are all-visible and a lookup stays index-only."""
 NOTE_COLUMNS = ("aggregate_id", "tenant_id", "resource_id", "thread_id", "visibility", "note_id",
                 "entity_id", "merge_id")
 _NOTE_TYPES = ("uuid", "text", "text", "text", "text", "text", "text", "text")
+_KEY_PK = f"PRIMARY KEY ({', '.join(KEY_PRIMARY)}) INCLUDE ({', '.join(KEY_INCLUDE)})"
+"""The primary key clause of ``mf_entity_keys`` (see :data:`KEY_INCLUDE`)."""
 
 
 def group_key(e: Entity) -> str:
@@ -196,19 +204,45 @@ def apply_notes(cur: Cursor[Any], notes: Sequence[Note]) -> None:
 
 
 def migrate_keys(cur: Cursor[Any]) -> bool:
-    """Bring an ``mf_entity_keys`` of the first layout (a hex ``text`` digest, primary key
-    ``(aggregate_id, kind, digest, source)``, btree ``(tenant_id, digest)``) to the
-    current one (see the module doc), in place; returns whether anything changed."""
-    if not has_table(cur, KEYS) or _column_type(cur, KEYS, "digest") != "text":
+    """Bring an ``mf_entity_keys`` of an earlier layout to the current one (see the module
+    doc), in place; returns whether anything changed. The catalogue is read first, so a
+    current table is neither altered nor locked. Two earlier layouts:
+
+    - the first: a hex ``text`` digest, primary key ``(aggregate_id, kind, digest,
+      source)``, btree ``(tenant_id, digest)``: the digest becomes ``uuid``, that btree
+      is dropped and the primary key rebuilt as below;
+    - the second: the primary key ``INCLUDE (ntok)`` only (a lookup joined
+      ``mf_entities``): the primary key is rebuilt with :data:`KEY_INCLUDE` (one
+      ``ALTER TABLE``: the table is locked while the index is built)."""
+    if not has_table(cur, KEYS):
+        return False
+    first = _column_type(cur, KEYS, "digest") == "text"
+    constraint, included = _primary_key(cur, KEYS)
+    if not first and included == KEY_INCLUDE:
         return False
     t = sql.Identifier(KEYS)
-    cur.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=sql.Identifier(KEYS + "_digest")))
-    cur.execute(sql.SQL("ALTER TABLE {t} DROP CONSTRAINT IF EXISTS {c}").format(
-        t=t, c=sql.Identifier(KEYS + "_pkey")))
-    cur.execute(sql.SQL("ALTER TABLE {t} ALTER COLUMN digest TYPE uuid USING digest::uuid,"
-                        " ADD PRIMARY KEY (" + ", ".join(KEY_PRIMARY) + ") INCLUDE (ntok),"
-                        " SET (" + KEY_RELOPTIONS + ")").format(t=t))
+    if first:
+        cur.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=sql.Identifier(KEYS + "_digest")))
+    drop = sql.SQL("DROP CONSTRAINT {c}, ").format(c=sql.Identifier(constraint)) if constraint else sql.SQL("")
+    retype = sql.SQL("ALTER COLUMN digest TYPE uuid USING digest::uuid, " if first else "")
+    cur.execute(sql.SQL("ALTER TABLE {t} {drop}{retype}ADD CONSTRAINT {c} " + _KEY_PK + ", SET (" + KEY_RELOPTIONS
+                        + ")").format(t=t, drop=drop, retype=retype, c=sql.Identifier(KEYS + "_pkey")))
     return True
+
+
+def _primary_key(cur: Cursor[Any], table: str) -> tuple[str | None, tuple[str, ...]]:
+    """``(constraint name, INCLUDE columns in order)`` of ``table``'s primary key
+    (``(None, ())`` without one)."""
+    row = cur.execute(
+        "SELECT c.conname, ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY"
+        " AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+        " WHERE k.n > i.indnkeyatts ORDER BY k.n) AS included"
+        " FROM pg_index i JOIN pg_constraint c ON c.conindid = i.indexrelid AND c.contype = 'p'"
+        " WHERE i.indrelid = to_regclass(%s) AND i.indisprimary", (table,)).fetchone()
+    if row is None:
+        return None, ()
+    name, included = (row["conname"], row["included"]) if isinstance(row, dict) else row
+    return str(name), tuple(included)
 
 
 def _column_type(cur: Cursor[Any], table: str, column: str) -> str | None:
@@ -238,7 +272,7 @@ class EntitiesProjection:
             " resource_id text NOT NULL, thread_id text NOT NULL, visibility text NOT NULL,"
             " grp text NOT NULL, entity_id text NOT NULL, type text NOT NULL, kind text NOT NULL,"
             " digest uuid NOT NULL, source integer NOT NULL, ntok integer NOT NULL,"
-            " PRIMARY KEY (" + ", ".join(KEY_PRIMARY) + ") INCLUDE (ntok)) WITH (" + KEY_RELOPTIONS + ")").format(
+            " " + _KEY_PK + ") WITH (" + KEY_RELOPTIONS + ")").format(
                 t=sql.Identifier(KEYS + s)))
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} (aggregate_id uuid PRIMARY KEY, tenant_id text NOT NULL,"
@@ -280,9 +314,9 @@ _VISIBLE = ("tenant_id = %(t)s AND ((resource_id = %(r)s AND thread_id = %(th)s)
             " OR (visibility = 'resource' AND resource_id = %(r)s AND %(r)s <> ''))")
 """``memfabric.domain.visibility.visible`` in SQL (the reader's ``t``, ``r``, ``th``)."""
 
-_VISIBLE_E = ("e.tenant_id = %(t)s AND ((e.resource_id = %(r)s AND e.thread_id = %(th)s) OR e.visibility = 'tenant'"
-              " OR (e.visibility = 'resource' AND e.resource_id = %(r)s AND %(r)s <> ''))")
-""":data:`_VISIBLE` on the ``mf_entities`` row ``e``."""
+_VISIBLE_K = ("k.tenant_id = %(t)s AND ((k.resource_id = %(r)s AND k.thread_id = %(th)s) OR k.visibility = 'tenant'"
+              " OR (k.visibility = 'resource' AND k.resource_id = %(r)s AND %(r)s <> ''))")
+""":data:`_VISIBLE` on the ``mf_entity_keys`` row ``k`` (its entity's home and visibility)."""
 
 
 def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequence[tuple[str, int]],
@@ -292,15 +326,15 @@ def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequenc
     Rows ``{i, aggregate_id, entity_id, source, ntok}``, ``i`` the 1-based position of
     the row's digest in ``digests`` (the caller maps it back: no digest travels back
     or is parsed). One prepared statement: per digest an index-only scan of the
-    primary key ``(tenant_id, digest, ...)``, each row's visibility and type read from
-    its entity's ``mf_entities`` row (primary key), stopping at ``n`` visible rows."""
+    primary key ``(tenant_id, digest, ...)``, whose :data:`KEY_INCLUDE` columns hold the
+    entity id and what the visibility and type filter reads, stopping at ``n`` visible
+    rows; no other table is read."""
     t, r, th = reader
-    only = " AND e.type = %(type)s" if type_ is not None else ""
+    only = " AND k.type = %(type)s" if type_ is not None else ""
     return list(cur.execute(
         "SELECT x.* FROM unnest(%(d)s::uuid[], %(n)s::int[]) WITH ORDINALITY AS q(digest, lim, i)"  # noqa: S608
-        f" CROSS JOIN LATERAL (SELECT q.i, k.aggregate_id, e.entity_id, k.source, k.ntok FROM {KEYS} k"
-        f" JOIN {ENTITIES} e ON e.aggregate_id = k.aggregate_id"
-        f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {_VISIBLE_E}{only}"
+        f" CROSS JOIN LATERAL (SELECT q.i, k.aggregate_id, k.entity_id, k.source, k.ntok FROM {KEYS} k"
+        f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {_VISIBLE_K}{only}"
         " LIMIT q.lim) x",
         {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
          "type": type_}, prepare=True).fetchall())

@@ -11,7 +11,6 @@ note versions' store reads the rows recorded at ``known_at``,
 from __future__ import annotations
 
 import copy
-import hashlib
 import hmac
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -139,7 +138,7 @@ class InMemoryNoteStore:
         yield from self.log.events(aggregate_id)
 
     def content_hmac(self, text: str) -> str:
-        return hmac.new(self.log.secret, text.encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self.log.secret, text.encode(), "sha256").hex()
 
     def await_position(self, position: int) -> None:
         """Projections are updated with the commit: nothing to wait for."""

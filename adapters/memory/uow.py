@@ -10,7 +10,6 @@ discards everything. Its write-side reads are the Python twins of
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import threading
 from collections.abc import Sequence
@@ -206,7 +205,7 @@ class InMemoryUnitOfWork:
         return blocks_of(self._log, scope)
 
     def content_hmac(self, text: str) -> str:
-        return hmac.new(self._log.secret, text.encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self._log.secret, text.encode(), "sha256").hex()
 
     # ----------------------------------------------------------------- writes
     def add(self, note: Note) -> None:

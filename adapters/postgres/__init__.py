@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import time
@@ -580,4 +579,4 @@ class PostgresNoteStore:
         return self._secret
 
     def content_hmac(self, text: str) -> str:
-        return hmac.new(self.secret(), text.encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self.secret(), text.encode(), "sha256").hex()

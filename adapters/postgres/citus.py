@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from memfabric.projections import tables
 from memfabric.projections.ledger import ENTRIES, OBSERVATIONS, THREADS
-from memfabric.projections.entities import ENTITIES, KEY_PRIMARY, KEYS as ENTITY_KEYS, NOTES as ENTITY_NOTES
+from memfabric.projections.entities import (ENTITIES, KEY_INCLUDE, KEY_PRIMARY, KEYS as ENTITY_KEYS,
+                                            NOTES as ENTITY_NOTES)
 from memfabric.projections.principals import GRANTS, PRINCIPALS
 
 ACCESS_LOG = "mf_access_log"
@@ -57,7 +58,7 @@ DISTRIBUTED: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 """Table → (distribution column, primary key rebuilt to lead with it)."""
 
-PRIMARY_INCLUDE: dict[str, tuple[str, ...]] = {ENTITY_KEYS: ("ntok",)}
+PRIMARY_INCLUDE: dict[str, tuple[str, ...]] = {ENTITY_KEYS: KEY_INCLUDE}
 """Table → the ``INCLUDE`` columns of its primary key (the entity keys' lookup index is
 its primary key, read index-only, issue 32)."""
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import functools
 
-import hashlib
 import hmac
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -336,7 +335,7 @@ class PostgresUnitOfWork(DecisionReads):
         return self.load_ids(aggregate_ids)
 
     def content_hmac(self, text: str) -> str:
-        return hmac.new(self._secret(), text.encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self._secret(), text.encode(), "sha256").hex()
 
     # ----------------------------------------------------------------- writes
     def add(self, note: Note) -> None:

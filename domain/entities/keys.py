@@ -241,7 +241,9 @@ def collect(p: Probe, hits: Iterable[tuple[str, str, int, int]]) -> dict[str, Ma
     out: dict[str, Match] = {}
     for entity_id, text, source, ntok in hits:
         kind, tok = p.keys[text]
-        m = out.setdefault(entity_id, Match())
+        m = out.get(entity_id)
+        if m is None:  # not setdefault, which would build a Match (four containers) for every row
+            m = out[entity_id] = Match()
         m.kinds.add(kind)
         m.ntok[source] = ntok
         if kind == "tok":

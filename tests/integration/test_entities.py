@@ -395,8 +395,8 @@ def test_the_entities_read_tool_resolves_and_reads_within_its_scope(backend: Bac
 def test_an_index_of_the_first_layout_is_migrated_in_place(dsn: str) -> None:
     """``mf_entity_keys`` made with a hex ``text`` digest and the primary key ``(aggregate_id,
     kind, digest, source)`` is brought to the lookup layout (``uuid`` digest, primary key
-    ``(tenant_id, digest, aggregate_id, source) INCLUDE (ntok)``) when a fabric opens; the
-    rows carry over, resolution serves and the projection verifies against the log."""
+    ``(tenant_id, digest, aggregate_id, source) INCLUDE (ntok, entity_id, ...)``) when a
+    fabric opens; the rows carry over, resolution serves and the projection verifies."""
     with open_fabric(dsn) as fab:
         e = maria(fab.scope("t1", "u1", "th1"))
     k = proj.KEYS
@@ -420,6 +420,69 @@ def test_an_index_of_the_first_layout_is_migrated_in_place(dsn: str) -> None:
         after = conn.execute(f"SELECT count(*) FROM {k}").fetchone()
         options = conn.execute("SELECT reloptions FROM pg_class WHERE relname = %s", (k,)).fetchone()
         old = conn.execute("SELECT to_regclass(%s)", (f"{k}_digest",)).fetchone()
-    assert pkey is not None and "(tenant_id, digest, aggregate_id, source) INCLUDE (ntok)" in pkey[0]
+    assert pkey is not None and f"(tenant_id, digest, aggregate_id, source) INCLUDE ({LOOKUP_INCLUDE})" in pkey[0]
     assert typ == ("uuid",) and after == before and old == (None,)
     assert options is not None and "autovacuum_vacuum_scale_factor=0.02" in options[0]
+
+
+LOOKUP_INCLUDE = "ntok, entity_id, type, resource_id, thread_id, visibility"
+"""The ``INCLUDE`` columns of the lookup index (``proj.KEY_INCLUDE``), spelled out."""
+
+
+def _pkey(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"{proj.KEYS}_pkey",)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_an_index_of_the_second_layout_is_migrated_in_place(dsn: str) -> None:
+    """A lookup index of the second layout (``INCLUDE (ntok)`` only: a lookup joined
+    ``mf_entities``) gets the columns of ``proj.KEY_INCLUDE`` when a fabric opens, the rows
+    carry over and every tier resolves as before; a current table is left as it is (the
+    next open changes nothing)."""
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("t1", "u1", "th1")
+        e = maria(notes)
+        notes.entities.upsert("Mia", identifiers=[("email", "maria@acme.example")])
+        surfaces = ("maria@acme.example", "Maria Lopez", "Mia", "Lopez, Maria", "Maria Lopezz", "M. Lopez")
+        expected = [[(c.id, c.tier, c.score) for c in notes.entities.resolve(s)] for s in surfaces]
+    assert all(found and found[0][0] == e.id for found in expected)
+    k = proj.KEYS
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the second layout, as it was created
+        conn.execute(f"ALTER TABLE {k} DROP CONSTRAINT {k}_pkey,"
+                     " ADD PRIMARY KEY (tenant_id, digest, aggregate_id, source) INCLUDE (ntok)")
+        before = conn.execute(f"SELECT count(*) FROM {k}").fetchone()
+    assert "INCLUDE (ntok)" in _pkey(dsn)
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("t1", "u1", "th1")
+        assert [[(c.id, c.tier, c.score) for c in notes.entities.resolve(s)] for s in surfaces] == expected
+        assert all(r.ok for r in ProjectionAdmin.for_fabric(fab).verify("entities"))
+    assert f"INCLUDE ({LOOKUP_INCLUDE})" in _pkey(dsn)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {k}").fetchone() == before
+        with conn.cursor() as cur:
+            assert proj.migrate_keys(cur) is False  # current: nothing altered
+
+
+def test_the_lookup_index_carries_the_entitys_own_home_visibility_and_type(dsn: str) -> None:
+    """Every key row's ``INCLUDE`` columns (what a lookup filters on instead of joining
+    ``mf_entities``) are its entity's, for entities of each visibility and home, and a
+    reader sees exactly the entities a note of that home and visibility would show it."""
+    with open_fabric(dsn) as fab:
+        for scope, vis in ((("t1", "u1", "th1"), "thread"), (("t1", "u1", "th2"), "resource"),
+                           (("t1", "u2", "th1"), "tenant")):
+            fab.scope(*scope).entities.upsert(f"Person {vis}", type="person", visibility=vis,
+                                              identifiers=[("email", f"{vis}@acme.example")])
+        seen = {reader: {c.display_name for s in ("Person", "thread@acme.example", "resource@acme.example",
+                                                  "tenant@acme.example") for c in fab.scope(*reader).entities.resolve(s)}
+                for reader in (("t1", "u1", "th1"), ("t1", "u1", "th9"), ("t1", "u2", "th1"), ("t2", "u1", "th1"))}
+    assert seen == {("t1", "u1", "th1"): {"Person thread", "Person resource", "Person tenant"},
+                    ("t1", "u1", "th9"): {"Person resource", "Person tenant"},
+                    ("t1", "u2", "th1"): {"Person tenant"}, ("t2", "u1", "th1"): set()}
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE (k.entity_id, k.type, k.resource_id, k.thread_id,"
+            " k.visibility, k.tenant_id) IS DISTINCT FROM (e.entity_id, e.type, e.resource_id, e.thread_id,"
+            f" e.visibility, e.tenant_id)) FROM {proj.KEYS} k JOIN {proj.ENTITIES} e USING (aggregate_id)").fetchone()
+    assert rows is not None and rows[0] > 30 and rows[1] == 0

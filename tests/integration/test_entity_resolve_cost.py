@@ -74,6 +74,35 @@ def test_nothing_found_is_one_statement(notes: Any, statements: list[str]) -> No
     assert _kinds(statements) == ["keys"]
 
 
+def _relations(plan: dict[str, Any]) -> set[tuple[str, str]]:
+    """``(node type, relation)`` of every scan in an ``EXPLAIN (FORMAT JSON)`` plan."""
+    here = {(plan["Node Type"], plan["Relation Name"])} if "Relation Name" in plan else set()
+    return here.union(*(_relations(p) for p in plan.get("Plans", [])))
+
+
+def test_the_lookup_reads_the_key_index_alone(notes: Any, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup's plan scans the primary key of ``mf_entity_keys`` index-only and no
+    other relation: the entity id, home, visibility and type are ``INCLUDE`` columns of
+    that index, so no ``mf_entities`` row is read per key row (issue 32's p95)."""
+    calls: list[tuple[str, Any]] = []
+    original = psycopg.Cursor.execute
+
+    def recording(self: Any, query: Any, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        calls.append((query if isinstance(query, str) else query.as_string(self), params))
+        return original(self, query, params, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    for surface, kind in (("Maria Lopez", None), ("maria@acme.example", "person")):
+        calls.clear()
+        notes.entities.resolve(surface, type=kind)
+        query, params = next(c for c in calls if "mf_entity_keys" in c[0])
+        with psycopg.connect(dsn) as conn:
+            conn.execute("SET enable_seqscan = off")  # four entities: the plan of a large table
+            plan = original(conn.cursor(), "EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+        assert plan is not None
+        assert _relations(plan[0][0]["Plan"]) == {("Index Only Scan", "mf_entity_keys")}, surface
+
+
 def _ranked(scope: Any, surface: str, identifiers: Any) -> list[tuple[str, float, str | None]]:
     found = scope.entities.resolve(surface, limit=50)
     picked = scope.entities.match(surface, identifiers=identifiers)
