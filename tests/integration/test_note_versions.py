@@ -12,16 +12,21 @@ from memfabric.projections.rebuild import ProjectionAdmin
 
 
 def _rows(dsn: str) -> list[tuple[Any, ...]]:
+    """Every version: the closed ones and the current ones (the live recall-index rows)."""
     with psycopg.connect(dsn) as conn:
         return conn.execute(
-            "SELECT note_id, version, content, recorded_from, recorded_to, superseded_by"
-            " FROM mf_note_versions ORDER BY note_id, version").fetchall()
+            "SELECT note_id, version, content, recorded_from, recorded_to, superseded_by FROM mf_note_versions"
+            " UNION ALL SELECT note_id, version, content, recorded_from, NULL, superseded_by FROM mf_recall_index"
+            " ORDER BY note_id, version").fetchall()
 
 
 def _edges(dsn: str) -> list[tuple[Any, ...]]:
+    """The edges of every version (a current version's: the live link graph's)."""
     with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT from_note_id, from_version, to_note_id, relation"
-                            " FROM mf_link_versions ORDER BY 1, 2, 3").fetchall()
+        return conn.execute("SELECT from_note_id, from_version, to_note_id, relation FROM mf_link_versions"
+                            " UNION ALL SELECT g.from_note_id, i.version, g.to_note_id, g.relation FROM mf_link_graph g"
+                            " JOIN mf_recall_index i ON i.aggregate_id = g.from_aggregate_id"
+                            " ORDER BY 1, 2, 3").fetchall()
 
 
 def _history(fabric: Fabric) -> None:
