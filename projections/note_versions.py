@@ -208,7 +208,8 @@ _CLOSE_ROWS = (
 _CLOSE_EDGES = (
     "INSERT INTO {e} ({cols}) SELECT ri.version, {edge_cols} FROM unnest({{0}}::uuid[], {{1}}::int[]) AS u(id, v)"
     " JOIN {ri} ri ON ri.aggregate_id = u.id JOIN {lg} g ON g.from_aggregate_id = ri.aggregate_id"
-    " AND g.tenant_id = ri.tenant_id WHERE ri.tenant_id = ANY({{2}}::text[]) AND ri.version < u.v"
+    " AND g.tenant_id = ri.tenant_id WHERE ri.tenant_id = ANY({{2}}::text[]) AND g.tenant_id = ANY({{2}}::text[])"
+    " AND ri.version < u.v"
     " ON CONFLICT DO NOTHING"
 )
 
@@ -221,7 +222,8 @@ def close_templates() -> tuple[str, str]:
     version ``v``) into ``mf_note_versions`` with ``recorded_to`` = the new event's time
     (parameters: ids ``uuid[]``, times ``timestamptz[]``, new versions ``int[]``,
     tenants ``text[]``), and its live link-graph edges into ``mf_link_versions``
-    (ids, new versions, tenants). A row or edge already there is kept."""
+    (ids, new versions, tenants). A row or edge already there is kept. Both name the
+    tenants of each table they read (partition pruning; Citus co-location)."""
     def q(name: str) -> str:
         return sql.Identifier(name).as_string(None)
 

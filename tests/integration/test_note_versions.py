@@ -100,3 +100,59 @@ def test_a_single_event_write_reads_nothing_back(fabric: Fabric, dsn: str, monke
     monkeypatch.setattr(note_versions, "replay_events", counted)
     _history(fabric)
     assert replayed == [1] and len(_rows(dsn)) >= 8
+
+
+def _count(dsn: str, query: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_current_version_is_the_live_row(fabric: Fabric, dsn: str) -> None:
+    """A new note writes no version row (its live recall-index row, with its
+    ``recorded_from``, is its version); a change closes the previous state: the live
+    row copied with ``recorded_to`` = the new state's ``recorded_from``."""
+    notes = fabric.scope("t1", "u1", "th1")
+    a = notes.remember(kind="fact", content="the deploy runs on fridays", subject="deploy day")
+    notes.remember(kind="fact", content="the cache is redis")
+    assert _count(dsn, "SELECT count(*) FROM mf_note_versions") == 0
+    assert _count(dsn, "SELECT count(*) FROM mf_recall_index WHERE recorded_from IS NULL") == 0
+    notes.remember(kind="fact", content="the deploy runs on mondays", subject="deploy day")  # supersedes a
+    with psycopg.connect(dsn) as conn:
+        closed = conn.execute("SELECT v.version, v.recorded_to = i.recorded_from, v.superseded_by IS NULL"
+                              " FROM mf_note_versions v JOIN mf_recall_index i USING (aggregate_id)"
+                              " WHERE v.note_id = %s", (a.id,)).fetchall()
+    assert closed == [(1, True, True)]
+    assert _count(dsn, "SELECT count(*) FROM mf_note_versions WHERE recorded_to IS NULL") == 0
+
+
+def test_a_database_with_open_version_rows_migrates_on_open(dsn: str) -> None:
+    """A database written before the change (every version in ``mf_note_versions``, the
+    current one open; no ``recorded_from`` on the recall index) is brought over when
+    opened: same versions, same ``known_at`` answers, verify clean."""
+    from memfabric.adapters import open_fabric
+    from memfabric.projections import link_graph, recall_index
+
+    with open_fabric(dsn) as fabric:
+        _history(fabric)
+        notes = fabric.scope("t1", "u1", "th1")
+        times = [r[3] for r in _rows(dsn)]
+        before = (_rows(dsn), _edges(dsn), [[h.id for h in notes.recall("deploy cache", known_at=t).hits]
+                                            for t in times])
+    cols = ", ".join(recall_index.COLUMNS)
+    edge_cols = ", ".join("g." + c for c in link_graph.COLUMNS)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the layout before
+        conn.execute(f"INSERT INTO mf_note_versions ({cols}, recorded_to) SELECT {cols}, NULL FROM mf_recall_index")  # noqa: S608
+        conn.execute(f"INSERT INTO mf_link_versions (from_version, {', '.join(link_graph.COLUMNS)})"  # noqa: S608
+                     f" SELECT i.version, {edge_cols} FROM mf_link_graph g"
+                     " JOIN mf_recall_index i ON i.aggregate_id = g.from_aggregate_id")
+        conn.execute("ALTER TABLE mf_recall_index DROP COLUMN recorded_from")
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("t1", "u1", "th1")
+        after = (_rows(dsn), _edges(dsn), [[h.id for h in notes.recall("deploy cache", known_at=t).hits]
+                                           for t in times])
+        assert after == before
+        assert _count(dsn, "SELECT count(*) FROM mf_note_versions WHERE recorded_to IS NULL") == 0
+        assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify()), ProjectionAdmin.for_fabric(
+            fabric).verify()
