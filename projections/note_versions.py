@@ -375,28 +375,38 @@ class NoteVersionsProjection:
 
 # ------------------------------------------------------------------- reads
 AS_RECORDED = (
-    # the link graph first: a WITH item sees only the items before it, so inside this
-    # one the name mf_recall_index is still the live table
-    "{lg} AS NOT MATERIALIZED (SELECT {edge_cols} FROM {lg} g JOIN {ri} li"
-    " ON li.aggregate_id = g.from_aggregate_id AND li.tenant_id = g.tenant_id"
-    " WHERE li.recorded_from <= %(known_at)s::timestamptz{not_closed}"
-    " UNION ALL SELECT {edge_cols} FROM {e} g JOIN {t} v ON v.aggregate_id = g.from_aggregate_id"
-    " AND v.version = g.from_version WHERE v.recorded_from <= %(known_at)s::timestamptz AND v.recorded_to > %(known_at)s::timestamptz),"
-    " {ri} AS NOT MATERIALIZED (SELECT {cols} FROM {ri} li WHERE li.recorded_from <= %(known_at)s::timestamptz{not_closed}"
-    " UNION ALL SELECT {cols} FROM {t} li WHERE li.recorded_from <= %(known_at)s::timestamptz AND li.recorded_to > %(known_at)s::timestamptz)"
+    # the rows at T. No WHERE inside the union's branches: PostgreSQL then pulls them up
+    # as members of one append, and the conditions outside are pushed into each (a
+    # branch with a WHERE stays a subquery, which a join on aggregate_id cannot probe
+    # by its primary key). Inside this first item mf_recall_index is still the live
+    # table: a WITH item sees only the items before it.
+    "{rows} AS NOT MATERIALIZED (SELECT {cols}, li.recorded_to FROM (SELECT {cols}, NULL::timestamptz AS recorded_to"
+    " FROM {ri} li UNION ALL SELECT {cols}, li.recorded_to FROM {t} li) li"
+    " WHERE li.recorded_from <= %(known_at)s::timestamptz"
+    " AND (li.recorded_to > %(known_at)s::timestamptz OR li.recorded_to IS NULL{not_closed})),"
+    # the edges at T: a live edge of a live row at T, a version edge of a closed row at T
+    " {lg} AS NOT MATERIALIZED (SELECT {edge_cols} FROM (SELECT {edge_cols}, NULL::integer AS from_version"
+    " FROM {lg} g UNION ALL SELECT {edge_cols}, g.from_version FROM {e} g) g JOIN {rows} r"
+    " ON r.aggregate_id = g.from_aggregate_id AND r.tenant_id = g.tenant_id"
+    " AND (r.version = g.from_version OR (g.from_version IS NULL AND r.recorded_to IS NULL))),"
+    " {ri} AS NOT MATERIALIZED (SELECT {cols} FROM {rows} li)"
 )
-"""Two ``WITH`` items named like the link graph and the recall index: inside a
-statement that starts with them, PostgreSQL resolves those names to these queries (a
-``WITH`` name hides a table of the same name), so the very statements of
+"""Three ``WITH`` items, the last two named like the link graph and the recall index:
+inside a statement that starts with them, PostgreSQL resolves those names to these
+queries (a ``WITH`` name hides a table of the same name), so the very statements of
 :mod:`memfabric.projections.recall_index` read the fabric as recorded at ``known_at``:
 the live rows recorded by then (the notes' current versions) and the closed versions
-that were current then, with the edges of each. ``NOT MATERIALIZED`` and a plain
-``UNION ALL`` of tables of the same column types: their conditions are pushed into each
-branch (index scans). ``{not_closed}``: empty when the two projections are written in
-one transaction (:data:`NOT_CLOSED` otherwise)."""
+that were current then, with the edges of each. ``NOT MATERIALIZED`` unions of tables
+of the same column types: their conditions and join keys reach each table's indexes.
+``{not_closed}``: empty when the two projections are written in one transaction
+(:data:`NOT_CLOSED` otherwise)."""
+
+ROWS_AT = "mf_known_rows"
+"""The name of the first ``WITH`` item of :data:`AS_RECORDED` (no table has it)."""
 
 NOT_CLOSED = (" AND NOT EXISTS (SELECT 1 FROM {t} x WHERE x.aggregate_id = li.aggregate_id"
               " AND x.version >= li.version)")
+"""(``{t}``: the versions table; ``li``: a live row.)"""
 """With a separate projection runner the recall index and the versions move one after
 the other: a live row whose version (or a later one) is already closed is left out, so
 no note is read twice while the runner catches up (one primary-key probe per row)."""
@@ -412,7 +422,8 @@ def _ctes(in_step: bool) -> bytes:
     cols = ", ".join(f"li.{q(c)}" for c in (*recall_index.COLUMNS, "tsv"))
     edge_cols = ", ".join(f"g.{q(c)}" for c in link_graph.COLUMNS)
     return AS_RECORDED.format(
-        lg=q(tables.LINK_GRAPH), ri=q(tables.RECALL_INDEX), t=t, e=q(EDGES), cols=cols, edge_cols=edge_cols,
+        rows=q(ROWS_AT), lg=q(tables.LINK_GRAPH), ri=q(tables.RECALL_INDEX), t=t, e=q(EDGES), cols=cols,
+        edge_cols=edge_cols,
         not_closed="" if in_step else NOT_CLOSED.format(t=t)).encode()
 
 
