@@ -290,8 +290,9 @@ def _close_current(cur: BatchCursor, notes: Sequence[Note]) -> None:
     tenants = list(dict.fromkeys(n.tenant_id for n in notes))
     for template, params in ((edges_sql, (ids, versions, tenants)),
                              (rows_sql, (ids, [n.modified_on for n in notes], versions, tenants))):
-        text = template.format(*("%s" for _ in params)).encode()
-        cur.batch.add_statement(template, params, functools.partial(_run, query=text, params=params), first=True)
+        text = template.format(*(f"%(p{i})s" for i in range(len(params)))).encode()
+        named = {f"p{i}": value for i, value in enumerate(params)}
+        cur.batch.add_statement(template, params, functools.partial(_run, query=text, params=named), first=True)
 
 
 def _write_replayed(cur: Cursor[Any], notes: Sequence[Note], mapper: Any, embedder_id: str | None,
@@ -313,7 +314,7 @@ def _write_replayed(cur: Cursor[Any], notes: Sequence[Note], mapper: Any, embedd
         cur.executemany(st["edge"], edges)
 
 
-def _run(cur: Cursor[Any], *, query: bytes, params: Sequence[Any]) -> None:
+def _run(cur: Cursor[Any], *, query: bytes, params: dict[str, Any]) -> None:
     cur.execute(query, params, prepare=True)
 
 

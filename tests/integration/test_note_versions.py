@@ -182,3 +182,19 @@ def test_a_separate_runners_read_never_sees_a_note_twice(fabric: Fabric, dsn: st
     once = _ids_at(dsn, at, in_step=False)
     assert len(once) == len(set(once)) and len(_ids_at(dsn, at, in_step=True)) == len(once) + 1
 
+
+
+def test_a_batch_run_statement_by_statement_still_copies_the_previous_state(fabric: Fabric, dsn: str,
+                                                                              monkeypatch: Any) -> None:
+    """A write too large for one statement runs its parts one by one, in order: the copy
+    of the previous state comes first (``RowBatch.add_statement(first=True)``), before the
+    recall index's upsert of the new one, so the closed versions are those of a replay."""
+    from memfabric.projections import batch
+
+    monkeypatch.setattr(batch, "MAX_BATCH_PARAMS", 0)
+    _history(fabric)
+    closed = _count(dsn, "SELECT count(*) FROM mf_note_versions")
+    assert closed >= 3 and _count(dsn, "SELECT count(*) FROM mf_note_versions WHERE version = ("
+                                       "SELECT version FROM mf_recall_index i WHERE i.aggregate_id ="
+                                       " mf_note_versions.aggregate_id)") == 0
+    assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify("note_versions"))
