@@ -25,6 +25,10 @@ from memfabric.adapters.postgres.ledger import PostgresLedgerStore
 from memfabric.adapters.postgres import NoteLog, PostgresFactory, PostgresNoteStore, backfill_tenants
 from memfabric.adapters.postgres.tail import TailIndexer
 from memfabric.adapters.postgres import tenant_heads
+from memfabric.adapters.postgres.schema_stamp import stamp
+from memfabric.adapters.postgres.open_checks import (
+    ensure_extension, fabric_partitions, keep_grants, read_only_reason as read_only_reason, require_extension,
+    require_log, schema_to_make)
 from memfabric.adapters.postgres.uow import PostgresUnitOfWork, cursor_loader
 from memfabric.adapters.reembed import ReembedReport, reembed, new_projections
 from memfabric.adapters.replaying import ReplayingMapper
@@ -33,7 +37,7 @@ from memfabric.adapters.postgres.replicas import ReplicaRouter, replicas_from_en
 from memfabric.adapters.postgres.retention import PostgresRetentionStore
 from memfabric.adapters.tools import MemoryTools
 from memfabric.domain.consolidation import Consolidation
-from memfabric.domain.errors import FabricError, PartitionsMismatchError, ReadOnlyError, SettingsError
+from memfabric.domain.errors import FabricError, ReadOnlyError, SettingsError
 from memfabric.domain.inputs import EraseScopeInput, Limits
 from memfabric.domain.links import EvolutionSettings, LinkerSettings, worker_settings
 from memfabric.domain.notes import Notes
@@ -56,68 +60,9 @@ from pydantic import ConfigDict, Field, StrictBool, StringConstraints, validate_
 _log = logging.getLogger(__name__)
 
 
-def _ensure_extension(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        have = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
-        if have:
-            return
-        try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        except psycopg.Error as exc:
-            raise FabricError(
-                "the pgvector extension is missing and could not be created "
-                f"(ask an administrator to run CREATE EXTENSION vector): {exc}"
-            ) from exc
-
-
-def read_only_reason(conn: psycopg.Connection[Any]) -> str | None:
-    """Why the connecting role can only read this fabric, or ``None`` when it may write
-    (or the log does not exist yet: the first open creates it). Issue 27: checked on
-    every writable open, so an auditor's ``open_fabric(dsn)`` reads instead of failing
-    on DDL. Today's rule: a writer needs ``INSERT`` on the event log and ``CREATE`` on
-    its schema or ownership of the log (the open runs idempotent DDL)."""
-    row = conn.execute(
-        "SELECT current_user, has_table_privilege(c.oid, 'INSERT'),"
-        " pg_has_role(c.relowner, 'USAGE') OR has_schema_privilege(c.relnamespace, 'CREATE')"
-        " FROM pg_class c WHERE c.oid = to_regclass(%s)", (tables.EVENTS,)).fetchone()
-    if row is None:
-        return None
-    user, insert, ddl = row
-    if not insert:
-        return f"role {user!r} may not INSERT into {tables.EVENTS} (docs/roles.md)"
-    if not ddl:
-        return f"role {user!r} neither owns {tables.EVENTS} nor may CREATE in its schema (docs/roles.md)"
-    return None
-
-
-def keep_grants(conn: psycopg.Connection[Any]) -> list[str]:
-    """Issue 27, on every writable open: a memfabric table with no grant while the log
-    has some (created after the roles' grants, e.g. by a newer version) gets the log's
-    owner and ``SELECT`` grants (:func:`memfabric.adapters.postgres.roles.share_new_tables`).
-    Returns the tables shared; a role that may not change them shares nothing."""
-    from memfabric.adapters.postgres.roles import share_new_tables  # noqa: PLC0415
-    try:
-        with conn.transaction(), conn.cursor() as cur:
-            return share_new_tables(cur)
-    except psycopg.errors.InsufficientPrivilege:
-        return []
-
-
-def _require_extension(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
-            raise FabricError("the pgvector extension is missing (a read-only open never creates it)")
-
-
-def _require_log(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT to_regclass(%s)", (tables.EVENTS,)).fetchone()
-    if not row or row[0] is None:
-        raise FabricError(f"no memfabric log ({tables.EVENTS}) in this database: a read-only open "
-                          "never creates one (open it once for writing, as its owner)")
-
-
-def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool = False) -> dict[str, str]:
+def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, ddl: bool) -> dict[str, str]:
+    """The ``NoteLog`` environment of ``dsn``; ``ddl``: whether its recorder creates the
+    log's tables (``CREATE_TABLE``), false for a read-only or stamped open."""
     info = conninfo_to_dict(dsn)
     return {
         "PERSISTENCE_MODULE": "memfabric.adapters.postgres:PostgresFactory",
@@ -132,8 +77,7 @@ def _env_from_dsn(dsn: str, pool_size: int, max_overflow: int, read_only: bool =
         "POSTGRES_ENABLE_DB_FUNCTIONS": "no",  # never: tailing readers would miss events
         "POSTGRES_LOCK_TIMEOUT": "0",
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
-        "CREATE_TABLE": "no" if read_only else "yes",
-        "MEMFABRIC_READ_ONLY": "yes" if read_only else "no",
+        "CREATE_TABLE": "yes" if ddl else "no",
         CONNINFO_ENV: dsn,  # the pool connects with the whole DSN (adapters/postgres/conninfo.py)
     }
 
@@ -473,7 +417,9 @@ def open_fabric(
     dsn, embedded = resolve_dsn(dsn, data_dir)
     try:
         # One opener at a time creates tables: eventsourcing's and the projections' DDL
-        # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail).
+        # is not safe to race (concurrent CREATE ... IF NOT EXISTS can fail). An open by
+        # the code that made the schema skips that DDL (schema_stamp: it would wait for
+        # every in-flight write and stall every later one).
         with psycopg.connect(dsn, autocommit=True) as ddl_lock:
             reason = None if read_only else read_only_reason(ddl_lock)
             if reason is not None:  # issue 27: an auditor's plain open reads instead of failing on DDL
@@ -483,14 +429,15 @@ def open_fabric(
                 with bounded_locks("open_fabric (another process holds the open lock)"):
                     ddl_lock.execute("SELECT set_config('lock_timeout', %s, false), pg_advisory_lock(%s)",
                                      (f"{int(lock_timeout * 1000)}ms", advisory_key("mf-open")))
-                _ensure_extension(dsn)
+                ensure_extension(dsn)
             else:
-                _require_extension(dsn)
-                _require_log(dsn)
+                require_extension(dsn)
+                require_log(dsn)
             partitions = fabric_partitions(ddl_lock, partitions)
             recorded = recorded_embedder(dsn)
             embedder = choose_embedder(embedder, recorded)
-            log = NoteLog({**_env_from_dsn(dsn, pool_size, max_overflow, read_only),
+            schema = schema_to_make(ddl_lock, read_only, partitions, embedder.dim)
+            log = NoteLog({**_env_from_dsn(dsn, pool_size, max_overflow, ddl=schema is not None),
                            PostgresFactory.PARTITIONS: str(partitions)})
             store = PostgresNoteStore(log)
             store.vectors.partitions = partitions  # issue 25: known at open, never asked per connection
@@ -513,16 +460,8 @@ def open_fabric(
             else:
                 if recorded is None:
                     record_embedder(dsn, embedder)
-                engine.create()
-                with log.datastore.transaction(commit=True) as cur:
-                    quarantine.create(cur)
-                engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
+                _prepare_writable(log, engine, store, ddl_lock, schema)
                 engine.lock_timeout = lock_timeout
-                backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
-                tenant_heads.ensure(log.datastore, tables.EVENTS)  # issue 28: counted appends
-                store.tail = TailIndexer(log.datastore, engine, store.needs_hnsw)  # issue 24: HNSW off the write
-                engine.on_commit = store.tail.want
-                keep_grants(ddl_lock)
             if not inline_projections and await_projections:
                 store.awaited_engine = engine  # writes wait for the separate runner
 
@@ -554,6 +493,8 @@ def open_fabric(
             service = MemoryService(deps.replace(access=wire_postgres(deps, store)))  # issue 33
             if retention_config is not None and not read_only:
                 retention_store.record(retention_config)
+            if not read_only:  # the open lock is not held across catch-up
+                ddl_lock.execute("SELECT pg_advisory_unlock(%s)", (advisory_key("mf-open"),))
             if catch_up and not read_only:
                 engine.catch_up()
             fabric = Fabric(service, log, store, engine, dsn, embedded)
@@ -566,15 +507,24 @@ def open_fabric(
         raise
 
 
-def fabric_partitions(conn: psycopg.Connection[Any], requested: int | None) -> int:
-    """The partition count the fabric on ``conn`` is (or will be) laid out with: the
-    events table's (:func:`memfabric.projections.partitions.count`) when it exists,
-    else ``requested`` (default 1). Raises ``PartitionsMismatchError`` when both exist
-    and differ."""
-    with conn.cursor() as cur:
-        existing = partition_count(cur, tables.EVENTS)
-    if existing and requested is not None and requested != existing:
-        raise PartitionsMismatchError(
-            f"this database was created with partitions={existing}; open_fabric(partitions={requested}) cannot "
-            "change it (open it without partitions, or with partitions=" + str(existing) + ")")
-    return existing or requested or 1
+def _prepare_writable(log: NoteLog, engine: ProjectionEngine, store: PostgresNoteStore,
+                      ddl_lock: psycopg.Connection[Any], schema: str | None) -> None:
+    """A writable open's schema and write-side wiring. ``schema``: the stamp to write
+    after the DDL phase, or ``None`` when the database already carries this code's
+    stamp (issue 24: then no DDL runs, so the open waits for no write and stalls none).
+    The DDL phase: the projections' and tracking tables, the quarantine, the counted
+    appends' trigger (issue 28), the stamp, the grants of new tables (issue 27)."""
+    if schema is not None:
+        engine.create()
+        with log.datastore.transaction(commit=True) as cur:
+            quarantine.create(cur)
+    engine.lock_secret = store.secret()  # created or read now, so no write needs a second connection
+    backfill_tenants(log.datastore, log.sealing_mapper, tables.EVENTS)  # logs before issue 24
+    if schema is not None:
+        tenant_heads.ensure(log.datastore, tables.EVENTS)  # issue 28: counted appends
+        stamp(ddl_lock, schema)  # before keep_grants: its table gets the grants too
+        keep_grants(ddl_lock)
+    store.tail = TailIndexer(log.datastore, engine, store.needs_hnsw)  # issue 24: HNSW off the write
+    engine.on_commit = store.tail.want
+
+

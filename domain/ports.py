@@ -230,6 +230,17 @@ class UnitOfWork(Protocol):
         nearest vectors (the linker asks for its ``top_k``). Bounded SQL, batched."""
         ...
 
+    def prefetch_neighbours(
+        self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
+        per_query: int = 3,
+    ) -> None:
+        """Issue 24, a speed-up only: start :meth:`neighbours` with these arguments
+        now, so that it travels with the unit of work's next read; a later
+        ``neighbours`` call with the same scope, ``now``, ``per_query`` and the very same
+        query objects may take that answer. Never changes a result; a no-op where there
+        is no round trip to save."""
+        ...
+
     def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
                       now: datetime, latest: bool = False) -> TermPostings:
         """For the shared-term linker (issue 15): the committed current notes of

@@ -127,6 +127,9 @@ def _write_chunk(deps: Deps, scope: Scope, items: Sequence[RememberInput],
     locks = {*lock_scopes(scope, items), *(lock for _, locked in targets.values() for lock in locked)}
     with deps.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
         now = datetime.now(timezone.utc)
+        _, asking, wanted = _neighbour_lookup(deps, scope, prepared)
+        # issue 24: the neighbours of the keys as they are travel with the entity read
+        uow.prefetch_neighbours(scope, [p.query for p in asking], now=now, **wanted)
         prepared = resolve_subjects(deps, uow, scope, prepared)  # issue 32: keys naming entities
         writer = _Writer(deps, uow, scope, now, prepared, settings.threshold)
         writer.homes = {nid: home for nid, (home, _) in targets.items()}
@@ -198,6 +201,17 @@ def _prepare(deps: Deps, items: Sequence[RememberInput], on: bool) -> dict[int, 
     return out
 
 
+def _neighbour_lookup(deps: Deps, scope: Scope, prepared: dict[int, _Prepared],
+                      ) -> tuple[links.Workers | None, list[_Prepared], dict[str, int]]:
+    """The live workers of a write, the items that ask the consolidation index for
+    neighbours and the lookup's ``per_query`` (issue 15: live workers reuse this lookup,
+    every item asks, top-k nearest)."""
+    workers = links.workers_for(deps, scope)
+    asking = [p for p in prepared.values() if p.consolidate or workers is not None]
+    wanted = {} if workers is None else {"per_query": max(3, workers.neighbours_wanted)}
+    return workers, asking, wanted
+
+
 class _Writer:
     """Decides and records the items of one write inside its unit of work."""
 
@@ -205,10 +219,7 @@ class _Writer:
                  prepared: dict[int, _Prepared], threshold: float) -> None:
         self.deps, self.uow, self.scope, self.now = deps, uow, scope, now
         self.prepared = prepared
-        # issue 15: live workers reuse this lookup (every item asks, top-k nearest)
-        self.workers = links.workers_for(deps, scope)
-        asking = [p for p in prepared.values() if p.consolidate or self.workers is not None]
-        wanted = {} if self.workers is None else {"per_query": max(3, self.workers.neighbours_wanted)}
+        self.workers, asking, wanted = _neighbour_lookup(deps, scope, prepared)
         found = uow.neighbours(scope, [p.query for p in asking], now=now, **wanted) if asking else []
         self.stored = {p.index: cands for p, cands in zip(asking, found, strict=True)}
         self.threshold = threshold

@@ -36,6 +36,11 @@ FABRIC_RETENTION = "mf_fabric_retention"
 """Issue 30: the fabric's retention windows (``RetentionConfig``), read at every sweep
 and regulated-floor check so every process decides with the same values."""
 
+SCHEMA_STAMP = "mf_schema_stamp"
+"""Issue 24: the fingerprint of the schema the last writable open created (one row), so
+a later open by the same code skips the DDL phase, whose ``CREATE INDEX IF NOT EXISTS``
+would wait for every in-flight write and queue every later one behind it."""
+
 RECALL_INDEX = "mf_recall_index"
 CONSOLIDATION_INDEX = "mf_consolidation"
 NOTE_SCOPE = "mf_note_scope"

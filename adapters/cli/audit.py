@@ -87,7 +87,7 @@ def _audit(dsn: str | None, data_dir: str | None, *, checkpoint: bool, every: in
             console.print(Text(f"  the chain no longer gives the anchor {anchor}", style="red"))
         if checkpoint:
             console.print(Text("  nothing was checkpointed", style="red"))
-    if not as_json:
+    if not as_json and report.ok:  # a tampered log's digest is no anchor to keep
         console.print(f"anchor: {report.head}:{report.head_digest}")
     if not report.ok:
         raise typer.Exit(code=1)

@@ -133,6 +133,10 @@ class InMemoryUnitOfWork:
         aid = note_uuid(scope, note_id)
         return aid in self._aggregates or self._log.has(aid)
 
+    def prefetch_neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
+                            now: datetime, per_query: int = 3) -> None:
+        """Nothing to send ahead in memory."""
+
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
                    now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
         """Like ``consolidation_index.select_neighbours`` (``per_query`` per lookup) on

@@ -305,8 +305,8 @@ class PostgresFactory(_EventsourcingPostgresFactory):
 
     def application_recorder(self) -> PostgresNoteRecorder:
         recorder = self._new_recorder()
-        if self.env.get("MEMFABRIC_READ_ONLY", "no") == "yes":
-            return recorder  # a read-only open runs no DDL (the role may lack CREATE)
+        if not self.env_create_table():
+            return recorder  # a read-only or stamped open runs no DDL (the role may lack CREATE)
         with self.datastore.transaction(commit=True) as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("mf-ddl"),))
             cur.execute(KEYS_DDL)

@@ -78,6 +78,7 @@ COORDINATOR: dict[str, str] = {
     tables.AUDIT_CHAIN: "the tamper-evidence chain over the whole log (global notification order)",
     tables.PROJECTION_ERRORS: "one row per stopped projection (operator state)",
     tables.FABRIC_RETENTION: "one row: the retention windows every process's sweep uses",
+    tables.SCHEMA_STAMP: "one row: the fingerprint of the schema the last writable open created",
     PRINCIPALS: "one row per principal (issue 33): its memory profile, read at every governed call",
 }
 """Tables that stay local tables on the coordinator: table → why."""

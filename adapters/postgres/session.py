@@ -18,6 +18,7 @@ prepared statements after a ``ROLLBACK`` it runs: see
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -81,6 +82,21 @@ class TxSession:
             return wire.dicts(result)
         return list(self.conn.execute(query, params).fetchall())
 
+    def send_read(self, query: Any, params: Any = None) -> Callable[[], list[dict[str, Any]]]:
+        """Send a read in psycopg's form on the wire without waiting (wire mode only):
+        the function returned gives its rows as dicts, syncing first when the read is
+        still unanswered (answered by any later sync, or when the session leaves the wire)."""
+        wire = self._wire
+        if wire is None:
+            raise RuntimeError("send_read needs the wire")
+        result = wire.send_psycopg(query, params)
+
+        def answer() -> list[dict[str, Any]]:
+            if result.pgresult is None and wire is self._wire:
+                wire.sync()
+            return wire.dicts(result)
+        return answer
+
     def sync(self) -> None:
         """Send what is buffered on the wire and read its results (no-op in psycopg mode)."""
         if self._wire is not None:
@@ -139,14 +155,20 @@ class TxSession:
 
 class SessionReads:
     """A read-only stand-in for a cursor whose statements run on a session (a read on
-    the wire: sent with whatever waits there, answered as dict rows)."""
+    the wire: sent with whatever waits there, answered as dict rows); ``guard``: a
+    context that each read's round trip runs in (it may translate errors)."""
 
-    def __init__(self, session: TxSession) -> None:
+    def __init__(self, session: TxSession, guard: Callable[[], AbstractContextManager[None]] | None = None) -> None:
         self._session = session
+        self._guard = guard
         self._rows: list[dict[str, Any]] = []
 
     def execute(self, query: Any, params: Any = None, **_: Any) -> SessionReads:
-        self._rows = self._session.dicts(query, params)
+        if self._guard is None:
+            self._rows = self._session.dicts(query, params)
+            return self
+        with self._guard():
+            self._rows = self._session.dicts(query, params)
         return self
 
     def fetchall(self) -> list[dict[str, Any]]:

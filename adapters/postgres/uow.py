@@ -13,7 +13,7 @@ variables, no pass-through keyword arguments):
 - every read the write decides on: aggregate replays (from the process's note cache
   when it holds the note, :mod:`.note_cache`), key reads, the consolidation neighbours,
   entity keys, paths and the working value, all in this transaction (on the wire while
-  it can, through :meth:`PostgresUnitOfWork.reader`);
+  it can: :class:`~memfabric.adapters.postgres.uow_reads.DecisionReads`);
 - the aggregates to save, their new data keys and the keys to destroy;
 - at :meth:`~PostgresUnitOfWork.commit`: seal the events, take the tenants' append
   locks, insert the keys and the events (one statement), and per tenant one statement
@@ -34,7 +34,6 @@ import hashlib
 import hmac
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from datetime import datetime
 from types import TracebackType
 from typing import Any, cast
 from uuid import UUID
@@ -43,25 +42,22 @@ from memfabric.adapters.crypto import TransactionKeys
 from memfabric.adapters.crypto_keys import KEYS_SELECT
 from memfabric.adapters.postgres import appends, replays
 from memfabric.adapters.postgres import NoteLog, VectorTypes, dimension_guard, select_notes
-from memfabric.adapters.postgres.session import Sent, SessionReads, SessionStatements, TxSession
-from memfabric.domain.consolidation import Neighbour, NeighbourQuery
+from memfabric.adapters.postgres.session import Sent, SessionStatements, TxSession
+from memfabric.adapters.postgres.uow_reads import DecisionReads
 from eventsourcing.persistence import IntegrityError
 
-from memfabric.domain.link_terms import TermPostings
 from memfabric.domain.errors import ConflictError, FabricError, LockTimeoutError, TrackingError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.shredding import shreds_keys
-from memfabric.domain.working import BlockEntry
-from memfabric.projections import consolidation_index, note_scope, tables, working_value
 from memfabric.projections.batch import BatchCursor, RowBatch, encode_params
 from memfabric.projections.engine import GAP_MESSAGE, ProjectionEngine, bounded_locks, lock_timed_out
 import psycopg
-from psycopg import Connection, Cursor, sql
+from psycopg import Connection, Cursor
 from psycopg.rows import tuple_row
 
 
-class PostgresUnitOfWork:
+class PostgresUnitOfWork(DecisionReads):
     """One write transaction (the ``UnitOfWork`` port); see the module doc.
 
     ``inline_all``: apply every projection in this transaction (``inline_projections``),
@@ -338,46 +334,6 @@ class PostgresUnitOfWork:
         fields read ``<erased>``): how a note whose key is faulty is still tombstoned."""
         self.keys.unreadable.update(aggregate_ids)
         return self.load_ids(aggregate_ids)
-
-    def exists(self, scope: Scope, note_id: str) -> bool:
-        aggregate_id = note_uuid(scope, note_id)
-        if aggregate_id in self._aggregates:
-            return True
-        row = self.reader().execute(
-            sql.SQL("SELECT 1 FROM {t} WHERE originator_id = %s LIMIT 1").format(
-                t=sql.Identifier(tables.EVENTS)), (aggregate_id,)).fetchone()
-        return row is not None
-
-    def resolve(self, scope: Scope, note_id: str) -> list[tuple[Scope, str]]:
-        """:func:`memfabric.projections.note_scope.resolve` in this transaction."""
-        return list(note_scope.resolve(self.reader(), scope, note_id))
-
-    def reader(self) -> Cursor[Any]:
-        """A read-only cursor of the transaction for a read a write decides on (dict
-        rows; ``execute`` then ``fetchall`` / ``fetchone``): on the wire while the unit of
-        work is there (the read travels with what waits: BEGIN, the locks), else psycopg's."""
-        session = self._session
-        if session is not None and session.on_wire:
-            self._mark_read()
-            return cast("Cursor[Any]", SessionReads(session))
-        return self.conn.cursor()
-
-    def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
-                   now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
-        with dimension_guard():
-            return consolidation_index.select_neighbours(self.reader(), scope, queries, now=now,
-                                                         per_query=per_query)
-
-    def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
-                      now: datetime, latest: bool = False) -> TermPostings:
-        with self.conn.cursor() as cur:
-            return consolidation_index.select_term_postings(cur, scope, kind, terms, now=now, latest=latest)
-
-    def note_ids_by_path(self, scope: Scope, path: str) -> list[str]:
-        return note_scope.ids_by_path(self.reader(), scope, path)
-
-    def working_blocks(self, scope: Scope) -> dict[str, BlockEntry]:
-        return working_value.select_blocks(self.reader(), scope)
 
     def content_hmac(self, text: str) -> str:
         return hmac.new(self._secret(), text.encode(), hashlib.sha256).hexdigest()

@@ -145,6 +145,7 @@ def test_audit_chain_passes_after_forget_and_flags_edited_rows(fabric: object, d
     assert res.exit_code == 1  # type: ignore[attr-defined]
     assert "TAMPERED" in res.output and "changed event rows (notification ids): [3]" in res.output  # type: ignore[attr-defined]
     assert "removed event rows (notification ids): [7]" in res.output  # type: ignore[attr-defined]
+    assert "anchor:" not in res.output  # type: ignore[attr-defined]  # a tampered log's digest is no anchor
     out = json.loads(invoke(dsn, "audit", "verify", "--json", "--no-checkpoint").output.splitlines()[-1])  # type: ignore[attr-defined]
     assert out["ok"] is False and out["changed"] == [3] and out["removed"] == [7]
 

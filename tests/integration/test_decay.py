@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from memfabric.adapters import open_fabric
 from memfabric.domain import retention as rules
 from memfabric.projections.rebuild import ProjectionAdmin
+from memfabric.adapters.postgres import schema_stamp
 from tests.integration.test_retention import Open, at, make, types  # noqa: F401 - make: the fixture
 
 DECAY = {"durable": None, "decay": {"after": "30d", "factor": 0.5, "floor": 0.1}}
@@ -109,6 +110,7 @@ def test_a_retention_index_of_an_older_release_is_rebuilt_on_open(dsn: str) -> N
         n = fabric.scope("acme", "u1").remember(kind="fact", content="User owns a red kayak", importance=0.8)
     with psycopg.connect(dsn, autocommit=True) as conn:  # the table as issue 30 first made it
         conn.execute("ALTER TABLE mf_retention DROP COLUMN importance, DROP COLUMN decayed_at")
+        schema_stamp.clear(conn)  # an older release's schema: no stamp of this code
     with open_fabric(dsn, retention=DECAY) as fabric:
         rows: Any = fabric.store.counts_in_scope("acme", None, None)
         assert rows.live == 1

@@ -16,6 +16,7 @@ from memfabric.domain.ledger import (
     Conversation, LedgerAbortedError, LedgerError, NoLedgerError, conversation_uuid,
 )
 from memfabric.projections.rebuild import ProjectionAdmin
+from memfabric.adapters.postgres import schema_stamp
 from tests.conftest import fetch
 from tests.integration.test_privacy import dump_every_table
 
@@ -363,6 +364,7 @@ def test_entries_table_of_an_older_release_is_migrated_on_open(fabric: Fabric) -
         conn.execute("ALTER TABLE mf_ledger_entries DROP COLUMN terms")
         conn.execute("ALTER TABLE mf_ledger_entries ADD COLUMN tsv tsvector"
                      " GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED")
+        schema_stamp.clear(conn)  # an older release's schema: no stamp of this code
     with open_fabric(fabric.dsn) as again:
         res = again.scope("acme", "u1", "old-release").search_conversation("flight leaving")
         assert [h.entry_id for h in res.hits] == [entry.id] and res.hits[0].score == 1.0

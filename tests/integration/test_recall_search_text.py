@@ -13,6 +13,7 @@ import pytest
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.memory import open_memory_fabric
 from memfabric.projections.rebuild import ProjectionAdmin
+from memfabric.adapters.postgres import schema_stamp
 from tests.conftest import fetch
 
 
@@ -70,6 +71,7 @@ def test_an_index_made_before_search_extra_is_migrated(dsn: str) -> None:
         conn.execute("ALTER TABLE mf_recall_index DROP COLUMN search_extra")
         conn.execute("ALTER TABLE mf_recall_index ADD COLUMN tsv tsvector"
                      " GENERATED ALWAYS AS (to_tsvector('english', content)) STORED")
+        schema_stamp.clear(conn)  # an older release's schema: no stamp of this code
     with open_fabric(dsn, consolidate=False) as fab:
         notes = fab.scope("acme", "u1", "t1")
         assert found(notes, "zebra") == {n.id} and found(notes, "giraffe") == {n.id}

@@ -12,6 +12,7 @@ import pytest
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.projections import recall_index, recall_tail
 from memfabric.projections.rebuild import ProjectionAdmin
+from memfabric.adapters.postgres import schema_stamp
 from tests.conftest import fetch
 
 FACTS = [f"Project {w} ships on day {i} with {c} reviewers" for i, (w, c) in
@@ -104,6 +105,7 @@ def test_a_table_made_before_the_tail_migrates_on_open(dsn: str) -> None:
         conn.execute("ALTER TABLE mf_recall_index DROP COLUMN indexed")
         conn.execute("CREATE INDEX mf_recall_index_hnsw ON mf_recall_index"
                      " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)")
+        schema_stamp.clear(conn)  # an older release's schema: no stamp of this code
     with open_fabric(dsn) as fabric:
         through_hnsw(fabric, background=False)
         notes = fabric.scope("acme", "u1", "t1")

@@ -15,6 +15,7 @@ import pytest
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.domain.errors import NoteNotFoundError
 from memfabric.projections.rebuild import ProjectionAdmin
+from memfabric.adapters.postgres import schema_stamp
 from tests.conftest import fetch
 from tests.integration.test_log_compat import FIXTURE, load_log_rows
 
@@ -87,6 +88,7 @@ def test_tables_of_an_older_release_get_their_visibility_column(dsn: str) -> Non
     with psycopg.connect(dsn) as conn:  # what the tables of the previous release looked like
         conn.execute("ALTER TABLE mf_consolidation DROP COLUMN visibility")
         conn.execute("ALTER TABLE mf_note_scope DROP COLUMN visibility")
+        schema_stamp.clear(conn)  # an older release's schema: no stamp of this code
     with open_fabric(dsn) as fabric:
         rows = dict(fetch(dsn, "SELECT note_id, visibility FROM mf_note_scope"))
         assert rows == {wide.id: "tenant", mine.id: "thread", held.id: "thread"}  # held: fails closed

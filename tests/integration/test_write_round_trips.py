@@ -53,9 +53,10 @@ def test_a_plain_remember_is_six_statements_and_one_round_trip(dsn: str) -> None
 
 
 def test_a_consolidating_insert_is_two_round_trips(dsn: str) -> None:
-    """The reads a decision needs travel on the wire, the first with BEGIN, the locks
-    and the tenant's gap probe: the entities named by the inferred subject ("bob"), then
-    the neighbour lookup; the decision's events, rows and COMMIT in the last round trip.
+    """The reads a decision needs travel on the wire, with BEGIN, the locks and the
+    tenant's gap probe: the neighbour lookup, sent ahead (issue 24), and the entities
+    named by the inferred subject ("bob") in one round trip; the decision's events, rows
+    and COMMIT in the last (before the send-ahead: three round trips).
     A fold or a supersession replays the note it changes through psycopg, then commits
     there."""
     from memfabric.adapters import open_fabric
@@ -67,11 +68,33 @@ def test_a_consolidating_insert_is_two_round_trips(dsn: str) -> None:
             _count_round_trips(mp, seen)
             works = notes.remember(kind="fact", content="Bob works at Initech")
         assert works.outcome == "inserted"
-        assert seen == Counter({"statements": 9, "syncs": 3}), seen
+        assert seen == Counter({"statements": 9, "syncs": 2}), seen
         moved = notes.remember(kind="fact", content="Alice moved to Porto")
         assert moved.outcome == "superseding"
         assert [h.id for h in notes.recall("where does Alice live").hits][:1] == [moved.id]
         assert [h.id for h in notes.recall("where does Bob work").hits][:1] == [works.id]
+
+
+def test_a_subject_that_names_an_entity_looks_its_neighbours_up_again(dsn: str) -> None:
+    """The neighbours sent ahead are those of the key as inferred ("maria|residence");
+    when the subject resolves to an entity the key changes ("entity:<id>|residence"), so
+    the lookup runs again (one more round trip) and the change stated under the alias
+    supersedes the note stated under the full name."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        maria = notes.entities.upsert("Maria Lopez", type="person", identifiers=[("email", "maria@acme.example")])
+        alias = notes.entities.upsert("Maria", identifiers=[("email", "maria@acme.example")])
+        assert alias.entity.id == maria.entity.id
+        first = notes.remember(kind="fact", content="Maria Lopez lives in Lisbon")
+        seen: Counter[str] = Counter()
+        with pytest.MonkeyPatch.context() as mp:
+            _count_round_trips(mp, seen)
+            moved = notes.remember(kind="fact", content="Maria moved to Porto")
+        assert (moved.outcome, moved.supersedes) == ("superseding", first.id), moved.decision
+        assert moved.decision is not None and moved.decision["subject_key"].startswith("entity:")
+        assert seen["syncs"] >= 3, seen
+        assert [h.id for h in notes.recall("where does Maria live").hits][:1] == [moved.id]
 
 
 def test_a_failure_at_the_sync_rolls_the_write_back_and_the_pool_goes_on(fabric: Fabric, dsn: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from memfabric.adapters import Fabric, open_fabric
 from memfabric.adapters.audit import verify_chain
 from memfabric.adapters.postgres import tenant_heads
+from memfabric.adapters.postgres import schema_stamp
 from tests.history import EVENT_TYPES, make_history
 
 
@@ -147,6 +148,7 @@ def test_a_log_from_before_the_counts_is_counted_on_open(dsn: str, partitions: i
         assert counted == found and set(found) == {"acme", "globex"}
         conn.execute(f"DROP TRIGGER {tenant_heads.TRIGGER} ON memfabric_events")  # what an older release made
         conn.execute(f"DROP TABLE {tenant_heads.HEADS_TABLE}")
+        schema_stamp.clear(conn)  # and no stamp of this code
     with open_fabric(dsn) as fab:
         assert verify_chain(fab).ok
         fab.scope("acme", "u1").remember(kind="fact", content="User moved to Lisbon")

@@ -9,7 +9,7 @@ from typing import Any
 
 
 from memfabric.adapters.postgres import citus
-from memfabric.adapters.postgres import tenant_heads
+from memfabric.adapters.postgres import schema_stamp, tenant_heads
 from memfabric.adapters.audit import CHAIN_DDL
 from memfabric.adapters.bootstrap import EMBEDDER_DDL
 from memfabric.adapters.crypto import KEYS_DDL
@@ -63,7 +63,7 @@ def created_columns() -> dict[str, set[str]]:
                        NoteVersionsProjection(384, "hash-384", None)):
         projection.create(cur)  # type: ignore[arg-type]
     for ddl in (KEYS_DDL, SECRETS_DDL, SECRETS_FORMAT_DDL, EMBEDDER_DDL, ERRORS_DDL, CHAIN_DDL, RETENTION_DDL,
-                quarantine.DDL, tenant_heads.DDL, *access_log.DDL):
+                quarantine.DDL, tenant_heads.DDL, schema_stamp.STAMP_DDL, *access_log.DDL):
         cur.execute(ddl)
     add_tenant_column(cur, tables.EVENTS)  # type: ignore[arg-type]
     found: dict[str, set[str]] = {tables.EVENTS: set(EVENTS_COLUMNS)}
