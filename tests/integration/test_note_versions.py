@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.postgres import schema_stamp
 from memfabric.projections import link_graph, recall_index
 from memfabric.projections.note_versions import RecordedCursor
 from memfabric.projections.rebuild import ProjectionAdmin
@@ -147,6 +148,7 @@ def test_a_database_with_open_version_rows_migrates_on_open(dsn: str) -> None:
                      f" SELECT i.version, {edge_cols} FROM mf_link_graph g"
                      " JOIN mf_recall_index i ON i.aggregate_id = g.from_aggregate_id")
         conn.execute("ALTER TABLE mf_recall_index DROP COLUMN recorded_from")
+        schema_stamp.clear(conn)  # an older release's schema: no stamp of this code
     with open_fabric(dsn) as fabric:
         notes = fabric.scope("t1", "u1", "th1")
         after = (_rows(dsn), _edges(dsn), [[h.id for h in notes.recall("deploy cache", known_at=t).hits]
