@@ -180,13 +180,23 @@ class RowBatch:
         self._encoded[id(value)] = (value, out)
         return out
 
-    def add_statement(self, template: str, params: Sequence[Any], run: Callable[[Cursor[Any]], None]) -> None:
+    def add_statement(self, template: str, params: Sequence[Any], run: Callable[[Cursor[Any]], None],
+                      *, first: bool = False) -> None:
         """Collect one data-modifying statement (``template``: see :class:`_Statement`;
         its array parameters need a type from the template, e.g. a cast: they are sent
-        encoded); ``run`` runs it alone (:meth:`run_each`)."""
-        self.parts.append(_Statement(template, len(params)))
+        encoded); ``run`` runs it alone (:meth:`run_each`). ``first``: put it before
+        every write collected so far, for a statement that reads rows other writes of
+        the batch change (in the one statement every part reads the snapshot before
+        it; run statement by statement, it then runs before them)."""
+        part, encoded = _Statement(template, len(params)), encode_params(params)
+        if first:
+            self.parts.insert(0, part)
+            self._runs.insert(0, run)
+            self.params[0:0] = encoded
+            return
+        self.parts.append(part)
         self._runs.append(run)
-        self.params.extend(encode_params(params))
+        self.params.extend(encoded)
 
     def too_big(self) -> bool:
         """Whether the collected writes must run one statement each (:data:`MAX_BATCH_PARAMS`)."""

@@ -1,18 +1,21 @@
 """Note versions with transaction-time ranges (issue 31): what the fabric *knew* at T.
 
-Two tables, both a pure function of each note's event sequence:
+A note's version is its recall-index row (:func:`memfabric.projections.recall_index.row_for`)
+after one of its events, recorded from that event's own ``timestamp`` to the next
+event's. The **current** version of a note is its live recall-index row, which carries
+``recorded_from`` (the state's latest event time): no second copy of it is written.
+Two tables keep the **closed** versions, both a pure function of each note's event
+sequence:
 
 - ``mf_note_versions``: one row per event of a recallable note whose state after that
-  event has a recall-index row (:func:`memfabric.projections.recall_index.row_for`):
-  the recall-index columns of that state, primary key ``(aggregate_id, version)``,
-  plus ``recorded_from`` (the event's own ``timestamp``) and ``recorded_to`` (the next
-  event's ``timestamp``; ``NULL`` while it is the note's latest event). A state without
-  a recall row (held, not a recallable kind) has no row, but its event still closes the
-  previous one. A forgotten note has no row at all: its data key is destroyed, so every
-  earlier state replays with its content and vector erased (no recall row) — the
-  versions never keep a byte the tombstone erased. A note under legal hold has no row
-  either (its content is kept only sealed, whatever T); its release writes its whole
-  history again.
+  event has a recall-index row and which a later event of the note followed: the
+  recall-index columns of that state, primary key ``(aggregate_id, version)``, and
+  ``recorded_to`` (the next event's ``timestamp``). A state without a recall row (held,
+  not a recallable kind) has no row, but its event still closes the previous one. A
+  forgotten note has no row at all: its data key is destroyed, so every earlier state
+  replays with its content and vector erased (no recall row) — the versions never keep
+  a byte the tombstone erased. A note under legal hold has no row either (its content
+  is kept only sealed, whatever T); its release writes its whole history again.
 - ``mf_link_versions``: the link-graph edges (:func:`memfabric.projections.link_graph.rows_for`)
   of each version row, keyed by ``(from_aggregate_id, from_version, to_aggregate_id,
   relation)``: an edge is recorded at T exactly when its source's version is.
@@ -23,16 +26,21 @@ and sealed under the event's authentication tag) is the only recorded time the l
 keeps, and every replay, rebuild and ``history`` reads the same value. See
 ``docs/bitemporal.md``.
 
-Writes: a unit of work's note with exactly one new event (``Note.collected``) costs one
-``UPDATE`` closing the open row of the notes that had one (version > 1), one insert of
-the new rows and, for notes with links, one insert of their edges — no read. Any other
-note (several events in one unit of work, a ``Withdrawn`` evolution patch, a state
-replayed by a catch-up, a rebuild) is replayed from the log on the same cursor and its
-rows written afresh, so the inline rows and a replay from zero are identical.
+Writes: a new note costs nothing here (its live row is its only version). A writer's
+note with exactly one new event (``Note.collected``) past its first costs one
+``INSERT ... SELECT`` that copies its live recall-index row (the previous state) into
+the closed versions, and one more for its live edges, inside the write's one statement
+(:class:`~memfabric.projections.batch.RowBatch`; every part of it reads the snapshot
+before the statement, so before the recall index's upsert of the new state) — nothing
+is read or built on the client. Any other note (several events in one unit of work, a
+``Withdrawn`` evolution patch, a released hold, a state applied on a plain cursor: a
+catch-up, a tenant's gap, a rebuild) is replayed from the log on the same cursor and its
+closed rows written afresh, so the inline rows and a replay from zero are identical.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from datetime import datetime
@@ -53,13 +61,14 @@ NAME = "note_versions"
 TABLE = tables.NOTE_VERSIONS
 EDGES = tables.LINK_VERSIONS
 
-COLUMNS: tuple[str, ...] = (*recall_index.COLUMNS, "recorded_from", "recorded_to")
-"""A version row: the recall-index row of the state, then its transaction-time range."""
+COLUMNS: tuple[str, ...] = (*recall_index.COLUMNS, "recorded_to")
+"""A version row: the recall-index row of the state (``recorded_from`` included), then
+the end of its transaction-time range."""
 
 EDGE_COLUMNS: tuple[str, ...] = ("from_version", *link_graph.COLUMNS)
 """An edge row: the source's version, then the link-graph row."""
 
-_TYPES = (*recall_index._COPY_TYPES, "timestamptz", "timestamptz")  # noqa: SLF001 - same columns
+_TYPES = (*recall_index._COPY_TYPES, "timestamptz")  # noqa: SLF001 - same columns
 _EDGE_TYPES = ("int4", "uuid", "uuid", "text", "text", "text", "text", "text", "text", "float4")
 
 FAST = 1
@@ -127,9 +136,10 @@ def index_ddl(suffix: str = "") -> list[sql.Composed]:
 # ------------------------------------------------------------------- rows
 def version_rows(note: Note, embedder_id: str | None, dim: int
                  ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
-    """``(row, edges)`` of ``note``'s current state: its recall-index row with
-    ``recorded_from`` = the state's last event time and ``recorded_to`` open (``None``
-    when the state has no recall row), and the edges of that row (none without it)."""
+    """``(row, edges)`` of ``note``'s current state: its recall-index row (with
+    ``recorded_from`` = the state's latest event time) and ``recorded_to`` open
+    (``None`` when the state has no recall row), and the edges of that row (none
+    without it)."""
     try:
         row = recall_index.row_for(note, embedder_id, dim)
     except EmbedderChangedError:  # a state written before a migration to another dimension
@@ -137,15 +147,16 @@ def version_rows(note: Note, embedder_id: str | None, dim: int
     if row is None:
         return None, []
     version = int(note.version)
-    return (*row, note.modified_on, None), [(version, *edge) for edge in link_graph.rows_for(note)]
+    return (*row, None), [(version, *edge) for edge in link_graph.rows_for(note)]
 
 
 def history_rows(events: Iterable[Any], embedder_id: str | None, dim: int
                  ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Every version row and edge of one note from its decoded events in version
-    order: the state after each event, each row closed at the next event's time."""
+    """The closed version rows and their edges of one note from its decoded events in
+    version order: the state after each event, closed at the next event's time. The
+    state after the last event is left out: its live recall-index row is that version."""
     rows: list[list[Any]] = []
-    edges: list[tuple[Any, ...]] = []
+    edges: list[list[tuple[Any, ...]]] = []
     state: Any = None
     for event in events:
         if rows and rows[-1][-1] is None:
@@ -154,8 +165,11 @@ def history_rows(events: Iterable[Any], embedder_id: str | None, dim: int
         row, links = version_rows(state, embedder_id, dim)
         if row is not None:
             rows.append(list(row))
-            edges.extend(links)
-    return [tuple(r) for r in rows], edges
+            edges.append(links)
+    if rows and rows[-1][-1] is None:
+        rows.pop()
+        edges.pop()
+    return [tuple(r) for r in rows], [edge for links in edges for edge in links]
 
 
 def replay_events(cur: Cursor[Any], mapper: Any, upto: dict[UUID, int]) -> dict[UUID, list[Any]]:
@@ -186,10 +200,45 @@ def _fast(note: Note) -> bool:
 
 
 # ------------------------------------------------------------------ writes
+_CLOSE_ROWS = (
+    "INSERT INTO {t} ({cols}) SELECT {live_cols}, u.ts FROM unnest({{0}}::uuid[], {{1}}::timestamptz[],"
+    " {{2}}::int[]) AS u(id, ts, v) JOIN {ri} ri ON ri.aggregate_id = u.id"
+    " WHERE ri.tenant_id = ANY({{3}}::text[]) AND ri.version < u.v ON CONFLICT DO NOTHING"
+)
+_CLOSE_EDGES = (
+    "INSERT INTO {e} ({cols}) SELECT ri.version, {edge_cols} FROM unnest({{0}}::uuid[], {{1}}::int[]) AS u(id, v)"
+    " JOIN {ri} ri ON ri.aggregate_id = u.id JOIN {lg} g ON g.from_aggregate_id = ri.aggregate_id"
+    " AND g.tenant_id = ri.tenant_id WHERE ri.tenant_id = ANY({{2}}::text[]) AND g.tenant_id = ANY({{2}}::text[])"
+    " AND ri.version < u.v"
+    " ON CONFLICT DO NOTHING"
+)
+
+
+@lru_cache(maxsize=1)
+def close_templates() -> tuple[str, str]:
+    """The two statements that close the current version of notes with one new event,
+    as :class:`~memfabric.projections.batch.RowBatch` templates: copy each note's live
+    recall-index row (the previous state, when it had one and it is older than the new
+    version ``v``) into ``mf_note_versions`` with ``recorded_to`` = the new event's time
+    (parameters: ids ``uuid[]``, times ``timestamptz[]``, new versions ``int[]``,
+    tenants ``text[]``), and its live link-graph edges into ``mf_link_versions``
+    (ids, new versions, tenants). A row or edge already there is kept. Both name the
+    tenants of each table they read (partition pruning; Citus co-location)."""
+    def q(name: str) -> str:
+        return sql.Identifier(name).as_string(None)
+
+    rows = _CLOSE_ROWS.format(
+        t=q(TABLE), cols=", ".join(map(q, COLUMNS)), ri=q(tables.RECALL_INDEX),
+        live_cols=", ".join("ri." + q(c) for c in recall_index.COLUMNS))
+    edges = _CLOSE_EDGES.format(
+        e=q(EDGES), cols=", ".join(map(q, EDGE_COLUMNS)), ri=q(tables.RECALL_INDEX), lg=q(tables.LINK_GRAPH),
+        edge_cols=", ".join("g." + q(c) for c in link_graph.COLUMNS))
+    return rows, edges
+
+
 @lru_cache(maxsize=8)
 def _statements(suffix: str) -> dict[str, bytes]:
-    """The write statements of :func:`apply`, composed once per table suffix (issue 24:
-    composing them was a third of this projection's client time per write)."""
+    """The statements of a replay (:func:`_write_replayed`), composed once per table suffix."""
     t, e = sql.Identifier(TABLE + suffix), sql.Identifier(EDGES + suffix)
 
     def insert(table: sql.Identifier, columns: Sequence[str], binary: Sequence[str] = ()) -> sql.Composed:
@@ -198,10 +247,6 @@ def _statements(suffix: str) -> dict[str, bytes]:
             p=sql.SQL(", ").join(sql.SQL("%b") if c in binary else sql.Placeholder() for c in columns))
 
     composed = {
-        "close": sql.SQL(
-            "UPDATE {t} SET recorded_to = u.ts FROM unnest(%s::uuid[], %s::timestamptz[], %s::int[])"
-            " AS u(id, ts, v) WHERE {t}.aggregate_id = u.id AND {t}.recorded_to IS NULL AND {t}.version < u.v"
-        ).format(t=t),
         "drop": sql.SQL("DELETE FROM {t} WHERE aggregate_id = ANY(%s)").format(t=t),
         "drop_edges": sql.SQL("DELETE FROM {e} WHERE from_aggregate_id = ANY(%s)").format(e=e),
         "row": insert(t, COLUMNS, ("embedding",)) + sql.SQL(" ON CONFLICT DO NOTHING"),
@@ -212,50 +257,47 @@ def _statements(suffix: str) -> dict[str, bytes]:
 
 def apply(cur: Cursor[Any] | BatchCursor, notes: Iterable[Note], mapper: Any, embedder_id: str | None,
           dim: int) -> None:
-    """Bring the versions of ``notes`` up to date (see the module doc); ``mapper``: the
-    sealing mapper the slow path replays with. A note of this unit of work without a
-    new event is left alone. Inserts ignore a row already there (a catch-up of the
-    tenant's gap that replayed the note first) and the close never touches a row of
-    the new version, so applying a state twice changes nothing. Handed a
-    :class:`~memfabric.projections.batch.BatchCursor`, the writes of the notes with
-    one new event join its batch (issue 24); a replay runs on its direct cursor."""
+    """Bring the closed versions of ``notes`` up to date (see the module doc);
+    ``mapper``: the sealing mapper a replay uses. A note of this unit of work without
+    a new event is left alone, and so is a note at its first event (it has no closed
+    version). Handed a :class:`~memfabric.projections.batch.BatchCursor` (a writer's
+    one statement), a live note with one new event closes its previous version by the
+    copy of :func:`close_templates`, put first in the batch (:meth:`RowBatch.add_statement`
+    ``first``: run statement by statement, it still reads the live rows before their
+    upsert); every other note is replayed (on the batch's direct cursor). Inserts keep a
+    row already there and the copy skips a live row of the new version, so applying a
+    state twice changes nothing."""
     fast: list[Note] = []
     slow: list[Note] = []
+    batched = isinstance(cur, BatchCursor)
     for note in notes:
         collected = note.__dict__.get("collected")
-        if collected == []:
+        if collected == [] or (collected is not None and int(note.version) == 1 and note.live):
             continue
-        (fast if _fast(note) and note.live else slow).append(note)
-    _write_fast(cur, fast, embedder_id, dim)
+        (fast if batched and _fast(note) and note.live else slow).append(note)
+    if fast:
+        assert isinstance(cur, BatchCursor)  # (narrows the type: fast needs a batch)
+        _close_current(cur, fast)
     if slow:
         _write_replayed(cur.direct() if isinstance(cur, BatchCursor) else cur, slow, mapper, embedder_id, dim)
 
 
-def _write_fast(cur: Cursor[Any] | BatchCursor, notes: Sequence[Note], embedder_id: str | None, dim: int) -> None:
-    """Close the open row of each note that had one and insert the rows of their new
-    states (and edges), batched or run on ``cur``."""
-    st = _statements("")
-    closing = [n for n in notes if n.version > 1]
-    if closing:
-        params = ([n.id for n in closing], [n.modified_on for n in closing], [int(n.version) for n in closing])
-        if isinstance(cur, BatchCursor):
-            cur.batch.add_statement(_close_template(""), params,
-                                    lambda own: _run(own, st["close"], params))
-        else:
-            cur.execute(st["close"], params, prepare=True)
-    rows: list[tuple[Any, ...]] = []
-    edges: list[tuple[Any, ...]] = []
-    for note in notes:
-        row, links = version_rows(note, embedder_id, dim)
-        if row is not None:
-            rows.append(row)
-            edges.extend(links)
-    _insert(cur, st, rows, edges)
+def _close_current(cur: BatchCursor, notes: Sequence[Note]) -> None:
+    """Collect into ``cur``'s batch the copy of each note's live row and edges into the
+    closed versions (:func:`close_templates`), at the front of the batch."""
+    rows_sql, edges_sql = close_templates()
+    ids, versions = [n.id for n in notes], [int(n.version) for n in notes]
+    tenants = list(dict.fromkeys(n.tenant_id for n in notes))
+    for template, params in ((edges_sql, (ids, versions, tenants)),
+                             (rows_sql, (ids, [n.modified_on for n in notes], versions, tenants))):
+        text = template.format(*(f"%(p{i})s" for i in range(len(params)))).encode()
+        named = {f"p{i}": value for i, value in enumerate(params)}
+        cur.batch.add_statement(template, params, functools.partial(_run, query=text, params=named), first=True)
 
 
 def _write_replayed(cur: Cursor[Any], notes: Sequence[Note], mapper: Any, embedder_id: str | None,
                     dim: int) -> None:
-    """Write every version of ``notes`` afresh from a replay of their events."""
+    """Write every closed version of ``notes`` afresh from a replay of their events."""
     st = _statements("")
     ids = [n.id for n in notes]
     cur.execute(st["drop"], (ids,), prepare=True)
@@ -266,33 +308,14 @@ def _write_replayed(cur: Cursor[Any], notes: Sequence[Note], mapper: Any, embedd
         more, more_edges = history_rows(events, embedder_id, dim)
         rows.extend(more)
         edges.extend(more_edges)
-    _insert(cur, st, rows, edges)
-
-
-def _insert(cur: Cursor[Any] | BatchCursor, st: dict[str, bytes], rows: list[tuple[Any, ...]],
-            edges: list[tuple[Any, ...]]) -> None:
-    """Insert version ``rows`` and ``edges`` (rows already there are kept)."""
-    if isinstance(cur, BatchCursor):
-        cur.batch.add(TABLE, COLUMNS, rows, None, lambda own: own.executemany(st["row"], rows), conflict="nothing")
-        cur.batch.add(EDGES, EDGE_COLUMNS, edges, None, lambda own: own.executemany(st["edge"], edges),
-                      conflict="nothing")
-        return
     if rows:
         cur.executemany(st["row"], rows)
     if edges:
         cur.executemany(st["edge"], edges)
 
 
-def _run(cur: Cursor[Any], query: bytes, params: Sequence[Any]) -> None:
+def _run(cur: Cursor[Any], *, query: bytes, params: dict[str, Any]) -> None:
     cur.execute(query, params, prepare=True)
-
-
-@lru_cache(maxsize=8)
-def _close_template(suffix: str) -> str:
-    """The close statement of :func:`_statements` as a ``RowBatch`` statement template."""
-    t = sql.Identifier(TABLE + suffix).as_string(None)
-    return (f"UPDATE {t} SET recorded_to = u.ts FROM unnest({{0}}::uuid[], {{1}}::timestamptz[], {{2}}::int[])"  # noqa: S608
-            f" AS u(id, ts, v) WHERE {t}.aggregate_id = u.id AND {t}.recorded_to IS NULL AND {t}.version < u.v")
 
 
 def _replayable(cur: Cursor[Any], mapper: Any, notes: Sequence[Note]) -> dict[UUID, list[Any]]:
@@ -304,8 +327,8 @@ def _replayable(cur: Cursor[Any], mapper: Any, notes: Sequence[Note]) -> dict[UU
 
 def copy(cur: Cursor[Any], notes: Iterable[Note], mapper: Any, embedder_id: str | None, dim: int,
          suffix: str = "") -> int:
-    """Bulk-load every version of ``notes`` (final states of a replay) with binary COPY;
-    returns the number of version rows."""
+    """Bulk-load every closed version of ``notes`` (final states of a replay) with
+    binary COPY; returns the number of version rows."""
     rows: list[tuple[Any, ...]] = []
     edges: list[tuple[Any, ...]] = []
     for events in _replayable(cur, mapper, list(notes)).values():
@@ -352,31 +375,64 @@ class NoteVersionsProjection:
 
 
 # ------------------------------------------------------------------- reads
-def recorded_at(alias: str = "v") -> str:
-    """SQL: the version row ``alias`` was the note's state at ``%(known_at)s``."""
-    return (f"{alias}.recorded_from <= %(known_at)s::timestamptz"
-            f" AND ({alias}.recorded_to IS NULL OR {alias}.recorded_to > %(known_at)s::timestamptz)")
-
-
 AS_RECORDED = (
-    "{ri} AS NOT MATERIALIZED (SELECT * FROM {t} v WHERE {at}),"
-    " {lg} AS NOT MATERIALIZED (SELECT e.from_aggregate_id, e.to_aggregate_id, e.from_note_id,"
-    " e.to_note_id, e.tenant_id, e.resource_id, e.thread_id, e.relation, e.weight FROM {e} e"
-    " JOIN {t} v ON v.aggregate_id = e.from_aggregate_id AND v.version = e.from_version WHERE {at})"
+    # the rows at T. No WHERE inside the union's branches: PostgreSQL then pulls them up
+    # as members of one append, and the conditions outside are pushed into each (a
+    # branch with a WHERE stays a subquery, which a join on aggregate_id cannot probe
+    # by its primary key). Inside this first item mf_recall_index is still the live
+    # table: a WITH item sees only the items before it.
+    "{rows} AS NOT MATERIALIZED (SELECT {cols}, li.recorded_to FROM (SELECT {cols}, NULL::timestamptz AS recorded_to"
+    " FROM {ri} li UNION ALL SELECT {cols}, li.recorded_to FROM {t} li) li"
+    " WHERE li.recorded_from <= %(known_at)s::timestamptz"
+    " AND (li.recorded_to > %(known_at)s::timestamptz OR li.recorded_to IS NULL{not_closed})),"
+    # the edges at T: a live edge of a live row at T, a version edge of a closed row at T
+    " {lg} AS NOT MATERIALIZED (SELECT {edge_cols} FROM (SELECT {edge_cols}, NULL::integer AS from_version"
+    " FROM {lg} g UNION ALL SELECT {edge_cols}, g.from_version FROM {e} g) g JOIN {rows} r"
+    " ON r.aggregate_id = g.from_aggregate_id AND r.tenant_id = g.tenant_id"
+    " AND (r.version = g.from_version OR (g.from_version IS NULL AND r.recorded_to IS NULL))),"
+    " {ri} AS NOT MATERIALIZED (SELECT {cols} FROM {rows} li)"
 )
-"""Two ``WITH`` items named like the recall index and the link graph: inside a
-statement that starts with them, PostgreSQL resolves those names to these queries (a
-``WITH`` name hides a table of the same name), so the very statements of
-:mod:`memfabric.projections.recall_index` read the fabric as recorded at ``known_at``.
-``NOT MATERIALIZED``: their conditions are pushed into each use (index scans)."""
+"""Three ``WITH`` items, the last two named like the link graph and the recall index:
+inside a statement that starts with them, PostgreSQL resolves those names to these
+queries (a ``WITH`` name hides a table of the same name), so the very statements of
+:mod:`memfabric.projections.recall_index` read the fabric as recorded at ``known_at``:
+the live rows recorded by then (the notes' current versions) and the closed versions
+that were current then, with the edges of each. ``NOT MATERIALIZED`` unions of tables
+of the same column types: their conditions and join keys reach each table's indexes.
+``{not_closed}``: empty when the two projections are written in one transaction
+(:data:`NOT_CLOSED` otherwise)."""
+
+ROWS_AT = "mf_known_rows"
+"""The name of the first ``WITH`` item of :data:`AS_RECORDED` (no table has it)."""
+
+NOT_CLOSED = (" AND NOT EXISTS (SELECT 1 FROM {t} x WHERE x.aggregate_id = li.aggregate_id"
+              " AND x.version >= li.version)")
+"""(``{t}``: the versions table; ``li``: a live row.)"""
+"""With a separate projection runner the recall index and the versions move one after
+the other: a live row whose version (or a later one) is already closed is left out, so
+no note is read twice while the runner catches up (one primary-key probe per row)."""
 
 
-def as_recorded(statement: bytes) -> bytes:
+@lru_cache(maxsize=2)
+def _ctes(in_step: bool) -> bytes:
+    """:data:`AS_RECORDED` composed (with :data:`NOT_CLOSED` unless ``in_step``)."""
+    def q(name: str) -> str:
+        return sql.Identifier(name).as_string(None)
+
+    t = q(TABLE)
+    cols = ", ".join(f"li.{q(c)}" for c in (*recall_index.COLUMNS, "tsv"))
+    edge_cols = ", ".join(f"g.{q(c)}" for c in link_graph.COLUMNS)
+    return AS_RECORDED.format(
+        rows=q(ROWS_AT), lg=q(tables.LINK_GRAPH), ri=q(tables.RECALL_INDEX), t=t, e=q(EDGES), cols=cols,
+        edge_cols=edge_cols,
+        not_closed="" if in_step else NOT_CLOSED.format(t=t)).encode()
+
+
+def as_recorded(statement: bytes, *, in_step: bool = True) -> bytes:
     """``statement`` (a ``SELECT`` or ``WITH`` statement over ``mf_recall_index`` /
-    ``mf_link_graph``) reading the versions recorded at ``%(known_at)s`` instead."""
-    ctes = sql.SQL(AS_RECORDED).format(
-        ri=sql.Identifier(tables.RECALL_INDEX), lg=sql.Identifier(tables.LINK_GRAPH),
-        t=sql.Identifier(TABLE), e=sql.Identifier(EDGES), at=sql.SQL(recorded_at("v"))).as_bytes(None)
+    ``mf_link_graph``) reading the fabric as recorded at ``%(known_at)s`` instead
+    (``in_step``: see :data:`AS_RECORDED`)."""
+    ctes = _ctes(in_step)
     head = statement.lstrip()
     if head[:5].upper() == b"WITH ":
         return b"WITH " + ctes + b", " + head[5:]
@@ -387,51 +443,47 @@ class RecordedCursor:
     """A cursor whose statements read the fabric as recorded at ``known_at``
     (:func:`as_recorded`; the parameter is added to each dict of parameters)."""
 
-    def __init__(self, cur: Cursor[Any], known_at: datetime) -> None:
+    def __init__(self, cur: Cursor[Any], known_at: datetime, *, in_step: bool = True) -> None:
         self._cur = cur
         self._known_at = known_at
+        self._in_step = in_step
 
     def execute(self, query: Any, params: dict[str, Any] | None = None, **kwargs: Any) -> Cursor[Any]:
         text = query.as_bytes(self._cur) if isinstance(query, sql.Composable) else bytes(query)
-        return self._cur.execute(as_recorded(text), {**(params or {}), "known_at": self._known_at}, **kwargs)
+        return self._cur.execute(as_recorded(text, in_step=self._in_step),
+                                 {**(params or {}), "known_at": self._known_at}, **kwargs)
 
 
 RECORDED_VECTOR_LIST = (
     # the notes whose state at T is their current one: the live index's HNSW graph
-    # (and its unindexed tail) admits a live row only when its own version is the
-    # note's current version and was recorded by T, so the row *is* the version at T
+    # (and its unindexed tail), its rows recorded by T
     "v AS MATERIALIZED (SELECT aggregate_id, dist FROM ("
     "(SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist FROM {live} li WHERE {w} AND li.indexed"
-    " AND {current} ORDER BY li.embedding <=> %(q)b LIMIT %(limit)s)"
+    " AND li.recorded_from <= %(known_at)s::timestamptz ORDER BY li.embedding <=> %(q)b LIMIT %(limit)s)"
     " UNION ALL (SELECT aggregate_id, dist FROM (SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist"
-    " FROM {live} li WHERE {w} AND NOT li.indexed AND {current} OFFSET 0) s ORDER BY dist LIMIT %(limit)s)"
+    " FROM {live} li WHERE {w} AND NOT li.indexed AND li.recorded_from <= %(known_at)s::timestamptz OFFSET 0) s"
+    " ORDER BY dist LIMIT %(limit)s)"
     # the notes changed since T: their version at T is closed now (exact scan)
-    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT aggregate_id, embedding <=> %(q)b AS dist"
-    " FROM {t} WHERE {w} AND recorded_to > %(known_at)s::timestamptz OFFSET 0) s"
+    " UNION ALL (SELECT aggregate_id, dist FROM (SELECT li.aggregate_id, li.embedding <=> %(q)b AS dist"
+    " FROM {versions} li WHERE {w} AND li.recorded_from <= %(known_at)s::timestamptz AND li.recorded_to > %(known_at)s::timestamptz OFFSET 0) s"
     " ORDER BY dist LIMIT %(limit)s)"
     ") u ORDER BY dist LIMIT %(limit)s),"
     " vr AS (SELECT aggregate_id, row_number() OVER (ORDER BY dist, aggregate_id) AS rank FROM v)"
 )
 """The vector list of a ``known_at`` recall of a tenant large enough for HNSW (issue
-31): the rows recorded at T are (1) current versions recorded by T and (2) versions
-recorded by T and closed after it. (1) are read through the live recall index: a live
-row whose ``(aggregate_id, version)`` is a current version row recorded by T is that
-version (both rows are :func:`memfabric.projections.recall_index.row_for` of the same
-state), so its HNSW graph serves them, with the live tail's exact scan; (2) are the
-versions of the notes changed since T, scanned exactly. This holds when both
-projections are applied in the writer's transaction (the default), so every snapshot
-has them in step; a fabric with a separate runner keeps the exact scan of every
-version. ``{live}``: the live table, schema-qualified (the statement's
-``mf_recall_index`` names the versions at T); ``{w}``/``{t}``: as in
-:data:`memfabric.projections.recall_tail.VECTOR_LIST`."""
-
-_CURRENT = ("EXISTS (SELECT 1 FROM {v} cv WHERE cv.aggregate_id = li.aggregate_id AND cv.version = li.version"
-            " AND cv.recorded_to IS NULL AND cv.recorded_from <= %(known_at)s::timestamptz)")
+31): the rows recorded at T are (1) live rows recorded by T (current versions) and (2)
+closed versions that were current at T. (1) are read through the live recall index's
+HNSW graph, with the live tail's exact scan; (2) are the versions of the notes changed
+since T, scanned exactly (the partial btree on ``(tenant_id, recorded_to)`` finds them).
+Used when both projections are applied in the writer's transaction (the default); a
+fabric with a separate runner keeps the exact scan of :data:`AS_RECORDED`. ``{live}``:
+the live table, schema-qualified (the statement's ``mf_recall_index`` names the rows
+at T); ``{w}``: as in :data:`memfabric.projections.recall_tail.VECTOR_LIST`."""
 
 
 def recorded_vector_list(live: sql.Composable) -> str:
     """:data:`RECORDED_VECTOR_LIST` with the live table ``live`` (a qualified
-    identifier) filled in; ``{t}`` and ``{w}`` are left for
+    identifier) filled in; ``{w}`` is left for
     :func:`memfabric.projections.recall_index.recall_statement`."""
-    current = _CURRENT.replace("{v}", sql.Identifier(TABLE).as_string(None))
-    return RECORDED_VECTOR_LIST.replace("{live}", live.as_string(None)).replace("{current}", current)
+    return (RECORDED_VECTOR_LIST.replace("{live}", live.as_string(None))
+            .replace("{versions}", sql.Identifier(TABLE).as_string(None)))

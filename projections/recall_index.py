@@ -24,7 +24,8 @@ from memfabric.domain.note import Note
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope, stored_scope
 from memfabric.domain.policy import content_hash
-from memfabric.projections import base, partitions, principals, recall_links, recall_partition, recall_tail, tables
+from memfabric.projections import (base, partitions, principals, recall_links, recall_partition, recall_tail, tables,
+                                   versions_migration)
 from memfabric.projections.base import split_rows, write_rows
 
 NAME = "recall_index"
@@ -36,9 +37,11 @@ COLUMNS: tuple[str, ...] = (
     "aggregate_id", "note_id", "valid", "superseded_by", "importance", "token_count",
     "tags", "path", "subject", "token_hash", "content", "source_entry_ids", "supersedes",
     "t_ref", "ingested_at", "version", "embedder_id", "context", "keywords", "fold_count",
-    "updated_at", "consent", "embedding", "search_extra",
+    "updated_at", "consent", "embedding", "search_extra", "recorded_from",
 )
-"""Column order of a row tuple (also the COPY order)."""
+"""Column order of a row tuple (also the COPY order). ``recorded_from`` (issue 31): the
+recorded time of the state's latest event (``note.modified_on``), from which the row is
+the note's version as recorded (:mod:`memfabric.projections.note_versions`)."""
 
 TSV = "to_tsvector('english', content) || to_tsvector('english', coalesce(search_extra, ''))"
 """The full-text vector of a row: its content, then its context and keywords
@@ -86,7 +89,7 @@ def columns_ddl(dim: int) -> str:
             " supersedes text, t_ref timestamptz, ingested_at timestamptz NOT NULL,"
             " version integer NOT NULL, embedder_id text, context text, keywords text[] NOT NULL,"
             " fold_count integer NOT NULL, updated_at timestamptz, consent jsonb,"
-            f" embedding vector({int(dim)}) NOT NULL, search_extra text,"
+            f" embedding vector({int(dim)}) NOT NULL, search_extra text, recorded_from timestamptz,"
             " tsv tsvector GENERATED ALWAYS AS (" + TSV + ") STORED"
             + recall_tail.COLUMN_DDL
     )
@@ -189,6 +192,7 @@ def _row_for(note: Note, embedder_id: str | None, dim: int) -> tuple[Any, ...] |
         Jsonb(note.consent) if note.consent is not None else None,
         np.frombuffer(embedding, dtype=np.float32),
         search_extra(note),
+        note.modified_on,
     )
 
 
@@ -233,7 +237,7 @@ _COPY_TYPES = (
     "text", "text", "text", "text", "bool", "text", "uuid", "text", "tstzrange",
     "text", "float4", "int4", "text[]", "text", "text", "text", "text", "text[]",
     "text", "timestamptz", "timestamptz", "int4", "text", "text", "text[]", "int4",
-    "timestamptz", "jsonb", "vector", "text",
+    "timestamptz", "jsonb", "vector", "text", "timestamptz",
 )
 
 
@@ -287,6 +291,7 @@ class RecallIndexProjection:
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         migrate(cur, TABLE + table_suffix)
         recall_tail.migrate(cur, TABLE + table_suffix)
+        versions_migration.migrate(cur, TABLE + table_suffix)
         partitions.create_table(cur, TABLE + table_suffix, columns_ddl(self.dim), ["aggregate_id"])
         if not table_suffix:
             self.create_indexes(cur)

@@ -5,9 +5,10 @@ Recall, its hit links and listing run the very statements of
 :class:`~memfabric.projections.note_versions.RecordedCursor`: the names
 ``mf_recall_index`` and ``mf_link_graph`` then denote the note versions and edges
 recorded at ``known_at`` (two ``WITH`` items), so ranking, filters, visibility, consent
-and link expansion are the live recall's own. The vector list is the exact scan of the
-scope's versions for a tenant searched exactly now (``exact_search_max``); a larger one
-reads its current versions recorded by ``known_at`` through the live recall index's
+and link expansion are the live recall's own. The rows at ``known_at`` are the live
+recall-index rows recorded by then (current versions) and the closed versions current
+then. The vector list is the exact scan of those rows for a tenant searched exactly now
+(``exact_search_max``); a larger one reads the live rows through the live recall index's
 HNSW graph and scans exactly only the versions closed since
 (:data:`memfabric.projections.note_versions.RECORDED_VECTOR_LIST`; the versions table
 has no HNSW index, see ``docs/bitemporal.md``). Single notes (``get``) replay their
@@ -55,14 +56,15 @@ class PostgresKnownAtStore(KnownAtStore):
     reads run on the primary. ``live_in_step``: the recall index and the note versions
     are projected in the writer's transaction (``open_fabric``'s default), so a large
     tenant's current versions may be read through the live HNSW index; ``False`` (a
-    separate runner) keeps the exact scan of every version."""
+    separate runner) keeps the exact scan, and a live row whose version is already
+    closed is left out (``note_versions.NOT_CLOSED``)."""
 
     def __init__(self, store: Any, known_at: datetime, *, live_in_step: bool = True) -> None:
         super().__init__(store, known_at)
         self.live_in_step = live_in_step
 
     def _cursor(self, conn: Any) -> Any:
-        return RecordedCursor(conn.cursor(), self.known_at)
+        return RecordedCursor(conn.cursor(), self.known_at, in_step=self.live_in_step)
 
     def recall(self, scope: Scope, *, embedding: np.ndarray | None, query: str | None,
                kinds: Sequence[str], as_of: datetime, limit: int, require_consent: bool,

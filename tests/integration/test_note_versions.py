@@ -7,21 +7,29 @@ from typing import Any
 
 import psycopg
 
-from memfabric.adapters import Fabric
+from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.postgres import schema_stamp
+from memfabric.projections import link_graph, recall_index
+from memfabric.projections.note_versions import RecordedCursor
 from memfabric.projections.rebuild import ProjectionAdmin
 
 
 def _rows(dsn: str) -> list[tuple[Any, ...]]:
+    """Every version: the closed ones and the current ones (the live recall-index rows)."""
     with psycopg.connect(dsn) as conn:
         return conn.execute(
-            "SELECT note_id, version, content, recorded_from, recorded_to, superseded_by"
-            " FROM mf_note_versions ORDER BY note_id, version").fetchall()
+            "SELECT note_id, version, content, recorded_from, recorded_to, superseded_by FROM mf_note_versions"
+            " UNION ALL SELECT note_id, version, content, recorded_from, NULL, superseded_by FROM mf_recall_index"
+            " ORDER BY note_id, version").fetchall()
 
 
 def _edges(dsn: str) -> list[tuple[Any, ...]]:
+    """The edges of every version (a current version's: the live link graph's)."""
     with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT from_note_id, from_version, to_note_id, relation"
-                            " FROM mf_link_versions ORDER BY 1, 2, 3").fetchall()
+        return conn.execute("SELECT from_note_id, from_version, to_note_id, relation FROM mf_link_versions"
+                            " UNION ALL SELECT g.from_note_id, i.version, g.to_note_id, g.relation FROM mf_link_graph g"
+                            " JOIN mf_recall_index i ON i.aggregate_id = g.from_aggregate_id"
+                            " ORDER BY 1, 2, 3").fetchall()
 
 
 def _history(fabric: Fabric) -> None:
@@ -95,3 +103,100 @@ def test_a_single_event_write_reads_nothing_back(fabric: Fabric, dsn: str, monke
     monkeypatch.setattr(note_versions, "replay_events", counted)
     _history(fabric)
     assert replayed == [1] and len(_rows(dsn)) >= 8
+
+
+def _count(dsn: str, query: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_current_version_is_the_live_row(fabric: Fabric, dsn: str) -> None:
+    """A new note writes no version row (its live recall-index row, with its
+    ``recorded_from``, is its version); a change closes the previous state: the live
+    row copied with ``recorded_to`` = the new state's ``recorded_from``."""
+    notes = fabric.scope("t1", "u1", "th1")
+    a = notes.remember(kind="fact", content="the deploy runs on fridays", subject="deploy day")
+    notes.remember(kind="fact", content="the cache is redis")
+    assert _count(dsn, "SELECT count(*) FROM mf_note_versions") == 0
+    assert _count(dsn, "SELECT count(*) FROM mf_recall_index WHERE recorded_from IS NULL") == 0
+    notes.remember(kind="fact", content="the deploy runs on mondays", subject="deploy day")  # supersedes a
+    with psycopg.connect(dsn) as conn:
+        closed = conn.execute("SELECT v.version, v.recorded_to = i.recorded_from, v.superseded_by IS NULL"
+                              " FROM mf_note_versions v JOIN mf_recall_index i USING (aggregate_id)"
+                              " WHERE v.note_id = %s", (a.id,)).fetchall()
+    assert closed == [(1, True, True)]
+    assert _count(dsn, "SELECT count(*) FROM mf_note_versions WHERE recorded_to IS NULL") == 0
+
+
+def test_a_database_with_open_version_rows_migrates_on_open(dsn: str) -> None:
+    """A database written before the change (every version in ``mf_note_versions``, the
+    current one open; no ``recorded_from`` on the recall index) is brought over when
+    opened: same versions, same ``known_at`` answers, verify clean."""
+    with open_fabric(dsn) as fabric:
+        _history(fabric)
+        notes = fabric.scope("t1", "u1", "th1")
+        times = [r[3] for r in _rows(dsn)]
+        before = (_rows(dsn), _edges(dsn), [[h.id for h in notes.recall("deploy cache", known_at=t).hits]
+                                            for t in times])
+    cols = ", ".join(recall_index.COLUMNS)
+    edge_cols = ", ".join("g." + c for c in link_graph.COLUMNS)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the layout before
+        conn.execute(f"INSERT INTO mf_note_versions ({cols}, recorded_to) SELECT {cols}, NULL FROM mf_recall_index")  # noqa: S608
+        conn.execute(f"INSERT INTO mf_link_versions (from_version, {', '.join(link_graph.COLUMNS)})"  # noqa: S608
+                     f" SELECT i.version, {edge_cols} FROM mf_link_graph g"
+                     " JOIN mf_recall_index i ON i.aggregate_id = g.from_aggregate_id")
+        conn.execute("ALTER TABLE mf_recall_index DROP COLUMN recorded_from")
+        schema_stamp.clear(conn)  # an older release's schema: no stamp of this code
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("t1", "u1", "th1")
+        after = (_rows(dsn), _edges(dsn), [[h.id for h in notes.recall("deploy cache", known_at=t).hits]
+                                           for t in times])
+        assert after == before
+        assert _count(dsn, "SELECT count(*) FROM mf_note_versions WHERE recorded_to IS NULL") == 0
+        assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify()), ProjectionAdmin.for_fabric(
+            fabric).verify()
+
+
+def _ids_at(dsn: str, known_at: Any, *, in_step: bool) -> list[Any]:
+    """The aggregate ids of the recall-index rows as recorded at ``known_at``."""
+    with psycopg.connect(dsn) as conn:
+        rows = RecordedCursor(conn.cursor(), known_at, in_step=in_step).execute(
+            b"SELECT aggregate_id FROM mf_recall_index ORDER BY aggregate_id").fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_separate_runners_read_never_sees_a_note_twice(fabric: Fabric, dsn: str) -> None:
+    """With a separate runner the versions may be a step ahead of the live index: a
+    closed copy of a live row's version, before the runner upserts the live row. The
+    read of such a fabric (``in_step=False``) leaves that live row out; at rest both
+    reads agree."""
+    _history(fabric)
+    with psycopg.connect(dsn) as conn:
+        at = conn.execute("SELECT max(recorded_from) FROM mf_recall_index").fetchone()[0]  # type: ignore[index]
+    assert _ids_at(dsn, at, in_step=False) == _ids_at(dsn, at, in_step=True)
+    cols = ", ".join(recall_index.COLUMNS)
+    with psycopg.connect(dsn) as conn:  # the versions projection applied the next event first
+        conn.execute(f"INSERT INTO mf_note_versions ({cols}, recorded_to)"  # noqa: S608
+                     f" SELECT {cols}, recorded_from + interval '1 hour' FROM mf_recall_index"
+                     " WHERE recorded_from = (SELECT max(recorded_from) FROM mf_recall_index)")
+    once = _ids_at(dsn, at, in_step=False)
+    assert len(once) == len(set(once)) and len(_ids_at(dsn, at, in_step=True)) == len(once) + 1
+
+
+
+def test_a_batch_run_statement_by_statement_still_copies_the_previous_state(fabric: Fabric, dsn: str,
+                                                                              monkeypatch: Any) -> None:
+    """A write too large for one statement runs its parts one by one, in order: the copy
+    of the previous state comes first (``RowBatch.add_statement(first=True)``), before the
+    recall index's upsert of the new one, so the closed versions are those of a replay."""
+    from memfabric.projections import batch
+
+    monkeypatch.setattr(batch, "MAX_BATCH_PARAMS", 0)
+    _history(fabric)
+    closed = _count(dsn, "SELECT count(*) FROM mf_note_versions")
+    assert closed >= 3 and _count(dsn, "SELECT count(*) FROM mf_note_versions WHERE version = ("
+                                       "SELECT version FROM mf_recall_index i WHERE i.aggregate_id ="
+                                       " mf_note_versions.aggregate_id)") == 0
+    assert all(r.ok for r in ProjectionAdmin.for_fabric(fabric).verify("note_versions"))
