@@ -33,7 +33,7 @@ rows written afresh, so the inline rows and a replay from zero are identical.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from datetime import datetime
 from typing import Any
@@ -227,8 +227,28 @@ def apply(cur: Cursor[Any] | BatchCursor, notes: Iterable[Note], mapper: Any, em
             continue
         (fast if _fast(note) and note.live else slow).append(note)
     _write_fast(cur, fast, embedder_id, dim)
+    if isinstance(cur, BatchCursor):  # notes left with no version (forgotten, held): nothing to replay
+        _drop_batched(cur, [n.id for n in slow if not n.live])
+        slow = [n for n in slow if n.live]
     if slow:
         _write_replayed(cur.direct() if isinstance(cur, BatchCursor) else cur, slow, mapper, embedder_id, dim)
+
+
+def _drop_batched(cur: BatchCursor, ids: list[UUID]) -> None:
+    """Delete every version row and edge of notes ``ids`` in ``cur``'s batch (what
+    :func:`_write_replayed` does for a note with nothing to replay), so a unit of work
+    that forgets notes keeps its writes in one statement (issue 30: the sweep's batch
+    stays on the wire)."""
+    if not ids:
+        return
+    st = _statements("")
+    for name, template in zip(("drop", "drop_edges"), _drop_templates(""), strict=True):
+        cur.batch.add_statement(template, (ids,), _runner(st[name], (ids,)))
+
+
+def _runner(query: bytes, params: Sequence[Any]) -> Callable[[Cursor[Any]], None]:
+    """``RowBatch``'s ``run`` of one statement: ``query`` with ``params`` on a cursor."""
+    return lambda own: _run(own, query, params)
 
 
 def _write_fast(cur: Cursor[Any] | BatchCursor, notes: Sequence[Note], embedder_id: str | None, dim: int) -> None:
@@ -293,6 +313,14 @@ def _close_template(suffix: str) -> str:
     t = sql.Identifier(TABLE + suffix).as_string(None)
     return (f"UPDATE {t} SET recorded_to = u.ts FROM unnest({{0}}::uuid[], {{1}}::timestamptz[], {{2}}::int[])"  # noqa: S608
             f" AS u(id, ts, v) WHERE {t}.aggregate_id = u.id AND {t}.recorded_to IS NULL AND {t}.version < u.v")
+
+
+@lru_cache(maxsize=8)
+def _drop_templates(suffix: str) -> tuple[str, str]:
+    """The drop statements of :func:`_statements` as ``RowBatch`` statement templates."""
+    t, e = (sql.Identifier(name + suffix).as_string(None) for name in (TABLE, EDGES))
+    return (f"DELETE FROM {t} WHERE aggregate_id = ANY({{0}}::uuid[])",  # noqa: S608 - quoted identifiers
+            f"DELETE FROM {e} WHERE from_aggregate_id = ANY({{0}}::uuid[])")  # noqa: S608
 
 
 def _replayable(cur: Cursor[Any], mapper: Any, notes: Sequence[Note]) -> dict[UUID, list[Any]]:
