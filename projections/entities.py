@@ -29,7 +29,7 @@ table ``mf_entities_tracking``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from psycopg import Cursor, sql
@@ -38,7 +38,7 @@ from memfabric.domain import visibility
 from memfabric.domain.entity import Entity, note_entity
 from memfabric.domain.note import Note
 from memfabric.projections.base import copy_rows, has_table
-from memfabric.projections.batch import BatchCursor, RowBatch
+from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch
 
 NAME = "entities"
 ENTITIES = "mf_entities"
@@ -283,9 +283,7 @@ class EntitiesProjection:
         entities, notes = _split(aggregates)
         if isinstance(cur, BatchCursor):
             notes = _batch_gone(cur.batch, notes)
-            if not entities and not notes:
-                return
-            cur = cur.direct()
+            cur = cast("Cursor[Any]", LazyCursor(cur.direct))  # made only if a statement runs
         apply_entities(cur, entities)
         apply_notes(cur, notes)
 
