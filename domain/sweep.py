@@ -56,11 +56,14 @@ _SWEEP_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/sweep")
 REQUESTED_BY = rules.SWEEP_REQUESTED_BY
 """``requested_by`` of the tombstones a sweep writes (their cause is ``retention``)."""
 
-BATCH_SIZE = 200
-"""Default notes per batch (one unit of work each). Batches of 500 erased 1,339 due
-notes/s against 1,097/s with 200 on 20,000 notes (Dec 3 2026), but the one 100,000-note
-run with 500 saw another tenant's write wait 1.33 s (goal <= 1 s, load 4.2-4.5), so
-200 stays the default until that is measured (docs/retention.md, Measured)."""
+BATCH_SIZE = 500
+"""Default notes per batch (one unit of work each). At 100,000 notes (10% due) batches
+of 500 erased 1,764-2,107 due notes/s against 1,184-1,968/s with 200, main and this
+code alike, interleaved (Dec 3 2026 19:16-19:27 UTC, load 2.8-6.3), and another
+tenant's worst write during a sweep was 95-724 ms with 500 and 90-1,299 ms with 200
+over every run of that day's A/Bs: the waits over 1 s (1,332 ms with 500 at 15:20,
+1,299 ms with 200 at 18:59) came under load average 4.2-8 from other jobs, not with
+one batch size (docs/retention.md, Measured)."""
 
 
 def sweep_uuid(tenant_id: str | None, now: datetime) -> UUID:

@@ -29,7 +29,7 @@ table ``mf_entities_tracking``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from psycopg import Cursor, sql
@@ -38,6 +38,7 @@ from memfabric.domain import visibility
 from memfabric.domain.entity import Entity, note_entity
 from memfabric.domain.note import Note
 from memfabric.projections.base import copy_rows, has_table
+from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch
 
 NAME = "entities"
 ENTITIES = "mf_entities"
@@ -138,6 +139,20 @@ def _unnest(columns: Sequence[str], types: Sequence[str]) -> sql.Composed:
 def _arrays(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
     """``rows`` as one list per column (the parameters of :func:`_unnest`)."""
     return {c: [r[i] for r in rows] for i, c in enumerate(columns)}
+
+
+def _batch_gone(batch: RowBatch, notes: Sequence[Note]) -> list[Note]:
+    """Collect into ``batch`` the delete of the rows of the forgotten ones among
+    ``notes`` (what :func:`apply_notes` runs for them); returns the others."""
+    gone = [n.id for n in notes if not n.listed]
+    if gone:
+        template = f"DELETE FROM {sql.Identifier(NOTES).as_string(None)} WHERE aggregate_id = ANY({{0}}::uuid[])"  # noqa: S608
+        batch.add_statement(template, (gone,), lambda own: _delete_notes(own, gone))
+    return [n for n in notes if n.listed]
+
+
+def _delete_notes(cur: Cursor[Any], ids: list[UUID]) -> None:
+    cur.execute(_delete(NOTES), (ids,))
 
 
 def _delete(table: str) -> sql.Composed:
@@ -259,6 +274,10 @@ class EntitiesProjection:
     tables: tuple[str, ...] = (ENTITIES, KEYS, NOTES)
     write_side = True
     aggregate_types: tuple[type, ...] = (Entity, Note)
+    batch_rows = True
+    """May be handed a ``BatchCursor``: the deletes of forgotten notes' rows join its
+    batch (issue 30: a sweep batch stays on its unit of work's wire), the rest runs on
+    its direct cursor."""
 
     def create(self, cur: Cursor[Any], *, table_suffix: str = "") -> None:
         s = table_suffix
@@ -294,8 +313,11 @@ class EntitiesProjection:
             cur.execute(sql.SQL("CREATE " + unique + "INDEX IF NOT EXISTS {i} ON {t} " + cols).format(
                 i=sql.Identifier(f"{t}_{suffix}"), t=sql.Identifier(t)))
 
-    def apply(self, cur: Cursor[Any], aggregates: Iterable[Any]) -> None:
+    def apply(self, cur: Cursor[Any] | BatchCursor, aggregates: Iterable[Any]) -> None:
         entities, notes = _split(aggregates)
+        if isinstance(cur, BatchCursor):
+            notes = _batch_gone(cur.batch, notes)
+            cur = cast("Cursor[Any]", LazyCursor(cur.direct))  # made only if a statement runs
         apply_entities(cur, entities)
         apply_notes(cur, notes)
 

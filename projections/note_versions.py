@@ -41,7 +41,7 @@ closed rows written afresh, so the inline rows and a replay from zero are identi
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from datetime import datetime
 from typing import Any
@@ -278,6 +278,9 @@ def apply(cur: Cursor[Any] | BatchCursor, notes: Iterable[Note], mapper: Any, em
     if fast:
         assert isinstance(cur, BatchCursor)  # (narrows the type: fast needs a batch)
         _close_current(cur, fast)
+    if isinstance(cur, BatchCursor):  # notes left with no version (forgotten, held): nothing to replay
+        _drop_batched(cur, [n.id for n in slow if not n.live])
+        slow = [n for n in slow if n.live]
     if slow:
         _write_replayed(cur.direct() if isinstance(cur, BatchCursor) else cur, slow, mapper, embedder_id, dim)
 
@@ -293,6 +296,23 @@ def _close_current(cur: BatchCursor, notes: Sequence[Note]) -> None:
         text = template.format(*(f"%(p{i})s" for i in range(len(params)))).encode()
         named = {f"p{i}": value for i, value in enumerate(params)}
         cur.batch.add_statement(template, params, functools.partial(_run, query=text, params=named), first=True)
+
+
+def _drop_batched(cur: BatchCursor, ids: list[UUID]) -> None:
+    """Delete every version row and edge of notes ``ids`` in ``cur``'s batch (what
+    :func:`_write_replayed` does for a note with nothing to replay), so a unit of work
+    that forgets notes keeps its writes in one statement (issue 30: the sweep's batch
+    stays on the wire)."""
+    if not ids:
+        return
+    st = _statements("")
+    for name, template in zip(("drop", "drop_edges"), _drop_templates(""), strict=True):
+        cur.batch.add_statement(template, (ids,), _runner(st[name], (ids,)))
+
+
+def _runner(query: bytes, params: Sequence[Any]) -> Callable[[Cursor[Any]], None]:
+    """``RowBatch``'s ``run`` of one statement: ``query`` with ``params`` on a cursor."""
+    return lambda own: _run(own, query=query, params=params)
 
 
 def _write_replayed(cur: Cursor[Any], notes: Sequence[Note], mapper: Any, embedder_id: str | None,
@@ -314,8 +334,16 @@ def _write_replayed(cur: Cursor[Any], notes: Sequence[Note], mapper: Any, embedd
         cur.executemany(st["edge"], edges)
 
 
-def _run(cur: Cursor[Any], *, query: bytes, params: dict[str, Any]) -> None:
+def _run(cur: Cursor[Any], *, query: bytes, params: Sequence[Any] | dict[str, Any]) -> None:
     cur.execute(query, params, prepare=True)
+
+
+@lru_cache(maxsize=8)
+def _drop_templates(suffix: str) -> tuple[str, str]:
+    """The drop statements of :func:`_statements` as ``RowBatch`` statement templates."""
+    t, e = (sql.Identifier(name + suffix).as_string(None) for name in (TABLE, EDGES))
+    return (f"DELETE FROM {t} WHERE aggregate_id = ANY({{0}}::uuid[])",  # noqa: S608 - quoted identifiers
+            f"DELETE FROM {e} WHERE from_aggregate_id = ANY({{0}}::uuid[])")  # noqa: S608
 
 
 def _replayable(cur: Cursor[Any], mapper: Any, notes: Sequence[Note]) -> dict[UUID, list[Any]]:

@@ -55,6 +55,17 @@ def record_retention(dsn: str, config: RetentionConfig) -> None:
             (json.dumps(config.to_json()),))
 
 
+UNCOMPRESSED = (
+    b"SELECT CASE WHEN current_setting('wal_compression') IN ('pglz', 'on')"
+    b" AND (current_setting('is_superuser') = 'on' OR has_parameter_privilege('wal_compression', 'SET'))"
+    b" THEN set_config('wal_compression', 'off', true) END"
+)
+"""``SET LOCAL wal_compression = off`` when the server compresses full-page images with
+pglz (``on`` is pglz) and the role may change the setting (a superuser, or ``GRANT SET
+ON PARAMETER wal_compression``; ``has_parameter_privilege``: PostgreSQL 15+, the
+fabric's minimum); otherwise nothing. One statement, nothing read back."""
+
+
 CONFIG_TTL = 5.0
 """Seconds a cached copy of the settings serves recall's per-class half-lives."""
 
@@ -67,8 +78,6 @@ class PostgresRetentionStore:
         self.log = log
         self.dsn = dsn
         self._cache: tuple[float, RetentionConfig] | None = None
-        self._uncompressed: bool | None = None
-        """Whether sweep batches turn off pglz full-page-image compression (decided once)."""
 
     def config(self, *, cached: bool = False) -> RetentionConfig:
         if cached and self._cache is not None and time.monotonic() - self._cache[0] < CONFIG_TTL:
@@ -111,22 +120,19 @@ class PostgresRetentionStore:
             return None
 
     def prepare_erasure(self, uow: UnitOfWork) -> None:
-        """``SET LOCAL wal_compression = off`` in the batch's transaction when the
-        server compresses full-page images with pglz and this role may change the
-        setting (a superuser, or ``GRANT SET ON PARAMETER wal_compression``). Each note
-        a sweep erases dirties pages of its own in four tables and their TOAST (its
-        rows are spread over them), and the first change of a page after a checkpoint
-        writes its full image to the WAL: pglz spent more on those images than the
-        deletes themselves (a 20,000-note profile: 1,564 ms against 315 ms for the
-        note-versions delete of 2,000 notes). The WAL of the batch is larger (about 8 kB
-        per page); the checkpoint that ``max_wal_size`` triggers bounds it on disk. lz4
-        (when the server has it) is cheap and kept."""
-        if not isinstance(uow, PostgresUnitOfWork):
-            return
-        if self._uncompressed is None:  # on the batch's connection (a pool may hold one)
-            self._uncompressed = may_uncompress(uow.conn)
-        if self._uncompressed:
-            uow.conn.execute(b"SET LOCAL wal_compression = off")
+        """Turn pglz full-page-image compression off for the batch's transaction
+        (:data:`UNCOMPRESSED`), sent on the unit of work's wire with its locks, so the
+        batch still commits in one round trip. Each note a sweep erases dirties pages of
+        its own in four tables and their TOAST (its rows are spread over them), and the
+        first change of a page after a checkpoint writes its full image to the WAL:
+        pglz spent more on those images than the deletes themselves (a 20,000-note
+        profile: 1,564 ms against 315 ms for the note-versions delete of 2,000 notes).
+        The WAL of the batch is larger (about 8 kB per page); the checkpoint that
+        ``max_wal_size`` triggers bounds it on disk. lz4 (when the server has it) is
+        cheap and kept."""
+        if isinstance(uow, PostgresUnitOfWork):
+            uow.send_setting(UNCOMPRESSED)
+
 
 
 def replay_page(conn: psycopg.Connection[Any], mapper: SealingMapper, ids: list[UUID],
@@ -157,20 +163,3 @@ def tombstone_versions(rows: Sequence[Sequence[Any]]) -> dict[UUID, int]:
         if topic in topics and version > found.get(oid, 0):
             found[oid] = int(version)
     return found
-
-
-def may_uncompress(conn: psycopg.Connection[Any]) -> bool:
-    """Whether the server compresses full-page images with pglz (``on`` is pglz) and the
-    role may ``SET wal_compression`` (``has_parameter_privilege``, PostgreSQL 15+;
-    before: superusers only); read on ``conn`` (dict rows)."""
-    row = conn.execute("SELECT current_setting('wal_compression') AS c, current_setting('is_superuser') AS su,"
-                       " current_setting('server_version_num')::int AS v").fetchone()
-    assert row is not None
-    if row["c"] not in ("pglz", "on"):
-        return False
-    if row["su"] == "on":
-        return True
-    if row["v"] < 150000:
-        return False
-    ok = conn.execute("SELECT has_parameter_privilege('wal_compression', 'SET') AS ok").fetchone()
-    return bool(ok and ok["ok"])

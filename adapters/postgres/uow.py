@@ -42,6 +42,7 @@ from memfabric.adapters.crypto_keys import KEYS_SELECT
 from memfabric.adapters.postgres import appends, replays
 from memfabric.adapters.postgres import NoteLog, VectorTypes, dimension_guard, select_notes
 from memfabric.adapters.postgres.session import Sent, SessionStatements, TxSession
+from memfabric.adapters.postgres.uow_errors import gap_refused, statements_lost, tracking_refused
 from memfabric.adapters.postgres.uow_reads import DecisionReads
 from eventsourcing.persistence import IntegrityError
 
@@ -50,7 +51,7 @@ from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.shredding import shreds_keys
 from memfabric.projections.batch import BatchCursor, RowBatch, encode_params
-from memfabric.projections.engine import GAP_MESSAGE, ProjectionEngine, bounded_locks, lock_timed_out
+from memfabric.projections.engine import ProjectionEngine, bounded_locks, lock_timed_out
 import psycopg
 from psycopg import Connection, Cursor
 from psycopg.rows import tuple_row
@@ -147,7 +148,7 @@ class PostgresUnitOfWork(DecisionReads):
         try:
             self._close(exc_type, exc, tb)
         except Exception as failed:
-            if exc_type is not None or not (_gap_refused(failed) or _statements_lost(failed)):
+            if exc_type is not None or not (gap_refused(failed) or statements_lost(failed)):
                 raise
             if self._read:  # a decision read in the rolled-back transaction: not replayable here
                 raise ConflictError(f"write: {failed}; nothing was written; retry") from failed
@@ -175,7 +176,7 @@ class PostgresUnitOfWork(DecisionReads):
             if lock_timed_out(exc):
                 stack.__exit__(exc_type, exc, tb)
                 raise LockTimeoutError(f"write: a lock wait ran out ({exc}); nothing was written") from exc
-            if _statements_lost(exc):  # a read's: the wire prepares them again next time
+            if statements_lost(exc):  # a read's: the wire prepares them again next time
                 with contextlib.suppress(Exception):  # the same error, as the pool's context re-raises it
                     stack.__exit__(exc_type, exc, tb)
                 raise ConflictError(f"write: {exc}; nothing was written; retry") from exc
@@ -183,7 +184,7 @@ class PostgresUnitOfWork(DecisionReads):
                 with dimension_guard():
                     stack.__exit__(exc_type, exc, tb)
             except Exception as failed:
-                if _tracking_refused(failed):  # the batched tracking check, reported at the Sync
+                if tracking_refused(failed):  # the batched tracking check, reported at the Sync
                     raise TrackingError(f"write: {failed}; nothing was written") from failed
                 if self._appended_twice(failed):
                     raise ConflictError(f"a concurrent write appended to the same note first ({failed}); "
@@ -229,6 +230,16 @@ class PostgresUnitOfWork(DecisionReads):
             raise FabricError("the unit of work is not open")
         self._mark_read()
         return self._session.psycopg()
+
+    def send_setting(self, query: bytes, params: Sequence[Any] = ()) -> None:
+        """Send ``query`` (``$n`` placeholders), a statement that only changes this
+        transaction's settings (``set_config(name, value, true)``), with what waits on
+        the wire. It reads nothing a write decides on, so unlike :attr:`conn` it leaves
+        the unit of work unread and on the wire (its commit stays one round trip); a
+        failure is raised at the commit, and nothing is written then."""
+        if self._session is None:
+            raise FabricError("the unit of work is not open")
+        self._session.send(query, params)
 
     def _mark_read(self) -> None:
         if not self._read:
@@ -503,31 +514,6 @@ def _opening_sql(n_shared: int, n_scopes: int) -> bytes:
              *[f"pg_advisory_xact_lock_shared(${i}::bigint)" for i in range(2, n_shared + 2)],
              *[f"pg_advisory_xact_lock(${i}::bigint)" for i in range(n_shared + 2, n_shared + n_scopes + 2)]]
     return ("SELECT " + ", ".join(items)).encode()
-
-
-def _caused_by(exc: BaseException | None, test: Callable[[BaseException], bool]) -> bool:
-    """Whether ``exc`` or one it was raised from (five links deep) passes ``test``."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if test(exc):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
-def _tracking_refused(exc: BaseException | None) -> bool:
-    """The tracking statement's refusal (``ProjectionEngine._record_all``: a cast error naming the projection)."""
-    return _caused_by(exc, lambda e: "memfabric: failed to record tracking" in str(e))
-
-
-def _gap_refused(exc: BaseException | None) -> bool:
-    """The one-round-trip write's gap check (``ProjectionEngine.send_fast``)."""
-    return _caused_by(exc, lambda e: GAP_MESSAGE in str(e))
-
-
-def _statements_lost(exc: BaseException | None) -> bool:
-    """A prepared statement of the wire was gone from the server (deallocated behind psycopg's back)."""
-    return _caused_by(exc, lambda e: isinstance(e, psycopg.errors.InvalidSqlStatementName))
 
 
 def _column(row: Any, i: int) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from memfabric.adapters import Fabric, open_fabric
+from memfabric.adapters.postgres.session import TxSession
 from memfabric.domain.note import note_uuid
 from memfabric.projections.rebuild import ProjectionAdmin
 from tests.conftest import fetch
@@ -187,6 +188,32 @@ def test_a_sweep_batch_writes_its_page_images_uncompressed(dsn: str) -> None:
             assert conn.info.backend_pid == pid
     assert inside is not None and next(iter(dict(inside).values())) == "off"
     assert after is not None and next(iter(dict(after).values())) == server_setting
+
+
+def test_every_sweep_batch_commits_on_the_wire(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep batch never leaves its unit of work's wire for psycopg's pipeline mode,
+    where the append's multi-row ``VALUES`` statement was parsed again every batch and
+    each statement was its own send: its ``wal_compression`` setting travels with the
+    locks (``send_setting``), the note-version deletes of its forgotten notes in the row
+    batch. Every transaction the sweep commits (its batches, its completion) is
+    committed on the wire."""
+    committed: list[bool] = []
+    finish = TxSession.finish
+
+    def recording(session: TxSession, commit: bool) -> None:
+        if commit:
+            committed.append(session.on_wire)
+        finish(session, commit)
+
+    now = datetime.now(timezone.utc) + timedelta(days=1)
+    with open_fabric(dsn, retention=RETENTION) as fabric:
+        notes = fabric.scope("acme", "u1")
+        notes.remember_many([{"kind": "fact", "content": f"wire note {i} on larches {i * 17}",
+                              "retention": "ephemeral"} for i in range(12)], consolidate=False)
+        monkeypatch.setattr(TxSession, "finish", recording)
+        result = fabric.sweep(now, batch_size=5)
+    assert result.complete and result.batches == 3 and result.totals["forgotten"] == 12
+    assert committed == [True] * 4  # three batches, then the completion
 
 
 def test_no_lock_is_held_across_batches_nor_against_other_tenants(dsn: str) -> None:
