@@ -113,14 +113,15 @@ def _order(s: _Scored) -> tuple[float, object, str]:
 
 
 def _direct(candidates: Sequence[Candidate], how: Ranking,
-            best_lex: float) -> tuple[list[_Scored], dict[UUID, float], list[_Scored]]:
-    """``(direct hits, relevance of each seed hit by aggregate id, list candidates below
-    the floor admitted by their link)``: the list candidates (no link of their own)
+            best_lex: float) -> tuple[list[_Scored], dict[int, float], list[_Scored]]:
+    """``(direct hits, relevance of each seed hit by aggregate id (as its 128-bit int: a
+    ``UUID``'s hash is a Python call, thousands per recall), list candidates below the
+    floor admitted by their link)``: the list candidates (no link of their own)
     passing the floor, boosted by their links to the seed hits when recall expands,
     sorted and cut at ``top_k``."""
     scored = [_score(c, how, best_lex) for c in candidates if c.link is None]
     listed = sorted((s for s in scored if s.evidence >= how.min_relevance), key=_order)
-    hit_relevance = {s.cand.aggregate_id: s.relevance for s in listed[: how.top_k]}
+    hit_relevance = {s.cand.aggregate_id.int: s.relevance for s in listed[: how.top_k]}
     weak: list[_Scored] = []
     if how.expand > 0:  # list candidates linked to a seed hit gain the link term too
         listed = sorted((_boost(s, how, hit_relevance) for s in listed), key=_order)
@@ -163,7 +164,7 @@ def with_links(result: RecallResult, scope: Scope,
 
 
 def _score(cand: Candidate, how: Ranking, best_lex: float,
-           hit_relevance: dict[UUID, float] | None = None) -> _Scored:
+           hit_relevance: dict[int, float] | None = None) -> _Scored:
     lexical = None if cand.lexical is None else (cand.lexical / best_lex if best_lex > 0 else 0.0)
     if how.mode == "vector":
         relevance = max(0.0, cand.similarity or 0.0)
@@ -184,23 +185,28 @@ def _score(cand: Candidate, how: Ranking, best_lex: float,
                          importance_weight=how.scoring.importance_weight)
     link = 0.0
     if cand.link is not None and hit_relevance:
-        spread = max((w * hit_relevance[seed] for seed, w in cand.link_from if seed in hit_relevance),
-                     default=0.0)
-        link = how.scoring.link_weight * spread
+        link = how.scoring.link_weight * _spread(cand.link_from, hit_relevance)
         total += link
     return _Scored(total, relevance, rec, lexical, cand, evidence, link, via_link=cand.link is not None)
 
 
-def _boost(s: _Scored, how: Ranking, hit_relevance: dict[UUID, float], *, via_link: bool = False) -> _Scored:
+def _boost(s: _Scored, how: Ranking, hit_relevance: dict[int, float], *, via_link: bool = False) -> _Scored:
     """A list candidate with the link term of its edges to the seed hits (not itself);
     ``via_link``: it is admitted by that link (below the floor), shown as ``explain.link``."""
     c = s.cand
-    spread = max((w * hit_relevance[seed] for seed, w in c.link_from
-                  if seed in hit_relevance and seed != c.aggregate_id), default=0.0)
+    spread = _spread(c.link_from, hit_relevance, c.aggregate_id.int)
     if spread <= 0.0:
         return s
     link = how.scoring.link_weight * spread
     return _Scored(s.total + link, s.relevance, s.recency, s.lexical, c, s.evidence, link, via_link)
+
+
+def _spread(link_from: Sequence[tuple[UUID, float]], hit_relevance: dict[int, float], own: int | None = None) -> float:
+    """``max(e · relevance(h))`` over the edges ``(h, e)`` of ``link_from`` to a seed hit
+    ``h`` (keyed by ``h.int``) other than ``own``; 0.0 without one."""
+    get = hit_relevance.get
+    return max((w * r for seed, w in link_from if (r := get(seed.int)) is not None and seed.int != own),
+               default=0.0)
 
 
 def _explain(s: _Scored) -> Explain:

@@ -435,7 +435,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     direction to a candidate of either list, each passing the same conditions as the
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
     largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
-    the candidates it is linked to and the edge weights; a list candidate carries in ``link_seeds``/``link_ws`` its edges to
+    the candidates it is linked to (by :func:`~memfabric.projections.recall_links.seed_number`) and the edge weights; a list candidate carries in ``link_seeds``/``link_ws`` its edges to
     the other list candidates (for the link term of :mod:`memfabric.domain.ranking`); the
     link CTEs are :mod:`memfabric.projections.recall_links`'.
 
@@ -487,20 +487,26 @@ def select_candidates(
     stmt = recall_statement(vector=embedding is not None, lexical=query is not None,
                             require_consent=require_consent, filters=filters, expand=expand > 0,
                             exact=exact, vector_list=vector_list, partition=recall_partition.of_tenant(cur, t))
-    out = []
     # prepare=True: the statement's plan (about 0.5 ms of the server's time) is kept per
     # pooled connection after psycopg's fifth run of the same text
-    for row in cur.execute(stmt, params, prepare=True).fetchall():
-        sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
-        seeds, ws = row.pop("link_seeds") or [], row.pop("link_ws") or []
-        out.append(Candidate(
-            aggregate_id=row["aggregate_id"], note_id=row["note_id"],
-            similarity=None if sim is None else base.finite(float(sim)),
-            lexical=None if lex is None else float(lex),
-            vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row,
-            link=None if link_w is None else float(link_w),
-            link_from=tuple(zip(seeds, map(float, ws), strict=True))))
-    return out
+    rows = cur.execute(stmt, params, prepare=True).fetchall()
+    by_number = {recall_links.seed_number(row["vrank"], row["lrank"], limit): row["aggregate_id"] for row in rows}
+    return [_candidate(row, by_number) for row in rows]
+
+
+def _candidate(row: dict[str, Any], by_number: dict[int | None, UUID]) -> Candidate:
+    """The :class:`Candidate` of one row of :func:`recall_statement` (``row`` becomes its
+    ``fields``); ``by_number``: the aggregate id of each list candidate by its seed number
+    (:func:`memfabric.projections.recall_links.seed_number`)."""
+    sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
+    seeds, ws = row.pop("link_seeds") or [], row.pop("link_ws") or []
+    return Candidate(
+        aggregate_id=row["aggregate_id"], note_id=row["note_id"],
+        similarity=None if sim is None else base.finite(float(sim)),
+        lexical=None if lex is None else float(lex),
+        vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row,
+        link=None if link_w is None else float(link_w),
+        link_from=tuple(zip([by_number[n] for n in seeds], map(float, ws), strict=True)))
 
 
 @functools.lru_cache(maxsize=512)

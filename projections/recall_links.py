@@ -4,14 +4,22 @@
 :func:`memfabric.projections.recall_index.recall_statement` appends after its candidate
 CTE ``c`` (the union of the vector and full-text lists); both end in ``ca``, the rows
 the statement returns, with the columns ``aggregate_id``, ``lw`` (float8), ``seeds``
-(uuid[]) and ``ws`` (float8[]). Placeholders: ``{t}`` the recall index, ``{w}`` the
+(bigint[]) and ``ws`` (float8[]). Placeholders: ``{t}`` the recall index, ``{w}`` the
 lists' conditions (scope, kinds, validity, consent, the caller's filters), ``{g}`` the
-link graph; parameters ``%(t)s`` (tenant) and ``%(expand)s`` (how many linked notes).
+link graph; parameters ``%(t)s`` (tenant), ``%(limit)s`` (the lists' length) and
+``%(expand)s`` (how many linked notes).
+
+A seed (a list candidate at the other end of an edge) is given by its *number*
+:func:`seed_number`: its rank in the vector list ``vr``, else ``limit`` + its rank in
+the full-text list ``lr`` (issue 29: two thousand uuids per recall, parsed by the
+client, were a tenth of a linked recall's time); every list candidate is a returned row
+with those ranks, so the client maps numbers back to aggregate ids.
 
 With expansion, ``ca`` holds
 
 * every list candidate, with ``seeds`` / ``ws`` its edges (either direction) to other
-  list candidates, sorted by the other end's id, then weight (``NULL`` without one), ``lw`` ``NULL``;
+  list candidates, sorted by the other end's aggregate id, then weight (``NULL`` without
+  one), ``lw`` ``NULL``;
 * up to ``expand`` notes linked (either direction) to a list candidate, not list
   candidates themselves, each passing every condition of the lists: the ``expand`` of
   largest ``lw`` (the largest weight of such an edge; ties: the smaller id), with
@@ -36,13 +44,18 @@ EXPAND = (
     # other end, seed, weight): two index probes per candidate, which stay probes with
     # stale statistics (``= ANY(ARRAY(...))`` over all candidates became a sequential
     # scan then, 7 ms on a 400-note scope)
-    ", le AS (SELECT e.aggregate_id, e.seed, e.weight FROM c CROSS JOIN LATERAL ("
+    # the list candidates numbered as the rows will show them (issue 29: a seed travels
+    # as that number, not as a uuid the client parses): the vector rank, else ``limit`` +
+    # the full-text rank
+    ", cn AS (SELECT aggregate_id, rank AS n FROM vr UNION ALL SELECT aggregate_id, %(limit)s::int + rank FROM lr"
+    " WHERE aggregate_id NOT IN (SELECT aggregate_id FROM vr)),"  # a hashed subplan
+    " le AS (SELECT e.aggregate_id, e.seed, c.n, e.weight FROM cn c CROSS JOIN LATERAL ("
     "SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight FROM {g} g"
     " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = c.aggregate_id"  # one partition
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
     " WHERE g.tenant_id = %(t)s AND g.to_aggregate_id = c.aggregate_id OFFSET 0) e),"
     " lk AS MATERIALIZED (SELECT l.aggregate_id, l.aggregate_id IN (SELECT aggregate_id FROM c) AS in_c,"
-    " max(l.weight)::float8 AS lw, array_agg(l.seed ORDER BY l.seed, l.weight) AS seeds,"
+    " max(l.weight)::float8 AS lw, array_agg(l.n ORDER BY l.seed, l.weight) AS seeds,"
     " array_agg(l.weight::float8 ORDER BY l.seed, l.weight) AS ws FROM le l GROUP BY l.aggregate_id),"
     # the linked notes that pass the lists' conditions, read at once by their keys
     " lv AS MATERIALIZED (SELECT aggregate_id FROM {t}"
@@ -51,11 +64,21 @@ EXPAND = (
     " AND (aggregate_id IN (SELECT aggregate_id FROM lv)) IS TRUE"  # a hashed subplan, not a join
     " ORDER BY lw DESC, aggregate_id LIMIT %(expand)s),"
     " ca AS (SELECT aggregate_id, NULL::float8 AS lw, seeds, ws FROM lk WHERE in_c"
-    " UNION ALL SELECT aggregate_id, NULL::float8, NULL::uuid[], NULL::float8[] FROM c"
+    " UNION ALL SELECT aggregate_id, NULL::float8, NULL::bigint[], NULL::float8[] FROM c"
     " WHERE aggregate_id NOT IN (SELECT aggregate_id FROM lk WHERE in_c)"  # a hashed subplan
     " UNION ALL SELECT aggregate_id, lw, seeds, ws FROM lx)"
 )
 """The 1-hop expansion (see the module doc)."""
 
-NO_EXPAND = ", ca AS (SELECT aggregate_id, NULL::float8 AS lw, NULL::uuid[] AS seeds, NULL::float8[] AS ws FROM c)"
+
+
+def seed_number(vector_rank: int | None, lexical_rank: int | None, limit: int) -> int | None:
+    """The number a list candidate has in ``seeds``: its vector rank, else ``limit`` + its
+    full-text rank (``None`` for a row in neither list: an expanded note)."""
+    if vector_rank is not None:
+        return vector_rank
+    return None if lexical_rank is None else limit + lexical_rank
+
+
+NO_EXPAND = ", ca AS (SELECT aggregate_id, NULL::float8 AS lw, NULL::bigint[] AS seeds, NULL::float8[] AS ws FROM c)"
 """No expansion: the list candidates, without link columns."""

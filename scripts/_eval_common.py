@@ -13,8 +13,8 @@ import json
 import os
 import sys
 import tempfile
+import random
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -98,8 +98,31 @@ def scratch_dir(keep: str | None = None) -> Iterator[str]:
         yield tmp
 
 
+_IDS = random.Random()
+
+
 def new_tenant(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+    """``prefix`` and 10 hex digits: random, or of the seeded sequence after :func:`fixed_ids`."""
+    return f"{prefix}-{_IDS.getrandbits(40):010x}"
+
+
+def fixed_ids(seed: int = 0) -> None:
+    """Make an evaluation repeatable (issue 29): tenant names and the ids of notes written
+    without one come from a generator seeded with ``seed`` instead of ``uuid4``. A note's
+    aggregate id is derived from its scope and id, and recall breaks ties of equal score
+    (and the lists' cuts, and expansion's cut at equal edge weight) by it, so with
+    random ids the same evaluation ranked tied notes differently from run to run."""
+    from memfabric.domain import inputs, remember
+
+    _IDS.seed(seed)
+
+    def seeded_id() -> str:
+        while True:
+            candidate = f"{_IDS.getrandbits(48):012x}"
+            if not inputs.is_block_id(candidate):
+                return candidate
+
+    remember.new_note_id = seeded_id
 
 
 def remember_all(notes: Any, items: Sequence[dict[str, Any]]) -> list[Any]:

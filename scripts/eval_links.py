@@ -320,8 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--scale-queries", type=int, default=200, help="timed queries at scale (default 200)")
     p.add_argument("--latency-only", action="store_true",
                    help="only the latency parts (same conversation notes, then at --scale notes)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the tenant names and note ids (default 0: every run ranks ties alike)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    common.fixed_ids(args.seed)
     stats = locomo.EvidenceStats()
     convs = locomo.load_conversations(args.data, args.limit, stats)
     linker: dict[str, Any] = {"enabled": True, "top_k": args.top_k_links, "by": args.by,

@@ -24,17 +24,23 @@ from memfabric.domain.scope import Scope
 from memfabric.projections import recall_index, recall_links
 
 REFERENCE_EXPAND = (
-    # issue 15's form: every join left to the planner's estimates
+    # issue 15's form: every join left to the planner's estimates (seeds given by their
+    # numbers, as the shipped form returns them)
     ", le AS (SELECT g.to_aggregate_id AS aggregate_id, g.from_aggregate_id AS seed, g.weight"
     " FROM {g} g JOIN c ON g.from_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s"
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
     " JOIN c ON g.to_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s),"
     " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
-    " array_agg(l.seed ORDER BY l.seed) AS seeds, array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    # a seed's number (``recall_links.seed_number``) by a sub-select per edge
+    " array_agg(coalesce((SELECT rank FROM vr WHERE vr.aggregate_id = l.seed),"
+    " %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed)) ORDER BY l.seed) AS seeds,"
+    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
     " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
-    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(l.seed ORDER BY l.seed) AS seeds,"
+    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(coalesce((SELECT rank FROM vr"
+    " WHERE vr.aggregate_id = l.seed), %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed))"
+    " ORDER BY l.seed) AS seeds,"
     " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
     " WHERE l.aggregate_id IN (SELECT aggregate_id FROM c) GROUP BY l.aggregate_id),"
     " ca AS (SELECT c.aggregate_id, NULL::float8 AS lw, lc.seeds, lc.ws FROM c LEFT JOIN lc USING (aggregate_id)"
@@ -113,12 +119,16 @@ def test_rows_and_hits_equal_the_join_form(linked: Fabric, dsn: str, monkeypatch
     with _connect(dsn) as conn:
         if analyze:
             conn.execute("ANALYZE")
+        edges = {(r["from_aggregate_id"], r["to_aggregate_id"], r["w"]) for r in conn.execute(
+            "SELECT from_aggregate_id, to_aggregate_id, weight::float8 AS w FROM mf_link_graph")}
         expanded = 0
         for query in QUERIES:
             for kinds, filters in CASES:
                 shipped = _candidates(conn, query, kinds, filters)
-                # a list candidate's edges come sorted by (other end, weight)
+                # a list candidate's edges come sorted by (other end, weight), each an
+                # edge of the link graph (either direction) to the aggregate named
                 assert all(row[2] == tuple(sorted(row[2])) for row in shipped)
+                assert all({(row[0], seed, w), (seed, row[0], w)} & edges for row in shipped for seed, w in row[2])
                 _with_reference(monkeypatch)
                 reference = _candidates(conn, query, kinds, filters)
                 _shipped(monkeypatch)
