@@ -74,6 +74,9 @@ from memfabric.domain.access_notes import PrincipalNotes
 from memfabric.domain.errors import AccessDenied, PrincipalNotFoundError
 from memfabric.domain.principal import MemoryProfile
 from memfabric.adapters.jail import FilePathError, JailError
+from memfabric.domain.entities import EntityCandidate, EntityView, MergeResult, UpsertResult
+from memfabric.domain.entities.commands import Entities
+from memfabric.domain.entity import EntityError, EntityNotFoundError, IdentifierConflictError
 
 __all__ = [
     "AsyncFabric", "AsyncNotes", "NamespaceError", "NotHeldError", "NotePage", "open_fabric_async",
@@ -100,4 +103,7 @@ __all__ = [
     "PrincipalView",
     # the file tools' jail (typed errors of memory_view/memory_read on files)
     "FilePathError", "JailError",
+    # issue 32: entities
+    "Entities", "EntityCandidate", "EntityView", "MergeResult", "UpsertResult",
+    "EntityError", "EntityNotFoundError", "IdentifierConflictError",
 ]

@@ -298,8 +298,8 @@ RecallKinds = Annotated[
 ]
 """A non-empty subset of the recallable kinds (a single string is accepted); ``episode``
 (issue 14: observations of the thread's conversation ledger) only when named."""
-TopK = Annotated[int, Field(ge=1, le=1000)]
-Budget = Annotated[int, Field(ge=1, le=1_000_000)]
+TopK = Annotated[int, Strict(), Field(ge=1, le=1000)]  # strict: "5" and True are refused, as for importance
+Budget = Annotated[int, Strict(), Field(ge=1, le=1_000_000)]
 
 
 class BlockRef(_Input):

@@ -96,6 +96,9 @@ def remember(
         metavar="KEY", help="Subject key: a new note with the same key supersedes the old one.")] = None,
     importance: Annotated[float | None, typer.Option(
         metavar="0..1", help="Importance between 0 and 1 (default 0.5).")] = None,
+    retention: Annotated[str | None, typer.Option(
+        metavar="CLASS", help="Retention class: ephemeral, operational, durable or regulated "
+                              "(default per kind, see docs/retention.md).")] = None,
     embedder: EmbedderOpt = None,
     dsn: DsnOpt = None,
     data_dir: DataDirOpt = None,
@@ -106,7 +109,7 @@ def remember(
         fail("importance: must be a number between 0 and 1", as_json=as_json)
     fields: dict[str, Any] = {"kind": kind, "content": content}
     for key, value in (("block", block), ("path", path), ("tags", tag or None), ("subject", subject),
-                       ("importance", importance)):
+                       ("importance", importance), ("retention", retention)):
         if value is not None:
             fields[key] = value
     try:

@@ -60,23 +60,38 @@ class HelpGroup(TyperGroup):
         return cmd
 
     def main(self, args: Sequence[str] | None = None, *pargs: Any, **kwargs: Any) -> Any:
-        """Click's entry point; with ``--json`` among the arguments a usage error (a
-        missing option, a bad value, an unknown command) is one JSON object on stderr,
-        ``{"error": ..., "type": "UsageError"}``, exit code 2, like every other error."""
-        argv = list(sys.argv[1:] if args is None else args)
-        if "--json" not in argv or not kwargs.get("standalone_mode", True):
+        """Click's entry point. A usage error (a missing option, a bad value, an unknown
+        command) is one line on stderr, exit code 2, like every other error:
+        ``error: <message> (see 'memfabric <command> --help')``, or with ``--json``
+        among the arguments one JSON object ``{"error": ..., "type": "UsageError"}``.
+        No arguments at all still print the help."""
+        if not kwargs.get("standalone_mode", True):
             return super().main(args, *pargs, **kwargs)
+        argv = list(sys.argv[1:] if args is None else args)
         kwargs["standalone_mode"] = False
         try:
             code = super().main(argv, *pargs, **kwargs)
         except click_exceptions.ClickException as exc:
-            sys.stderr.write(json.dumps({"error": " ".join(exc.format_message().split()),
-                                         "type": type(exc).__name__}) + "\n")
+            if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: no arguments, the help
+                exc.show()
+            else:
+                sys.stderr.write(_usage_line(exc, as_json="--json" in argv) + "\n")
             sys.exit(exc.exit_code)
         except typer.Abort:
-            sys.stderr.write(json.dumps({"error": "aborted", "type": "Abort"}) + "\n")
+            sys.stderr.write((json.dumps({"error": "aborted", "type": "Abort"}) if "--json" in argv
+                              else "error: aborted") + "\n")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_line(exc: Any, *, as_json: bool) -> str:
+    """One line for click's usage error ``exc`` (JSON with ``as_json``)."""
+    message = " ".join(exc.format_message().split())
+    if as_json:
+        return json.dumps({"error": message, "type": type(exc).__name__})
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"error: {message}{hint}"
 
 
 console = Console()
@@ -110,7 +125,8 @@ def make_embedder(name: str | None) -> Any:
     try:
         return embedder_from_name(name)
     except (ValueError, ImportError) as exc:
-        raise FabricError(f"embedder: {' '.join(str(exc).split())}") from None
+        detail = " ".join(str(exc).split())
+        raise FabricError(detail if detail.startswith("embedder:") else f"embedder: {detail}") from None
 
 
 def env_read_only() -> bool:

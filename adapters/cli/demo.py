@@ -143,7 +143,7 @@ def _retention(console: Console, fabric: Any, tenant: str) -> dict[str, Any]:
     later = now + timedelta(days=2)
     dry = fabric.sweep(later, tenant=tenant, dry_run=True)
     result = fabric.sweep(later, tenant=tenant)
-    table = _table("class", "expired", "forgotten", "skipped held", "skipped floor")
+    table = _table("class", *(outcome.replace("_", " ") for outcome in result.totals))
     for cls, counts in result.counts.items():
         table.add_row(cls, *(str(n) for n in counts.values()))
     console.print(table)

@@ -16,6 +16,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from memfabric.adapters.cli.fabric import plural
+
 entities_app = typer.Typer(help="Entities of a scope: list, get, resolve, merge, undo-merge.",
                            no_args_is_help=True)
 console = Console()
@@ -36,15 +38,35 @@ def register(app: typer.Typer) -> None:
 
 def _run(dsn: str | None, data_dir: str | None, tenant: str, resource: str | None, thread: str | None,
          *, read: bool, as_json: bool, call: Any) -> Any:
-    """``call(notes.entities)`` on a fabric opened for the command; errors are one line."""
+    """``call(notes.entities)`` on a fabric opened for the command; errors are one line.
+    An empty answer for a tenant with no note and no entity in the log is the unknown
+    ``--tenant`` error (exit 2), as for ``recall`` and ``sweep`` (docs/api.md)."""
     from memfabric.adapters.cli.common import HANDLED, fail  # noqa: PLC0415
-    from memfabric.adapters.cli.fabric import notes_fabric  # noqa: PLC0415
+    from memfabric.adapters.cli.fabric import notes_fabric, require_tenant  # noqa: PLC0415
 
     try:
         with notes_fabric(dsn, data_dir, read=read) as fabric:
-            return call(fabric.scope(tenant, resource, thread).entities)
+            found = call(fabric.scope(tenant, resource, thread).entities)
+            if not found and not _tenant_has_entities(fabric, tenant):
+                require_tenant(fabric, tenant)
+            return found
     except HANDLED as exc:
         fail(exc, as_json=as_json)
+
+
+def _tenant_has_entities(fabric: Any, tenant: str) -> bool:
+    """Whether any entity of ``tenant``, in any scope, is in the entities projection."""
+    import psycopg  # noqa: PLC0415
+
+    from memfabric.projections.entities import ENTITIES  # noqa: PLC0415
+
+    with psycopg.connect(fabric.dsn) as conn:
+        have = conn.execute("SELECT to_regclass(%s)", (ENTITIES,)).fetchone()
+        if not have or have[0] is None:
+            return False
+        row = conn.execute(f"SELECT 1 FROM {ENTITIES} WHERE tenant_id = %s LIMIT 1",  # noqa: S608
+                           (tenant,)).fetchone()
+    return row is not None
 
 
 def _print(value: Any) -> None:
@@ -118,8 +140,8 @@ def merge_command(winner: Annotated[str, typer.Argument(metavar="WINNER", help="
     if as_json:
         _print(asdict(r))
         return
-    console.print(f"merge {r.merge_id}: {r.loser} into {r.winner}, {r.repointed} notes re-pointed "
-                  f"in {r.batches} batches")
+    console.print(f"merge {r.merge_id}: {r.loser} into {r.winner}, {plural(r.repointed, 'note')} re-pointed "
+                  f"in {plural(r.batches, 'batch')}")
 
 
 @entities_app.command("undo-merge")

@@ -285,7 +285,10 @@ def shorten(value: Any, n: int = 60) -> str:
 
 
 def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    """``"1 note"``, ``"2 notes"``, ``"3 batches"`` (English regular plurals only)."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}{'es' if noun.endswith(('s', 'x', 'ch', 'sh')) else 's'}"
 
 
 def print_json(value: Any) -> None:

@@ -345,5 +345,5 @@ def sweep_command(
     state = "complete" if res.complete else "stopped at --limit (run again with the same --now)"
     ledgers = f", {res.conversations} conversations erased" if res.conversations else ""
     ledgers += f", {res.access_records} access records purged" if res.access_records else ""
-    console.print(f"{'dry run: ' if res.dry_run else ''}{res.changed} notes changed{ledgers}, {res.batches} batches, "
+    console.print(f"{'dry run: ' if res.dry_run else ''}{plural(res.changed, 'note')} changed{ledgers}, {plural(res.batches, 'batch')}, "
                   f"{state}{', resumed' if res.resumed else ''}")

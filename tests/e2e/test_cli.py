@@ -210,3 +210,16 @@ def test_demo_runs_with_dsn_at_80_columns(dsn: str, width: object) -> None:
                   "6a. recall 'how do I rotate the API key?' top_k=5",
                   "10. working memory: labelled blocks, read every turn"):
         assert title in out.splitlines(), title  # each heading on one line of its own
+    sweep_header = next(line for line in out.splitlines() if line.split()[:2] == ["class", "expired"])
+    assert sweep_header.split()[-1] == "decayed", sweep_header  # a column per outcome (finding 2026-12-03)
+
+
+def test_remember_takes_a_retention_class(dsn: str, fabric: Fabric) -> None:
+    """A fresh user's finding (2026-12-03): the CLI's ``remember`` had no ``--retention``."""
+    res = invoke(dsn, "remember", "Draft of the dispute letter", "-t", "acme", "--retention", "ephemeral", "--json")
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    note = json.loads(res.output)  # type: ignore[attr-defined]
+    assert note["retention"] == "ephemeral" and fabric.scope("acme").get(note["id"]).retention == "ephemeral"
+    res = invoke(dsn, "remember", "x", "-t", "acme", "--retention", "forever")
+    assert res.exit_code == 2 and errors(res) == [  # type: ignore[attr-defined]
+        "error: retention: Input should be 'ephemeral', 'operational', 'durable' or 'regulated'"]

@@ -38,3 +38,20 @@ def test_entities_commands(fabric: Fabric, dsn: str) -> None:
     assert res.exit_code == 2 and res.stderr.startswith("error:") and len(res.stderr.strip().splitlines()) == 1
     res = runner.invoke(cli.app, ["entities", "list", *SCOPE, "--dsn", dsn])
     assert res.exit_code == 0 and "Maria Lopez" in res.stdout
+
+
+def test_an_unknown_tenant_is_exit_2(fabric: Fabric, dsn: str) -> None:
+    """A fresh user's finding (2026-12-03): ``entities list/resolve --tenant nosuch``
+    exited 0 with an empty answer, where ``recall`` and ``sweep`` answer an unknown
+    ``--tenant`` with exit 2 (docs/api.md). A known tenant with no entity still lists
+    nothing with exit 0, and one with entities but no note is known."""
+    fabric.scope("acme", "u1", "t1").remember(kind="fact", content="Acme ships on Fridays")
+    fabric.scope("ents-only", "u1", "t1").entities.upsert("Lena Park", type="person")
+    for args in (["entities", "list"], ["entities", "resolve", "Maria"]):
+        res = runner.invoke(cli.app, [*args, "--tenant", "nosuch", "--dsn", dsn])
+        assert res.exit_code == 2 and "nosuch" in res.stderr, (args, res.stdout, res.stderr)
+        known = runner.invoke(cli.app, [*args, *SCOPE, "--dsn", dsn, "--json"])
+        assert known.exit_code == 0 and json.loads(known.stdout) == [], (args, known.stderr)
+    only = runner.invoke(cli.app, ["entities", "resolve", "Maria", "--tenant", "ents-only", "--resource", "u1",
+                                   "--thread", "t1", "--dsn", dsn, "--json"])
+    assert only.exit_code == 0 and json.loads(only.stdout) == [], only.stderr

@@ -101,15 +101,17 @@ def test_unknown_tenant_for_recall_and_export(fabric: Fabric, dsn: str, tmp_path
     (("get", "--json", "--bogus"), "NoSuchOption", "--bogus"),
     (("reembed", "--json"), "MissingParameter", "--embedder"),
 ])
-def test_usage_errors_with_json_are_one_object_on_stderr(args: tuple[str, ...], kind: str, words: str) -> None:
+def test_usage_errors_are_one_line_on_stderr(args: tuple[str, ...], kind: str, words: str) -> None:
     res = runner.invoke(cli.app, list(args))
     assert res.exit_code == 2 and res.stdout == ""
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     err = json.loads(lines[0])
     assert err["type"] == kind and words in err["error"], err
-    plain = runner.invoke(cli.app, [a for a in args if a != "--json"])
-    assert plain.exit_code == 2 and plain.stderr.startswith("Usage:")
+    plain = runner.invoke(cli.app, [a for a in args if a != "--json"])  # one line too (finding 2026-12-03)
+    assert plain.exit_code == 2 and plain.stdout == ""
+    assert plain.stderr.startswith("error: ") and words in plain.stderr and "--help'" in plain.stderr, plain.stderr
+    assert len(plain.stderr.strip().splitlines()) == 1 and "╭" not in plain.stderr
 
 
 def test_naive_times_mean_utc(fabric: Fabric, dsn: str) -> None:

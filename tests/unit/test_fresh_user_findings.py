@@ -35,3 +35,16 @@ def test_composed_and_decomposed_accents_fold() -> None:
         first = notes.remember(kind="fact", content=unicodedata.normalize("NFC", text))
         again = notes.remember(kind="fact", content=unicodedata.normalize("NFD", text))
         assert (again.outcome, again.id) == ("folded", first.id)
+
+
+@pytest.mark.parametrize("bad", ["5", True, 5.0])
+def test_top_k_must_be_an_integer_not_a_string_or_bool(bad: Any) -> None:
+    """A fresh user's finding (2026-12-03): ``recall(top_k="5")`` was coerced to 5 while
+    ``importance="0.5"`` is refused; both are strict now."""
+    with open_memory_fabric() as fab:
+        notes = fab.scope("acme")
+        notes.remember(kind="fact", content="Acme ships on Fridays")
+        with pytest.raises(ValidationError) as info:
+            notes.recall("when does acme ship", top_k=bad)
+        assert info.value.errors()[0]["loc"] == ("top_k",)
+        assert len(notes.recall("when does acme ship", top_k=5).hits) == 1
