@@ -218,7 +218,7 @@ class UnitOfWork(Protocol):
 
     def neighbours(
         self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
-        per_query: int = 3,
+        per_query: int = 3, near: bool = False,
     ) -> list[list[Neighbour]]:
         """Consolidation candidates of each query from the committed consolidation
         index (a superset; :func:`memfabric.domain.consolidation.choose` applies the
@@ -226,17 +226,20 @@ class UnitOfWork(Protocol):
         consolidation group (issue 16: of the query's visibility and visible from
         ``scope``, or of ``scope`` with a narrower visibility;
         :func:`memfabric.domain.visibility.meets`), each with its ``home`` — same
-        ``path`` (file), same ``subject``, same token hash, and the ``per_query``
-        nearest vectors (the linker asks for its ``top_k``). Bounded SQL, batched."""
+        ``path`` (file), same ``subject``, same token hash, same inferred key or
+        entity, and with ``near`` the ``per_query`` nearest vectors of subject-less
+        notes (only the similarity linker and evolution ask for them: similarity alone
+        never decides a write, so without ``near`` the lookup's cost does not grow
+        with the scope). Bounded SQL, batched."""
         ...
 
     def prefetch_neighbours(
         self, scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
-        per_query: int = 3,
+        per_query: int = 3, near: bool = False,
     ) -> None:
         """Issue 24, a speed-up only: start :meth:`neighbours` with these arguments
         now, so that it travels with the unit of work's next read; a later
-        ``neighbours`` call with the same scope, ``now``, ``per_query`` and the very same
+        ``neighbours`` call with the same scope, ``now``, ``per_query``, ``near`` and the very same
         query objects may take that answer. Never changes a result; a no-op where there
         is no round trip to save."""
         ...

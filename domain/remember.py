@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -129,7 +129,8 @@ def _write_chunk(deps: Deps, scope: Scope, items: Sequence[RememberInput],
         now = datetime.now(timezone.utc)
         _, asking, wanted = _neighbour_lookup(deps, scope, prepared)
         # issue 24: the neighbours of the keys as they are travel with the entity read
-        uow.prefetch_neighbours(scope, [p.query for p in asking], now=now, **wanted)
+        uow.prefetch_neighbours(scope, [p.query for p in asking], now=now, per_query=wanted.per_query,
+                                near=wanted.near)
         prepared = resolve_subjects(deps, uow, scope, prepared)  # issue 32: keys naming entities
         writer = _Writer(deps, uow, scope, now, prepared, settings.threshold)
         writer.homes = {nid: home for nid, (home, _) in targets.items()}
@@ -201,15 +202,25 @@ def _prepare(deps: Deps, items: Sequence[RememberInput], on: bool) -> dict[int, 
     return out
 
 
+class _Wanted(NamedTuple):
+    """The neighbour lookup's ``per_query`` and ``near`` (``UnitOfWork.neighbours``)."""
+
+    per_query: int
+    near: bool
+
+
 def _neighbour_lookup(deps: Deps, scope: Scope, prepared: dict[int, _Prepared],
-                      ) -> tuple[links.Workers | None, list[_Prepared], dict[str, int]]:
+                      ) -> tuple[links.Workers | None, list[_Prepared], _Wanted]:
     """The live workers of a write, the items that ask the consolidation index for
-    neighbours and the lookup's ``per_query`` (issue 15: live workers reuse this lookup,
-    every item asks, top-k nearest)."""
+    neighbours and the lookup's ``per_query`` and ``near`` (issue 15: live workers reuse
+    this lookup, every item asks, top-k nearest). Only workers that want nearest
+    vectors (the similarity linker, evolution) ask for them: a write's decision never
+    rests on similarity alone (:func:`memfabric.domain.consolidation.choose`), and the
+    nearest-vector scan is the one part of the lookup whose cost grows with the scope."""
     workers = links.workers_for(deps, scope)
     asking = [p for p in prepared.values() if p.consolidate or workers is not None]
-    wanted = {} if workers is None else {"per_query": max(3, workers.neighbours_wanted)}
-    return workers, asking, wanted
+    k = workers.neighbours_wanted if workers is not None else 0
+    return workers, asking, _Wanted(max(3, k), near=k > 0)
 
 
 class _Writer:
@@ -220,7 +231,8 @@ class _Writer:
         self.deps, self.uow, self.scope, self.now = deps, uow, scope, now
         self.prepared = prepared
         self.workers, asking, wanted = _neighbour_lookup(deps, scope, prepared)
-        found = uow.neighbours(scope, [p.query for p in asking], now=now, **wanted) if asking else []
+        found = (uow.neighbours(scope, [p.query for p in asking], now=now, per_query=wanted.per_query,
+                                near=wanted.near) if asking else [])
         self.stored = {p.index: cands for p, cands in zip(asking, found, strict=True)}
         self.threshold = threshold
         self.local = LocalIndex(deps.embedder.dim, len(prepared), scope=scope)

@@ -198,16 +198,16 @@ _REACH = {
               " OR " + _OWN + " AND n.visibility = ANY(%(nv)s))",
 }
 _CURRENT = "({reach}) AND n.kind = q.kind AND (upper(n.valid) IS NULL OR upper(n.valid) > %(now)s)"
-_LATERAL = {  # noqa: S608 - table and column names are constants of this module
-    "file": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.path = q.path"  # noqa: S608
-            " ORDER BY n.ingested_at DESC LIMIT %(k)s)",
-    "subject": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject = q.subject"  # noqa: S608
-               " ORDER BY n.ingested_at DESC LIMIT %(k)s)",
-    "plain": f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
-             " AND n.token_hash = q.h ORDER BY n.ingested_at DESC LIMIT 1) UNION ALL"
-             f" (SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
-             " ORDER BY n.embedding <=> q.vec LIMIT %(k)s)",
-}
+_FILE = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.path = q.path"  # noqa: S608
+         " ORDER BY n.ingested_at DESC LIMIT %(k)s)")
+_SUBJECT = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject = q.subject"  # noqa: S608
+            " ORDER BY n.ingested_at DESC LIMIT %(k)s)")
+_TOKEN = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
+          " AND n.token_hash = q.h ORDER BY n.ingested_at DESC LIMIT 1)")
+# the per_query nearest subject-less vectors: an exact scan of the whole group, so
+# only for the workers that use them (``near``; similarity alone decides no write)
+_NEAREST = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
+            " ORDER BY n.embedding <=> q.vec LIMIT %(k)s)")
 # a plain write with an inferred key: the same-key lookup (btree) in the same statement;
 # a from-to key (attribute "*") looks up the same entity instead
 _SAME_KEY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
@@ -215,14 +215,19 @@ _SAME_KEY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS 
 _SAME_ENTITY = (f"(SELECT {_COLS} FROM {TABLE} n WHERE {_CURRENT} AND n.subject IS NULL"  # noqa: S608
                 " AND n.inferred_key IS NOT NULL AND n.inferred_entity = q.ient"
                 " ORDER BY n.ingested_at DESC LIMIT %(ik)s)")
-_LATERAL["plain+key"] = _LATERAL["plain"] + " UNION ALL " + _SAME_KEY
-_LATERAL["plain+entity"] = _LATERAL["plain"] + " UNION ALL " + _SAME_ENTITY
+_LATERAL: dict[tuple[str, bool], str] = {  # (group, near) -> branches, in candidate order
+    (group, near): " UNION ALL ".join(
+        (_TOKEN, *((_NEAREST,) if near else ()), *extra) if group.startswith("plain") else extra)
+    for near in (False, True)
+    for group, extra in (("file", (_FILE,)), ("subject", (_SUBJECT,)), ("plain", ()),
+                         ("plain+key", (_SAME_KEY,)), ("plain+entity", (_SAME_ENTITY,)))
+}
 _STATEMENTS = {
-    (group, how): ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
+    (group, near, how): ("SELECT q.i, m.* FROM unnest(%(i)s::int[], %(kind)s::text[], %(h)s::text[],"  # noqa: S608
                    " %(path)s::text[], %(subject)s::text[], %(vec)b::vector[], %(ikey)s::text[],"
                    " %(ient)s::text[]) AS q(i, kind, h, path, subject, vec, ikey, ient)"
                    " CROSS JOIN LATERAL (" + lateral.replace("{reach}", cond) + ") m")
-    for group, lateral in _LATERAL.items() for how, cond in _REACH.items()
+    for (group, near), lateral in _LATERAL.items() for how, cond in _REACH.items()
 }
 
 
@@ -233,13 +238,16 @@ def group_of(query: NeighbourQuery) -> str:
 
 def select_neighbours(
     cur: Cursor[Any], scope: Scope, queries: Sequence[NeighbourQuery], *, now: datetime,
-    per_query: int = 3,
+    per_query: int = 3, near: bool = False,
 ) -> list[list[Neighbour]]:
     """Consolidation candidates per query (a superset; the rule is
     ``memfabric.domain.consolidation.choose``), :data:`CHUNK` queries per statement:
     the ``per_query`` newest same-path (file) or same-subject notes, else the newest
-    subject-less same-token note and the ``per_query`` nearest subject-less vectors;
-    only current notes of the query's kind and consolidation group (issue 16: the same
+    subject-less same-token note, the ``3 * per_query`` newest of the same inferred key
+    (or entity, for a from-to key) and, with ``near``, the ``per_query`` nearest
+    subject-less vectors (an exact scan of the group: every other branch reads a few
+    btree entries, so without ``near`` the cost does not grow with the scope); only
+    current notes of the query's kind and consolidation group (issue 16: the same
     visibility, visible from ``scope``; :func:`memfabric.domain.visibility.group`),
     filtered inside the SQL. Each neighbour carries its ``home`` scope."""
     t, r, th = scope.sql()
@@ -266,7 +274,7 @@ def select_neighbours(
                 "ient": [inferred_entity_of(queries[i]) for i in chunk],
                 "ik": per_query * 3,
             }
-            for row in cur.execute(_STATEMENTS[(group, how)], encode_params(params)).fetchall():
+            for row in cur.execute(_STATEMENTS[(group, near, how)], encode_params(params)).fetchall():
                 out[row["i"]].append(Neighbour(
                     row["note_id"], base.finite(float(row["sim"])), row["token_hash"], row["path"],
                     row["subject"], row["valid_from"], row["valid_to"], key_of_row(row),

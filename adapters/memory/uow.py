@@ -133,13 +133,13 @@ class InMemoryUnitOfWork:
         return aid in self._aggregates or self._log.has(aid)
 
     def prefetch_neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
-                            now: datetime, per_query: int = 3) -> None:
+                            now: datetime, per_query: int = 3, near: bool = False) -> None:
         """Nothing to send ahead in memory."""
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
-                   now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
-        """Like ``consolidation_index.select_neighbours`` (``per_query`` per lookup) on
-        the committed consolidation rows."""
+                   now: datetime, per_query: int = 3, near: bool = False) -> list[list[Neighbour]]:
+        """Like ``consolidation_index.select_neighbours`` (``per_query`` per lookup, the
+        nearest vectors only with ``near``) on the committed consolidation rows."""
         self._check()
         with self._log.lock:
             rows = list(self._log.consolidation_rows.values())
@@ -155,8 +155,8 @@ class InMemoryUnitOfWork:
             else:
                 plain = [r for r in mine if r["subject"] is None]
                 exact = [r for r in newest if r["subject"] is None and r["token_hash"] == q.token_hash][:1]
-                near = sorted(plain, key=lambda r: -cosine(r["embedding"], q.embedding))[:per_query]
-                picked = exact + near + _same_inferred(newest, q, per_query * 3)
+                nearest = sorted(plain, key=lambda r: -cosine(r["embedding"], q.embedding))[:per_query] if near else []
+                picked = exact + nearest + _same_inferred(newest, q, per_query * 3)
             out.append([
                 Neighbour(r["note_id"], cosine(r["embedding"], q.embedding), r["token_hash"],
                           r["path"], r["subject"], r["valid_from"], r["valid_to"],

@@ -73,6 +73,10 @@ class _Answered:
         return self._rows
 
 
+Lookup = tuple[Scope, tuple[NeighbourQuery, ...], datetime, int, bool]
+"""A neighbour lookup's arguments: scope, queries, ``now``, ``per_query``, ``near``."""
+
+
 class DecisionReads:
     """The reads of :class:`~memfabric.adapters.postgres.uow.PostgresUnitOfWork` (see
     the module doc); the unit of work provides the session, the held aggregates, the
@@ -80,7 +84,7 @@ class DecisionReads:
 
     _session: TxSession | None
     _aggregates: dict[Any, Any]
-    _ahead: tuple[tuple[Scope, tuple[NeighbourQuery, ...], datetime, int], list[_Answer]] | None = None
+    _ahead: tuple[Lookup, list[_Answer]] | None = None
 
     def _mark_read(self) -> None:
         raise NotImplementedError
@@ -102,8 +106,8 @@ class DecisionReads:
         return self.conn.cursor()
 
     def prefetch_neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
-                            now: datetime, per_query: int = 3) -> None:
-        """Send :meth:`neighbours` ``(scope, queries, now, per_query)`` ahead, answered
+                            now: datetime, per_query: int = 3, near: bool = False) -> None:
+        """Send :meth:`neighbours` ``(scope, queries, now, per_query, near)`` ahead, answered
         with the next read (module doc); nothing off the wire or without ``queries``."""
         session = self._session
         if session is None or not session.on_wire or not queries:
@@ -111,17 +115,18 @@ class DecisionReads:
         self._mark_read()
         ahead = _SendAhead(session)
         consolidation_index.select_neighbours(cast("Cursor[Any]", ahead), scope, queries, now=now,
-                                              per_query=per_query)
-        self._ahead = ((scope, tuple(queries), now, per_query), ahead.answers)
+                                              per_query=per_query, near=near)
+        self._ahead = ((scope, tuple(queries), now, per_query, near), ahead.answers)
 
     def neighbours(self, scope: Scope, queries: Sequence[NeighbourQuery], *,
-                   now: datetime, per_query: int = 3) -> list[list[Neighbour]]:
+                   now: datetime, per_query: int = 3, near: bool = False) -> list[list[Neighbour]]:
         ahead, self._ahead = self._ahead, None
         cur = self.reader()
-        if ahead is not None and _same_lookup(ahead[0], (scope, tuple(queries), now, per_query)):
+        if ahead is not None and _same_lookup(ahead[0], (scope, tuple(queries), now, per_query, near)):
             cur = cast("Cursor[Any]", _Answered(ahead[1]))
         with dimension_guard():
-            return consolidation_index.select_neighbours(cur, scope, queries, now=now, per_query=per_query)
+            return consolidation_index.select_neighbours(cur, scope, queries, now=now, per_query=per_query,
+                                                         near=near)
 
     def term_postings(self, scope: Scope, kind: str, terms: Sequence[str], *,
                       now: datetime, latest: bool = False) -> TermPostings:
@@ -148,9 +153,8 @@ class DecisionReads:
         return list(note_scope.resolve(self.reader(), scope, note_id))
 
 
-def _same_lookup(a: tuple[Scope, tuple[NeighbourQuery, ...], datetime, int],
-                 b: tuple[Scope, tuple[NeighbourQuery, ...], datetime, int]) -> bool:
-    """Whether two neighbour lookups are the same call: equal scope, ``now`` and
-    ``per_query``, and the very same query objects in the same order."""
-    return (a[0] == b[0] and a[2] == b[2] and a[3] == b[3] and len(a[1]) == len(b[1])
+def _same_lookup(a: Lookup, b: Lookup) -> bool:
+    """Whether two neighbour lookups are the same call: equal scope, ``now``,
+    ``per_query`` and ``near``, and the very same query objects in the same order."""
+    return (a[0] == b[0] and a[2:] == b[2:] and len(a[1]) == len(b[1])
             and all(x is y for x, y in zip(a[1], b[1], strict=True)))
