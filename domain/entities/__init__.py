@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from memfabric.domain.entities import keys as ek
 from memfabric.domain import visibility
@@ -78,8 +78,20 @@ class _Input(BaseModel):
 
 
 class IdentifierInput(_Input):
+    """An identifier ``(kind, value)``: ``kind`` a label (``email``, ``phone``, ``handle``,
+    ``url`` or a host's own, see :data:`~memfabric.domain.entities.keys.IDENTIFIER_KIND`);
+    ``value`` 1-320 characters, which a built-in kind checks the shape of
+    (:func:`~memfabric.domain.entities.keys.identifier_problem`)."""
+
     kind: Annotated[str, StringConstraints(pattern=ek.IDENTIFIER_KIND.pattern)]
     value: Annotated[str, StringConstraints(min_length=1, max_length=320, strip_whitespace=True)]
+
+    @model_validator(mode="after")
+    def _shaped(self) -> IdentifierInput:
+        problem = ek.identifier_problem(self.kind, self.value)
+        if problem is not None:
+            raise ValueError(f"identifier {self.kind} {self.value!r}: {problem}")
+        return self
 
 
 class ResolveInput(_Input):

@@ -58,6 +58,8 @@ _HANDLE = re.compile(r"^@[A-Za-z0-9_.-]{1,64}$")
 _URL = re.compile(r"^(https?://|www\.)\S+$", re.IGNORECASE)
 _DOMAIN = re.compile(r"^[a-z0-9-]{2,}(\.[a-z0-9-]+)*\.[a-z]{2,12}(/\S*)?$", re.IGNORECASE)
 _PHONE = re.compile(r"^\+?[0-9 ()./-]{7,24}$")
+_HANDLE_VALUE = re.compile(r"^@?[A-Za-z0-9_.-]{1,64}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 IDENTIFIER_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 """What an identifier kind may be: ``email``, ``phone``, ``handle``, ``url`` or a host's."""
 
@@ -97,6 +99,29 @@ def norm_identifier(kind: str, value: str) -> str:
         v = re.sub(r"^https?://", "", v.lower())
         return re.sub(r"^www\.", "", v).rstrip("/")
     return fold(v)
+
+
+def identifier_problem(kind: str, value: str) -> str | None:
+    """What is wrong with ``value`` as an identifier of ``kind`` (surrounding blanks
+    ignored), ``None`` when nothing: a built-in kind's value must look like one (email
+    ``name@domain.tld``; phone 7+ digits among ``+ ( ) . / -`` and spaces, at most 24
+    characters; handle ``@name`` or ``name`` of letters, digits, ``_ . -``, at most 64;
+    url with a scheme or ``www.``, or a bare domain ``acme.example/path``); any kind's
+    value has no control character and something left once normalised."""
+    v = value.strip()
+    if _CONTROL.search(v):
+        return "a control character"
+    if kind == "email" and not _EMAIL.match(v):
+        return "not an email address (name@domain.tld)"
+    if kind == "phone" and not (_PHONE.match(v) and sum(c.isdigit() for c in v) >= 7):
+        return "not a phone number (7 or more digits, + ( ) . / - and spaces, at most 24 characters)"
+    if kind == "handle" and not _HANDLE_VALUE.match(v):
+        return "not a handle (@name: letters, digits, _ . -, at most 64)"
+    if kind == "url" and not (_URL.match(v) or _DOMAIN.match(v)):
+        return "not a url (https://..., www.... or a domain such as acme.example)"
+    if not norm_identifier(kind, v):
+        return "nothing left once normalised"
+    return None
 
 
 def parse_identifier(surface: str, *, strict: bool = True) -> tuple[str, str] | None:
