@@ -336,7 +336,7 @@ _VISIBLE = ("tenant_id = %(t)s AND ((resource_id = %(r)s AND thread_id = %(th)s)
             " OR (visibility = 'resource' AND resource_id = %(r)s AND %(r)s <> ''))")
 """``memfabric.domain.visibility.visible`` in SQL (the reader's ``t``, ``r``, ``th``)."""
 
-_VISIBLE_K = ("k.tenant_id = %(t)s AND ((k.resource_id = %(r)s AND k.thread_id = %(th)s) OR k.visibility = 'tenant'"
+VISIBLE_KEY = ("k.tenant_id = %(t)s AND ((k.resource_id = %(r)s AND k.thread_id = %(th)s) OR k.visibility = 'tenant'"
               " OR (k.visibility = 'resource' AND k.resource_id = %(r)s AND %(r)s <> ''))")
 """:data:`_VISIBLE` on the ``mf_entity_keys`` row ``k`` (its entity's home and visibility)."""
 
@@ -356,7 +356,7 @@ def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequenc
     return list(cur.execute(
         "SELECT x.* FROM unnest(%(d)s::uuid[], %(n)s::int[]) WITH ORDINALITY AS q(digest, lim, i)"  # noqa: S608
         f" CROSS JOIN LATERAL (SELECT q.i, k.aggregate_id, k.entity_id, k.source, k.ntok FROM {KEYS} k"
-        f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {_VISIBLE_K}{only}"
+        f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {VISIBLE_KEY}{only}"
         " LIMIT q.lim) x",
         {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
          "type": type_}, prepare=True).fetchall())

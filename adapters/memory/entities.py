@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from memfabric.domain import replay
-from memfabric.domain.entities import EntityRef, KeyHit, NoteAbout
+from memfabric.domain.entities import Ask, EntityRef, KeyHit, Lookup, NoteAbout, lookup_by_keys
 from memfabric.domain.entity import Entity
 from memfabric.domain.note import Note
 from memfabric.domain.scope import Scope
@@ -98,6 +98,11 @@ class InMemoryEntityStore:
                     if n >= per_key:
                         break
         return out
+
+    def lookup(self, reader: Scope, asks: Sequence[Ask], type_: str | None, *, ntok: int,
+               prefetch: int = 0) -> Lookup:
+        """:func:`~memfabric.domain.entities.lookup_by_keys` (no events come along)."""
+        return lookup_by_keys(self, reader, asks, type_)
 
     def owner(self, grp: str, digest: str, uow: Any = None) -> str | None:
         with self.log.lock:

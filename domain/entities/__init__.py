@@ -19,12 +19,12 @@ steps backwards.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from memfabric.domain.entities import keys as ek
 from memfabric.domain import visibility
@@ -54,6 +54,12 @@ PER_KEY = 50
 PER_FUZZY_KEY = 10
 """... per single-token key (``tok``/``del``: a common first name is shared by many)."""
 
+PREFETCH_SPARE = 2
+"""Entities beyond a resolve's ``limit`` whose events its lookup brings along: the store
+guesses the ranking (:func:`memfabric.domain.entities.keys.score` in SQL), and a
+rounding tie at the cut may order two candidates differently; a candidate outside the
+guess costs one more statement, never a different result."""
+
 MERGE_BATCH = 200
 """Notes re-pointed per transaction by a merge or its undo."""
 
@@ -72,8 +78,20 @@ class _Input(BaseModel):
 
 
 class IdentifierInput(_Input):
+    """An identifier ``(kind, value)``: ``kind`` a label (``email``, ``phone``, ``handle``,
+    ``url`` or a host's own, see :data:`~memfabric.domain.entities.keys.IDENTIFIER_KIND`);
+    ``value`` 1-320 characters, which a built-in kind checks the shape of
+    (:func:`~memfabric.domain.entities.keys.identifier_problem`)."""
+
     kind: Annotated[str, StringConstraints(pattern=ek.IDENTIFIER_KIND.pattern)]
     value: Annotated[str, StringConstraints(min_length=1, max_length=320, strip_whitespace=True)]
+
+    @model_validator(mode="after")
+    def _shaped(self) -> IdentifierInput:
+        problem = ek.identifier_problem(self.kind, self.value)
+        if problem is not None:
+            raise ValueError(f"identifier {self.kind} {self.value!r}: {problem}")
+        return self
 
 
 class ResolveInput(_Input):
@@ -191,6 +209,37 @@ class NoteAbout:
     note_id: str
 
 
+Ask = tuple[str, int, str, int]
+"""One key a lookup reads: ``(digest, at most n key rows, kind, token index)`` (the kind
+and token index of the probe's key, see :class:`memfabric.domain.entities.keys.Probe`)."""
+
+
+def _none(aggregate_ids: Sequence[UUID]) -> list[Entity] | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What a lookup of a surface's keys found: per entity id its aggregate id and
+    :class:`~memfabric.domain.entities.keys.Match`; ``replay(ids)``: the entities ``ids``
+    replayed from events that came with the lookup, in order, or ``None`` unless every
+    one of them did (then the caller loads them)."""
+
+    matches: dict[str, tuple[UUID, ek.Match]]
+    replay: Callable[[Sequence[UUID]], list[Entity] | None] = _none
+
+
+def lookup_by_keys(store: EntityStore, reader: Scope, asks: Sequence[Ask], type_: str | None,
+                   uow: Any = None) -> Lookup:
+    """A :class:`Lookup` (no events) from ``store.keys`` (in ``uow``'s transaction when
+    given): the key rows tallied per entity."""
+    code = {d: (kind, tok) for d, _, kind, tok in asks}
+    rows = store.keys(reader, [(d, n) for d, n, _, _ in asks], type_, uow)
+    aggregate = {r.entity_id: r.aggregate_id for r in rows}
+    matches = ek.tally((r.entity_id, *code[r.digest], r.source, r.ntok) for r in rows)
+    return Lookup({e: (aggregate[e], m) for e, m in matches.items()})
+
+
 class EntityUnitOfWork(Protocol):
     """What entity writes need of a unit of work (both backends' units of work have it;
     the ledger uses the same ``*_aggregate`` methods)."""
@@ -228,6 +277,14 @@ class EntityStore(Protocol):
              uow: Any = None) -> list[KeyHit]:
         """Key rows of live entities visible from ``reader`` per ``(digest, at most n
         entities)``, of ``type_`` when given."""
+        ...
+
+    def lookup(self, reader: Scope, asks: Sequence[Ask], type_: str | None, *, ntok: int,
+               prefetch: int = 0) -> Lookup:
+        """What the keys ``asks`` find among the live entities visible from ``reader``
+        (of ``type_`` when given; ``ntok``: the surface's token count), outside any unit
+        of work; with ``prefetch`` > 0 the events of the ``prefetch`` entities likely to
+        rank first may come along (:attr:`Lookup.replay`)."""
         ...
 
     def load_many(self, aggregate_ids: Sequence[UUID]) -> list[Entity]:
@@ -292,23 +349,36 @@ class EntityContext:
         return [[k.kind, self.digest(k.digest_input()), k.source, k.ntok] for k in keys]
 
 
+Ranked = tuple[str, str, float, UUID]
+"""A ranked entity: ``(entity id, tier, score, aggregate id)``."""
+
+
 def rank(ctx: EntityContext, surface: str, type_: str | None,
-         identifiers: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str, float, UUID]]:
+         identifiers: Sequence[tuple[str, str]] = ()) -> list[Ranked]:
     """Ranked ``(entity id, tier, score, aggregate id)`` of the live entities visible from the
     context's scope that ``surface`` (and ``identifiers``) may name, best first."""
+    return lookup(ctx, surface, type_, identifiers)[0]
+
+
+def lookup(ctx: EntityContext, surface: str, type_: str | None, identifiers: Sequence[tuple[str, str]] = (),
+           *, prefetch: int = 0) -> tuple[list[Ranked], Lookup]:
+    """:func:`rank` and the :class:`Lookup` it ranked (outside a unit of work, with the
+    events of about ``prefetch`` entities likely to rank first, see
+    :meth:`EntityStore.lookup`; in one, from ``EntityStore.keys`` on its connection)."""
     p = ek.probe(surface, identifiers)
-    by_digest = {ctx.digest(text): text for text in p.keys}
-    asks = [(d, PER_FUZZY_KEY if p.keys[t][0] in ek.FUZZY_KINDS else PER_KEY) for d, t in by_digest.items()]
-    rows = ctx.store.keys(ctx.scope, asks, type_, ctx.uow)
-    aggregate = {r.entity_id: r.aggregate_id for r in rows}
-    matches = ek.collect(p, ((r.entity_id, by_digest[r.digest], r.source, r.ntok) for r in rows))
-    scored: list[tuple[str, str, float, UUID]] = []
-    for entity_id, m in matches.items():
+    asks = [(ctx.digest(text), PER_FUZZY_KEY if kind in ek.FUZZY_KINDS else PER_KEY, kind, tok)
+            for text, (kind, tok) in p.keys.items()]
+    if ctx.uow is None:
+        found = ctx.store.lookup(ctx.scope, asks, type_, ntok=p.ntok, prefetch=prefetch)
+    else:
+        found = lookup_by_keys(ctx.store, ctx.scope, asks, type_, ctx.uow)
+    scored: list[Ranked] = []
+    for entity_id, (aggregate_id, m) in found.matches.items():
         got = ek.score(p, m)
         if got is not None:
-            scored.append((entity_id, got[0], got[1], aggregate[entity_id]))
+            scored.append((entity_id, got[0], got[1], aggregate_id))
     scored.sort(key=lambda c: (-c[2], ek.TIERS.index(c[1]), c[0]))
-    return scored
+    return scored, found
 
 
 def locate(ctx: EntityContext, entity_id: str) -> EntityRef:
@@ -329,15 +399,19 @@ def load_entity(ctx: EntityContext, ref: EntityRef) -> Entity:
 
 
 def candidates(ctx: EntityContext, ranked: Sequence[tuple[str, str, float, Any]], limit: int,
-               skip: str | None = None) -> tuple[EntityCandidate, ...]:
-    """The first ``limit`` ranked entities as candidates (names read from the log in
-    one replay of them all)."""
+               skip: str | None = None, found: Lookup | None = None) -> tuple[EntityCandidate, ...]:
+    """The first ``limit`` ranked entities as candidates (names read from the log: from
+    the events that came with ``found`` when all of theirs did, else in one replay of
+    them all)."""
     picked = [c for c in ranked if c[0] != skip][:limit]
     ids = [c[3] for c in picked]
+    loaded: list[Entity] | None
     if ctx.uow is not None:
         loaded = [a for a in map(ctx.uow.load_aggregate, ids) if isinstance(a, Entity)]
     else:
-        loaded = ctx.store.load_many(ids)
+        loaded = found.replay(ids) if found is not None else None
+        if loaded is None:
+            loaded = ctx.store.load_many(ids)
     by_id = {e.id: e for e in loaded}
     return tuple(EntityCandidate(c[0], c[1], c[2], by_id[c[3]].type, by_id[c[3]].display_name)
                  for c in picked if c[3] in by_id)

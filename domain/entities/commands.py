@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from memfabric.domain.entities import keys as ek
 from memfabric.domain import visibility
 from memfabric.domain.entities import (
+    PREFETCH_SPARE,
     EntityCandidate,
     EntityView,
     MergeInput,
@@ -25,6 +26,7 @@ from memfabric.domain.entities import (
     group_of,
     load_entity,
     locate,
+    lookup,
     new_entity_id,
     open_uow,
     rank,
@@ -61,7 +63,8 @@ class Entities:
         ``ValidationError`` for a bad surface, type or limit."""
         args = ResolveInput(surface=surface, type=type, limit=limit)
         ctx = self._ctx()
-        return list(candidates(ctx, rank(ctx, args.surface, args.type), args.limit))
+        ranked, found = lookup(ctx, args.surface, args.type, prefetch=args.limit + PREFETCH_SPARE)
+        return list(candidates(ctx, ranked, args.limit, found=found))
 
     def match(self, surface: str, *, type: str | None = None,  # noqa: A002
               identifiers: Iterable[Any] = ()) -> EntityCandidate | None:

@@ -58,6 +58,8 @@ _HANDLE = re.compile(r"^@[A-Za-z0-9_.-]{1,64}$")
 _URL = re.compile(r"^(https?://|www\.)\S+$", re.IGNORECASE)
 _DOMAIN = re.compile(r"^[a-z0-9-]{2,}(\.[a-z0-9-]+)*\.[a-z]{2,12}(/\S*)?$", re.IGNORECASE)
 _PHONE = re.compile(r"^\+?[0-9 ()./-]{7,24}$")
+_HANDLE_VALUE = re.compile(r"^@?[A-Za-z0-9_.-]{1,64}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 IDENTIFIER_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 """What an identifier kind may be: ``email``, ``phone``, ``handle``, ``url`` or a host's."""
 
@@ -97,6 +99,29 @@ def norm_identifier(kind: str, value: str) -> str:
         v = re.sub(r"^https?://", "", v.lower())
         return re.sub(r"^www\.", "", v).rstrip("/")
     return fold(v)
+
+
+def identifier_problem(kind: str, value: str) -> str | None:
+    """What is wrong with ``value`` as an identifier of ``kind`` (surrounding blanks
+    ignored), ``None`` when nothing: a built-in kind's value must look like one (email
+    ``name@domain.tld``; phone 7+ digits among ``+ ( ) . / -`` and spaces, at most 24
+    characters; handle ``@name`` or ``name`` of letters, digits, ``_ . -``, at most 64;
+    url with a scheme or ``www.``, or a bare domain ``acme.example/path``); any kind's
+    value has no control character and something left once normalised."""
+    v = value.strip()
+    if _CONTROL.search(v):
+        return "a control character"
+    if kind == "email" and not _EMAIL.match(v):
+        return "not an email address (name@domain.tld)"
+    if kind == "phone" and not (_PHONE.match(v) and sum(c.isdigit() for c in v) >= 7):
+        return "not a phone number (7 or more digits, + ( ) . / - and spaces, at most 24 characters)"
+    if kind == "handle" and not _HANDLE_VALUE.match(v):
+        return "not a handle (@name: letters, digits, _ . -, at most 64)"
+    if kind == "url" and not (_URL.match(v) or _DOMAIN.match(v)):
+        return "not a url (https://..., www.... or a domain such as acme.example)"
+    if not norm_identifier(kind, v):
+        return "nothing left once normalised"
+    return None
 
 
 def parse_identifier(surface: str, *, strict: bool = True) -> tuple[str, str] | None:
@@ -225,49 +250,68 @@ def _local_part(surface: str, ident: tuple[str, str] | None) -> str:
     return ""
 
 
+KINDS: tuple[str, ...] = ("id", "name", "alias", "sorted", "concat", "init", "ndel", "tok", "del")
+"""Every key kind; ``KIND_BIT[kind]`` (``1 << position``) marks it in a :class:`Match`'s mask."""
+
+KIND_BIT: dict[str, int] = {kind: 1 << i for i, kind in enumerate(KINDS)}
+
+_NORMALISED = KIND_BIT["sorted"] | KIND_BIT["concat"]
+
+
 @dataclass(slots=True)
 class Match:
-    """What one entity matched: the kinds of its keys found, and per source the surface
-    tokens matched exactly (``tok``) or within one deletion (``del``)."""
+    """What one entity matched: ``mask``, the kinds of its keys found (OR of
+    :data:`KIND_BIT`), and per source (a name of the entity: 0 the display name, 1..
+    an alias, -1 an identifier) ``(exact, near, ntok)``: the surface tokens that name
+    matched exactly (``tok``), those it matched only within one deletion (``del``),
+    and its token count."""
 
-    kinds: set[str] = field(default_factory=set)
-    exact_tokens: dict[int, set[int]] = field(default_factory=dict)
-    near_tokens: dict[int, set[int]] = field(default_factory=dict)
-    ntok: dict[int, int] = field(default_factory=dict)
+    mask: int = 0
+    sources: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def collect(p: Probe, hits: Iterable[tuple[str, str, int, int]]) -> dict[str, Match]:
     """Group key hits ``(entity_id, digest input, source, ntok)`` per entity."""
-    out: dict[str, Match] = {}
-    for entity_id, text, source, ntok in hits:
-        kind, tok = p.keys[text]
-        m = out.get(entity_id)
-        if m is None:  # not setdefault, which would build a Match (four containers) for every row
-            m = out[entity_id] = Match()
-        m.kinds.add(kind)
-        m.ntok[source] = ntok
+    keys = p.keys
+    return tally((entity_id, *keys[text], source, ntok) for entity_id, text, source, ntok in hits)
+
+
+def tally(hits: Iterable[tuple[str, str, int, int, int]]) -> dict[str, Match]:
+    """Group key hits ``(entity_id, kind, token index, source, ntok)`` per entity (the
+    token index: the surface token a ``tok`` / ``del`` key stands for, else -1)."""
+    masks: dict[str, int] = {}
+    names: dict[str, dict[int, tuple[set[int], set[int], int]]] = {}
+    for entity_id, kind, tok, source, ntok in hits:
+        masks[entity_id] = masks.get(entity_id, 0) | KIND_BIT[kind]
+        per = names.setdefault(entity_id, {})
+        got = per.get(source)
+        if got is None:
+            got = per[source] = (set(), set(), ntok)
         if kind == "tok":
-            m.exact_tokens.setdefault(source, set()).add(tok)
+            got[0].add(tok)
         elif kind == "del":
-            m.near_tokens.setdefault(source, set()).add(tok)
-    return out
+            got[1].add(tok)
+    return {entity_id: Match(mask, {source: (len(exact), len(near - exact), ntok)
+                                    for source, (exact, near, ntok) in names[entity_id].items()})
+            for entity_id, mask in masks.items()}
 
 
 def score(p: Probe, m: Match) -> tuple[str, float] | None:
     """``(tier, score in [0, 1])`` of an entity's :class:`Match`, or ``None`` below
     :data:`CANDIDATE_FLOOR`."""
-    if "id" in m.kinds:
+    mask = m.mask
+    if mask & KIND_BIT["id"]:
         return "identifier", TIER_SCORE["identifier"]
-    if "name" in m.kinds:
+    if mask & KIND_BIT["name"]:
         return "exact_name", TIER_SCORE["exact_name"]
-    if "alias" in m.kinds:
+    if mask & KIND_BIT["alias"]:
         return "exact_alias", TIER_SCORE["exact_alias"]
-    if m.kinds & {"sorted", "concat"}:
+    if mask & _NORMALISED:
         return "normalised", TIER_SCORE["normalised"]
     best = _overlap(p, m)
-    if "ndel" in m.kinds:
+    if mask & KIND_BIT["ndel"]:
         best = max(best, 0.9)
-    if "init" in m.kinds:
+    if mask & KIND_BIT["init"]:
         best = max(best, 0.8)
     value = round(TIER_SCORE["fuzzy"] * best, 4)
     return ("fuzzy", value) if value >= CANDIDATE_FLOOR else None
@@ -277,11 +321,8 @@ def _overlap(p: Probe, m: Match) -> float:
     """The best token overlap over the entity's names: exact tokens count 1, tokens within
     one deletion 0.8, divided by the larger token count."""
     best = 0.0
-    for source, ntok in m.ntok.items():
-        exact = m.exact_tokens.get(source, set())
-        near = m.near_tokens.get(source, set()) - exact
-        got = len(exact) + 0.8 * len(near)
-        best = max(best, got / max(p.ntok, ntok, 1))
+    for exact, near, ntok in m.sources.values():
+        best = max(best, (exact + 0.8 * near) / max(p.ntok, ntok, 1))
     return best
 
 

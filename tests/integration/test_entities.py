@@ -94,6 +94,8 @@ def test_identifier_conflict_is_typed_and_writes_nothing(backend: Backend) -> No
         notes.entities.upsert("Someone", identifiers=[("email", "maria@acme.example"), ("url", "acme.example/")])
     with pytest.raises(ValidationError):
         notes.entities.upsert("x", identifiers=[("Bad Kind", "v")])
+    with pytest.raises(ValidationError, match="not an email address"):
+        notes.entities.upsert("Someone", identifiers=[("email", "someone-at-acme")])
     with pytest.raises(ValidationError):
         notes.entities.upsert("x\x00y")
     assert backend.events() == before
