@@ -452,18 +452,16 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     parts = [sql.SQL(vector_list if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(
-        "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
-        " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
-        " ca.lw AS link_w, ca.seeds AS link_seeds, ca.ws AS link_ws"
-        " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id AND i.tenant_id = %(t)s"  # one partition
-        " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
-        " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}"
+        "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}, {rows}"
+        " SELECT i.aggregate_id, {ret}, {sim} AS sim, cf.vrank, {lex} AS lex, cf.lrank,"
+        " cf.lw AS link_w, cf.seeds AS link_seeds, cf.ws AS link_ws"
+        " FROM cf JOIN {t} i ON i.aggregate_id = cf.aggregate_id AND i.tenant_id = %(t)s"  # one partition
     ).format(
         parts=sql.SQL(", ").join(parts), ret=sql.SQL(RETURNED), t=t,
         expand=sql.SQL(recall_links.EXPAND if expand else recall_links.NO_EXPAND).format(t=t, w=w, g=g),
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
-        lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
-        lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
+        lex=sql.SQL("coalesce(cf.lex, 0)" if lexical else "NULL::float8"),
+        rows=sql.SQL(recall_links.ROWS).format(lex_rows=sql.SQL(recall_links.LEX_ROWS if lexical else "")),
     ).as_bytes(None)
 
 
