@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from memfabric.adapters import Fabric, HashEmbedder, open_fabric
@@ -223,3 +224,31 @@ def test_a_generic_plan_scans_no_candidate_cte_per_row(linked: Fabric, dsn: str,
             rescanned = {n["CTE Name"] for n in nodes if n["Node Type"] == "CTE Scan" and n["Actual Loops"] > 1}
             assert rescanned <= PER_QUERY_CTES, (query, rescanned)
             assert sum(n["Node Type"] == "CTE Scan" for n in nodes) > 10  # the plan was read
+
+
+JSONB_LINKS = (
+    # the former ``select_links`` statement: a jsonb object per edge
+    "SELECT g.from_aggregate_id AS aggregate_id, coalesce(jsonb_agg(jsonb_build_object("
+    "'id', g.to_note_id, 'relation', g.relation, 'weight', g.weight)"
+    " ORDER BY g.to_note_id, g.relation), '[]'::jsonb) AS links FROM {g} g"
+    " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
+    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0) GROUP BY g.from_aggregate_id"
+)
+
+
+def test_the_hits_links_equal_the_jsonb_form(linked: Fabric, dsn: str) -> None:
+    """``select_links`` returns arrays (issue 29); the edges, weights included, are those
+    the jsonb form gave, and an edge to a forgotten note is left out."""
+    with _connect(dsn) as conn:
+        ids = [r["aggregate_id"] for r in conn.execute(
+            "SELECT aggregate_id FROM mf_recall_index WHERE tenant_id = 'acme' ORDER BY aggregate_id")]
+        scope = Scope(tenant_id="acme", resource_id="u1")
+        shipped = recall_index.select_links(conn.cursor(), scope, ids)
+        text = sql.SQL(JSONB_LINKS).format(g=sql.Identifier("mf_link_graph"), t=sql.Identifier("mf_recall_index"),
+                                           xs=recall_index.scope_filter("x"))
+        t, r, th = scope.sql()
+        former = {row["aggregate_id"]: list(row["links"])
+                  for row in conn.execute(text, {"t": t, "r": r, "th": th, "ids": ids})}
+        edges = conn.execute("SELECT count(*) AS n FROM mf_link_graph WHERE tenant_id = 'acme'").fetchone()
+    assert shipped == former and len(shipped) > 300
+    assert sum(map(len, shipped.values())) < edges["n"]  # the edges to the two forgotten notes are left out
