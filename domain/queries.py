@@ -60,7 +60,7 @@ def _recall(deps: Deps, scope: Scope, query: RecallInput, access: AccessFilter |
     how = _ranking(deps, scope, query, as_of, candidates)
     hit_links = deps.store.hit_links if access is None else functools.partial(
         deps.store.hit_links, filters=NoteFilter(access=access))
-    result = ranking.with_links(ranking.rank(candidates, how), scope, hit_links)
+    result = ranking.rank(candidates, how, functools.partial(hit_links, scope))
     if any(h.supersedes and h.scope != scope for h in result.hits):
         result = dataclasses.replace(result, hits=history.hide_predecessors(deps, scope, list(result.hits)))
     return dataclasses.replace(result, served_by=served)

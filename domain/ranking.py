@@ -52,7 +52,6 @@ without one). Without expansion no hit has a link term.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +59,6 @@ from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
 from memfabric.domain import policy
-from memfabric.domain.note import note_uuid
 from memfabric.domain.inputs import RecallMode, Scoring
 from memfabric.domain.ports import Candidate
 from memfabric.domain.results import ConsentInfo, Explain, Link, MemoryNote, Outcome, RecallResult
@@ -85,8 +83,12 @@ class Ranking:
     configured (``Windows.half_life``); the others use ``scoring.half_life``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Scored:
+    """One candidate's score and its parts (never changed once made; not ``frozen``:
+    a frozen dataclass sets each field through ``object.__setattr__``, and a linked
+    recall makes ~400 of these)."""
+
     total: float
     relevance: float
     recency: float
@@ -97,14 +99,24 @@ class _Scored:
     via_link: bool = False
 
 
-def rank(candidates: Sequence[Candidate], how: Ranking) -> RecallResult:
-    """Ranked hits and their parallel explain rows (see the module doc)."""
+LinksOf = Callable[[Sequence[UUID]], Mapping[UUID, Sequence[dict[str, Any]]]]
+"""The link edges of notes by aggregate id (``NoteStore.hit_links`` for one scope):
+``{aggregate_id: [{id, relation, weight}]}``, a note without edges absent."""
+
+
+def rank(candidates: Sequence[Candidate], how: Ranking, links_of: LinksOf | None = None) -> RecallResult:
+    """Ranked hits and their parallel explain rows (see the module doc). ``links_of``:
+    read each hit's link edges (``MemoryNote.links``) for the hits alone, one call,
+    before the hits are made (default: the candidates' ``fields["links"]``, if any)."""
     best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
     direct, hit_relevance, weak = _direct(candidates, how, best_lex)
     expanded = (s for s in (_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None)
                 if s.link >= max(how.min_relevance, 1e-12) or s.evidence >= how.min_relevance)
     linked = sorted([*expanded, *weak], key=_order)[: how.expand]
-    return _within_budget(sorted([*direct, *linked], key=_order), how.budget)
+    kept = _within_budget(sorted([*direct, *linked], key=_order), how.budget)
+    links = links_of([s.cand.aggregate_id for s in kept]) if links_of is not None and kept else {}
+    return RecallResult(hits=[candidate_view(s.cand, links=links.get(s.cand.aggregate_id)) for s in kept],
+                        explain=[_explain(s) for s in kept])
 
 
 def _order(s: _Scored) -> tuple[float, object, str]:
@@ -131,36 +143,20 @@ def _direct(candidates: Sequence[Candidate], how: Ranking,
     return listed[: how.top_k], hit_relevance, weak
 
 
-def _within_budget(ranked: Sequence[_Scored], budget: int | None) -> RecallResult:
-    """The hits of ``ranked`` in order up to ``budget`` summed tokens (``None``: all); the
-    first hit is always kept, and ranking stops at the first that would not fit."""
-    hits: list[MemoryNote] = []
-    explain: list[Explain] = []
+def _within_budget(ranked: Sequence[_Scored], budget: int | None) -> list[_Scored]:
+    """The first of ``ranked`` up to ``budget`` summed tokens (``None``: all); the
+    first is always kept, and ranking stops at the first that would not fit."""
+    if budget is None:
+        return list(ranked)
+    kept: list[_Scored] = []
     used = 0
     for s in ranked:
         tokens = int(s.cand.fields["token_count"])
-        if budget is not None and hits and used + tokens > budget:
+        if kept and used + tokens > budget:
             break
         used += tokens
-        hits.append(candidate_view(s.cand))
-        explain.append(_explain(s))
-    return RecallResult(hits=hits, explain=explain)
-
-
-def with_links(result: RecallResult, scope: Scope,
-               links_of: Callable[[Scope, Sequence[UUID]], Mapping[UUID, Sequence[dict[str, Any]]]],
-               ) -> RecallResult:
-    """``result`` with each hit's link edges (``MemoryNote.links``) read for the hits
-    alone (``NoteStore.hit_links``, one statement), not for every candidate."""
-    if not result.hits:
-        return result
-    ids = {note_uuid(h.scope, h.id): i for i, h in enumerate(result.hits)}
-    found = links_of(scope, list(ids))
-    hits = list(result.hits)
-    for aid, i in ids.items():
-        if found.get(aid):
-            hits[i] = dataclasses.replace(hits[i], links=tuple(Link.from_dict(link) for link in found[aid]))
-    return dataclasses.replace(result, hits=hits)
+        kept.append(s)
+    return kept
 
 
 def _score(cand: Candidate, how: Ranking, best_lex: float,
@@ -233,8 +229,10 @@ def _utc(at: datetime | None) -> datetime | None:
     return at.astimezone(timezone.utc) if at is not None else None
 
 
-def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote:
-    """The read model of a recall-index row (``outcome="recalled"`` unless told)."""
+def candidate_view(cand: Candidate, outcome: Outcome = "recalled",
+                   links: Sequence[dict[str, Any]] | None = None) -> MemoryNote:
+    """The read model of a recall-index row (``outcome="recalled"`` unless told), with
+    ``links`` as its link edges (``None`` or empty: the row's ``fields["links"]``, if any)."""
     f = cand.fields
     return MemoryNote(
         id=cand.note_id,
@@ -258,7 +256,7 @@ def candidate_view(cand: Candidate, outcome: Outcome = "recalled") -> MemoryNote
         version=int(f["version"]),
         context=f["context"],
         keywords=tuple(f["keywords"] or ()),
-        links=tuple(Link.from_dict(link) for link in f.get("links") or ()),
+        links=tuple(Link.from_dict(link) for link in links or f.get("links") or ()),
         fold_count=int(f["fold_count"]),
         updated_at=_utc(f["updated_at"]),
         outcome=outcome,

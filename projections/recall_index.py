@@ -386,9 +386,12 @@ _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank W
 
 
 _LINKS = (
-    "SELECT g.from_aggregate_id AS aggregate_id, coalesce(jsonb_agg(jsonb_build_object("
-    "'id', g.to_note_id, 'relation', g.relation, 'weight', g.weight)"
-    " ORDER BY g.to_note_id, g.relation), '[]'::jsonb) AS links FROM {g} g"
+    # arrays, not a jsonb object per edge (issue 29: building and parsing ~300 jsonb
+    # objects was a third of a linked recall's links read); the weight as ``real``'s text
+    # (shortest exact form, as the jsonb number was), so it reads back as before
+    "SELECT g.from_aggregate_id AS aggregate_id, array_agg(g.to_note_id ORDER BY g.to_note_id, g.relation) AS ids,"
+    " array_agg(g.relation ORDER BY g.to_note_id, g.relation) AS relations,"
+    " array_agg(g.weight::text ORDER BY g.to_note_id, g.relation) AS weights FROM {g} g"
     " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
     # OFFSET 0 keeps the probe per edge (primary key): unflattened, a stale estimate
     # could scan every row of the tenant once per hit
@@ -407,7 +410,9 @@ def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID],
     t, r, th = scope.sql()
     params = {"t": t, "r": r, "th": th, "ids": list(aggregate_ids), **_access_params(filters)}
     rows = cur.execute(_links_text(filters, recall_partition.of_tenant(cur, t)), params, prepare=True).fetchall()
-    return {row["aggregate_id"]: list(row["links"]) for row in rows}
+    return {row["aggregate_id"]: [{"id": i, "relation": r, "weight": float(w)}
+                                  for i, r, w in zip(row["ids"], row["relations"], row["weights"], strict=True)]
+            for row in rows}
 
 
 @functools.lru_cache(maxsize=2048)
@@ -452,18 +457,16 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     parts = [sql.SQL(vector_list if vector else _NO_LIST.format(name="vr")).format(t=t, w=w),
              sql.SQL(_LEXICAL_LIST if lexical else _NO_LIST.format(name="lr")).format(t=t, w=w)]
     return sql.SQL(
-        "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}"
-        " SELECT i.aggregate_id, {ret}, {sim} AS sim, vr.rank AS vrank, {lex} AS lex, lr.rank AS lrank,"
-        " ca.lw AS link_w, ca.seeds AS link_seeds, ca.ws AS link_ws"
-        " FROM ca JOIN {t} i ON i.aggregate_id = ca.aggregate_id AND i.tenant_id = %(t)s"  # one partition
-        " LEFT JOIN vr ON vr.aggregate_id = ca.aggregate_id"
-        " LEFT JOIN lr ON lr.aggregate_id = ca.aggregate_id{lex_join}"
+        "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}, {rows}"
+        " SELECT i.aggregate_id, {ret}, {sim} AS sim, cf.vrank, {lex} AS lex, cf.lrank,"
+        " cf.lw AS link_w, cf.seeds AS link_seeds, cf.ws AS link_ws"
+        " FROM cf JOIN {t} i ON i.aggregate_id = cf.aggregate_id AND i.tenant_id = %(t)s"  # one partition
     ).format(
         parts=sql.SQL(", ").join(parts), ret=sql.SQL(RETURNED), t=t,
         expand=sql.SQL(recall_links.EXPAND if expand else recall_links.NO_EXPAND).format(t=t, w=w, g=g),
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
-        lex=sql.SQL("coalesce(ls.lex, 0)" if lexical else "NULL::float8"),
-        lex_join=sql.SQL(" LEFT JOIN ls ON ls.aggregate_id = ca.aggregate_id" if lexical else ""),
+        lex=sql.SQL("coalesce(cf.lex, 0)" if lexical else "NULL::float8"),
+        rows=sql.SQL(recall_links.ROWS).format(lex_rows=sql.SQL(recall_links.LEX_ROWS if lexical else "")),
     ).as_bytes(None)
 
 
