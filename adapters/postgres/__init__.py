@@ -70,6 +70,8 @@ readable; new events are tagged all the same)."""
 
 EF_SEARCH_MAX = 1000
 """pgvector's upper bound for ``hnsw.ef_search``."""
+SIZE_TTL = 30.0
+"""Seconds a tenant's counted size (exact search or HNSW) is reused."""
 
 
 @contextmanager
@@ -475,12 +477,19 @@ class PostgresNoteStore:
         does the tail indexer put its rows into the graph."""
         return self._tenant_size(cur, tenant_id) > self.exact_search_max
 
+    def known_exact(self, tenant_id: str) -> bool:
+        """Whether the cached size of :meth:`_tenant_size` (no statement) says recall of
+        ``tenant_id`` is exact, so :meth:`needs_hnsw` would say ``False``; ``False`` when
+        nothing fresh is cached. The tail indexer is not woken for such a tenant."""
+        hit = self._sizes.get(tenant_id)
+        return hit is not None and time.monotonic() - hit[0] < SIZE_TTL and hit[1] <= self.exact_search_max
+
     def _tenant_size(self, cur: Cursor[Any], tenant_id: str) -> int:
         """Indexed notes of a tenant, counted up to ``exact_search_max + 1`` and cached
-        for 30 s (it only chooses the search strategy, never filters)."""
+        for :data:`SIZE_TTL` s (it only chooses the search strategy, never filters)."""
         now = time.monotonic()
         hit = self._sizes.get(tenant_id)
-        if hit is not None and now - hit[0] < 30.0:
+        if hit is not None and now - hit[0] < SIZE_TTL:
             return hit[1]
         size = recall_index.tenant_size(cur, tenant_id, self.exact_search_max + 1)
         self._sizes[tenant_id] = (now, size)
