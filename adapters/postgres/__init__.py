@@ -36,6 +36,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.postgres.replicas import PRIMARY, ReplicaRouter
 from memfabric.adapters.postgres.conninfo import CONNINFO_ENV, use_whole_dsn
+from memfabric.adapters.postgres.pool import last_in_first_out
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper
 from memfabric.adapters.postgres.counts import scope_counts
 from memfabric.adapters.postgres.tail import TailIndexer
@@ -288,6 +289,7 @@ class PostgresFactory(_EventsourcingPostgresFactory):
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         use_whole_dsn(self.datastore, self.env.get(CONNINFO_ENV))  # issue 28: every DSN parameter
+        last_in_first_out(self.datastore)  # issue 24: a thread keeps the connection it used last
         self.keys = KeyStore(self.datastore)
 
     def _new_recorder(self) -> PostgresNoteRecorder:
