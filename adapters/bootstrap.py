@@ -524,7 +524,8 @@ def _prepare_writable(log: NoteLog, engine: ProjectionEngine, store: PostgresNot
         tenant_heads.ensure(log.datastore, tables.EVENTS)  # issue 28: counted appends
         stamp(ddl_lock, schema)  # before keep_grants: its table gets the grants too
         keep_grants(ddl_lock)
-    store.tail = TailIndexer(log.datastore, engine, store.needs_hnsw)  # issue 24: HNSW off the write
+    store.tail = TailIndexer(log.datastore, engine, store.needs_hnsw,  # issue 24: HNSW off the write
+                             known_exact=store.known_exact)
     engine.on_commit = store.tail.want
 
 

@@ -354,7 +354,7 @@ def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequenc
     t, r, th = reader
     only = " AND k.type = %(type)s" if type_ is not None else ""
     return list(cur.execute(
-        "SELECT x.* FROM unnest(%(d)s::uuid[], %(n)s::int[]) WITH ORDINALITY AS q(digest, lim, i)"  # noqa: S608
+        "SELECT x.* FROM unnest((SELECT %(d)s::uuid[]), (SELECT %(n)s::int[])) WITH ORDINALITY AS q(digest, lim, i)"  # noqa: S608
         f" CROSS JOIN LATERAL (SELECT q.i, k.aggregate_id, k.entity_id, k.source, k.ntok FROM {KEYS} k"
         f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {VISIBLE_KEY}{only}"
         " LIMIT q.lim) x",

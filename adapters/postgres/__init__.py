@@ -36,6 +36,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.postgres import PostgresFactory as _EventsourcingPostgresFactory
 from memfabric.adapters.postgres.replicas import PRIMARY, ReplicaRouter
 from memfabric.adapters.postgres.conninfo import CONNINFO_ENV, use_whole_dsn
+from memfabric.adapters.postgres.pool import last_in_first_out
 from memfabric.adapters.crypto import KEYS_DDL, BatchKeys, KeyStore, SealingMapper
 from memfabric.adapters.postgres.counts import scope_counts
 from memfabric.adapters.postgres.tail import TailIndexer
@@ -70,6 +71,8 @@ readable; new events are tagged all the same)."""
 
 EF_SEARCH_MAX = 1000
 """pgvector's upper bound for ``hnsw.ef_search``."""
+SIZE_TTL = 30.0
+"""Seconds a tenant's counted size (exact search or HNSW) is reused."""
 
 
 @contextmanager
@@ -286,6 +289,7 @@ class PostgresFactory(_EventsourcingPostgresFactory):
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         use_whole_dsn(self.datastore, self.env.get(CONNINFO_ENV))  # issue 28: every DSN parameter
+        last_in_first_out(self.datastore)  # issue 24: a thread keeps the connection it used last
         self.keys = KeyStore(self.datastore)
 
     def _new_recorder(self) -> PostgresNoteRecorder:
@@ -475,12 +479,19 @@ class PostgresNoteStore:
         does the tail indexer put its rows into the graph."""
         return self._tenant_size(cur, tenant_id) > self.exact_search_max
 
+    def known_exact(self, tenant_id: str) -> bool:
+        """Whether the cached size of :meth:`_tenant_size` (no statement) says recall of
+        ``tenant_id`` is exact, so :meth:`needs_hnsw` would say ``False``; ``False`` when
+        nothing fresh is cached. The tail indexer is not woken for such a tenant."""
+        hit = self._sizes.get(tenant_id)
+        return hit is not None and time.monotonic() - hit[0] < SIZE_TTL and hit[1] <= self.exact_search_max
+
     def _tenant_size(self, cur: Cursor[Any], tenant_id: str) -> int:
         """Indexed notes of a tenant, counted up to ``exact_search_max + 1`` and cached
-        for 30 s (it only chooses the search strategy, never filters)."""
+        for :data:`SIZE_TTL` s (it only chooses the search strategy, never filters)."""
         now = time.monotonic()
         hit = self._sizes.get(tenant_id)
-        if hit is not None and now - hit[0] < 30.0:
+        if hit is not None and now - hit[0] < SIZE_TTL:
             return hit[1]
         size = recall_index.tenant_size(cur, tenant_id, self.exact_search_max + 1)
         self._sizes[tenant_id] = (now, size)

@@ -29,6 +29,9 @@ _log = logging.getLogger(__name__)
 
 NeedsIndex = Callable[[Cursor[Any], str], bool]
 """``needs_index(cur, tenant)``: whether the tenant's recall goes through HNSW."""
+KnownExact = Callable[[str], bool]
+"""``known_exact(tenant)``: whether ``needs_index`` is already known (cached, no
+statement) to say ``False`` for the tenant."""
 
 
 class TailIndexer:
@@ -42,18 +45,26 @@ class TailIndexer:
     do), so a blue-green rebuild's switch, which takes it exclusively, never runs
     beside it; a lock wait past the engine's ``lock_timeout`` fails the batch, which is
     retried after ``interval``. ``indexed``: rows indexed so far; ``last_error``: the
-    last failure (logged, never raised to a writer)."""
+    last failure (logged, never raised to a writer); ``wakes``: wake-ups sent so far.
+
+    ``known_exact`` (default: never known) filters ``want``: a tenant it names is
+    neither marked nor does it wake the thread, which would only have found, without a
+    statement, that the tenant needs no graph. So a write to a small tenant costs the
+    writer's process no thread switch, no pool checkout and no GIL hand-off."""
 
     def __init__(self, datastore: Any, engine: ProjectionEngine, needs_index: NeedsIndex, *,
+                 known_exact: KnownExact = lambda tenant: False,
                  interval: float = 0.5, batch: int = 256) -> None:
         self.datastore = datastore
         self.engine = engine
         self.needs_index = needs_index
+        self.known_exact = known_exact
         self.interval = interval
         self.batch = batch
         self.idle_exit = 30.0
         """Seconds without work after which the thread ends (an idle fabric runs no thread)."""
         self.indexed = 0
+        self.wakes = 0
         self.last_error: BaseException | None = None
         self._wanted: dict[str, int] = {}
         """Tenant → how many times it was wanted (a tenant is dropped only when no want
@@ -64,11 +75,14 @@ class TailIndexer:
         self._thread: threading.Thread | None = None
 
     def want(self, tenants: Iterable[str]) -> None:
-        """Mark ``tenants`` for indexing and wake the thread (started on first use)."""
-        if self._stop.is_set():
+        """Mark ``tenants`` for indexing and wake the thread (started on first use),
+        unless every one of them is :attr:`known_exact`."""
+        wanted = [tenant for tenant in tenants if not self.known_exact(tenant)]
+        if self._stop.is_set() or not wanted:
             return
         with self._lock:
-            for tenant in tenants:
+            self.wakes += 1
+            for tenant in wanted:
                 self._wanted[tenant] = self._wanted.get(tenant, 0) + 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="memfabric-tail-indexer", daemon=True)

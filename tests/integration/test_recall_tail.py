@@ -98,6 +98,24 @@ def test_a_tenant_searched_exactly_never_pays_for_the_graph(fabric: Fabric, dsn:
     assert notes.recall(FACTS[3], top_k=3).hits[0].content == FACTS[3]
 
 
+def test_writes_to_a_tenant_searched_exactly_send_the_indexer_no_wake_up(fabric: Fabric, dsn: str) -> None:
+    indexer = fabric.store.tail
+    notes = fabric.scope("acme", "u1", "t1")
+    notes.remember(kind="fact", content=FACTS[0])
+    assert indexer.run_once(["acme"]) == 0  # what the woken thread does: the size is counted (1 note)
+    wakes = indexer.wakes
+    for c in FACTS[1:]:
+        notes.remember(kind="fact", content=c)
+    assert indexer.wakes == wakes  # known exact (cached): no thread switch, no pool checkout per write
+    fabric.store.exact_search_max = 0  # the same cached size now says HNSW: its writes wake the indexer
+    notes.remember(kind="fact", content="One more note for the graph")
+    assert indexer.wakes == wakes + 1
+    deadline = time.monotonic() + 20
+    while tail(dsn) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tail(dsn) == 0
+
+
 def test_a_table_made_before_the_tail_migrates_on_open(dsn: str) -> None:
     with open_fabric(dsn) as fabric:
         first = fabric.scope("acme", "u1", "t1").remember(kind="fact", content=FACTS[0])
