@@ -208,8 +208,8 @@ def test_hybrid_recall_is_one_statement(fabric: Fabric) -> None:
     # the candidates in one statement; the hits' link edges in a second (issue 29: not a
     # sub-select per candidate)
     assert len(statements) == 2
-    assert "tsv @@" in statements[0] and "<=>" in statements[0] and "jsonb_agg" not in statements[0]
-    assert "jsonb_agg" in statements[1] and "<=>" not in statements[1] and "ANY(" in statements[1]
+    assert "tsv @@" in statements[0] and "<=>" in statements[0] and "array_agg(g.to_note_id" not in statements[0]
+    assert "array_agg(g.to_note_id" in statements[1] and "<=>" not in statements[1] and "ANY(" in statements[1]
 
 
 # ---------------------------------------------------------------------------- embedders

@@ -97,7 +97,7 @@ def test_recall_is_one_statement_outside_a_transaction(dsn: str, exact_search_ma
 
         def spy(self: Any, query: Any, *a: Any, **k: Any) -> Any:
             text = query if isinstance(query, str) else repr(query)
-            kind = ("SET" if "SET hnsw" in text else "LINKS" if "jsonb_agg" in text
+            kind = ("SET" if "SET hnsw" in text else "LINKS" if "array_agg(g.to_note_id" in text
                     else "WITH" if "WITH" in text else text)
             seen.append((id(self.connection), kind))
             return orig(self, query, *a, **k)
