@@ -129,7 +129,11 @@ class TxSession:
                 raise
             return
         if commit:
-            self.conn.execute(b"COMMIT")
+            try:
+                self.conn.execute(b"COMMIT")
+            except BaseException as failed:  # an earlier statement's error, read with COMMIT's send
+                self._end_pipeline(failed)
+                raise
         # without COMMIT: psycopg's own ``rollback()`` after the Sync (see the module doc)
         self._end_pipeline(None)
 
@@ -149,7 +153,9 @@ class TxSession:
             if pipeline is not None:
                 pipeline.__exit__(type(failed) if failed else None, failed, None)
         finally:
-            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
+            if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+                conn.close()  # results left unread (psycopg logs and ignores it after a failure)
+            elif conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
                 conn.rollback()
 
 

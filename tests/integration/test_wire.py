@@ -61,3 +61,33 @@ def test_a_deciding_write_whose_statements_were_lost_is_refused_whole(one_connec
     assert event_count(dsn) == before
     moved = notes.remember(kind="fact", content="Alice moved to Porto", consolidate=True)  # the retry
     assert moved.outcome == "superseding" and event_count(dsn) == before + 2
+
+
+def test_a_commit_that_fails_in_psycopg_mode_leaves_the_connection_clean(dsn: str) -> None:
+    """A failure answered only at COMMIT after the session left the wire (a statement's
+    error read with the Sync, as pgvector's dimension check when another process's
+    ``reembed`` migrated the index) ends psycopg's pipeline and rolls back before the
+    connection goes back to the pool: the next session on it (the pool hands back the
+    connection returned last, as ``adopting``'s retry gets) runs normally. Before the
+    fix the pipeline stayed entered and the retry failed with "another command is
+    already in progress" (CI, test_reembed)."""
+    import time
+
+    import psycopg
+
+    from memfabric.adapters.postgres.session import TxSession
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        session = TxSession(conn)
+        session.psycopg().execute("SELECT 1 / 0")  # sent, its error not yet read
+        time.sleep(0.5)  # the error has arrived: COMMIT's send reads it (as under load)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            session.finish(commit=True)
+        assert conn._pipeline is None  # noqa: SLF001 - psycopg's pipeline, ended
+        assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        again = TxSession(conn)
+        read = again.send(b"SELECT 41 + 1")
+        again.psycopg().execute("SELECT 2")
+        again.finish(commit=True)
+        assert read.rows() == [(42,)]
