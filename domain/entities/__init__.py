@@ -123,6 +123,26 @@ class MergeInput(_Input):
     batch: Annotated[int, Field(ge=1, le=5000)] = MERGE_BATCH
 
 
+class EntityRefInput(_Input):
+    """One entity named by its id (12 lower-case hex digits), as ``get`` and ``forget`` take it."""
+
+    entity: EntityId
+
+
+class UndoMergeInput(_Input):
+    """``undo_merge``'s arguments: the merged entity's id and the notes per batch (1-5,000)."""
+
+    loser: EntityId
+    batch: Annotated[int, Field(ge=1, le=5000)] = MERGE_BATCH
+
+
+class PageInput(_Input):
+    """``list``'s page: after entity id ``after`` (``None``: from the first), ``limit`` 1-1,000."""
+
+    after: EntityId | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
 # ------------------------------------------------------------------ results
 @dataclass(frozen=True, slots=True)
 class EntityView:

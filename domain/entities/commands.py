@@ -14,10 +14,13 @@ from memfabric.domain import visibility
 from memfabric.domain.entities import (
     PREFETCH_SPARE,
     EntityCandidate,
+    EntityRefInput,
     EntityView,
     MergeInput,
     MergeResult,
+    PageInput,
     ResolveInput,
+    UndoMergeInput,
     UpsertInput,
     UpsertResult,
     EntityContext,
@@ -83,16 +86,18 @@ class Entities:
 
     def get(self, entity_id: str) -> EntityView:
         """The entity ``entity_id`` visible from this scope (merged ones too, with
-        ``merged_into``); ``EntityNotFoundError`` otherwise."""
+        ``merged_into``); ``EntityNotFoundError`` otherwise, ``ValidationError`` for an
+        id that is not 12 lower-case hex digits."""
         ctx = self._ctx()
-        return view(load_entity(ctx, locate(ctx, MergeInput(winner=entity_id, loser=entity_id).winner)))
+        return view(load_entity(ctx, locate(ctx, EntityRefInput(entity=entity_id).entity)))
 
     def list(self, *, after: str | None = None, limit: int = 100) -> list[EntityView]:  # noqa: A003
-        """Live entities visible from this scope by id, ``limit`` (1-1000) after ``after``."""
-        if not 1 <= limit <= 1000:
-            raise EntityError("list: limit must be 1-1000")
+        """Live entities visible from this scope by id, ``limit`` (1-1000) after entity id
+        ``after``; ``ValidationError`` for a bad ``after`` or ``limit``."""
+        args = PageInput(after=after, limit=limit)
         store = self._ctx().store
-        return [view(e) for e in store.load_many([r.aggregate_id for r in store.page(self.scope, after=after, limit=limit)])]
+        page = store.page(self.scope, after=args.after, limit=args.limit)
+        return [view(e) for e in store.load_many([r.aggregate_id for r in page])]
 
     # ----------------------------------------------------------------- writes
     def upsert(self, surface: str, *, type: str | None = None,  # noqa: A002
@@ -173,7 +178,7 @@ class Entities:
         the notes that merge re-pointed go back (cause ``undo_merge:<merge id>``), in
         batches; resumable like :meth:`merge`. ``EntityError`` when ``loser`` is not
         merged (or its winner was merged since: undo that first)."""
-        args = MergeInput(winner=loser, loser=loser, batch=batch)
+        args = UndoMergeInput(loser=loser, batch=batch)
         ctx = self._ctx()
         lo = locate(ctx, args.loser)
         with open_uow(self._deps, visibility_locks(lo.scope, lo.visibility)) as uow:
@@ -202,8 +207,7 @@ class Entities:
         identifiers and lookup digests are erased from every event, its index rows
         deleted (one transaction). Returns whether it was forgotten now (False: already).
         Notes about it keep its id only. ``EntityNotFoundError`` when not visible."""
-        args = MergeInput(winner=entity_id, loser=entity_id)
-        ref = locate(self._ctx(), args.winner)
+        ref = locate(self._ctx(), EntityRefInput(entity=entity_id).entity)
         with open_uow(self._deps, visibility_locks(ref.scope, ref.visibility)) as uow:
             e = load_entity(self._ctx(uow), ref)
             if e.forgotten:

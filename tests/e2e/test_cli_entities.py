@@ -55,3 +55,14 @@ def test_an_unknown_tenant_is_exit_2(fabric: Fabric, dsn: str) -> None:
     only = runner.invoke(cli.app, ["entities", "resolve", "Maria", "--tenant", "ents-only", "--resource", "u1",
                                    "--thread", "t1", "--dsn", dsn, "--json"])
     assert only.exit_code == 0 and json.loads(only.stdout) == [], only.stderr
+
+
+def test_a_malformed_entity_id_is_one_error_line(fabric: Fabric, dsn: str) -> None:
+    """A fresh user's finding (2026-12-03): ``entities get zzz`` reported two errors (a
+    winner and a loser) on two lines, and ``list --after zzz`` was accepted."""
+    fabric.scope("acme", "u1", "t1").entities.upsert("Maria Lopez", type="person")
+    for args, field in ((["get", "zzz"], "entity"), (["undo-merge", "zzz"], "loser"),
+                        (["list", "--after", "zzz"], "after")):
+        res = runner.invoke(cli.app, ["entities", *args, *SCOPE, "--dsn", dsn])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and lines == [f"error: {field}: must be 12 lowercase hex digits"], (args, lines)

@@ -101,6 +101,24 @@ def test_identifier_conflict_is_typed_and_writes_nothing(backend: Backend) -> No
     assert backend.events() == before
 
 
+def test_a_malformed_entity_id_or_page_is_one_validation_error(backend: Backend) -> None:
+    """``get``, ``forget`` and ``undo_merge`` name one entity (field ``entity`` / ``loser``,
+    not a winner and a loser), ``list``'s ``after`` is an entity id; nothing is written."""
+    notes = backend.fabric.scope("t1", "u1", "th1")
+    e = maria(notes)
+    before = backend.events()
+    for call, field in ((lambda: notes.entities.get("zzz"), "entity"),
+                        (lambda: notes.entities.forget("ZZ-not-an-id"), "entity"),
+                        (lambda: notes.entities.undo_merge("abc"), "loser"),
+                        (lambda: notes.entities.list(after="zzz"), "after"),
+                        (lambda: notes.entities.list(limit=0), "limit")):
+        with pytest.raises(ValidationError) as caught:
+            call()
+        assert [err["loc"] for err in caught.value.errors()] == [(field,)]
+    assert [v.id for v in notes.entities.list(after="0" * 12)] == [e.id]
+    assert backend.events() == before
+
+
 def test_alias_supersedes_and_identifier_supersedes(backend: Backend) -> None:
     notes = backend.fabric.scope("t1", "u1", "th1")
     e = maria(notes)
