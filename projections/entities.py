@@ -38,7 +38,7 @@ from memfabric.domain import visibility
 from memfabric.domain.entity import Entity, note_entity
 from memfabric.domain.note import Note
 from memfabric.projections.base import copy_rows, has_table
-from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch
+from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch, encode_params
 
 NAME = "entities"
 ENTITIES = "mf_entities"
@@ -379,10 +379,11 @@ def keys_absent_guard(reader: tuple[str, str, str], digests: Sequence[tuple[str,
     :data:`KEYS_FOUND_MESSAGE` (a cast of the message and the row count to ``int``,
     evaluated per row, so it is never folded at planning): sent instead of the lookup by
     a write that assumed no key matches (issue 24), it fails that write's transaction
-    when one does."""
+    when one does. Its array parameters are sent as literals (``encode_params``: no
+    Python list dumper per write; the statement casts them)."""
     query, params = _keys_sql(reader, digests, type_)
     return (f"SELECT CASE WHEN c.n > 0 THEN ('{KEYS_FOUND_MESSAGE}: ' || c.n)::int END"  # noqa: S608
-            f" FROM (SELECT count(*) AS n FROM ({query}) f) c", params)
+            f" FROM (SELECT count(*) AS n FROM ({query}) f) c", encode_params(params))
 
 
 def select_owner(cur: Cursor[Any], grp: str, digest: str) -> str | None:

@@ -93,9 +93,8 @@ def resolve_subjects(deps: Deps, uow: Any, scope: Scope, prepared: Mapping[int, 
     if not asks:
         return dict(prepared)
     ctx = EntityContext(deps, scope, uow)
-    probes = {i: ek.probe(s) for i, s in asks.items()}
-    exact = {i: {ctx.digest(t): t for t, (kind, _) in p.keys.items() if kind in ("id", "name", "alias")}
-             for i, p in probes.items()}
+    probes = {i: ek.exact_probe(s) for i, s in asks.items()}  # (only exact keys are looked up)
+    exact = {i: {ctx.digest(t): t for t in p.keys} for i, p in probes.items()}
     wanted = sorted({d for ds in exact.values() for d in ds})
     guarded = guard and bool(wanted) and _guarded(store, scope, uow, wanted)
     by_digest = {} if guarded else _rows_by_digest(store, scope, uow, wanted)
