@@ -135,8 +135,10 @@ def _write_chunk(deps: Deps, scope: Scope, items: Sequence[RememberInput],
 def _reads_nothing_else(items: Sequence[RememberInput], asking: Sequence[_Prepared],
                         workers: links.Workers | None) -> bool:
     """Whether a write of ``items`` reads nothing but the entity keys before its commit:
-    no neighbour lookup, no live worker, no explicit id, link, target or working block."""
-    return not asking and workers is None and all(
+    no neighbour lookup, no live worker, no explicit id, link, target or working block;
+    and is small (at most :data:`GROUP_ITEMS` items: a bulk chunk saves little by a
+    round trip and would lose a whole chunk's work to a refused guard)."""
+    return len(items) <= GROUP_ITEMS and not asking and workers is None and all(
         item.id is None and not item.links and item.supersedes is None and item.kind != "working"
         for item in items)
 

@@ -68,6 +68,22 @@ def test_a_plain_remember_naming_a_subject_is_one_round_trip(dsn: str) -> None:
         assert [h.id for h in notes.recall("nurse in Lisbon").hits][:1] == [got.id]
 
 
+def test_only_a_small_write_guards_against_entity_keys(dsn: str) -> None:
+    """A batch of at most 16 items naming subjects guards (one round trip); a larger one
+    reads the keys first (a refused guard would cost it a whole chunk's work)."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn, consolidate=False) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        notes.remember(kind="fact", content="Person 1 works as a cook in Porto")
+        for n, syncs in ((16, 1), (17, 2)):
+            seen: Counter[str] = Counter()
+            with pytest.MonkeyPatch.context() as mp:
+                _count_round_trips(mp, seen)
+                notes.remember_many([{"kind": "fact", "content": f"Person {n}-{i} works as a nurse in Lisbon"}
+                                     for i in range(n)])
+            assert seen["syncs"] == syncs, (n, seen)
+
+
 def _inferred_key(dsn: str, note_id: str) -> object:
     rows = fetch(dsn, "SELECT c.inferred_key FROM mf_consolidation c JOIN mf_note_scope s"
                       " ON s.aggregate_id = c.aggregate_id WHERE s.note_id = %s", (note_id,))
