@@ -70,6 +70,12 @@ class ConflictError(FabricError):
     """A concurrent write changed the note first; retry with fresh state."""
 
 
+class GuardRefusedError(ConflictError):
+    """A write that assumed what a read would say (issue 24: no entity key matches the
+    subjects it names) and sent a guard in place of the read found it wrong at COMMIT.
+    Nothing was written; ``remember`` writes again with the read and never raises it."""
+
+
 class ValidatorRejectedError(FabricError):
     """A host-supplied validator rejected a working-memory write."""
 

@@ -23,6 +23,7 @@ from memfabric.domain import consolidation, history, links, policy, retention, v
 from memfabric.domain.consolidation import LocalIndex, Neighbour, NeighbourQuery
 from memfabric.domain.entities.subjects import resolve_subjects
 from memfabric.domain.errors import (
+    GuardRefusedError,
     NoteExistsError,
     NoteForgottenError,
     NoteNotFoundError,
@@ -121,17 +122,42 @@ def _write_now(deps: Deps, scope: Scope, items: Sequence[RememberInput],
 
 def _write_chunk(deps: Deps, scope: Scope, items: Sequence[RememberInput],
                  settings: consolidation.Consolidation) -> tuple[list[MemoryNote], int]:
-    """Embed and write one chunk in one unit of work; returns the notes and the position."""
+    """Embed and write one chunk in one unit of work; returns the notes and the position.
+    A chunk that reads nothing else before its commit guards against entity keys
+    instead of reading them (one round trip less, issue 24); when the guard refuses,
+    nothing was written and the chunk is written again with the read."""
+    try:
+        return _write_once(deps, scope, items, settings, guard=True)
+    except GuardRefusedError:
+        return _write_once(deps, scope, items, settings, guard=False)
+
+
+def _reads_nothing_else(items: Sequence[RememberInput], asking: Sequence[_Prepared],
+                        workers: links.Workers | None) -> bool:
+    """Whether a write of ``items`` reads nothing but the entity keys before its commit:
+    no neighbour lookup, no live worker, no explicit id, link, target or working block;
+    and is small (at most :data:`GROUP_ITEMS` items: a bulk chunk saves little by a
+    round trip and would lose a whole chunk's work to a refused guard)."""
+    return len(items) <= GROUP_ITEMS and not asking and workers is None and all(
+        item.id is None and not item.links and item.supersedes is None and item.kind != "working"
+        for item in items)
+
+
+def _write_once(deps: Deps, scope: Scope, items: Sequence[RememberInput],
+                settings: consolidation.Consolidation, *, guard: bool) -> tuple[list[MemoryNote], int]:
+    """:func:`_write_chunk` in one unit of work; ``guard``: the entity keys may be
+    guarded against rather than read (``resolve_subjects``), when nothing else is read."""
     prepared = _prepare(deps, items, settings.enabled)
     targets = _supersede_targets(deps, scope, items)
     locks = {*lock_scopes(scope, items), *(lock for _, locked in targets.values() for lock in locked)}
     with deps.unit_of_work(sorted(locks, key=lambda s: s.key)) as uow:
         now = datetime.now(timezone.utc)
-        _, asking, wanted = _neighbour_lookup(deps, scope, prepared)
+        workers, asking, wanted = _neighbour_lookup(deps, scope, prepared)
         # issue 24: the neighbours of the keys as they are travel with the entity read
         uow.prefetch_neighbours(scope, [p.query for p in asking], now=now, per_query=wanted.per_query,
                                 near=wanted.near)
-        prepared = resolve_subjects(deps, uow, scope, prepared)  # issue 32: keys naming entities
+        prepared = resolve_subjects(deps, uow, scope, prepared,  # issue 32: keys naming entities
+                                    guard=guard and _reads_nothing_else(items, asking, workers))
         writer = _Writer(deps, uow, scope, now, prepared, settings.threshold)
         writer.homes = {nid: home for nid, (home, _) in targets.items()}
         results = [writer.write(i, item) for i, item in enumerate(items)]

@@ -38,7 +38,7 @@ from memfabric.domain import visibility
 from memfabric.domain.entity import Entity, note_entity
 from memfabric.domain.note import Note
 from memfabric.projections.base import copy_rows, has_table
-from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch
+from memfabric.projections.batch import BatchCursor, LazyCursor, RowBatch, encode_params
 
 NAME = "entities"
 ENTITIES = "mf_entities"
@@ -351,15 +351,39 @@ def select_keys(cur: Cursor[Any], reader: tuple[str, str, str], digests: Sequenc
     primary key ``(tenant_id, digest, ...)``, whose :data:`KEY_INCLUDE` columns hold the
     entity id and what the visibility and type filter reads, stopping at ``n`` visible
     rows; no other table is read."""
+    query, params = _keys_sql(reader, digests, type_)
+    return list(cur.execute(query, params, prepare=True).fetchall())
+
+
+def _keys_sql(reader: tuple[str, str, str], digests: Sequence[tuple[str, int]],
+              type_: str | None) -> tuple[str, dict[str, Any]]:
+    """:func:`select_keys`' statement (``%(name)s`` placeholders) and parameters."""
     t, r, th = reader
     only = " AND k.type = %(type)s" if type_ is not None else ""
-    return list(cur.execute(
-        "SELECT x.* FROM unnest((SELECT %(d)s::uuid[]), (SELECT %(n)s::int[])) WITH ORDINALITY AS q(digest, lim, i)"  # noqa: S608
-        f" CROSS JOIN LATERAL (SELECT q.i, k.aggregate_id, k.entity_id, k.source, k.ntok FROM {KEYS} k"
-        f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {VISIBLE_KEY}{only}"
-        " LIMIT q.lim) x",
-        {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
-         "type": type_}, prepare=True).fetchall())
+    return ("SELECT x.* FROM unnest((SELECT %(d)s::uuid[]), (SELECT %(n)s::int[])) WITH ORDINALITY AS q(digest, lim, i)"  # noqa: S608
+            f" CROSS JOIN LATERAL (SELECT q.i, k.aggregate_id, k.entity_id, k.source, k.ntok FROM {KEYS} k"
+            f" WHERE k.tenant_id = %(t)s AND k.digest = q.digest AND {VISIBLE_KEY}{only}"
+            " LIMIT q.lim) x",
+            {"d": [d for d, _ in digests], "n": [n for _, n in digests], "t": t, "r": r, "th": th,
+             "type": type_})
+
+
+KEYS_FOUND_MESSAGE = "memfabric: entity keys found"
+"""The message of :func:`keys_absent_guard`'s refusal (a cast error)."""
+
+
+def keys_absent_guard(reader: tuple[str, str, str], digests: Sequence[tuple[str, int]],
+                      type_: str | None) -> tuple[str, dict[str, Any]]:
+    """A statement (and its parameters) that returns one ``NULL`` when
+    :func:`select_keys` would return no row, and otherwise fails with
+    :data:`KEYS_FOUND_MESSAGE` (a cast of the message and the row count to ``int``,
+    evaluated per row, so it is never folded at planning): sent instead of the lookup by
+    a write that assumed no key matches (issue 24), it fails that write's transaction
+    when one does. Its array parameters are sent as literals (``encode_params``: no
+    Python list dumper per write; the statement casts them)."""
+    query, params = _keys_sql(reader, digests, type_)
+    return (f"SELECT CASE WHEN c.n > 0 THEN ('{KEYS_FOUND_MESSAGE}: ' || c.n)::int END"  # noqa: S608
+            f" FROM (SELECT count(*) AS n FROM ({query}) f) c", encode_params(params))
 
 
 def select_owner(cur: Cursor[Any], grp: str, digest: str) -> str | None:

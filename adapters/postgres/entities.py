@@ -174,11 +174,20 @@ def _scope(row: dict[str, Any]) -> Scope:
     return stored_scope(row["tenant_id"], row["resource_id"], row["thread_id"])
 
 
+PRESENT_MAX = 65_536
+"""Most ``(tenant, digest)`` pairs :class:`PostgresEntityStore` keeps as found (then it
+forgets them all: a write then guards once more and learns them again)."""
+
+
 class PostgresEntityStore:
     """``EntityStore`` on the log's pool (see the module doc)."""
 
     def __init__(self, log: NoteLog) -> None:
         self.log = log
+        self._present: set[tuple[str, str]] = set()
+        """``(tenant, digest)`` of keys this process has found (at most
+        :data:`PRESENT_MAX`): a write naming one reads the keys rather than guard
+        against them (:meth:`guard_absent`)."""
 
     @contextmanager
     def _cursor(self, uow: Any = None) -> Iterator[Cursor[Any]]:
@@ -197,8 +206,24 @@ class PostgresEntityStore:
              uow: Any = None) -> list[KeyHit]:
         with self._cursor(uow) as cur:
             rows = proj.select_keys(cur, reader.sql(), digests, type_)
-        return [KeyHit(r["aggregate_id"], r["entity_id"], digests[r["i"] - 1][0], r["source"], r["ntok"])
+        hits = [KeyHit(r["aggregate_id"], r["entity_id"], digests[r["i"] - 1][0], r["source"], r["ntok"])
                 for r in rows]
+        if len(self._present) > PRESENT_MAX:
+            self._present.clear()
+        self._present.update((reader.tenant_id, h.digest) for h in hits)
+        return hits
+
+    def guard_absent(self, reader: Scope, digests: Sequence[tuple[str, int]], uow: Any) -> bool:
+        """Send, in ``uow``'s transaction, a guard that fails it at COMMIT when
+        :meth:`keys` ``(reader, digests, None)`` would return any key (issue 24: the
+        write then needs no round trip for the lookup; ``GuardRefusedError`` makes the
+        caller write again with it). Not sent (``False``: read the keys) when ``uow``
+        cannot (``PostgresUnitOfWork.guard``) or a digest is one this process has found
+        in the reader's tenant."""
+        send = getattr(uow, "guard", None)
+        if send is None or any((reader.tenant_id, d) in self._present for d, _ in digests):
+            return False
+        return bool(send(*proj.keys_absent_guard(reader.sql(), digests, None)))
 
     def lookup(self, reader: Scope, asks: Sequence[Ask], type_: str | None, *, ntok: int,
                prefetch: int = 0) -> Lookup:

@@ -42,11 +42,12 @@ from memfabric.adapters.crypto_keys import KEYS_SELECT
 from memfabric.adapters.postgres import appends, replays
 from memfabric.adapters.postgres import NoteLog, VectorTypes, dimension_guard, select_notes
 from memfabric.adapters.postgres.session import Sent, SessionStatements, TxSession
-from memfabric.adapters.postgres.uow_errors import gap_refused, statements_lost, tracking_refused
+from memfabric.adapters.postgres.uow_errors import (gap_refused, guard_refused, statements_lost,
+                                                    tracking_refused)
 from memfabric.adapters.postgres.uow_reads import DecisionReads
 from eventsourcing.persistence import IntegrityError
 
-from memfabric.domain.errors import ConflictError, FabricError, LockTimeoutError, TrackingError
+from memfabric.domain.errors import ConflictError, FabricError, GuardRefusedError, LockTimeoutError, TrackingError
 from memfabric.domain.note import Note, note_uuid
 from memfabric.domain.scope import Scope
 from memfabric.domain.shredding import shreds_keys
@@ -91,6 +92,8 @@ class PostgresUnitOfWork(DecisionReads):
         self._position_reader: Callable[[], int] | None = None
         self._pending: tuple[Sequence[Any], Sequence[str], dict[UUID, Any], Sequence[Any]] | None = None
         """What the one-round-trip commit wrote, kept to write it again (:meth:`_write_again`)."""
+        self._guarded = False
+        """Whether a guard was sent in place of a read (:meth:`guard`)."""
 
     # --------------------------------------------------------------- lifetime
     def __enter__(self) -> PostgresUnitOfWork:
@@ -148,11 +151,15 @@ class PostgresUnitOfWork(DecisionReads):
         try:
             self._close(exc_type, exc, tb)
         except Exception as failed:
+            if self._guarded and (guard_refused(failed) or gap_refused(failed) or statements_lost(failed)):
+                raise GuardRefusedError(f"write: {failed}; nothing was written") from failed
             if exc_type is not None or not (gap_refused(failed) or statements_lost(failed)):
                 raise
             if self._read:  # a decision read in the rolled-back transaction: not replayable here
                 raise ConflictError(f"write: {failed}; nothing was written; retry") from failed
             self._write_again()
+        if exc is not None and self._guarded and guard_refused(exc):  # answered with a read after it
+            raise GuardRefusedError(f"write: {exc}; nothing was written") from exc
         if exc_type is None and self._committed and self._keys is not None:
             self._keys.committed()
             self._log.note_cache.put(self._aggregates.values(),  # (digests: those replayed here, or new)
@@ -230,6 +237,22 @@ class PostgresUnitOfWork(DecisionReads):
             raise FabricError("the unit of work is not open")
         self._mark_read()
         return self._session.psycopg()
+
+    def guard(self, query: Any, params: Any) -> bool:
+        """Send ``query`` (psycopg's form), a guard that fails the transaction when a
+        read the write skips would not have said what the write assumed, with what
+        waits on the wire, unanswered until COMMIT (issue 24: a plain write naming a
+        subject stays one round trip). Only while nothing was read and the commit can
+        be the one-round-trip one; returns whether it was sent. A unit of work that
+        sent one ends in ``GuardRefusedError`` (nothing written) when the guard refuses,
+        and also when its commit would have to be written again
+        (:meth:`_write_again` replays no read): the caller writes again with the read."""
+        session = self._session
+        if session is None or not session.on_wire or self._read or not self._inline_all:
+            return False
+        session.send_psycopg(query, params)
+        self._guarded = True
+        return True
 
     def send_setting(self, query: bytes, params: Sequence[Any] = ()) -> None:
         """Send ``query`` (``$n`` placeholders), a statement that only changes this

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import psycopg
 
 from memfabric.projections.engine import GAP_MESSAGE
+from memfabric.projections.entities import KEYS_FOUND_MESSAGE
 
 
 def caused_by(exc: BaseException | None, test: Callable[[BaseException], bool]) -> bool:
@@ -29,6 +30,12 @@ def tracking_refused(exc: BaseException | None) -> bool:
 def gap_refused(exc: BaseException | None) -> bool:
     """The one-round-trip write's gap check (``ProjectionEngine.send_fast``)."""
     return caused_by(exc, lambda e: GAP_MESSAGE in str(e))
+
+
+def guard_refused(exc: BaseException | None) -> bool:
+    """A guard sent in place of a read refused (``PostgresUnitOfWork.guard``: the entity
+    keys a write assumed absent, ``entities.keys_absent_guard``)."""
+    return caused_by(exc, lambda e: KEYS_FOUND_MESSAGE in str(e))
 
 
 def statements_lost(exc: BaseException | None) -> bool:

@@ -146,9 +146,12 @@ class Wire:
 
     def send_psycopg(self, query: Any, params: Any = None) -> Result:
         """:meth:`send` for a statement in psycopg's form (``%s`` / ``%(name)s``
-        placeholders, a ``psycopg.sql.Composable``). The conversion of a ``bytes``
-        statement to ``$n`` placeholders is kept (psycopg keeps none for a statement
-        over 4,096 bytes or 50 parameters, such as the neighbour lookup)."""
+        placeholders, a ``psycopg.sql.Composable``). The conversion of a ``bytes`` or
+        ``str`` statement to ``$n`` placeholders is kept (psycopg keeps none for a
+        statement over 4,096 bytes or 50 parameters, such as the neighbour lookup, and
+        parses a ``str`` again on every call, as the entity-key lookup's)."""
+        if isinstance(query, str):
+            query = query.encode(self._tx.encoding)
         if params is None or not isinstance(query, bytes):
             converted = PostgresQuery(self._tx)
             converted.convert(query, params)

@@ -212,14 +212,7 @@ class Probe:
 
 def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
     """The keys a resolution looks up for ``surface`` (and explicit ``identifiers``)."""
-    keys: dict[str, tuple[str, int]] = {}
-    ident = parse_identifier(surface, strict=False)
-    for kind, value in ([ident] if ident else []) + list(identifiers):
-        keys[identifier_key(kind, value).digest_input()] = ("id", -1)
-    toks = name_tokens(_local_part(surface, ident))
-    if toks and ident is None:  # a name read out of an identifier is never an exact match
-        keys[digest_input("name", " ".join(toks))] = ("name", -1)
-        keys[digest_input("alias", " ".join(toks))] = ("alias", -1)
+    keys, toks, ident = _exact_keys(surface, identifiers)
     if toks:
         for kind, text in (("sorted", " ".join(sorted(toks))), ("concat", "".join(toks)),
                            ("init", "".join(toks) if len(toks) == 1 else toks[0][0] + toks[-1])):
@@ -232,6 +225,35 @@ def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
             for d in _deletions(t):
                 keys.setdefault(digest_input("del", d), ("del", i))
     return Probe(keys, len(toks), ident)
+
+
+EXACT_KINDS = ("id", "name", "alias")
+"""The kinds of key an exact match is made of (:func:`exact_probe`)."""
+
+
+def exact_probe(surface: str) -> Probe:
+    """:func:`probe` ``(surface)`` with only its keys of :data:`EXACT_KINDS` (the same
+    ``ntok`` and ``identifier``): what a write resolving its subject by exact keys looks
+    up and scores (issue 24: the fuzzy keys, a dozen or more per name, were built and
+    dropped on every write). Keys of different kinds never collide (the kind is part of
+    the digest input), so these are exactly the full probe's keys of those kinds."""
+    keys, toks, ident = _exact_keys(surface, ())
+    return Probe(keys, len(toks), ident)
+
+
+def _exact_keys(surface: str, identifiers: Iterable[tuple[str, str]],
+                ) -> tuple[dict[str, tuple[str, int]], list[str], tuple[str, str] | None]:
+    """The identifier, name and alias keys of ``surface`` (and ``identifiers``), its name
+    tokens and what it parses as (the first part of :func:`probe`)."""
+    keys: dict[str, tuple[str, int]] = {}
+    ident = parse_identifier(surface, strict=False)
+    for kind, value in ([ident] if ident else []) + list(identifiers):
+        keys[identifier_key(kind, value).digest_input()] = ("id", -1)
+    toks = name_tokens(_local_part(surface, ident))
+    if toks and ident is None:  # a name read out of an identifier is never an exact match
+        keys[digest_input("name", " ".join(toks))] = ("name", -1)
+        keys[digest_input("alias", " ".join(toks))] = ("alias", -1)
+    return keys, toks, ident
 
 
 def _local_part(surface: str, ident: tuple[str, str] | None) -> str:

@@ -70,10 +70,14 @@ def identifier_subject(deps: Deps, p: Any) -> tuple[str, SubjectKey] | None:
     return head, key
 
 
-def resolve_subjects(deps: Deps, uow: Any, scope: Scope, prepared: Mapping[int, P]) -> dict[int, P]:
+def resolve_subjects(deps: Deps, uow: Any, scope: Scope, prepared: Mapping[int, P], *,
+                     guard: bool = False) -> dict[int, P]:
     """``prepared`` (``remember._Prepared`` by item index) with the subject keys of the
     items whose subject resolves to one entity naming that entity (see the module doc);
-    unchanged without an entity index or when nothing resolves. One index lookup."""
+    unchanged without an entity index or when nothing resolves. One index lookup.
+    ``guard``: the caller handles ``GuardRefusedError`` by writing again with
+    ``guard=False``; the store may then send a guard in place of the lookup (no key
+    found, nothing resolves; the write fails at COMMIT when a key exists, issue 24)."""
     store = getattr(deps, "entity_store", None)
     if store is None:
         return dict(prepared)
@@ -89,16 +93,24 @@ def resolve_subjects(deps: Deps, uow: Any, scope: Scope, prepared: Mapping[int, 
     if not asks:
         return dict(prepared)
     ctx = EntityContext(deps, scope, uow)
-    probes = {i: ek.probe(s) for i, s in asks.items()}
-    exact = {i: {ctx.digest(t): t for t, (kind, _) in p.keys.items() if kind in ("id", "name", "alias")}
-             for i, p in probes.items()}
-    by_digest = _rows_by_digest(store, scope, uow, sorted({d for ds in exact.values() for d in ds}))
+    probes = {i: ek.exact_probe(s) for i, s in asks.items()}  # (only exact keys are looked up)
+    exact = {i: {ctx.digest(t): t for t in p.keys} for i, p in probes.items()}
+    wanted = sorted({d for ds in exact.values() for d in ds})
+    guarded = guard and bool(wanted) and _guarded(store, scope, uow, wanted)
+    by_digest = {} if guarded else _rows_by_digest(store, scope, uow, wanted)
     out = dict(prepared)
     for i, digests in exact.items():
         chosen = _pick(probes[i], digests, by_digest)
         if chosen is not None:
             out[i] = _named(prepared[i], chosen, keys.get(i))
     return out
+
+
+def _guarded(store: Any, scope: Scope, uow: Any, wanted: list[str]) -> bool:
+    """Whether ``store`` sent a guard that no key of ``wanted`` exists (``guard_absent``,
+    a store without it never does) in place of :func:`_rows_by_digest`'s lookup."""
+    send = getattr(store, "guard_absent", None)
+    return send is not None and bool(send(scope, [(d, PER_KEY) for d in wanted], uow))
 
 
 def _rows_by_digest(store: Any, scope: Scope, uow: Any, wanted: list[str]) -> dict[str, list[Any]]:

@@ -51,6 +51,20 @@ def test_a_plain_write_is_written_again_when_its_statements_were_lost(one_connec
     assert [h.id for h in notes.recall("server forgot the statements").hits][:1] == [got.id]
 
 
+def test_a_guarded_write_whose_statements_were_lost_is_written_again_with_the_read(
+        one_connection: Fabric, dsn: str) -> None:
+    """A plain write naming a subject sends a guard in place of the entity-key read
+    (issue 24): when its statements are gone it is written again, with the read (the
+    rewrite of the same events replays no read), once."""
+    notes = one_connection.scope("acme", "u1", "t1")
+    notes.remember(kind="fact", content="Dora works as a cook in Porto")
+    _on_the_connection(one_connection, "DEALLOCATE ALL", behind_psycopg=True)
+    before = event_count(dsn)
+    got = notes.remember(kind="fact", content="Erin works as a nurse in Lisbon")
+    assert event_count(dsn) == before + 1
+    assert [h.id for h in notes.recall("Erin nurse Lisbon").hits][:1] == [got.id]
+
+
 def test_a_deciding_write_whose_statements_were_lost_is_refused_whole(one_connection: Fabric, dsn: str) -> None:
     notes = one_connection.scope("acme", "u1", "t1")
     notes.remember(kind="fact", content="Alice lives in Lisbon", consolidate=True)

@@ -52,6 +52,70 @@ def test_a_plain_remember_is_six_statements_and_one_round_trip(dsn: str) -> None
         assert [h.id for h in notes.recall("build server Frankfurt").hits][:1] == [got.id]
 
 
+def test_a_plain_remember_naming_a_subject_is_one_round_trip(dsn: str) -> None:
+    """Issue 24: the entity-key lookup of the subject a text names ("Person 7") is not
+    read before the write: a guard that no such key exists travels with the write (a
+    seventh statement) and the write stays one round trip (it was two)."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn, consolidate=False) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        notes.remember(kind="fact", content="Person 1 works as a cook in Porto")
+        seen: Counter[str] = Counter()
+        with pytest.MonkeyPatch.context() as mp:
+            _count_round_trips(mp, seen)
+            got = notes.remember(kind="fact", content="Person 7 works as a nurse in Lisbon")
+        assert seen == Counter({"statements": 7, "syncs": 1}), seen
+        assert [h.id for h in notes.recall("nurse in Lisbon").hits][:1] == [got.id]
+
+
+def test_only_a_small_write_guards_against_entity_keys(dsn: str) -> None:
+    """A batch of at most 16 items naming subjects guards (one round trip); a larger one
+    reads the keys first (a refused guard would cost it a whole chunk's work)."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn, consolidate=False) as fab:
+        notes = fab.scope("acme", "u1", "t1")
+        notes.remember(kind="fact", content="Person 1 works as a cook in Porto")
+        for n, syncs in ((16, 1), (17, 2)):
+            seen: Counter[str] = Counter()
+            with pytest.MonkeyPatch.context() as mp:
+                _count_round_trips(mp, seen)
+                notes.remember_many([{"kind": "fact", "content": f"Person {n}-{i} works as a nurse in Lisbon"}
+                                     for i in range(n)])
+            assert seen["syncs"] == syncs, (n, seen)
+
+
+def _inferred_key(dsn: str, note_id: str) -> object:
+    rows = fetch(dsn, "SELECT c.inferred_key FROM mf_consolidation c JOIN mf_note_scope s"
+                      " ON s.aggregate_id = c.aggregate_id WHERE s.note_id = %s", (note_id,))
+    return rows[0][0] if rows else None
+
+
+def test_a_plain_remember_naming_an_entity_still_names_it(dsn: str) -> None:
+    """When a key of the subject exists the guard refuses at COMMIT, nothing of that
+    transaction is written, and the write runs again with the lookup: the note's key
+    names the entity, as without the guard. The process then remembers the key as
+    found and reads it first (two round trips, no refused transaction)."""
+    from memfabric.adapters import open_fabric
+    with open_fabric(dsn, consolidate=False) as fab:
+        maria = fab.scope("acme", "u1", "t1").entities.upsert("Maria Lopez", type="person")
+    with open_fabric(dsn, consolidate=False) as fab:  # a process that has found no key yet
+        notes = fab.scope("acme", "u1", "t1")
+        before = event_count(dsn)
+        seen: Counter[str] = Counter()
+        with pytest.MonkeyPatch.context() as mp:
+            _count_round_trips(mp, seen)
+            lives = notes.remember(kind="fact", content="Maria Lopez lives in Lisbon")
+        assert seen["syncs"] == 3, seen  # refused (1), then the lookup and the write (2)
+        assert event_count(dsn) == before + 1
+        assert _inferred_key(dsn, lives.id) == f"entity:{maria.entity.id}|residence"
+        seen.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            _count_round_trips(mp, seen)
+            works = notes.remember(kind="fact", content="Maria Lopez works at Globex")
+        assert seen["syncs"] == 2, seen
+        assert str(_inferred_key(dsn, works.id)).startswith(f"entity:{maria.entity.id}|")
+
+
 def test_a_consolidating_insert_is_two_round_trips(dsn: str) -> None:
     """The reads a decision needs travel on the wire, with BEGIN, the locks and the
     tenant's gap probe: the neighbour lookup, sent ahead (issue 24), and the entities

@@ -59,3 +59,15 @@ def test_auto_pick_refuses_ambiguity() -> None:
     assert ek.auto_pick([("a", "exact_name", 0.95), ("b", "exact_name", 0.95)]) is None
     assert ek.auto_pick([("a", "identifier", 1.0), ("b", "exact_name", 0.95)]) == "a"
     assert ek.auto_pick([("a", "normalised", 0.8)]) is None
+
+
+@pytest.mark.parametrize("surface", [
+    "Maria Lopez", "maria", "Dr. Maria de la Cruz-Lopez", "maria@acme.example", "@mlopez",
+    "www.globex.example/about", "+1 (555) 010-9999", "Person 3-17", "ACME Corp.", "José Müller", "",
+])
+def test_the_exact_probe_is_the_full_probes_exact_part(surface: str) -> None:
+    """Issue 24: a write resolving its subject builds only the exact keys; they, the token
+    count and the identifier equal the full probe's."""
+    full, exact = ek.probe(surface), ek.exact_probe(surface)
+    assert exact.keys == {k: v for k, v in full.keys.items() if v[0] in ek.EXACT_KINDS}
+    assert (exact.ntok, exact.identifier) == (full.ntok, full.identifier)
