@@ -210,8 +210,11 @@ class Probe:
     identifier: tuple[str, str] | None = None
 
 
-def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
-    """The keys a resolution looks up for ``surface`` (and explicit ``identifiers``)."""
+def probe(surface: str, identifiers: Iterable[tuple[str, str]] = (), *, exact_only: bool = False) -> Probe:
+    """The keys a resolution looks up for ``surface`` (and explicit ``identifiers``);
+    ``exact_only``: only its ``id``, ``name`` and ``alias`` keys (the same entries the
+    full probe has for them), without the fuzzy ones (a subject's entity lookup asks
+    for those alone, and needs the rest only when one of them is found)."""
     keys: dict[str, tuple[str, int]] = {}
     ident = parse_identifier(surface, strict=False)
     for kind, value in ([ident] if ident else []) + list(identifiers):
@@ -220,7 +223,7 @@ def probe(surface: str, identifiers: Iterable[tuple[str, str]] = ()) -> Probe:
     if toks and ident is None:  # a name read out of an identifier is never an exact match
         keys[digest_input("name", " ".join(toks))] = ("name", -1)
         keys[digest_input("alias", " ".join(toks))] = ("alias", -1)
-    if toks:
+    if toks and not exact_only:
         for kind, text in (("sorted", " ".join(sorted(toks))), ("concat", "".join(toks)),
                            ("init", "".join(toks) if len(toks) == 1 else toks[0][0] + toks[-1])):
             keys.setdefault(digest_input(kind, text), (kind, -1))

@@ -89,13 +89,13 @@ def resolve_subjects(deps: Deps, uow: Any, scope: Scope, prepared: Mapping[int, 
     if not asks:
         return dict(prepared)
     ctx = EntityContext(deps, scope, uow)
-    probes = {i: ek.probe(s) for i, s in asks.items()}
-    exact = {i: {ctx.digest(t): t for t, (kind, _) in p.keys.items() if kind in ("id", "name", "alias")}
-             for i, p in probes.items()}
+    exact = {i: {ctx.digest(t): t for t in ek.probe(s, exact_only=True).keys} for i, s in asks.items()}
     by_digest = _rows_by_digest(store, scope, uow, sorted({d for ds in exact.values() for d in ds}))
     out = dict(prepared)
     for i, digests in exact.items():
-        chosen = _pick(probes[i], digests, by_digest)
+        if not any(d in by_digest for d in digests):
+            continue  # none of its exact keys is in the index: nothing to pick (issue 24: no fuzzy probe)
+        chosen = _pick(ek.probe(asks[i]), digests, by_digest)
         if chosen is not None:
             out[i] = _named(prepared[i], chosen, keys.get(i))
     return out

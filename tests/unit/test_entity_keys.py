@@ -59,3 +59,16 @@ def test_auto_pick_refuses_ambiguity() -> None:
     assert ek.auto_pick([("a", "exact_name", 0.95), ("b", "exact_name", 0.95)]) is None
     assert ek.auto_pick([("a", "identifier", 1.0), ("b", "exact_name", 0.95)]) == "a"
     assert ek.auto_pick([("a", "normalised", 0.8)]) is None
+
+
+@pytest.mark.parametrize("surface", [
+    "Maria Lopez", "maria@acme.example", "@MLopez", "https://www.globex.example/x", "+1 (415) 555-0142",
+    "customer 7", "Dr. Aiko Tanaka", "Acme Corp.", "",
+])
+def test_an_exact_only_probe_has_the_full_probes_exact_keys(surface: str) -> None:
+    """Issue 24: a subject's entity lookup builds only the exact keys first (the fuzzy
+    ones when one is found); they must be the full probe's, entry for entry."""
+    full = ek.probe(surface, [("email", "x@y.example")])
+    exact = ek.probe(surface, [("email", "x@y.example")], exact_only=True)
+    assert exact.keys == {t: v for t, v in full.keys.items() if v[0] in ("id", "name", "alias")}
+    assert (exact.ntok, exact.identifier) == (full.ntok, full.identifier)
