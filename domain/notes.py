@@ -244,8 +244,8 @@ class Notes(LifecycleMethods):
         transaction (all or nothing) per ``chunk_size`` items: a batch of at most 250
         items (the default) is atomic, a larger one is atomic per chunk of 250 (earlier
         chunks stay written when a later one fails). ``chunk_size=None``: one
-        transaction for the whole batch, which then holds the global append lock (every
-        tenant's writes wait) for its whole duration. Items are mappings of remember
+        transaction for the whole batch, which then holds the tenant's append lock (the
+        tenant's other writes wait; other tenants' do not) for its whole duration. Items are mappings of remember
         fields; ``consolidate`` as for ``remember``."""
         settings = consolidate_setting(consolidate, self._service.consolidation)
         raw = _ITEMS.validate_python(items)  # a list of mappings, else ValidationError

@@ -63,10 +63,10 @@ class _Prepared:
 
 
 CHUNK_SIZE = 250
-"""Default largest number of items one unit of work of ``remember_many`` writes: every
-write holds eventsourcing's events-table lock (global, all tenants) from its INSERT to
-its COMMIT, projections included, so a batch is cut into units of at most this many
-items to bound how long other tenants' writers wait (issue 17 defect 2)."""
+"""Default largest number of items one unit of work of ``remember_many`` writes: a write
+holds its tenant's append lock and its scopes' locks to its COMMIT (issue 24: other
+tenants never wait for it), so a batch is cut into units of at most this many items to
+bound how long the same tenant's other writers wait (issue 17 defect 2)."""
 
 
 def remember_many(
@@ -75,7 +75,7 @@ def remember_many(
     chunk_size: int | None = CHUNK_SIZE,
 ) -> list[MemoryNote]:
     """Write ``items`` in order, in units of work of at most ``chunk_size`` items
-    (``None``: all in one unit of work, holding the global append lock for the whole
+    (``None``: all in one unit of work, holding the tenant's append lock for the whole
     batch). Each unit of work is atomic; a batch larger than ``chunk_size`` is atomic
     per chunk (the chunks before a failing one stay written). Later chunks see earlier
     ones committed, so the outcome equals remembering the items one by one.

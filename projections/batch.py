@@ -78,6 +78,15 @@ def _vector(value: np.ndarray) -> Any:
 
 
 _AS_IS = frozenset({str, int, float, bool, type(None), UUID, datetime, bytes})
+_ROW_AS_IS = _AS_IS - {int, bool}
+"""What a row of :meth:`RowBatch.add` sends as is. An ``int`` or a ``bool`` goes as its
+text literal (``"12"``, ``"true"``), an ``unknown`` parameter the server reads as its
+column's type: psycopg types an ``int`` by its size (``int2``, ``int4``, ``int8``) and
+a NULL as ``unknown``, and the parameter types are part of a prepared statement's key,
+so a bulk chunk whose values differed from the last one's (a boolean column NULL in one
+row) was parsed and planned afresh and stayed prepared on the connection: every chunk of
+an import (issue 24). Now a row's parameter types change only with which of its uuid,
+timestamp, bytea, float and vector values are NULL."""
 _ARRAY_ITEMS = frozenset({str, int, type(None), UUID, datetime})
 _ENCODERS: dict[type, Callable[[Any], Any]] = {
     list: _array, tuple: _array, Range: _range, Jsonb: lambda v: json.dumps(v.obj), np.ndarray: _vector,
@@ -168,11 +177,16 @@ class RowBatch:
         self._runs.append(run)
         if deletes:
             self.params.extend(deletes)
-        as_is = _AS_IS
+        as_is = _ROW_AS_IS
         for row in upserts:  # (the type test inline: most values are scalars)
             self.params.extend([v if type(v) in as_is else self._encode(v) for v in row])
 
     def _encode(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is int:
+            return str(value)
+        if kind is bool:
+            return "true" if value else "false"
         held = self._encoded.get(id(value))
         if held is not None and held[0] is value:
             return held[1]

@@ -105,3 +105,29 @@ def test_a_commit_that_fails_in_psycopg_mode_leaves_the_connection_clean(dsn: st
         again.psycopg().execute("SELECT 2")
         again.finish(commit=True)
         assert read.rows() == [(42,)]
+
+
+def _prepared(fab: Fabric) -> int:
+    with fab.log.datastore.get_connection() as conn:  # type: ignore[attr-defined]
+        row = conn.execute("SELECT count(*) AS n FROM pg_prepared_statements WHERE name LIKE 'mf\\_%'").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def test_bulk_chunks_of_one_shape_share_one_prepared_statement(one_connection: Fabric) -> None:
+    """Issue 24: a chunk's parameter types do not depend on its values (an inferred
+    subject's booleans NULL in some rows, set in others), so chunks of one size reuse the
+    prepared row statement: every chunk of an import was parsed and planned afresh and
+    stayed prepared on the connection."""
+    notes = one_connection.scope("acme", "importer")
+
+    def chunk(k: int) -> list[dict[str, str]]:  # which rows name a subject moves with k
+        return [{"kind": "fact", "content": f"person{k}x{i} lives in town{i}" if (i * 7 + k) % 5 < k % 4
+                 else f"imported fact {k}/{i} about part {i}"} for i in range(40)]
+
+    for k in (0, 1):  # chunk 1 also prepares the entity lookup (chunk 0 names no subject)
+        notes.remember_many(chunk(k))
+    after_two = _prepared(one_connection)
+    for k in range(2, 10):
+        notes.remember_many(chunk(k))
+    assert _prepared(one_connection) == after_two

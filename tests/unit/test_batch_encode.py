@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.types.json import Jsonb
 from psycopg.types.range import Range
 
@@ -78,3 +79,24 @@ def test_a_batch_numbers_its_placeholders_in_parameter_order() -> None:
     assert ctes[2] == "w1 AS (UPDATE t2 SET x = $8 WHERE y = $9)"
     assert ctes[3] == 'w2 AS (INSERT INTO "t3" ("aggregate_id", "b") VALUES ($10, $11), ($12, $13) ON CONFLICT DO NOTHING)'
     assert len(batch.params) == 11 and batch.params[4] == '{"p","q"}'
+
+
+def _types(params: list[object]) -> tuple[int, ...]:
+    tx = Transformer()
+    tx.dump_sequence(params, [PyFormat.AUTO] * len(params))
+    return tuple(tx.types or ())
+
+
+def test_a_rows_parameter_types_do_not_change_with_its_ints_and_booleans() -> None:
+    """The types are part of the prepared statement's key: two chunks of one shape
+    whose ints differ in size and whose booleans are NULL in one and set in the other
+    must share one prepared statement (issue 24: every bulk chunk was parsed and
+    planned afresh)."""
+    cols = ("aggregate_id", "n", "flag", "big")
+    first, second = RowBatch(), RowBatch()
+    first.add("t", cols, [(uuid.uuid4(), 1, None, 2), (uuid.uuid4(), 7, True, 3)], None, lambda cur: None)
+    second.add("t", cols, [(uuid.uuid4(), 70_000, False, 2**40), (uuid.uuid4(), 0, None, None)], None,
+               lambda cur: None)
+    assert _types(first.params) == _types(second.params)
+    assert first.params[1:4] == ["1", None, "2"] and first.params[5:8] == ["7", "true", "3"]
+    assert second.params[1:4] == ["70000", "false", str(2**40)]
