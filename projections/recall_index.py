@@ -432,8 +432,10 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     the statement also returns up to ``expand`` (parameter) notes linked in either
     direction to a candidate of either list, each passing the same conditions as the
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
-    largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
-    the candidates it is linked to (by :func:`~memfabric.projections.recall_links.seed_number`) and the edge weights; a list candidate carries in ``link_seeds``/``link_ws`` its edges to
+    largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``
+    the candidates it is linked to (by :func:`~memfabric.projections.recall_links.seed_number`)
+    and the edge weights, packed (:func:`~memfabric.projections.recall_links.unpack`); a list
+    candidate carries in ``link_seeds`` its edges to
     the other list candidates (for the link term of :mod:`memfabric.domain.ranking`); the
     link CTEs are :mod:`memfabric.projections.recall_links`'. A linked note's row is
     *partial* (issue 29): only the :data:`RANKED` columns, the others ``NULL``;
@@ -455,7 +457,7 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     return sql.SQL(
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}, {rows}"
         " SELECT i.aggregate_id, {ret}, {sim} AS sim, cf.vrank, {lex} AS lex, cf.lrank,"
-        " cf.lw AS link_w, cf.seeds AS link_seeds, cf.ws AS link_ws"
+        " cf.lw AS link_w, cf.seeds AS link_seeds"
         " FROM cf JOIN {t} i ON i.aggregate_id = cf.aggregate_id AND i.tenant_id = %(t)s"  # one partition
     ).format(
         parts=sql.SQL(", ").join(parts), ret=sql.SQL(returned("cf.lw IS NULL") if expand else RETURNED), t=t,
@@ -498,14 +500,14 @@ def _candidate(row: dict[str, Any], by_number: dict[int | None, UUID]) -> Candid
     ``fields``); ``by_number``: the aggregate id of each list candidate by its seed number
     (:func:`memfabric.projections.recall_links.seed_number`)."""
     sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
-    seeds, ws = row.pop("link_seeds") or [], row.pop("link_ws") or []
+    seeds = recall_links.unpack(row.pop("link_seeds"))
     return Candidate(
         aggregate_id=row["aggregate_id"], note_id=row["note_id"],
         similarity=None if sim is None else base.finite(float(sim)),
         lexical=None if lex is None else float(lex),
         vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row,
         link=None if link_w is None else float(link_w), partial=link_w is not None,
-        link_from=tuple(zip([by_number[n] for n in seeds], map(float, ws), strict=True)))
+        link_from=tuple((by_number[n], w) for n, w in seeds))
 
 
 def tenant_size(cur: Cursor[Any], tenant_id: str, cap: int) -> int:

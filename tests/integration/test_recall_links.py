@@ -33,20 +33,20 @@ REFERENCE_EXPAND = (
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
     " JOIN c ON g.to_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s),"
     " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
-    # a seed's number (``recall_links.seed_number``) by a sub-select per edge
-    " array_agg(coalesce((SELECT rank FROM vr WHERE vr.aggregate_id = l.seed),"
-    " %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed)) ORDER BY l.seed) AS seeds,"
-    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    # a seed's number (``recall_links.seed_number``) by a sub-select per edge, packed
+    # with its weight as the shipped form does (``recall_links.unpack``)
+    " string_agg(int4send(coalesce((SELECT rank FROM vr WHERE vr.aggregate_id = l.seed),"
+    " %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed))::int4) || float4send(l.weight),"
+    " ''::bytea ORDER BY l.seed) AS seeds FROM le l"
     " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
-    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(coalesce((SELECT rank FROM vr"
-    " WHERE vr.aggregate_id = l.seed), %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed))"
-    " ORDER BY l.seed) AS seeds,"
-    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    " lc AS MATERIALIZED (SELECT l.aggregate_id, string_agg(int4send(coalesce((SELECT rank FROM vr"
+    " WHERE vr.aggregate_id = l.seed), %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed))::int4)"
+    " || float4send(l.weight), ''::bytea ORDER BY l.seed) AS seeds FROM le l"
     " WHERE l.aggregate_id IN (SELECT aggregate_id FROM c) GROUP BY l.aggregate_id),"
-    " ca AS (SELECT c.aggregate_id, NULL::float8 AS lw, lc.seeds, lc.ws FROM c LEFT JOIN lc USING (aggregate_id)"
-    " UNION ALL SELECT aggregate_id, lw, seeds, ws FROM lx)"
+    " ca AS (SELECT c.aggregate_id, NULL::float8 AS lw, lc.seeds FROM c LEFT JOIN lc USING (aggregate_id)"
+    " UNION ALL SELECT aggregate_id, lw, seeds FROM lx)"
 )
 
 TOPICS = ("cello", "orchestra", "tuesday", "berlin", "paris", "garden", "tomatoes", "marathon",
