@@ -68,7 +68,7 @@ class KnownAtStore:
     ``load`` / ``stored_events`` read the note's own events up to ``known_at``; every
     other read the wrapped store serves as now (``resolve``: which note an id names,
     ``content_hmac``...). Backends subclass it to answer ``recall``, ``hit_links``,
-    ``list_notes`` and ``count_notes`` from their note versions."""
+    ``hits``, ``list_notes`` and ``count_notes`` from their note versions."""
 
     def __init__(self, store: Any, known_at: datetime) -> None:
         self.store = store

@@ -70,6 +70,10 @@ class Candidate:
     """``(list candidate aggregate id, edge weight)`` pairs: for an expanded note its
     edges to list candidates; for a list candidate (``link`` None) its edges to the
     other list candidates (only when recall expands)."""
+    partial: bool = False
+    """Issue 29: ``fields`` holds only what ranking reads (``note_id``, ``importance``,
+    ``token_count``, ``t_ref``, ``ingested_at``, ``valid_from``; the rest ``None``):
+    :meth:`NoteStore.hits` reads the full row if the candidate becomes a hit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +324,14 @@ class NoteStore(Protocol):
         recallable and visible from ``scope`` (issue 33: and admitted by
         ``filters.access`` when set): ``[{id, relation, weight}]`` sorted by
         ``(id, relation)``; absent when none (candidates of :meth:`recall` carry none)."""
+        ...
+
+    def hits(self, scope: Scope, aggregate_ids: Sequence[UUID], filters: NoteFilter | None = None,
+             complete: Sequence[UUID] = ()) -> tuple[dict[UUID, list[dict[str, Any]]], dict[UUID, dict[str, Any]]]:
+        """``(links, rows)``: :meth:`hit_links` of ``aggregate_ids``, and the full
+        ``fields`` of each of ``complete`` (hits whose candidate was ``partial``) still
+        recallable and visible from ``scope``, by aggregate id (absent otherwise). One
+        round trip."""
         ...
 
     def list_notes(

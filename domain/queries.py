@@ -7,7 +7,6 @@ issue 31) and never writes."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -58,9 +57,8 @@ def _recall(deps: Deps, scope: Scope, query: RecallInput, access: AccessFilter |
             deps.ledger_store, scope, query.query, as_of=recorded, limit=limit,
             require_consent=deps.require_consent)]
     how = _ranking(deps, scope, query, as_of, candidates)
-    hit_links = deps.store.hit_links if access is None else functools.partial(
-        deps.store.hit_links, filters=NoteFilter(access=access))
-    result = ranking.rank(candidates, how, functools.partial(hit_links, scope))
+    filters = None if access is None else NoteFilter(access=access)
+    result = ranking.rank(candidates, how, lambda ids, complete: deps.store.hits(scope, ids, filters, complete))
     if any(h.supersedes and h.scope != scope for h in result.hits):
         result = dataclasses.replace(result, hits=history.hide_predecessors(deps, scope, list(result.hits)))
     return dataclasses.replace(result, served_by=served)

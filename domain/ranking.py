@@ -53,7 +53,7 @@ without one). Without expansion no hit has a link term.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
@@ -99,24 +99,42 @@ class _Scored:
     via_link: bool = False
 
 
-LinksOf = Callable[[Sequence[UUID]], Mapping[UUID, Sequence[dict[str, Any]]]]
-"""The link edges of notes by aggregate id (``NoteStore.hit_links`` for one scope):
-``{aggregate_id: [{id, relation, weight}]}``, a note without edges absent."""
+HitsOf = Callable[[Sequence[UUID], Sequence[UUID]],
+                  tuple[Mapping[UUID, Sequence[dict[str, Any]]], Mapping[UUID, dict[str, Any]]]]
+"""``(hits, complete) -> (links, rows)`` (``NoteStore.hits`` for one scope): the link
+edges of the hits by aggregate id (``{aggregate_id: [{id, relation, weight}]}``, a
+note without edges absent) and the full ``fields`` of the ``complete`` ones (hits whose
+candidate is ``partial``; one no longer visible is absent)."""
 
 
-def rank(candidates: Sequence[Candidate], how: Ranking, links_of: LinksOf | None = None) -> RecallResult:
-    """Ranked hits and their parallel explain rows (see the module doc). ``links_of``:
-    read each hit's link edges (``MemoryNote.links``) for the hits alone, one call,
-    before the hits are made (default: the candidates' ``fields["links"]``, if any)."""
+def rank(candidates: Sequence[Candidate], how: Ranking, hits_of: HitsOf | None = None) -> RecallResult:
+    """Ranked hits and their parallel explain rows (see the module doc). ``hits_of``:
+    read each hit's link edges (``MemoryNote.links``), and the full row of a hit whose
+    candidate is ``partial``, for the hits alone, one call, before the hits are made
+    (default: the candidates' ``fields["links"]``, if any; a ``partial`` candidate
+    then needs ``hits_of``). A partial hit whose row ``hits_of`` no longer finds (the
+    note was forgotten in between) is left out."""
     best_lex = max((c.lexical or 0.0 for c in candidates), default=0.0)
     direct, hit_relevance, weak = _direct(candidates, how, best_lex)
     expanded = (s for s in (_score(c, how, best_lex, hit_relevance) for c in candidates if c.link is not None)
                 if s.link >= max(how.min_relevance, 1e-12) or s.evidence >= how.min_relevance)
     linked = sorted([*expanded, *weak], key=_order)[: how.expand]
     kept = _within_budget(sorted([*direct, *linked], key=_order), how.budget)
-    links = links_of([s.cand.aggregate_id for s in kept]) if links_of is not None and kept else {}
+    links: Mapping[UUID, Sequence[dict[str, Any]]] = {}
+    if hits_of is not None and kept:
+        links, rows = hits_of([s.cand.aggregate_id for s in kept], [s.cand.aggregate_id for s in kept if s.cand.partial])
+        kept = [_completed(s, rows) for s in kept if not s.cand.partial or s.cand.aggregate_id in rows]
     return RecallResult(hits=[candidate_view(s.cand, links=links.get(s.cand.aggregate_id)) for s in kept],
                         explain=[_explain(s) for s in kept])
+
+
+def _completed(s: _Scored, rows: Mapping[UUID, dict[str, Any]]) -> _Scored:
+    """``s`` with its candidate's full row from ``rows`` when it is ``partial``."""
+    c = s.cand
+    if not c.partial:
+        return s
+    full = replace(c, fields={**c.fields, **rows[c.aggregate_id]}, partial=False)
+    return _Scored(s.total, s.relevance, s.recency, s.lexical, full, s.evidence, s.link, s.via_link)
 
 
 def _order(s: _Scored) -> tuple[float, object, str]:

@@ -53,22 +53,44 @@ _FILL_SEARCH_EXTRA = "NULLIF(array_to_string(ARRAY[NULLIF(context, '')] || keywo
 _LO, _HI = "'0001-01-01 00:00:00+00'::timestamptz", "'9999-12-31 23:59:59.999999+00'::timestamptz"
 
 
-def _readable(expr: str, name: str) -> str:
+def _readable(expr: str) -> str:
     """``expr`` when Python can read it back (UTC years 1-9999), else NULL (an open
     bound): a row written before instants were validated must not break recall."""
-    return f"CASE WHEN {expr} BETWEEN {_LO} AND {_HI} THEN {expr} END AS {name}"
+    return f"CASE WHEN {expr} BETWEEN {_LO} AND {_HI} THEN {expr} END"
 
 
-RETURNED = (
-    "i.tenant_id, i.resource_id, i.thread_id, i.kind, i.note_id, i.importance, i.token_count,"
-    " i.tags, i.path, i.subject, i.content, i.source_entry_ids, i.supersedes, "
-    + _readable("i.t_ref", "t_ref") + ","
-    f" least(greatest(i.ingested_at, {_LO}), {_HI}) AS ingested_at, i.version, "
-    + _readable("lower(i.valid)", "valid_from") + ", " + _readable("upper(i.valid)", "valid_to") + ","
-    " i.visibility, i.consent_granted, i.context, i.keywords, i.fold_count, "
-    + _readable("i.updated_at", "updated_at") + ","
-    " i.consent::text AS consent, i.superseded_by"
+RETURNED_COLUMNS: tuple[tuple[str, str], ...] = (
+    *((n, "i." + n) for n in ("tenant_id", "resource_id", "thread_id", "kind", "note_id", "importance",
+                              "token_count", "tags", "path", "subject", "content", "source_entry_ids",
+                              "supersedes")),
+    ("t_ref", _readable("i.t_ref")),
+    ("ingested_at", f"least(greatest(i.ingested_at, {_LO}), {_HI})"),
+    ("version", "i.version"),
+    ("valid_from", _readable("lower(i.valid)")), ("valid_to", _readable("upper(i.valid)")),
+    *((n, "i." + n) for n in ("visibility", "consent_granted", "context", "keywords", "fold_count")),
+    ("updated_at", _readable("i.updated_at")),
+    ("consent", "i.consent::text"), ("superseded_by", "i.superseded_by"),
 )
+"""``(name, expression)`` of each column a recall returns (table alias ``i``)."""
+
+RANKED = frozenset({"note_id", "importance", "token_count", "t_ref", "ingested_at", "valid_from"})
+"""The returned columns ranking reads for every candidate (the score's recency and
+importance, the order's tie-breaks, the budget): all a *partial* row carries (issue 29,
+:func:`returned`)."""
+
+
+def returned(full_when: str | None = None) -> str:
+    """The select list of :data:`RETURNED_COLUMNS`; ``full_when``: an SQL condition
+    without which a row carries only the :data:`RANKED` columns (the others ``NULL``,
+    never read from the table: a *partial* row)."""
+    def column(name: str, expr: str) -> str:
+        if full_when is not None and name not in RANKED:
+            expr = f"CASE WHEN {full_when} THEN {expr} END"
+        return expr if expr == "i." + name else f"{expr} AS {name}"
+    return ", ".join(column(n, e) for n, e in RETURNED_COLUMNS)
+
+
+RETURNED = returned()
 """Columns a recall returns (table alias ``i``). ``consent`` comes as JSON text, decoded
 only for the hits a ranking keeps (``ConsentInfo.from_dict``): decoding it for each of a
 recall's ~100 candidates was a fifth of a linked recall's client time (issue 29)."""
@@ -262,14 +284,15 @@ def scope_filter(alias: str = "") -> sql.Composable:
     ).format(p=p)
 
 
-def _scope_access(filters: NoteFilter | None, alias: str = "") -> sql.Composable:
+def scope_access(filters: NoteFilter | None, alias: str = "") -> sql.Composable:
     """Issue 33: the scope rule, or with a principal's ``filters.access`` the rule of
     :func:`memfabric.projections.principals.access_condition` around it."""
     access = None if filters is None else filters.access
     return scope_filter(alias) if access is None else principals.access_condition(scope_filter(alias), access, alias)
 
 
-def _access_params(filters: NoteFilter | None) -> dict[str, Any]:
+def access_params(filters: NoteFilter | None) -> dict[str, Any]:
+    """The parameters of :func:`scope_access`' principal rule (none without ``filters.access``)."""
     access = None if filters is None else filters.access
     return {} if access is None else principals.access_params(access)
 
@@ -344,12 +367,12 @@ def filter_params(filters: NoteFilter | None) -> dict[str, Any]:
     if filters is None:
         return {}
     return {"f_tags": list(filters.tags), "f_subject": filters.subject, "f_imp": filters.min_importance,
-            **_access_params(filters)}
+            **access_params(filters)}
 
 
 def _where(require_consent: bool, filters: NoteFilter | None = None) -> sql.Composable:
     return sql.SQL(" AND ").join([
-        _scope_access(filters),
+        scope_access(filters),
         sql.SQL("kind = ANY(%(kinds)s)"),
         sql.SQL("valid @> %(as_of)s::timestamptz"),
         _consent(require_consent),
@@ -385,36 +408,6 @@ _EXACT_VECTOR_LIST = (
 _NO_LIST = "{name} AS (SELECT NULL::uuid AS aggregate_id, NULL::bigint AS rank WHERE FALSE)"
 
 
-_LINKS = (
-    # arrays, not a jsonb object per edge (issue 29: building and parsing ~300 jsonb
-    # objects was a third of a linked recall's links read); the weight as ``real``'s text
-    # (shortest exact form, as the jsonb number was), so it reads back as before
-    "SELECT g.from_aggregate_id AS aggregate_id, array_agg(g.to_note_id ORDER BY g.to_note_id, g.relation) AS ids,"
-    " array_agg(g.relation ORDER BY g.to_note_id, g.relation) AS relations,"
-    " array_agg(g.weight::text ORDER BY g.to_note_id, g.relation) AS weights FROM {g} g"
-    " WHERE g.tenant_id = %(t)s AND g.from_aggregate_id = ANY(%(ids)s) AND EXISTS (SELECT 1 FROM {t} x"
-    # OFFSET 0 keeps the probe per edge (primary key): unflattened, a stale estimate
-    # could scan every row of the tenant once per hit
-    " WHERE x.aggregate_id = g.to_aggregate_id AND {xs} OFFSET 0) GROUP BY g.from_aggregate_id"
-)
-
-
-def select_links(cur: Cursor[Any], scope: Scope, aggregate_ids: Sequence[UUID],
-                 filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
-    """The edges of each note in ``aggregate_ids`` (``mf_link_graph``) whose target still
-    has a row here visible from ``scope`` (and admitted by ``filters.access``, issue 33),
-    as ``[{id, relation, weight}]`` sorted by ``(id, relation)``; a note without such an
-    edge is absent. One statement."""
-    if not aggregate_ids:
-        return {}
-    t, r, th = scope.sql()
-    params = {"t": t, "r": r, "th": th, "ids": list(aggregate_ids), **_access_params(filters)}
-    rows = cur.execute(_links_text(filters, recall_partition.of_tenant(cur, t)), params, prepare=True).fetchall()
-    return {row["aggregate_id"]: [{"id": i, "relation": r, "weight": float(w)}
-                                  for i, r, w in zip(row["ids"], row["relations"], row["weights"], strict=True)]
-            for row in rows}
-
-
 @functools.lru_cache(maxsize=2048)
 def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
                      filters: NoteFilter | None = None, expand: bool = False,
@@ -434,15 +427,20 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     ``q`` (float32 vector, binary) / ``text``, ``idf_cap``, ``max_terms`` and those of
     :func:`filter_params`.
 
-    Rows carry no ``links``: :func:`select_links` reads them for the hits a ranking
+    Rows carry no ``links``: :func:`memfabric.projections.recall_hits.select_links` reads them for the hits a ranking
     keeps (issue 29: a sub-select per candidate was half of a linked recall's time). With ``expand`` (issue 15)
     the statement also returns up to ``expand`` (parameter) notes linked in either
     direction to a candidate of either list, each passing the same conditions as the
     lists (scope, kinds, validity, consent and ``filters``), with ``link_w`` = the
-    largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``/``link_ws``
-    the candidates it is linked to (by :func:`~memfabric.projections.recall_links.seed_number`) and the edge weights; a list candidate carries in ``link_seeds``/``link_ws`` its edges to
+    largest weight of such an edge (``NULL`` for list candidates), ``link_seeds``
+    the candidates it is linked to (by :func:`~memfabric.projections.recall_links.seed_number`)
+    and the edge weights, packed (:func:`~memfabric.projections.recall_links.unpack`); a list
+    candidate carries in ``link_seeds`` its edges to
     the other list candidates (for the link term of :mod:`memfabric.domain.ranking`); the
-    link CTEs are :mod:`memfabric.projections.recall_links`'.
+    link CTEs are :mod:`memfabric.projections.recall_links`'. A linked note's row is
+    *partial* (issue 29): only the :data:`RANKED` columns, the others ``NULL``;
+    :func:`memfabric.projections.recall_hits.select_hits` reads the rest for those
+    that become hits (two in three never do).
 
     ``exact``: the vector list scans the scope's rows and sorts them (never the HNSW
     index; recall 1.0), else it is the HNSW index's ``ORDER BY embedding <=> q`` over
@@ -459,10 +457,10 @@ def recall_statement(*, vector: bool, lexical: bool, require_consent: bool,
     return sql.SQL(
         "WITH {parts}, c AS (SELECT aggregate_id FROM vr UNION SELECT aggregate_id FROM lr){expand}, {rows}"
         " SELECT i.aggregate_id, {ret}, {sim} AS sim, cf.vrank, {lex} AS lex, cf.lrank,"
-        " cf.lw AS link_w, cf.seeds AS link_seeds, cf.ws AS link_ws"
+        " cf.lw AS link_w, cf.seeds AS link_seeds"
         " FROM cf JOIN {t} i ON i.aggregate_id = cf.aggregate_id AND i.tenant_id = %(t)s"  # one partition
     ).format(
-        parts=sql.SQL(", ").join(parts), ret=sql.SQL(RETURNED), t=t,
+        parts=sql.SQL(", ").join(parts), ret=sql.SQL(returned("cf.lw IS NULL") if expand else RETURNED), t=t,
         expand=sql.SQL(recall_links.EXPAND if expand else recall_links.NO_EXPAND).format(t=t, w=w, g=g),
         sim=sql.SQL("1 - (i.embedding <=> %(q)b)" if vector else "NULL::float8"),
         lex=sql.SQL("coalesce(cf.lex, 0)" if lexical else "NULL::float8"),
@@ -502,21 +500,14 @@ def _candidate(row: dict[str, Any], by_number: dict[int | None, UUID]) -> Candid
     ``fields``); ``by_number``: the aggregate id of each list candidate by its seed number
     (:func:`memfabric.projections.recall_links.seed_number`)."""
     sim, lex, link_w = row.pop("sim"), row.pop("lex"), row.pop("link_w")
-    seeds, ws = row.pop("link_seeds") or [], row.pop("link_ws") or []
+    seeds = recall_links.unpack(row.pop("link_seeds"))
     return Candidate(
         aggregate_id=row["aggregate_id"], note_id=row["note_id"],
         similarity=None if sim is None else base.finite(float(sim)),
         lexical=None if lex is None else float(lex),
         vector_rank=row.pop("vrank"), lexical_rank=row.pop("lrank"), fields=row,
-        link=None if link_w is None else float(link_w),
-        link_from=tuple(zip([by_number[n] for n in seeds], map(float, ws), strict=True)))
-
-
-@functools.lru_cache(maxsize=512)
-def _links_text(filters: NoteFilter | None, partition: int | None) -> bytes:
-    """:func:`select_links`' statement text for ``filters`` (and the tenant's ``partition``), composed once."""
-    g, t = (sql.Identifier(recall_partition.relation(x, partition)) for x in (tables.LINK_GRAPH, TABLE))
-    return sql.SQL(_LINKS).format(g=g, t=t, xs=_scope_access(filters, "x")).as_bytes(None)
+        link=None if link_w is None else float(link_w), partial=link_w is not None,
+        link_from=tuple((by_number[n], w) for n, w in seeds))
 
 
 def tenant_size(cur: Cursor[Any], tenant_id: str, cap: int) -> int:
@@ -540,7 +531,7 @@ def _list_where(query: ListQuery) -> tuple[sql.Composable, dict[str, Any]]:
         if query.filters.access is not None:  # issue 33: the principal's rule, in the prefix
             conds.append(principals.access_condition(sql.SQL("TRUE"), query.filters.access))
     else:
-        conds.append(_scope_access(query.filters))
+        conds.append(scope_access(query.filters))
     conds.append(sql.SQL("kind = ANY(%(kinds)s)"))
     if query.valid_at is not None:
         conds.append(sql.SQL("valid @> %(valid_at)s::timestamptz"))

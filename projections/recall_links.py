@@ -3,8 +3,8 @@
 :data:`EXPAND` and :data:`NO_EXPAND` are CTE templates that
 :func:`memfabric.projections.recall_index.recall_statement` appends after its candidate
 CTE ``c`` (the union of the vector and full-text lists); both end in ``ca``, the rows
-the statement returns, with the columns ``aggregate_id``, ``lw`` (float8), ``seeds``
-(bigint[]) and ``ws`` (float8[]); :data:`ROWS` (``cf``) then gathers each row's ranks,
+the statement returns, with the columns ``aggregate_id``, ``lw`` (float8) and ``seeds``
+(bytea: the edges packed, :func:`unpack`); :data:`ROWS` (``cf``) then gathers each row's ranks,
 full-text score and those columns without a join per CTE. Placeholders: ``{t}`` the recall index, ``{w}`` the
 lists' conditions (scope, kinds, validity, consent, the caller's filters), ``{g}`` the
 link graph; parameters ``%(t)s`` (tenant), ``%(limit)s`` (the lists' length) and
@@ -18,13 +18,13 @@ with those ranks, so the client maps numbers back to aggregate ids.
 
 With expansion, ``ca`` holds
 
-* every list candidate, with ``seeds`` / ``ws`` its edges (either direction) to other
+* every list candidate, with ``seeds`` its edges (either direction) to other
   list candidates, sorted by the other end's aggregate id, then weight (``NULL`` without
   one), ``lw`` ``NULL``;
 * up to ``expand`` notes linked (either direction) to a list candidate, not list
   candidates themselves, each passing every condition of the lists: the ``expand`` of
   largest ``lw`` (the largest weight of such an edge; ties: the smaller id), with
-  ``seeds`` / ``ws`` the list candidates it is linked to and those edges' weights.
+  ``seeds`` the list candidates it is linked to and those edges' weights.
 
 The plan does not depend on the planner's row estimates (issue 29: right after a
 conversation is written its statistics are stale, and the joins of the former form,
@@ -39,6 +39,18 @@ lists' conditions) are hashed subplans, never joins; and the link columns travel
 """
 
 from __future__ import annotations
+
+import struct
+
+_PAIR = struct.Struct(">if")
+
+
+def unpack(packed: bytes | None) -> list[tuple[int, float]]:
+    """The ``(seed number, weight)`` pairs of a packed ``seeds`` value (``None``: none;
+    see :data:`EXPAND`); a weight reads back as the ``real`` it was stored as, widened
+    exactly."""
+    return list(_PAIR.iter_unpack(packed)) if packed else []
+
 
 EXPAND = (
     # every edge of each list candidate ``seed`` (either direction) as (aggregate_id: the
@@ -56,18 +68,23 @@ EXPAND = (
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
     " WHERE g.tenant_id = %(t)s AND g.to_aggregate_id = c.aggregate_id OFFSET 0) e),"
     " lk AS MATERIALIZED (SELECT l.aggregate_id, l.aggregate_id IN (SELECT aggregate_id FROM c) AS in_c,"
-    " max(l.weight)::float8 AS lw, array_agg(l.n ORDER BY l.seed, l.weight) AS seeds,"
-    " array_agg(l.weight::float8 ORDER BY l.seed, l.weight) AS ws FROM le l GROUP BY l.aggregate_id),"
+    # the edges (n, weight) of a group as one bytea: per edge the seed number (big-endian
+    # int4) and the weight (real, big-endian float4), sorted by the seed's aggregate id,
+    # then weight (``unpack`` reads it; issue 29: as a bigint[] and a float8[] the ~2,200
+    # numbers of a linked recall were printed as text by the server and parsed by the
+    # client, ~3 ms of ~30)
+    " max(l.weight)::float8 AS lw, string_agg(int4send(l.n::int4) || float4send(l.weight), ''::bytea"
+    " ORDER BY l.seed, l.weight) AS seeds FROM le l GROUP BY l.aggregate_id),"
     # the linked notes that pass the lists' conditions, read at once by their keys
     " lv AS MATERIALIZED (SELECT aggregate_id FROM {t}"
     " WHERE aggregate_id = ANY(ARRAY(SELECT aggregate_id FROM lk WHERE NOT in_c)) AND {w}),"
-    " lx AS MATERIALIZED (SELECT aggregate_id, lw, seeds, ws FROM lk WHERE NOT in_c"
+    " lx AS MATERIALIZED (SELECT aggregate_id, lw, seeds FROM lk WHERE NOT in_c"
     " AND (aggregate_id IN (SELECT aggregate_id FROM lv)) IS TRUE"  # a hashed subplan, not a join
     " ORDER BY lw DESC, aggregate_id LIMIT %(expand)s),"
-    " ca AS (SELECT aggregate_id, NULL::float8 AS lw, seeds, ws FROM lk WHERE in_c"
-    " UNION ALL SELECT aggregate_id, NULL::float8, NULL::bigint[], NULL::float8[] FROM c"
+    " ca AS (SELECT aggregate_id, NULL::float8 AS lw, seeds FROM lk WHERE in_c"
+    " UNION ALL SELECT aggregate_id, NULL::float8, NULL::bytea FROM c"
     " WHERE aggregate_id NOT IN (SELECT aggregate_id FROM lk WHERE in_c)"  # a hashed subplan
-    " UNION ALL SELECT aggregate_id, lw, seeds, ws FROM lx)"
+    " UNION ALL SELECT aggregate_id, lw, seeds FROM lx)"
 )
 """The 1-hop expansion (see the module doc)."""
 
@@ -81,11 +98,11 @@ def seed_number(vector_rank: int | None, lexical_rank: int | None, limit: int) -
     return None if lexical_rank is None else limit + lexical_rank
 
 
-NO_EXPAND = ", ca AS (SELECT aggregate_id, NULL::float8 AS lw, NULL::bigint[] AS seeds, NULL::float8[] AS ws FROM c)"
+NO_EXPAND = ", ca AS (SELECT aggregate_id, NULL::float8 AS lw, NULL::bytea AS seeds FROM c)"
 """No expansion: the list candidates, without link columns."""
 
 
-LEX_ROWS = (" UNION ALL SELECT aggregate_id, NULL, NULL, lex, NULL, NULL, NULL FROM ls"
+LEX_ROWS = (" UNION ALL SELECT aggregate_id, NULL, NULL, lex, NULL, NULL FROM ls"
             " WHERE aggregate_id IN (SELECT aggregate_id FROM ca)")  # a hashed subplan
 """The full-text scores of ``ca``'s rows: :data:`ROWS`' ``{lex_rows}`` when the statement
 has a full-text list (``ls``)."""
@@ -97,14 +114,15 @@ ROWS = (
     # (a prepared statement after five runs) the planner estimated a few rows for ``ca``
     # and joined ``vr``, ``lr`` and ``ls`` as nested loops rescanning each CTE per row
     # (120,000 join-filter comparisons, 13 ms of a linked recall on a 400-note scope)
+    # (``string_agg`` picks a group's one ``seeds``: ``max(bytea)`` needs PostgreSQL 17)
     "cf AS (SELECT aggregate_id, max(vrank) AS vrank, max(lrank) AS lrank, max(lex) AS lex,"
-    " max(lw) AS lw, max(seeds) AS seeds, max(ws) AS ws FROM ("
+    " max(lw) AS lw, string_agg(seeds, ''::bytea) AS seeds FROM ("
     "SELECT aggregate_id, rank AS vrank, NULL::bigint AS lrank, NULL::float8 AS lex, NULL::float8 AS lw,"
-    " NULL::bigint[] AS seeds, NULL::float8[] AS ws FROM vr"
-    " UNION ALL SELECT aggregate_id, NULL, rank, NULL, NULL, NULL, NULL FROM lr{lex_rows}"
-    " UNION ALL SELECT aggregate_id, NULL, NULL, NULL, lw, seeds, ws FROM ca) u GROUP BY aggregate_id)"
+    " NULL::bytea AS seeds FROM vr"
+    " UNION ALL SELECT aggregate_id, NULL, rank, NULL, NULL, NULL FROM lr{lex_rows}"
+    " UNION ALL SELECT aggregate_id, NULL, NULL, NULL, lw, seeds FROM ca) u GROUP BY aggregate_id)"
 )
 """The returned rows before the index's columns: one per row of ``ca`` (every ``vr`` and
 ``lr`` row is one), with ``vrank``, ``lrank``, ``lex`` (``NULL`` for a row the full-text
-score does not match) and ``ca``'s ``lw``, ``seeds``, ``ws`` (each group holds at most
-one non-null value of each, so ``max`` picks it)."""
+score does not match) and ``ca``'s ``lw``, ``seeds`` (each group holds at most one
+non-null value of each, so ``max`` / ``string_agg`` picks it)."""

@@ -124,7 +124,7 @@ def consented(row: dict[str, Any], require_consent: bool) -> bool:
 
 
 def seen(row: dict[str, Any], scope: Scope, filters: NoteFilter | None) -> bool:
-    """``recall_index._scope_access``: the scope rule, or a principal's rule around it
+    """``recall_index.scope_access``: the scope rule, or a principal's rule around it
     (issue 33, ``AccessFilter.admits``)."""
     shown = visible(row, scope)
     access = None if filters is None else filters.access

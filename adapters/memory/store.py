@@ -53,6 +53,12 @@ class InMemoryNoteStore:
         """Like ``recall_index.select_links``."""
         return memory_recall.hit_links(self.log, scope, aggregate_ids, filters)
 
+    def hits(self, scope: Scope, aggregate_ids: Sequence[UUID], filters: NoteFilter | None = None,
+             complete: Sequence[UUID] = ()) -> tuple[dict[UUID, list[dict[str, Any]]], dict[UUID, dict[str, Any]]]:
+        """Like ``recall_hits.select_hits``; this store's candidates are never partial
+        (``complete`` is empty), so no row is read."""
+        return self.hit_links(scope, aggregate_ids, filters), {}
+
     def _listed(self, query: ListQuery) -> list[dict[str, Any]]:
         with self.log.lock:
             return [copy.deepcopy(r) for r in self.log.recall_rows.values() if lists(r, query)]

@@ -113,6 +113,10 @@ class MemoryKnownAtStore(KnownAtStore):
                   filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
         return self._store().hit_links(scope, aggregate_ids, filters)
 
+    def hits(self, scope: Scope, aggregate_ids: Sequence[UUID], filters: NoteFilter | None = None,
+             complete: Sequence[UUID] = ()) -> tuple[dict[UUID, list[dict[str, Any]]], dict[UUID, dict[str, Any]]]:
+        return self._store().hits(scope, aggregate_ids, filters, complete)
+
     def list_notes(self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int) -> list[Candidate]:
         return self._store().list_notes(query, after=after, limit=limit)
 

@@ -49,7 +49,7 @@ from memfabric.domain.ports import Candidate, ListQuery, NoteFilter, NoteRef
 from memfabric.domain.results import NoteCounts
 from memfabric.domain.scope import Scope
 from memfabric.domain.working import BlockEntry
-from memfabric.projections import note_scope, recall_index, tables, working_value
+from memfabric.projections import note_scope, recall_hits, recall_index, tables, working_value
 from memfabric.projections.engine import ProjectionEngine, advisory_key
 from psycopg import Connection, Cursor, sql
 from psycopg.pq import TransactionStatus
@@ -439,9 +439,15 @@ class PostgresNoteStore:
 
     def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID],
                   filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
-        """:func:`memfabric.projections.recall_index.select_links` (one statement, routed
+        """:func:`memfabric.projections.recall_hits.select_links` (one statement, routed
         like the recall it follows; ``filters.access``: issue 33)."""
-        return self.routed(lambda conn: recall_index.select_links(conn.cursor(), scope, aggregate_ids, filters))
+        return self.routed(lambda conn: recall_hits.select_links(conn.cursor(), scope, aggregate_ids, filters))
+
+    def hits(self, scope: Scope, aggregate_ids: Sequence[UUID], filters: NoteFilter | None = None,
+             complete: Sequence[UUID] = ()) -> tuple[dict[UUID, list[dict[str, Any]]], dict[UUID, dict[str, Any]]]:
+        """:func:`memfabric.projections.recall_hits.select_hits` (one statement, routed
+        like :meth:`hit_links`)."""
+        return self.routed(lambda conn: recall_hits.select_hits(conn.cursor(), scope, aggregate_ids, filters, complete))
 
     def _hnsw_settings(self, conn: Connection[Any], ef: int) -> None:
         """Session settings of HNSW recall on ``conn`` (autocommit, pooled): iterative

@@ -30,7 +30,7 @@ from memfabric.adapters.postgres import EF_SEARCH_MAX, dimension_guard
 from memfabric.domain.bitemporal import KnownAtStore
 from memfabric.domain.ports import Candidate, ListQuery, NoteFilter
 from memfabric.domain.scope import Scope
-from memfabric.projections import note_scope, recall_index, tables
+from memfabric.projections import note_scope, recall_hits, recall_index, tables
 from memfabric.projections.note_versions import RecordedCursor, recorded_vector_list
 
 _VECTOR_LISTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -90,7 +90,12 @@ class PostgresKnownAtStore(KnownAtStore):
     def hit_links(self, scope: Scope, aggregate_ids: Sequence[UUID],
                   filters: NoteFilter | None = None) -> dict[UUID, list[dict[str, Any]]]:
         with self.store.connection() as conn:
-            return recall_index.select_links(self._cursor(conn), scope, aggregate_ids, filters)
+            return recall_hits.select_links(self._cursor(conn), scope, aggregate_ids, filters)
+
+    def hits(self, scope: Scope, aggregate_ids: Sequence[UUID], filters: NoteFilter | None = None,
+             complete: Sequence[UUID] = ()) -> tuple[dict[UUID, list[dict[str, Any]]], dict[UUID, dict[str, Any]]]:
+        with self.store.connection() as conn:
+            return recall_hits.select_hits(self._cursor(conn), scope, aggregate_ids, filters, complete)
 
     def list_notes(self, query: ListQuery, *, after: tuple[datetime, UUID] | None, limit: int) -> list[Candidate]:
         with self.store.connection() as conn:

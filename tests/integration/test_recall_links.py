@@ -23,7 +23,7 @@ from memfabric.adapters import Fabric, HashEmbedder, open_fabric
 from memfabric.adapters.postgres.vectors import VectorTypes
 from memfabric.domain.ports import NoteFilter
 from memfabric.domain.scope import Scope
-from memfabric.projections import recall_index, recall_links
+from memfabric.projections import recall_hits, recall_index, recall_links
 
 REFERENCE_EXPAND = (
     # issue 15's form: every join left to the planner's estimates (seeds given by their
@@ -33,20 +33,20 @@ REFERENCE_EXPAND = (
     " UNION ALL SELECT g.from_aggregate_id, g.to_aggregate_id, g.weight FROM {g} g"
     " JOIN c ON g.to_aggregate_id = c.aggregate_id WHERE g.tenant_id = %(t)s),"
     " lx AS MATERIALIZED (SELECT l.aggregate_id, max(l.weight)::float8 AS lw,"
-    # a seed's number (``recall_links.seed_number``) by a sub-select per edge
-    " array_agg(coalesce((SELECT rank FROM vr WHERE vr.aggregate_id = l.seed),"
-    " %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed)) ORDER BY l.seed) AS seeds,"
-    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    # a seed's number (``recall_links.seed_number``) by a sub-select per edge, packed
+    # with its weight as the shipped form does (``recall_links.unpack``)
+    " string_agg(int4send(coalesce((SELECT rank FROM vr WHERE vr.aggregate_id = l.seed),"
+    " %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed))::int4) || float4send(l.weight),"
+    " ''::bytea ORDER BY l.seed) AS seeds FROM le l"
     " WHERE l.aggregate_id NOT IN (SELECT aggregate_id FROM c)"
     " AND EXISTS (SELECT 1 FROM {t} WHERE {t}.aggregate_id = l.aggregate_id AND {w})"
     " GROUP BY l.aggregate_id ORDER BY lw DESC, l.aggregate_id LIMIT %(expand)s),"
-    " lc AS MATERIALIZED (SELECT l.aggregate_id, array_agg(coalesce((SELECT rank FROM vr"
-    " WHERE vr.aggregate_id = l.seed), %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed))"
-    " ORDER BY l.seed) AS seeds,"
-    " array_agg(l.weight::float8 ORDER BY l.seed) AS ws FROM le l"
+    " lc AS MATERIALIZED (SELECT l.aggregate_id, string_agg(int4send(coalesce((SELECT rank FROM vr"
+    " WHERE vr.aggregate_id = l.seed), %(limit)s::int + (SELECT rank FROM lr WHERE lr.aggregate_id = l.seed))::int4)"
+    " || float4send(l.weight), ''::bytea ORDER BY l.seed) AS seeds FROM le l"
     " WHERE l.aggregate_id IN (SELECT aggregate_id FROM c) GROUP BY l.aggregate_id),"
-    " ca AS (SELECT c.aggregate_id, NULL::float8 AS lw, lc.seeds, lc.ws FROM c LEFT JOIN lc USING (aggregate_id)"
-    " UNION ALL SELECT aggregate_id, lw, seeds, ws FROM lx)"
+    " ca AS (SELECT c.aggregate_id, NULL::float8 AS lw, lc.seeds FROM c LEFT JOIN lc USING (aggregate_id)"
+    " UNION ALL SELECT aggregate_id, lw, seeds FROM lx)"
 )
 
 TOPICS = ("cello", "orchestra", "tuesday", "berlin", "paris", "garden", "tomatoes", "marathon",
@@ -243,7 +243,7 @@ def test_the_hits_links_equal_the_jsonb_form(linked: Fabric, dsn: str) -> None:
         ids = [r["aggregate_id"] for r in conn.execute(
             "SELECT aggregate_id FROM mf_recall_index WHERE tenant_id = 'acme' ORDER BY aggregate_id")]
         scope = Scope(tenant_id="acme", resource_id="u1")
-        shipped = recall_index.select_links(conn.cursor(), scope, ids)
+        shipped = recall_hits.select_links(conn.cursor(), scope, ids)
         text = sql.SQL(JSONB_LINKS).format(g=sql.Identifier("mf_link_graph"), t=sql.Identifier("mf_recall_index"),
                                            xs=recall_index.scope_filter("x"))
         t, r, th = scope.sql()
@@ -252,3 +252,64 @@ def test_the_hits_links_equal_the_jsonb_form(linked: Fabric, dsn: str) -> None:
         edges = conn.execute("SELECT count(*) AS n FROM mf_link_graph WHERE tenant_id = 'acme'").fetchone()
     assert shipped == former and len(shipped) > 300
     assert sum(map(len, shipped.values())) < edges["n"]  # the edges to the two forgotten notes are left out
+
+
+def _all_columns_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The former form: every row of the recall statement carries every column."""
+    monkeypatch.setattr(recall_index, "RANKED", frozenset(n for n, _ in recall_index.RETURNED_COLUMNS))
+    recall_index.recall_statement.cache_clear()
+
+
+def test_linked_notes_rows_are_partial_and_the_hits_equal_full_rows(
+        linked: Fabric, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: a linked note's candidate row carries only the columns ranking reads
+    (``Candidate.partial``); the hits, their links and explain rows equal those of the
+    form whose every row is full, and a linked recall is still two statements."""
+    notes = linked.scope("acme", "u1")
+    with _connect(dsn) as conn:
+        emb = _EMBEDDER.embed([QUERIES[0]])[0]
+        out = recall_index.select_candidates(
+            conn.cursor(), Scope(tenant_id="acme", resource_id="u1"), embedding=emb, query=QUERIES[0],
+            kinds=("fact",), as_of=datetime.now(timezone.utc), limit=40, require_consent=False, expand=40)
+    expanded = [c for c in out if c.link is not None]
+    assert expanded and all(c.partial and c.fields["content"] is None and c.fields["tags"] is None
+                            and c.fields["note_id"] and c.fields["ingested_at"] for c in expanded)
+    assert all(not c.partial and c.fields["content"] for c in out if c.link is None)
+    statements: list[bytes] = []
+    orig = psycopg.Cursor.execute
+
+    def spy(self: Any, query: Any, *a: Any, **k: Any) -> Any:
+        statements.append(query if isinstance(query, bytes) else b"")
+        return orig(self, query, *a, **k)
+    via_link = 0
+    for query in QUERIES:
+        statements.clear()
+        monkeypatch.setattr(psycopg.Cursor, "execute", spy)
+        shipped = notes.recall(query, top_k=10, kinds=["fact", "procedure"])
+        monkeypatch.undo()
+        assert len([s for s in statements if s.startswith((b"WITH", b"SELECT"))]) == 2, statements
+        _all_columns_full(monkeypatch)
+        full = notes.recall(query, top_k=10, kinds=["fact", "procedure"])
+        _shipped(monkeypatch)
+        assert shipped.hits == full.hits and shipped.explain == full.explain, query
+        via_link += sum(e.link for e in shipped.explain)
+    assert via_link > 0  # expanded notes became hits, their rows read after the ranking
+
+
+def test_select_hits_reads_the_full_rows_of_visible_notes_only(linked: Fabric, dsn: str) -> None:
+    """``select_hits``' rows are the recall statement's columns of the notes asked for
+    that are still visible; a forgotten note (edges still point at it) is absent."""
+    scope = Scope(tenant_id="acme", resource_id="u1")
+    with _connect(dsn) as conn:
+        gone = conn.execute("SELECT DISTINCT to_aggregate_id AS a FROM mf_link_graph g WHERE NOT EXISTS"
+                            " (SELECT 1 FROM mf_recall_index i WHERE i.aggregate_id = g.to_aggregate_id)").fetchone()
+        other = conn.execute("SELECT aggregate_id AS a FROM mf_recall_index WHERE resource_id = 'u2'").fetchone()
+        live = [r["aggregate_id"] for r in conn.execute(
+            "SELECT aggregate_id FROM mf_recall_index WHERE resource_id = 'u1' ORDER BY aggregate_id LIMIT 5")]
+        asked = [*live, gone["a"], other["a"]]
+        links, rows = recall_hits.select_hits(conn.cursor(), scope, live, complete=asked)
+        expected = {r.pop("aggregate_id"): r for r in conn.execute(
+            sql.SQL("SELECT i.aggregate_id, {ret} FROM mf_recall_index i WHERE i.aggregate_id = ANY(%s)").format(
+                ret=sql.SQL(recall_index.RETURNED)), (live,))}
+        assert links == recall_hits.select_links(conn.cursor(), scope, live) and links
+    assert rows == expected and len(rows) == 5
