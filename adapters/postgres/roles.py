@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from memfabric.projections import tables
@@ -255,12 +256,27 @@ def create_login(conn: Any, kind: str, name: str, password: str, *, schema: str 
     ``KINDS[kind]``, creating the group with its grants when missing; one transaction.
     ``conn``: a psycopg connection of a superuser (or a role with ``CREATEROLE`` that
     owns the tables) to the fabric's database, after the fabric's first open.
-    Errors: ``FabricError`` for an unknown kind, a role that exists already, or a
-    database without a memfabric log."""
+    Errors: ``FabricError`` for an unknown kind, a name that is not 1-63 printable
+    characters, a role that exists already, a database without a memfabric log, or the
+    server's refusal (its primary message only: the statement, which carries the
+    verifier, is never quoted)."""
     from memfabric.domain.errors import FabricError  # noqa: PLC0415
 
     if kind not in KINDS:
         raise FabricError(f"kind: {kind!r} is not one of {', '.join(KINDS)}")
+    if not 1 <= len(name.encode()) <= 63 or not name.isprintable():
+        raise FabricError(f"name: {name!r} is not a role name (1-63 bytes, printable characters)")
+    try:
+        _create_login(conn, kind, name, password, schema)
+    except psycopg.Error as exc:
+        primary = exc.diag.message_primary or type(exc).__name__
+        raise FabricError(f"roles create: the server refused: {primary}") from None
+
+
+def _create_login(conn: Any, kind: str, name: str, password: str, schema: str) -> None:
+    """:func:`create_login` after its checks of ``kind`` and ``name``."""
+    from memfabric.domain.errors import FabricError  # noqa: PLC0415
+
     with conn.transaction(), conn.cursor() as cur:
         if _one(cur, "SELECT to_regclass(%s)", (f"{schema}.{tables.EVENTS}",)) is None:
             raise FabricError(f"no memfabric log ({tables.EVENTS}) in schema {schema!r} of this database: "

@@ -112,3 +112,17 @@ def test_roles_create_writer_gives_the_application_a_login_that_writes(server: E
     assert recall.returncode == 0 and len(json.loads(recall.stdout)["hits"]) == 1, recall.stderr
     bad = cli("roles", "create", "owner", "x", "--data-dir", str(server.pgdata))
     assert bad.returncode == 2 and bad.stderr.startswith("error: kind: 'owner' is not one of auditor, writer, admin")
+
+
+def test_a_bad_role_name_or_a_refusal_is_one_line_without_the_verifier(server: EmbeddedPostgres) -> None:
+    """A fresh user's finding (2026-12-04): ``roles create writer ""`` printed the
+    server's syntax error with the statement, the password's SCRAM verifier included; a
+    login without the privilege printed the raw permission error."""
+    for name in ("", "x" * 64, "bad\nname"):
+        res = cli("roles", "create", "writer", name, "--data-dir", str(server.pgdata))
+        assert res.returncode == 2 and res.stderr.startswith("error: name:"), (name, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and "SCRAM" not in res.stderr
+    auditor = cli("roles", "create", "auditor", "ann", "--data-dir", str(server.pgdata)).stdout.strip()
+    refused = cli("roles", "create", "auditor", "mallory", "--dsn", auditor)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: "), refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "SCRAM" not in refused.stderr
