@@ -2,8 +2,8 @@
 
 Each ``Note`` aggregate gets a 256-bit data key, stored in ``mf_note_keys`` (outside
 the event log; the key side is :mod:`memfabric.adapters.crypto_keys`, re-exported here). The mapper seals the protected fields of every event
-(``memfabric.domain.note.PROTECTED_FIELDS``: content, context, keywords, embedding,
-appended text) with that key; the rest of the event stays readable JSON. ``forget``
+(``memfabric.domain.note.PROTECTED_FIELDS``: content, context, keywords, embedding, path,
+appended text, the inferred subject, the decision, subject, tags) with that key; the rest of the event stays readable JSON. ``forget``
 deletes the key rows in the same transaction as the tombstone event, after which the
 protected fields of every earlier event are unrecoverable ciphertext and read back as
 ``<erased>``.
@@ -53,7 +53,8 @@ from memfabric.adapters.crypto_keys import (
     select_latest, shredded, shredding_topics,
 )
 from memfabric.domain.errors import EventIntegrityError, FabricError
-from memfabric.domain.note import ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS
+from memfabric.domain.note import OPTIONAL_PROTECTED, PROTECTED_FIELDS
+from memfabric.domain.note_fields import erased_value
 
 __all__ = [
     "COMPRESSED", "COMPRESS_MIN_SAVING", "KEYS_DDL", "KEYS_TABLE", "MAGIC", "MAGIC_TAGGED", "SEALED_OPTIONAL",
@@ -187,7 +188,7 @@ class SealingMapper(Mapper[UUID]):
             protected = {k: inner.pop(k) for k in PROTECTED_FIELDS if k in inner}
             found = self.keys.key_for_snapshot(originator_id) if protected else None
             if found is None:
-                if any(v not in (None, [], b"") for v in protected.values()):
+                if any(v not in (None, [], (), b"") for v in protected.values()):
                     raise FabricError(
                         f"cannot snapshot note {originator_id}: it has protected content but no data key"
                     )
@@ -319,11 +320,11 @@ def _sealed_fields(state: dict[str, Any], cls: Any, sealed_optional: set[str]) -
 
 def erase_fields(target: dict[str, Any], fields: list[str], sealed_optional: set[str]) -> list[str]:
     """Set the sealed ``fields`` of a shredded event as they read once erased
-    (``keywords`` ``[]``, ``embedding`` and the optional ones ``None``, the rest
-    :data:`ERASED`); returns the names listed as erased: an optional field only where the
-    event sealed it (``sealed_optional``; events of 0.1.0 never had one)."""
+    (:func:`~memfabric.domain.note_fields.erased_value`); returns the names listed as
+    erased: an optional field only where the event sealed it (``sealed_optional``;
+    events of 0.1.0 never had one)."""
     for f in fields:
-        target[f] = [] if f == "keywords" else None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED
+        target[f] = erased_value(f)
     return [f for f in fields if f not in OPTIONAL_PROTECTED or f in sealed_optional]
 
 

@@ -15,14 +15,16 @@ _NOTE_NAMESPACE = uuid5(NAMESPACE_URL, "https://memfabric.dev/note")
 
 PROTECTED_FIELDS: tuple[str, ...] = (
     "content", "context", "keywords", "embedding", "text", "path", "from_path", "to_path",
-    "inferred_subject", "decision",
+    "inferred_subject", "decision", "subject", "tags",
 )
 """Event (and snapshot) fields sealed with the note's data key; erased for good when the
 key is destroyed. ``path`` is protected because a file note without content stores its
-path as its content. Scope ids, ``subject``, ``tags``, ``source_entry_ids``, link ids,
-times and consent stay plain: they are metadata, not content (see ``docs/erasure.md``)."""
+path as its content; ``subject`` and ``tags`` are what a caller wrote (sealed since
+2026-12-04; older events keep them plain and read as before). Scope ids,
+``source_entry_ids``, link ids, times and consent stay plain: they are metadata, not
+content (see ``docs/erasure.md``)."""
 
-OPTIONAL_PROTECTED: frozenset[str] = frozenset({"inferred_subject", "decision"})
+OPTIONAL_PROTECTED: frozenset[str] = frozenset({"inferred_subject", "decision", "subject", "tags"})
 """Protected fields added after 0.1.0 (with defaults): derived from the content (the
 inferred subject key and values, why a write folded or superseded), so sealed like it;
 once the key is destroyed they read as ``None`` in the replayed state and, where the event
@@ -31,6 +33,15 @@ sealed one (a plain marker names them), are listed as erased, so ``history`` sho
 
 ERASED = "<erased>"
 """What a protected field reads as once its note's key has been destroyed."""
+
+
+def erased_value(field: str) -> object:
+    """What protected ``field`` of an event reads as once its key is destroyed: ``[]``
+    for the lists (``keywords``, ``tags``), ``None`` for ``embedding`` and the
+    :data:`OPTIONAL_PROTECTED` ones, else :data:`ERASED`."""
+    if field in ("keywords", "tags"):
+        return []
+    return None if field == "embedding" or field in OPTIONAL_PROTECTED else ERASED
 
 SUCCESSOR_VALUES: frozenset[str] = frozenset({"new_value"})
 """Keys of a supersession decision that hold a value read from the *successor* (issue 28,

@@ -32,7 +32,8 @@ from memfabric.adapters.memory import versions as memory_versions
 from memfabric.adapters.embedders import HashEmbedder
 from memfabric.adapters.memory.rows import Row, put, row_dict
 from memfabric.domain import replay
-from memfabric.domain.note import ERASED, OPTIONAL_PROTECTED, PROTECTED_FIELDS, Note
+from memfabric.domain.note import PROTECTED_FIELDS, Note
+from memfabric.domain.note_fields import erased_value
 from memfabric.domain.retention import RetentionConfig
 from memfabric.projections import tables
 from memfabric.projections.base import NoteProjection, accepted
@@ -151,8 +152,7 @@ class InMemoryEventLog:
                 fields = [f for f in PROTECTED_FIELDS
                           if f in getattr(stored.cls, "__dataclass_fields__", {})]
                 for f in fields:
-                    state[f] = ([] if f == "keywords" else
-                                None if f == "embedding" or f in OPTIONAL_PROTECTED else ERASED)
+                    state[f] = erased_value(f)
                 state["_erased"] = fields
             else:
                 state.update(copy.deepcopy(protected))

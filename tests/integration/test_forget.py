@@ -100,7 +100,8 @@ def test_history_of_forgotten_note_marks_protected_fields_erased(fabric: Fabric)
     # issue 19: only fields the event had read <erased> (the fact had no path, the fold no context)
     assert "path" not in remembered.erased and remembered.fields["path"] is None
     assert "context" not in folded.erased
-    assert folded.fields["tags"] == ["again"]  # plain metadata stays readable
+    # what the caller wrote beside the content is sealed too (the invariant: tags included)
+    assert "tags" in folded.erased and folded.fields["tags"] == ERASED and "again" not in repr(folded.fields)
     assert tomb.type == "Forgotten" and tomb.erased == ()
 
 

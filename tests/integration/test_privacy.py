@@ -128,6 +128,32 @@ def test_raw_dump_of_every_table_holds_no_trace_after_forget(fabric: Fabric) -> 
     assert notes.verify_content(n.id, CONTENT + ".")  # the fold's content was the last one
 
 
+def test_tags_and_subject_are_sealed_and_erased_with_the_note(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The invariant names tags: what a caller writes beside the content (``tags``,
+    ``subject``) is sealed in the log and, after ``forget``, in no table at all, snapshots
+    included (a fresh user's finding, 2026-12-04: both stayed plain in the event state).
+    The live note still reads and filters by them."""
+    monkeypatch.setenv("IS_SNAPSHOTTING_ENABLED", "y")
+    with open_fabric(dsn) as fabric:
+        notes = fabric.scope("clinic", "patient-9", "visit-2")
+        n = notes.remember(kind="fact", content="Prefers the window seat", tags=["Jabberwockytag", "Tumtumtag"],
+                           subject="Bandersnatchsubject")
+        fabric.log.take_snapshot(note_uuid(notes.scope, n.id))
+        assert set(notes.get(n.id).tags) == {"Jabberwockytag", "Tumtumtag"}
+        assert [h.id for h in notes.recall("window seat", tags=["Tumtumtag"]).hits] == [n.id]
+        events = b"".join(bytes(r[0]) for r in fetch(dsn, "SELECT state FROM memfabric_events"))  # type: ignore[call-overload]
+        snaps = b"".join(bytes(r[0]) for r in fetch(dsn, "SELECT state FROM memfabric_snapshots"))  # type: ignore[call-overload]
+        for word in (b"Jabberwockytag", b"Tumtumtag", b"Bandersnatchsubject"):
+            assert word not in events and word not in snaps, word
+        notes.forget(id=n.id)
+        blob, _ = dump_every_table(dsn)
+        for word in (b"jabberwockytag", b"tumtumtag", b"bandersnatchsubject"):
+            assert word not in blob.lower(), word
+        history = notes.history(n.id)
+        assert [h.type for h in history] == ["Remembered", "Forgotten"]
+        assert "tags" in history[0].erased and "subject" in history[0].erased
+
+
 def test_snapshots_are_sealed_and_shredded_too(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IS_SNAPSHOTTING_ENABLED", "y")
     with open_fabric(dsn) as fabric:
