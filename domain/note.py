@@ -571,7 +571,8 @@ class Note(Aggregate):
         if longer and rules.regulated_label(self) and not approval:
             raise RetentionError(
                 f"retention: note {self.note_id} carries the regulated label; moving it from "
-                f"{previous!r} to the longer class {retention!r} needs an approval reference (approval=...)")
+                f"{previous!r} to the longer class {retention!r} needs an approval reference: "
+                f"notes.set_retention({self.note_id!r}, {retention!r}, approval=...)")
         self.trigger_event(self.RetentionChanged, retention=retention, previous=previous,
                            requested_by=requested_by, cause=cause,
                            approval=approval if longer and rules.regulated_label(self) else None)

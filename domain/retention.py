@@ -68,25 +68,42 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w|y)\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 
 
+MAX_DURATION = timedelta(days=1000 * 365)
+"""The longest window a duration may name (1,000 years; ``"never"`` for none): a longer
+one would overflow the dates it is added to or subtracted from."""
+
+
 def parse_duration(value: Any) -> timedelta | None:
     """``"90d"``, ``"12h"``, ``"7y"`` (a year is 365 days), ``"30m"``, ``"45s"``,
     ``"2w"``, a ``timedelta`` or a number of seconds; ``None``/``"never"`` for no
-    window. Raises ``ValueError`` for anything else or a value that is not positive."""
+    window. Raises ``ValueError`` for anything else, a value that is not positive or
+    one longer than :data:`MAX_DURATION`."""
     if value is None or value == "never":
         return None
-    if isinstance(value, timedelta):
-        out = value
-    elif isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    elif isinstance(value, (int, float)):
-        out = timedelta(seconds=float(value))
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        out = timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
-    else:
-        raise ValueError(f"not a duration: {value!r} (use e.g. '90d', '12h', '7y' or 'never')")
+    try:
+        out = _as_timedelta(value)
+    except OverflowError:
+        raise ValueError(f"a duration must be at most 1000y, not {value!r}") from None
     if out <= timedelta(0):
         raise ValueError(f"a duration must be positive, not {value!r}")
+    if out > MAX_DURATION:
+        raise ValueError(f"a duration must be at most 1000y, not {value!r}")
     return out
+
+
+def _as_timedelta(value: Any) -> timedelta:
+    """:func:`parse_duration`'s reading of ``value`` before its bounds are checked."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        if value != value:  # NaN
+            raise ValueError(f"not a duration: {value!r}")
+        return timedelta(seconds=float(value))
+    if isinstance(value, str) and (m := _DURATION.match(value)):
+        return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
+    raise ValueError(f"not a duration: {value!r} (use e.g. '90d', '12h', '7y' or 'never')")
 
 
 def format_duration(value: timedelta | None) -> str:

@@ -334,7 +334,7 @@ def test_a_fold_naming_another_class_records_the_change(make: Open) -> None:
     same = notes.remember(kind="fact", content="the wifi password is on the fridge")
     assert same.retention == "ephemeral" and notes.history(first.id)[-1].type == "Folded"
     reg = notes.remember(kind="fact", content="passport number of gina", retention="regulated")
-    with pytest.raises(RetentionError):
+    with pytest.raises(RetentionError, match=r"set_retention\(.*approval=\.\.\.\)"):  # remember takes none
         notes.remember(kind="fact", content="passport number of gina", retention="durable")
     assert [h.type for h in notes.history(reg.id)] == ["Remembered"]  # nothing written
 

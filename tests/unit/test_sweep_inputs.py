@@ -24,3 +24,16 @@ def test_bad_sweep_arguments_are_settings_errors(args: dict[str, object], named:
         with pytest.raises(SettingsError, match=named):
             fab.sweep(**args)  # type: ignore[arg-type]
         assert fab.scope("acme", "u1").count() == 1
+
+
+@pytest.mark.parametrize("window", ["99999999y", "1001y", 1e30, float("inf"), float("nan")])
+def test_a_retention_window_out_of_range_is_a_validation_error(window: object) -> None:
+    """A fresh user's finding (2026-12-04): ``retention={"operational": "99999999y"}``
+    raised a bare ``OverflowError``; every window is at most 1,000 years."""
+    from pydantic import ValidationError
+
+    from memfabric.domain.retention import RetentionConfig
+
+    with pytest.raises(ValidationError, match="operational"):
+        RetentionConfig.of({"operational": window})
+    assert RetentionConfig.of({"operational": "1000y"}).operational is not None
